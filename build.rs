@@ -1,0 +1,122 @@
+//! Compiles `gpu-kernels/` to PTX and hands it to the engine as `$OUT_DIR/kernels.ptx`.
+//!
+//! The kernels need a pinned nightly (named in `gpu-kernels/rust-toolchain.toml`) with
+//! `rust-src`, because the `nvptx64-nvidia-cuda` target has no prebuilt `core` and needs
+//! `-Zbuild-std`. The host itself is stable Rust. rustup no longer installs a missing
+//! toolchain on its own, so this script installs it once, so that `cargo run` and
+//! `cargo test` work on a machine that has only rustup and a stable toolchain.
+//! Nothing from NVIDIA is needed to build: the PTX is text, compiled by the driver at load.
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// PTX for sm_80 JIT-compiles on Ampere, Ada and Hopper.
+const TARGET_CPU: &str = "sm_80";
+
+/// Variables the outer cargo/rustup set that would leak into the inner build: the outer
+/// `RUSTUP_TOOLCHAIN` beats toolchain files, and the rest describe the host build.
+const LEAKY_VARS: &[&str] = &[
+    "RUSTUP_TOOLCHAIN",
+    "RUSTC",
+    "RUSTC_WRAPPER",
+    "RUSTC_WORKSPACE_WRAPPER",
+    "RUSTFLAGS",
+    "CARGO_ENCODED_RUSTFLAGS",
+    "CARGO_TARGET_DIR",
+    "CARGO",
+    "CARGO_BUILD_TARGET",
+    "CARGO_MAKEFLAGS",
+];
+
+fn main() {
+    let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let kernels = root.join("gpu-kernels");
+    for p in ["src", "Cargo.toml", "rust-toolchain.toml"] {
+        println!("cargo:rerun-if-changed={}", kernels.join(p).display());
+    }
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    let toolchain = pinned_toolchain(&kernels);
+    ensure_toolchain(&kernels, &toolchain);
+    let ptx = build_ptx(&kernels, &out_dir, &toolchain);
+    fs::copy(&ptx, out_dir.join("kernels.ptx")).unwrap_or_else(|e| {
+        fail(&format!("cannot copy {}: {e}", ptx.display()));
+    });
+}
+
+/// The `channel = "..."` line of `gpu-kernels/rust-toolchain.toml`: one place names the nightly.
+fn pinned_toolchain(kernels: &Path) -> String {
+    let file = kernels.join("rust-toolchain.toml");
+    let text = fs::read_to_string(&file)
+        .unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", file.display())));
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("channel"))
+        .filter_map(|rest| rest.split('"').nth(1))
+        .next()
+        .map(str::to_owned)
+        .unwrap_or_else(|| fail(&format!("no channel = \"...\" in {}", file.display())))
+}
+
+fn rustup() -> Command {
+    let mut cmd = Command::new("rustup");
+    for var in LEAKY_VARS {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+fn ensure_toolchain(kernels: &Path, toolchain: &str) {
+    let sysroot = rustup()
+        .args(["run", toolchain, "rustc", "--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    if sysroot.is_some_and(|s| s.join("lib/rustlib/src/rust/library/core").is_dir()) {
+        return;
+    }
+    println!(
+        "cargo:warning=installing the kernels' toolchain {toolchain} with rust-src (once, about 15 s)"
+    );
+    let status = rustup()
+        .current_dir(kernels)
+        .args(["toolchain", "install", toolchain, "--profile", "minimal"])
+        .args(["--component", "rust-src"])
+        .status()
+        .unwrap_or_else(|e| fail(&format!("cannot run rustup ({e}); install rustup first")));
+    if !status.success() {
+        fail(&format!("`rustup toolchain install {toolchain}` failed"));
+    }
+}
+
+fn build_ptx(kernels: &Path, out_dir: &Path, toolchain: &str) -> PathBuf {
+    let target_dir = out_dir.join("gpu-kernels-target");
+    let output = rustup()
+        .current_dir(kernels)
+        .args(["run", toolchain, "cargo", "rustc", "--release"])
+        .args(["--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
+        .args(["--", "--emit=asm", "-Zno-link"])
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .env("RUSTFLAGS", format!("-C target-cpu={TARGET_CPU}"))
+        .output()
+        .unwrap_or_else(|e| fail(&format!("cannot run cargo for the kernels: {e}")));
+    if !output.status.success() {
+        // The compiler's own message, line by line, so cargo shows it.
+        for line in String::from_utf8_lossy(&output.stderr).lines() {
+            println!("cargo:warning={line}");
+        }
+        fail("the GPU kernels failed to compile (messages above)");
+    }
+    // With fat LTO and one codegen unit the whole program, `core` included, is this file.
+    let ptx = target_dir.join("nvptx64-nvidia-cuda/release/deps/gpu_kernels.s");
+    if !ptx.is_file() {
+        fail(&format!("the kernel build left no PTX at {}", ptx.display()));
+    }
+    ptx
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("error: {msg}");
+    std::process::exit(1)
+}

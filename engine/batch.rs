@@ -1,0 +1,82 @@
+//! One forward pass's tokens, from one or more sequences, flattened the way the kernels
+//! read them. A prompt chunk (prefill), a single decode token and a mix of sequences are all
+//! the same thing here: rows of tokens, each with its position, its sequence and its slot.
+
+use crate::block_manager::{BLOCK_SIZE, BlockTable};
+
+#[derive(Default)]
+pub struct Batch {
+    /// `[n]` token ids
+    pub tokens: Vec<u32>,
+    /// `[n]` each token's position in its sequence
+    pub positions: Vec<u32>,
+    /// `[n]` each token's sequence: a row of `block_tables`
+    pub token_seq: Vec<u32>,
+    /// `[n]` where each token's key and value go: `block * BLOCK_SIZE + offset`
+    pub slots: Vec<u32>,
+    /// `[n_seqs, max_blocks]` each sequence's block table, padded with zeros
+    pub block_tables: Vec<u32>,
+    pub max_blocks: usize,
+    /// Rows whose logits are wanted: the last of each sequence, or every row
+    pub logit_rows: Vec<u32>,
+}
+
+/// One sequence's part of a batch: `tokens` appended after the `table.len` it already holds.
+/// The table must already have blocks for them (`BlockManager::reserve`).
+pub struct SeqChunk<'a> {
+    pub table: &'a BlockTable,
+    pub tokens: &'a [u32],
+}
+
+impl Batch {
+    /// Refills the batch in place (no allocation once the vectors have grown).
+    pub fn fill(&mut self, chunks: &[SeqChunk], all_logits: bool) {
+        self.tokens.clear();
+        self.positions.clear();
+        self.token_seq.clear();
+        self.slots.clear();
+        self.logit_rows.clear();
+        self.block_tables.clear();
+        self.max_blocks = chunks.iter().map(|c| c.table.blocks.len()).max().unwrap_or(0);
+        for (s, chunk) in chunks.iter().enumerate() {
+            let start = chunk.table.len;
+            debug_assert!(chunk.table.blocks.len() * BLOCK_SIZE >= start + chunk.tokens.len());
+            for (i, &tok) in chunk.tokens.iter().enumerate() {
+                let pos = start + i;
+                if all_logits || i + 1 == chunk.tokens.len() {
+                    self.logit_rows.push(self.tokens.len() as u32);
+                }
+                self.tokens.push(tok);
+                self.positions.push(pos as u32);
+                self.token_seq.push(s as u32);
+                self.slots.push(chunk.table.slot(pos));
+            }
+            self.block_tables.extend(&chunk.table.blocks);
+            self.block_tables
+                .extend(std::iter::repeat_n(0, self.max_blocks - chunk.table.blocks.len()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_sequences_flatten_into_rows() {
+        let a = BlockTable { blocks: vec![3, 5], len: 15 };
+        let b = BlockTable { blocks: vec![1], len: 0 };
+        let mut batch = Batch::default();
+        batch.fill(
+            &[SeqChunk { table: &a, tokens: &[7, 8] }, SeqChunk { table: &b, tokens: &[9] }],
+            false,
+        );
+        assert_eq!(batch.tokens, vec![7, 8, 9]);
+        assert_eq!(batch.positions, vec![15, 16, 0]);
+        assert_eq!(batch.token_seq, vec![0, 0, 1]);
+        assert_eq!(batch.slots, vec![3 * 16 + 15, 5 * 16, 16]);
+        assert_eq!(batch.block_tables, vec![3, 5, 1, 0]);
+        assert_eq!(batch.max_blocks, 2);
+        assert_eq!(batch.logit_rows, vec![1, 2]);
+    }
+}

@@ -1,0 +1,132 @@
+//! The CPU reference backend: the forward pass in plain f32, top to bottom as the model
+//! computes it. Every step is a function in `ops`, the twin of a GPU kernel.
+
+pub mod ops;
+
+use ops::*;
+
+use crate::batch::Batch;
+use crate::config::Config;
+use crate::kv_cache::KvCache;
+use crate::model::ModelWeights;
+use crate::rope::RopeTables;
+
+/// Activations for up to `max_tokens` tokens in one forward pass, allocated once.
+pub struct Scratch {
+    /// Tokens one forward pass may hold.
+    pub max_tokens: usize,
+    /// `[max_tokens, dim]`: the residual stream
+    x: Vec<f32>,
+    /// `[max_tokens, dim]`: normalised input of a block, then a block's output
+    xb: Vec<f32>,
+    /// `[max_tokens, q_dim]`
+    q: Vec<f32>,
+    /// `[max_tokens, kv_dim]`
+    k: Vec<f32>,
+    /// `[max_tokens, kv_dim]`
+    v: Vec<f32>,
+    /// `[max_tokens, q_dim]`: attention output, all heads
+    att: Vec<f32>,
+    /// `[max_tokens, ffn_dim]`
+    gate: Vec<f32>,
+    /// `[max_tokens, ffn_dim]`
+    up: Vec<f32>,
+    /// `[max_tokens, ffn_dim]`: silu(gate) * up
+    hidden: Vec<f32>,
+    /// `[max_tokens, dim]`: final-normed rows whose logits are wanted
+    head_in: Vec<f32>,
+    /// `[rows, vocab]`: grows to the largest request, then is reused
+    logits: Vec<f32>,
+}
+
+impl Scratch {
+    pub fn new(c: &Config, max_tokens: usize) -> Scratch {
+        let z = |width: usize| vec![0.0; max_tokens * width];
+        Scratch {
+            max_tokens,
+            x: z(c.dim),
+            xb: z(c.dim),
+            q: z(c.q_dim()),
+            k: z(c.kv_dim()),
+            v: z(c.kv_dim()),
+            att: z(c.q_dim()),
+            gate: z(c.ffn_dim),
+            up: z(c.ffn_dim),
+            hidden: z(c.ffn_dim),
+            head_in: z(c.dim),
+            logits: vec![0.0; c.vocab_size],
+        }
+    }
+
+}
+
+/// Runs `batch` through the model: writes its keys and values into `kv`, and returns the
+/// logits of the rows `batch.logit_rows` names, `[rows, vocab]`.
+pub fn forward<'s>(
+    c: &Config,
+    w: &ModelWeights,
+    rope: &RopeTables,
+    kv: &mut KvCache,
+    s: &'s mut Scratch,
+    batch: &Batch,
+) -> &'s [f32] {
+    let n = batch.tokens.len();
+    let (dim, q_dim, kv_dim, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+    let x = &mut s.x[..n * dim];
+    let xb = &mut s.xb[..n * dim];
+    let q = &mut s.q[..n * q_dim];
+    let k = &mut s.k[..n * kv_dim];
+    let v = &mut s.v[..n * kv_dim];
+    let att = &mut s.att[..n * q_dim];
+    let gate = &mut s.gate[..n * ffn];
+    let up = &mut s.up[..n * ffn];
+    let hidden = &mut s.hidden[..n * ffn];
+
+    embedding_f32(x, &w.embed, &batch.tokens, dim);
+    for (l, lw) in w.layers.iter().enumerate() {
+        // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream.
+        rmsnorm_f32(xb, x, &lw.attn_norm, c.rms_eps);
+        matmul_f32(q, xb, &lw.wq, lw.bq.as_deref(), dim);
+        matmul_f32(k, xb, &lw.wk, lw.bk.as_deref(), dim);
+        matmul_f32(v, xb, &lw.wv, lw.bv.as_deref(), dim);
+        rope_f32(q, &batch.positions, &rope.cos, &rope.sin, c.n_heads, c.head_dim);
+        rope_f32(k, &batch.positions, &rope.cos, &rope.sin, c.n_kv_heads, c.head_dim);
+        let (k_cache, v_cache) = kv.layer_mut(l);
+        kv_write_f32(k_cache, v_cache, k, v, &batch.slots, kv_dim);
+        let (k_cache, v_cache) = kv.layer(l);
+        attention_f32(
+            att,
+            q,
+            k_cache,
+            v_cache,
+            &batch.block_tables,
+            &batch.token_seq,
+            &batch.positions,
+            batch.max_blocks,
+            c.n_heads,
+            c.n_kv_heads,
+            c.head_dim,
+        );
+        matmul_f32(xb, att, &lw.wo, None, q_dim);
+        residual_add_f32(x, xb);
+
+        // MLP: x += down(silu(gate(x)) * up(x)) over the normed stream.
+        rmsnorm_f32(xb, x, &lw.ffn_norm, c.rms_eps);
+        matmul_f32(gate, xb, &lw.w_gate, None, dim);
+        matmul_f32(up, xb, &lw.w_up, None, dim);
+        swiglu_f32(hidden, gate, up);
+        matmul_f32(xb, hidden, &lw.w_down, None, ffn);
+        residual_add_f32(x, xb);
+    }
+
+    // Only the rows that need logits go through the final norm and the (large) head.
+    let rows = batch.logit_rows.len();
+    let head_in = &mut s.head_in[..rows * dim];
+    for (dst, &r) in head_in.chunks_exact_mut(dim).zip(&batch.logit_rows) {
+        let r = r as usize;
+        rmsnorm_f32(dst, &x[r * dim..(r + 1) * dim], &w.final_norm, c.rms_eps);
+    }
+    s.logits.resize(rows * c.vocab_size, 0.0);
+    matmul_f32(&mut s.logits, head_in, w.head(), None, dim);
+    &s.logits
+}

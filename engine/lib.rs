@@ -1,0 +1,32 @@
+//! rustle: an LLM inference engine in Rust whose GPU kernels are Rust too.
+//!
+//! Data flows one way: config -> weights -> model -> backend -> kernels.
+//! - `config`: `config.json` (or GGUF metadata) to a validated `Config`
+//! - `weights`: safetensors and GGUF files, tensors taken by name, dtype and shape
+//! - `tokenizer`, `chat`: text to tokens and back; chat templates
+//! - `model`: the weights by role; `loader` opens a model folder or file
+//! - `block_manager`, `kv_cache`: the paged KV cache (blocks of 16 tokens)
+//! - `batch`, `cpu`, `runner`: one forward pass over a batch of tokens, on the CPU
+//!   reference backend
+//! - `sampler`, `generate`: choosing tokens, the generation loop
+//! - `gpu`: the PTX the kernels compiled to (the GPU backend comes next)
+
+pub mod batch;
+pub mod block_manager;
+pub mod chat;
+pub mod config;
+pub mod cpu;
+pub mod default_model;
+pub mod error;
+pub mod generate;
+pub mod gpu;
+pub mod kv_cache;
+pub mod loader;
+pub mod model;
+pub mod rope;
+pub mod runner;
+pub mod sampler;
+pub mod tokenizer;
+pub mod weights;
+
+pub use error::{Error, Result};

@@ -1,0 +1,200 @@
+//! The `rustle` command: generate text from a prompt.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Parser, ValueEnum};
+
+use rustle::chat::{self, Message};
+use rustle::error::{Error, Result};
+use rustle::generate::{StopReason, generate};
+use rustle::loader;
+use rustle::runner::{Runner, RunnerOptions};
+use rustle::sampler::{Sampler, SamplerConfig};
+
+/// rustle: run a Llama-family language model on a prompt.
+///
+/// With no --model, rustle uses SmolLM2-135M-Instruct, fetched once through pip into
+/// ~/.cache/rustle. The completion streams to stdout; one summary line goes to stderr.
+#[derive(Parser, Debug)]
+#[command(name = "rustle", version, after_help = EXAMPLES)]
+struct Cli {
+    /// The prompt text.
+    #[arg(short, long, conflicts_with = "prompt_file", required_unless_present = "prompt_file")]
+    prompt: Option<String>,
+
+    /// Read the prompt from a UTF-8 text file.
+    #[arg(short = 'f', long, value_name = "PATH")]
+    prompt_file: Option<PathBuf>,
+
+    /// Most tokens to generate; generation also stops at the model's end-of-sequence token.
+    #[arg(short = 'n', long, default_value_t = 256)]
+    max_tokens: usize,
+
+    /// A Hugging Face model folder (config.json, tokenizer.json, *.safetensors) or a .gguf
+    /// file. Default: $RUSTLE_MODEL, else SmolLM2-135M-Instruct.
+    #[arg(short, long, value_name = "PATH")]
+    model: Option<PathBuf>,
+
+    /// Where to run: auto picks the GPU when there is one, else the CPU.
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    device: Device,
+
+    /// Wrap the prompt in the model's chat template, as one user message.
+    #[arg(long)]
+    chat: bool,
+
+    /// With --chat: a system message before the user's.
+    #[arg(long, requires = "chat", value_name = "TEXT")]
+    system: Option<String>,
+
+    /// Sampling temperature; 0 picks the most likely token every time (greedy).
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+
+    /// Sample only from the k most likely tokens (0: all).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+
+    /// Sample only from the most likely tokens whose probabilities add up to p (1: all).
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+
+    /// Drop tokens less likely than this fraction of the most likely one (0: none).
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+
+    /// Penalise tokens already in the text: above 1 discourages repeats (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+
+    /// Seed for sampling, so that a sampled run can be repeated (default: from the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+
+    /// KV-cache size in blocks of 16 tokens (default: one full context, at most 4 GiB).
+    #[arg(long, value_name = "N")]
+    kv_blocks: Option<usize>,
+
+    /// Most prompt tokens in one forward pass; longer prompts run in chunks.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    prefill_chunk: usize,
+}
+
+const EXAMPLES: &str = "Examples:
+  rustle -p \"The capital of France is\" -n 16
+  rustle --chat -p \"Write a haiku about rust.\" --temperature 0.7 --top-p 0.9 --seed 1
+  rustle -m ./Llama-3.2-1B-Instruct -f prompt.txt";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Device {
+    Auto,
+    Cpu,
+    Gpu,
+}
+
+fn main() -> ExitCode {
+    // No backtraces for users: a bug still ends in one line that says so.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("rustle: internal error: {info} (this is a bug; please report it)");
+    }));
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rustle: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let sampling = SamplerConfig {
+        temperature: cli.temperature,
+        top_k: cli.top_k,
+        top_p: cli.top_p,
+        min_p: cli.min_p,
+        repeat_penalty: cli.repeat_penalty,
+        seed: cli.seed.unwrap_or_else(clock_seed),
+    };
+    sampling.validate().map_err(Error::Usage)?;
+    let text = match (&cli.prompt, &cli.prompt_file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(path)) => {
+            let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+            String::from_utf8(bytes)
+                .map_err(|e| Error::Usage(format!("{}: not UTF-8 text ({e})", path.display())))?
+        }
+        (None, None) => unreachable!("clap requires one"),
+    };
+    if text.is_empty() {
+        return Err(Error::EmptyPrompt);
+    }
+    match cli.device {
+        Device::Gpu => {
+            return Err(Error::Usage(
+                "--device gpu: the GPU backend is not available yet in this build; use --device cpu".into(),
+            ));
+        }
+        Device::Auto => eprintln!("rustle: device auto: running on the CPU (this build has no GPU backend yet)"),
+        Device::Cpu => {}
+    }
+
+    let path = loader::resolve_model_path(cli.model)?;
+    let t = Instant::now();
+    let model = loader::load(&path)?;
+    eprintln!(
+        "rustle: loaded {} in {:.1} s: {} layers, dim {}, vocab {}",
+        model.description,
+        t.elapsed().as_secs_f64(),
+        model.config.n_layers,
+        model.config.dim,
+        model.config.vocab_size
+    );
+    let prompt = if cli.chat {
+        let mut messages = vec![];
+        if let Some(system) = cli.system {
+            messages.push(Message { role: "system".into(), content: system });
+        }
+        messages.push(Message { role: "user".into(), content: text });
+        let rendered = chat::render(&model.tokenizer, &messages)?;
+        model.tokenizer.encode(&rendered, false)?
+    } else {
+        model.tokenizer.encode(&text, true)?
+    };
+    let tokenizer = model.tokenizer;
+    let mut runner = Runner::new(
+        model.config,
+        model.weights,
+        &RunnerOptions { kv_blocks: cli.kv_blocks, max_batch_tokens: cli.prefill_chunk },
+    )?;
+    let mut sampler = Sampler::new(sampling);
+    let mut stdout = std::io::stdout().lock();
+    // A closed stdout (`rustle ... | head`) ends generation quietly.
+    let mut sink = |piece: &str| stdout.write_all(piece.as_bytes()).and_then(|_| stdout.flush()).is_ok();
+    let (_, stats) = generate(&mut runner, &tokenizer, &mut sampler, &prompt, cli.max_tokens, &mut sink)?;
+    let _ = writeln!(stdout);
+    let stop = match stats.stop {
+        StopReason::Eos => "end of sequence",
+        StopReason::Length => "max tokens",
+        StopReason::Context => "context full",
+        StopReason::Sink => "output closed",
+    };
+    eprintln!(
+        "rustle: {} prompt tokens, {} generated, time to first token {:.0} ms, decode {:.1} tok/s (cpu; stopped: {stop})",
+        stats.prompt_tokens,
+        stats.generated_tokens,
+        stats.time_to_first_token.as_secs_f64() * 1e3,
+        stats.decode_tok_per_s()
+    );
+    Ok(())
+}
+
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,138 @@
+//! The model's weights as the CPU backend holds them: f32, named for their role.
+
+use rayon::prelude::*;
+
+use crate::config::Config;
+use crate::error::Result;
+use crate::weights::Weights;
+
+/// One transformer block.
+pub struct LayerWeights {
+    /// `[dim]`
+    pub attn_norm: Vec<f32>,
+    /// `[q_dim, dim]`
+    pub wq: Vec<f32>,
+    /// `[kv_dim, dim]`
+    pub wk: Vec<f32>,
+    /// `[kv_dim, dim]`
+    pub wv: Vec<f32>,
+    /// `[q_dim]`, `[kv_dim]`, `[kv_dim]`: Qwen2's projection biases.
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    /// `[dim, q_dim]`
+    pub wo: Vec<f32>,
+    /// `[dim]`
+    pub ffn_norm: Vec<f32>,
+    /// `[ffn_dim, dim]`
+    pub w_gate: Vec<f32>,
+    /// `[ffn_dim, dim]`
+    pub w_up: Vec<f32>,
+    /// `[dim, ffn_dim]`
+    pub w_down: Vec<f32>,
+}
+
+pub struct ModelWeights {
+    /// `[vocab, dim]`
+    pub embed: Vec<f32>,
+    pub layers: Vec<LayerWeights>,
+    /// `[dim]`
+    pub final_norm: Vec<f32>,
+    /// `[vocab, dim]`; `None` when the head is tied to the embedding.
+    pub lm_head: Option<Vec<f32>>,
+    /// `[head_dim / 2]`: Llama 3.1's RoPE divisors, when a GGUF file stores them.
+    pub rope_freq_factors: Option<Vec<f32>>,
+}
+
+impl ModelWeights {
+    /// The output projection: the head, or the embedding when they are tied.
+    pub fn head(&self) -> &[f32] {
+        self.lm_head.as_deref().unwrap_or(&self.embed)
+    }
+
+    /// Takes every weight by name and shape. `qk_permuted`: the file's Q and K rows are in
+    /// the interleaved order GGUF converters write for `llama` models; put them back.
+    pub fn load(c: &Config, w: &Weights, qk_permuted: bool) -> Result<ModelWeights> {
+        let (dim, q_dim, kv_dim, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let layers = (0..c.n_layers)
+            .into_par_iter()
+            .map(|l| {
+                let name = |s: &str| format!("model.layers.{l}.{s}");
+                let take = |s: &str, shape: &[usize]| w.take(&name(s), shape);
+                let bias = |s: &str, n: usize| -> Result<Option<Vec<f32>>> {
+                    if c.qkv_bias { w.take(&name(s), &[n]).map(Some) } else { Ok(None) }
+                };
+                let mut wq = take("self_attn.q_proj.weight", &[q_dim, dim])?;
+                let mut wk = take("self_attn.k_proj.weight", &[kv_dim, dim])?;
+                let mut bq = bias("self_attn.q_proj.bias", q_dim)?;
+                let mut bk = bias("self_attn.k_proj.bias", kv_dim)?;
+                if qk_permuted {
+                    wq = unpermute_rows(&wq, c.n_heads, c.head_dim);
+                    wk = unpermute_rows(&wk, c.n_kv_heads, c.head_dim);
+                    bq = bq.map(|b| unpermute_rows(&b, c.n_heads, c.head_dim));
+                    bk = bk.map(|b| unpermute_rows(&b, c.n_kv_heads, c.head_dim));
+                }
+                Ok(LayerWeights {
+                    attn_norm: take("input_layernorm.weight", &[dim])?,
+                    wq,
+                    wk,
+                    wv: take("self_attn.v_proj.weight", &[kv_dim, dim])?,
+                    bq,
+                    bk,
+                    bv: bias("self_attn.v_proj.bias", kv_dim)?,
+                    wo: take("self_attn.o_proj.weight", &[dim, q_dim])?,
+                    ffn_norm: take("post_attention_layernorm.weight", &[dim])?,
+                    w_gate: take("mlp.gate_proj.weight", &[ffn, dim])?,
+                    w_up: take("mlp.up_proj.weight", &[ffn, dim])?,
+                    w_down: take("mlp.down_proj.weight", &[dim, ffn])?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let lm_head = if c.tie_embeddings {
+            None
+        } else {
+            Some(w.take("lm_head.weight", &[c.vocab_size, dim])?)
+        };
+        Ok(ModelWeights {
+            embed: w.take("model.embed_tokens.weight", &[c.vocab_size, dim])?,
+            layers,
+            final_norm: w.take("model.norm.weight", &[dim])?,
+            lm_head,
+            rope_freq_factors: w.take_optional("rope_freqs.weight", &[c.head_dim / 2])?,
+        })
+    }
+}
+
+/// Undoes the row order GGUF converters give Q and K of `llama` models (made for
+/// interleaved RoPE): within each head, stored row `2i + j` is original row `j * d/2 + i`.
+/// `w`: `[n_heads * head_dim, n_in]` (any `n_in`, including 1 for a bias).
+pub fn unpermute_rows(w: &[f32], n_heads: usize, head_dim: usize) -> Vec<f32> {
+    let n_in = w.len() / (n_heads * head_dim);
+    let half = head_dim / 2;
+    let mut out = vec![0.0; w.len()];
+    for h in 0..n_heads {
+        for i in 0..half {
+            for j in 0..2 {
+                let src = (h * head_dim + 2 * i + j) * n_in;
+                let dst = (h * head_dim + j * half + i) * n_in;
+                out[dst..dst + n_in].copy_from_slice(&w[src..src + n_in]);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unpermute_inverts_the_converters_interleave() {
+        // One head of dim 4: original rows r0 r1 r2 r3 are stored as r0 r2 r1 r3.
+        let stored = [0.0, 2.0, 1.0, 3.0, 10.0, 12.0, 11.0, 13.0];
+        assert_eq!(unpermute_rows(&stored, 2, 4), vec![0.0, 1.0, 2.0, 3.0, 10.0, 11.0, 12.0, 13.0]);
+        // Two columns per row travel with their row.
+        let stored = [0.0, 0.5, 2.0, 2.5, 1.0, 1.5, 3.0, 3.5];
+        assert_eq!(unpermute_rows(&stored, 1, 4), vec![0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]);
+    }
+}

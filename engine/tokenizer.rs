@@ -1,0 +1,382 @@
+//! Text to token ids and back, through Hugging Face's `tokenizers` crate.
+//!
+//! A model folder brings its own `tokenizer.json`. A GGUF file brings the pieces in its
+//! metadata (`tokenizer.ggml.*`); we rebuild the equivalent `tokenizer.json` from them and
+//! hand it to the same crate, so both sources share one encoder.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::error::{Error, Result};
+use crate::weights::gguf::{GgufFile, MetaValue};
+
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    /// Tokens that end generation.
+    pub eos_tokens: Vec<u32>,
+    pub bos_token: Option<u32>,
+    /// A Jinja chat template, if the model has one.
+    pub chat_template: Option<String>,
+    /// The text of the BOS and EOS tokens, which templates refer to as `bos_token`/`eos_token`.
+    pub bos_text: String,
+    pub eos_text: String,
+}
+
+fn tok_err(e: impl std::fmt::Display) -> Error {
+    Error::Tokenizer(e.to_string())
+}
+
+impl Tokenizer {
+    /// `text` as token ids. `special` adds what the model puts around a plain prompt (the BOS
+    /// token for Llama 2); chat prompts pass false, their template writes those tokens itself.
+    pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>> {
+        let enc = self.inner.encode(text, special).map_err(tok_err)?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Token ids as text, special tokens left out.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner.decode(ids, true).map_err(tok_err)
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    pub fn id_of(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    /// A Hugging Face folder: `tokenizer.json`, plus `tokenizer_config.json` for the chat
+    /// template and special tokens when it is there.
+    pub fn from_hf_folder(dir: &Path, eos_from_config: &[u32], bos_from_config: Option<u32>) -> Result<Tokenizer> {
+        let path = dir.join("tokenizer.json");
+        if !path.is_file() {
+            return Err(Error::Tokenizer(format!("{}: not found", path.display())));
+        }
+        let inner = tokenizers::Tokenizer::from_file(&path)
+            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        let cfg_path = dir.join("tokenizer_config.json");
+        let cfg: Value = match std::fs::read_to_string(&cfg_path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| Error::Format {
+                path: cfg_path.clone(),
+                format: "JSON",
+                reason: e.to_string(),
+            })?,
+            Err(_) => Value::Null,
+        };
+        let token_text = |key: &str| -> Option<String> {
+            match &cfg[key] {
+                Value::String(s) => Some(s.clone()),
+                Value::Object(o) => o.get("content").and_then(Value::as_str).map(str::to_owned),
+                _ => None,
+            }
+        };
+        let chat_template = match &cfg["chat_template"] {
+            Value::String(s) => Some(s.clone()),
+            // A list of named templates: take the default one.
+            Value::Array(list) => list
+                .iter()
+                .find(|t| t["name"] == "default")
+                .and_then(|t| t["template"].as_str())
+                .map(str::to_owned),
+            _ => None,
+        };
+        let bos_text = token_text("bos_token").unwrap_or_default();
+        let eos_text = token_text("eos_token").unwrap_or_default();
+        let mut eos_tokens = eos_from_config.to_vec();
+        if let Some(id) = inner.token_to_id(&eos_text)
+            && !eos_tokens.contains(&id)
+        {
+            eos_tokens.push(id);
+        }
+        let bos_token = bos_from_config.or_else(|| inner.token_to_id(&bos_text));
+        Ok(Tokenizer {
+            inner,
+            eos_tokens,
+            bos_token,
+            chat_template,
+            bos_text,
+            eos_text,
+        })
+    }
+
+    /// Rebuilds the tokenizer from a GGUF file's metadata.
+    pub fn from_gguf(g: &GgufFile) -> Result<Tokenizer> {
+        let strings = |key: &str| -> Result<Vec<String>> {
+            g.get(key)
+                .and_then(MetaValue::as_array)
+                .ok_or_else(|| Error::Tokenizer(format!("GGUF metadata has no `{key}` array")))?
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .ok_or_else(|| Error::Tokenizer(format!("`{key}` holds a non-string")))
+                })
+                .collect()
+        };
+        let tokens = strings("tokenizer.ggml.tokens")?;
+        let types: Vec<i64> = match g.get("tokenizer.ggml.token_type").and_then(MetaValue::as_array) {
+            Some(a) => a.iter().map(|v| v.as_f64().unwrap_or(1.0) as i64).collect(),
+            None => vec![1; tokens.len()],
+        };
+        let id = |key: &str| g.get(key).and_then(MetaValue::as_u64).map(|v| v as u32);
+        let bos = id("tokenizer.ggml.bos_token_id");
+        let eos = id("tokenizer.ggml.eos_token_id");
+        let flag = |key: &str| g.get(key).and_then(MetaValue::as_bool);
+        let model = g
+            .get("tokenizer.ggml.model")
+            .and_then(MetaValue::as_str)
+            .unwrap_or("gpt2");
+        let pre = g.get("tokenizer.ggml.pre").and_then(MetaValue::as_str).unwrap_or("default");
+        let json = match model {
+            "gpt2" => {
+                let merges = strings("tokenizer.ggml.merges")?;
+                bpe_json(&tokens, &types, &merges, pre)?
+            }
+            "llama" => {
+                let scores: Vec<f64> = g
+                    .get("tokenizer.ggml.scores")
+                    .and_then(MetaValue::as_array)
+                    .ok_or_else(|| Error::Tokenizer("GGUF `llama` tokenizer has no scores".into()))?
+                    .iter()
+                    .map(|v| v.as_f64().unwrap_or(0.0))
+                    .collect();
+                let unk = id("tokenizer.ggml.unknown_token_id").unwrap_or(0) as usize;
+                let space_prefix = flag("tokenizer.ggml.add_space_prefix").unwrap_or(true);
+                spm_json(&tokens, &types, &scores, unk, space_prefix)?
+            }
+            other => {
+                return Err(Error::Tokenizer(format!(
+                    "GGUF tokenizer model {other:?} is not supported (gpt2 and llama are)"
+                )));
+            }
+        };
+        let add_bos = flag("tokenizer.ggml.add_bos_token").unwrap_or(model == "llama");
+        let json = with_bos_post_processor(json, add_bos.then_some(bos).flatten(), &tokens);
+        let inner: tokenizers::Tokenizer = json.to_string().parse().map_err(tok_err)?;
+        let text_of = |id: Option<u32>| {
+            id.and_then(|i| tokens.get(i as usize)).cloned().unwrap_or_default()
+        };
+        Ok(Tokenizer {
+            inner,
+            eos_tokens: eos.into_iter().collect(),
+            bos_token: bos,
+            chat_template: g
+                .get("tokenizer.chat_template")
+                .and_then(MetaValue::as_str)
+                .map(str::to_owned),
+            bos_text: text_of(bos),
+            eos_text: text_of(eos),
+        })
+    }
+}
+
+/// GGUF token type 3: a control token (`<|im_end|>`): matched whole, never split.
+const CONTROL: i64 = 3;
+/// GGUF token type 4: a user-defined token, matched whole but printed as text.
+const USER_DEFINED: i64 = 4;
+
+fn added_tokens(tokens: &[String], types: &[i64]) -> Vec<Value> {
+    tokens
+        .iter()
+        .zip(types)
+        .enumerate()
+        .filter(|(_, (_, t))| **t == CONTROL || **t == USER_DEFINED)
+        .map(|(i, (tok, t))| {
+            json!({"id": i, "content": tok, "single_word": false, "lstrip": false,
+                   "rstrip": false, "normalized": false, "special": *t == CONTROL})
+        })
+        .collect()
+}
+
+/// Llama 3's split pattern (GGUF `pre` = `llama-bpe`).
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen2's: the same, but digits one at a time.
+const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// A byte-level BPE `tokenizer.json` (GPT-2 style, GGUF model `gpt2`).
+fn bpe_json(tokens: &[String], types: &[i64], merges: &[String], pre: &str) -> Result<Value> {
+    let byte_level = |use_regex: bool| {
+        json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex})
+    };
+    let split = |pattern: &str| {
+        json!({"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false})
+    };
+    let (normalizer, pre_tokenizer, ignore_merges) = match pre {
+        "default" | "gpt2" => (Value::Null, byte_level(true), false),
+        "smollm" => (
+            Value::Null,
+            json!({"type": "Sequence", "pretokenizers": [
+                {"type": "Digits", "individual_digits": true}, byte_level(true)]}),
+            false,
+        ),
+        "llama-bpe" | "llama3" => (
+            Value::Null,
+            json!({"type": "Sequence", "pretokenizers": [split(LLAMA3_SPLIT), byte_level(false)]}),
+            true,
+        ),
+        "qwen2" => (
+            json!({"type": "NFC"}),
+            json!({"type": "Sequence", "pretokenizers": [split(QWEN2_SPLIT), byte_level(false)]}),
+            false,
+        ),
+        other => {
+            return Err(Error::Tokenizer(format!(
+                "GGUF pre-tokenizer {other:?} is not supported (default, gpt2, smollm, llama-bpe, qwen2 are)"
+            )));
+        }
+    };
+    let vocab: serde_json::Map<String, Value> =
+        tokens.iter().enumerate().map(|(i, t)| (t.clone(), json!(i))).collect();
+    Ok(json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": added_tokens(tokens, types),
+        "normalizer": normalizer,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null,
+                  "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                  "fuse_unk": false, "byte_fallback": false, "ignore_merges": ignore_merges,
+                  "vocab": vocab, "merges": merges}
+    }))
+}
+
+/// A SentencePiece-style BPE `tokenizer.json` (GGUF model `llama`: Llama 2, TinyLlama,
+/// Mistral). The file has scores, not merges: a pair may merge when the joined piece is in
+/// the vocabulary, and pieces with higher scores merge first.
+fn spm_json(tokens: &[String], types: &[i64], scores: &[f64], unk: usize, space_prefix: bool) -> Result<Value> {
+    if scores.len() != tokens.len() {
+        return Err(Error::Tokenizer(format!(
+            "{} tokens but {} scores",
+            tokens.len(),
+            scores.len()
+        )));
+    }
+    let ids: std::collections::HashMap<&str, usize> =
+        tokens.iter().enumerate().map(|(i, t)| (t.as_str(), i)).collect();
+    let mut merges: Vec<(f64, usize, usize, &str, &str)> = vec![];
+    for (i, piece) in tokens.iter().enumerate() {
+        if types[i] != 1 {
+            continue; // only normal pieces come from merges
+        }
+        for (at, _) in piece.char_indices().skip(1) {
+            let (l, r) = piece.split_at(at);
+            if let (Some(&li), Some(&ri)) = (ids.get(l), ids.get(r)) {
+                merges.push((scores[i], li, ri, l, r));
+            }
+        }
+    }
+    merges.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let merges: Vec<Value> = merges.iter().map(|m| json!([m.3, m.4])).collect();
+    let vocab: serde_json::Map<String, Value> =
+        tokens.iter().enumerate().map(|(i, t)| (t.clone(), json!(i))).collect();
+    let mut normalizers = vec![];
+    if space_prefix {
+        normalizers.push(json!({"type": "Prepend", "prepend": "\u{2581}"}));
+    }
+    normalizers.push(json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"}));
+    Ok(json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": added_tokens(tokens, types),
+        "normalizer": {"type": "Sequence", "normalizers": normalizers},
+        "pre_tokenizer": null,
+        "post_processor": null,
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"},
+            {"type": "Strip", "content": " ", "start": if space_prefix { 1 } else { 0 }, "stop": 0}]},
+        "model": {"type": "BPE", "dropout": null, "unk_token": tokens.get(unk),
+                  "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                  "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
+                  "vocab": vocab, "merges": merges}
+    }))
+}
+
+/// Adds a post-processor that puts `bos` before every plain prompt.
+fn with_bos_post_processor(mut json: Value, bos: Option<u32>, tokens: &[String]) -> Value {
+    if let Some(text) = bos.and_then(|id| tokens.get(id as usize)) {
+        let id = bos.unwrap();
+        json["post_processor"] = json!({
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": text, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": text, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {text.as_str(): {"id": text, "ids": [id], "tokens": [text]}}
+        });
+    }
+    json
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::weights::gguf::tests::Writer;
+
+    fn gguf_tokenizer(w: &Writer) -> Tokenizer {
+        let dir = std::env::temp_dir().join(format!("rustle-tok-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("t{}.gguf", rand::random::<u32>()));
+        std::fs::write(&path, w.finish()).unwrap();
+        let g = GgufFile::open(&path).unwrap();
+        Tokenizer::from_gguf(&g).unwrap()
+    }
+
+    #[test]
+    fn gpt2_style_bpe_from_metadata_round_trips() {
+        // Byte-level alphabet: 'Ġ' stands for a space.
+        let tokens = ["<|end|>", "a", "b", "c", "Ġ", "1", "2", "ab", "Ġa", "Ġab", "abc"];
+        let mut w = Writer::new();
+        w.meta_str("tokenizer.ggml.model", "gpt2")
+            .meta_str("tokenizer.ggml.pre", "smollm")
+            .meta_strs("tokenizer.ggml.tokens", &tokens)
+            .meta_i32s("tokenizer.ggml.token_type", &[3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1])
+            .meta_strs("tokenizer.ggml.merges", &["a b", "Ġ a", "Ġa b", "ab c"])
+            .meta_u32("tokenizer.ggml.eos_token_id", 0);
+        let t = gguf_tokenizer(&w);
+        let ids = t.encode("abc ab12<|end|>", true).unwrap();
+        // "abc" | " ab" | "1" | "2" (digits split one by one) | the control token whole.
+        assert_eq!(ids, vec![10, 9, 5, 6, 0]);
+        assert_eq!(t.decode(&ids).unwrap(), "abc ab12");
+        assert_eq!(t.eos_tokens, vec![0]);
+        assert_eq!(t.eos_text, "<|end|>");
+    }
+
+    #[test]
+    fn sentencepiece_style_from_scores() {
+        let tokens = ["<unk>", "<s>", "</s>", "\u{2581}", "h", "i", "\u{2581}h", "\u{2581}hi", "<0x21>"];
+        let mut w = Writer::new();
+        w.meta_str("tokenizer.ggml.model", "llama")
+            .meta_strs("tokenizer.ggml.tokens", &tokens)
+            .meta_i32s("tokenizer.ggml.token_type", &[2, 3, 3, 1, 1, 1, 1, 1, 6])
+            .meta_u32("tokenizer.ggml.bos_token_id", 1)
+            .meta_u32("tokenizer.ggml.eos_token_id", 2);
+        // Scores as f32 array: written through i32s would be wrong, so give equal-length floats.
+        let mut w2 = w;
+        w2.meta_i32s("tokenizer.ggml.scores", &[0, 0, 0, -1, -2, -3, -4, -5, 0]);
+        let t = gguf_tokenizer(&w2);
+        // BOS added for a plain prompt; "hi" gets the space prefix and merges to "▁hi";
+        // "!" has no piece and falls back to its byte token.
+        let ids = t.encode("hi!", true).unwrap();
+        assert_eq!(ids, vec![1, 7, 8]);
+        assert_eq!(t.decode(&ids).unwrap(), "hi!");
+        assert_eq!(t.encode("hi", false).unwrap(), vec![7]);
+    }
+
+    #[test]
+    fn unsupported_pre_tokenizer_is_named() {
+        let mut w = Writer::new();
+        w.meta_str("tokenizer.ggml.model", "gpt2")
+            .meta_str("tokenizer.ggml.pre", "falcon")
+            .meta_strs("tokenizer.ggml.tokens", &["a"])
+            .meta_strs("tokenizer.ggml.merges", &[]);
+        let dir = std::env::temp_dir();
+        let path = dir.join(format!("rustle-tok-bad-{}.gguf", std::process::id()));
+        std::fs::write(&path, w.finish()).unwrap();
+        let g = GgufFile::open(&path).unwrap();
+        let e = Tokenizer::from_gguf(&g).err().unwrap().to_string();
+        assert!(e.contains("falcon"), "{e}");
+    }
+}

@@ -1,0 +1,72 @@
+//! Weights from disk, taken by name, dtype and shape.
+//!
+//! Both formats reduce to the same thing: memory-mapped files and a table from Hugging Face
+//! tensor names to (file, byte range, dtype, shape). GGUF names are translated to Hugging Face
+//! names when the table is built, so the model asks for `model.layers.3.mlp.down_proj.weight`
+//! whatever the file.
+
+pub mod dequant;
+pub mod dtype;
+pub mod gguf;
+pub mod safetensors;
+
+use std::collections::HashMap;
+
+use memmap2::Mmap;
+
+pub use dtype::DType;
+
+use crate::error::{Error, Result};
+
+/// Where one tensor's bytes are, and what they hold.
+#[derive(Clone, Debug)]
+pub struct RawTensor {
+    /// Index into `Weights::files`.
+    pub file: usize,
+    pub offset: usize,
+    pub n_bytes: usize,
+    pub dtype: DType,
+    /// Outermost dimension first, as Hugging Face and PyTorch write it: `[out, in]`.
+    pub shape: Vec<usize>,
+}
+
+pub struct Weights {
+    pub files: Vec<Mmap>,
+    pub tensors: HashMap<String, RawTensor>,
+}
+
+impl Weights {
+    pub fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    /// The tensor `name` as f32, checked to have exactly `shape`.
+    pub fn take(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        self.take_optional(name, shape)?
+            .ok_or_else(|| Error::MissingWeight { name: name.to_owned() })
+    }
+
+    /// As `take`, but a tensor the files do not have is `None` (biases, an untied head).
+    pub fn take_optional(&self, name: &str, shape: &[usize]) -> Result<Option<Vec<f32>>> {
+        let Some(t) = self.tensors.get(name) else {
+            return Ok(None);
+        };
+        let mismatch = || Error::WeightMismatch {
+            name: name.to_owned(),
+            want: format!("{shape:?} (f32, f16, bf16 or a GGUF quantization rustle reads)"),
+            found: format!("{:?} {}", t.shape, t.dtype),
+        };
+        if t.shape != shape || !t.dtype.is_loadable() {
+            return Err(mismatch());
+        }
+        let bytes = &self.files[t.file][t.offset..t.offset + t.n_bytes];
+        let n = shape.iter().product();
+        dequant::to_f32(t.dtype, bytes, n)
+            .map(Some)
+            .map_err(|reason| Error::WeightMismatch {
+                name: name.to_owned(),
+                want: format!("{shape:?}"),
+                found: reason,
+            })
+    }
+}

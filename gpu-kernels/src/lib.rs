@@ -1,0 +1,23 @@
+//! rustle's GPU kernels: plain Rust, compiled by rustc's `nvptx64-nvidia-cuda` target to PTX.
+//!
+//! The host's `build.rs` builds this crate with the nightly pinned in `rust-toolchain.toml`
+//! and embeds the PTX in the `rustle` binary; `cudarc` loads it at run time. One file per
+//! kernel family; `device` holds the thin wrappers over `core::arch::nvptx` that a CUDA C
+//! programmer would find in the CUDA headers.
+//!
+//! Every kernel has a CPU twin of the same name and argument order in the host's reference
+//! backend (`engine/cpu/ops.rs`); the tests hold one against the other.
+
+#![no_std]
+#![feature(abi_gpu_kernel, stdarch_nvptx)]
+
+pub mod device;
+pub mod residual;
+
+/// A kernel cannot unwind and has nowhere to print: a panic (an out-of-bounds index, say)
+/// traps, which the host sees as a launch failure.
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // SAFETY: `trap` ends the kernel; nothing after it runs.
+    unsafe { core::arch::nvptx::trap() }
+}
