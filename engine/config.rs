@@ -66,6 +66,8 @@ pub struct HfConfig {
     pub rms_norm_eps: Option<f64>,
     pub rope_theta: Option<f64>,
     pub rope_scaling: Option<HfRopeScaling>,
+    /// transformers 5 writes `rope_theta` and the scaling together under this key.
+    pub rope_parameters: Option<HfRopeScaling>,
     pub tie_word_embeddings: Option<bool>,
     pub attention_bias: Option<bool>,
     pub sliding_window: Option<usize>,
@@ -91,6 +93,8 @@ pub struct HfRopeScaling {
     pub low_freq_factor: Option<f64>,
     pub high_freq_factor: Option<f64>,
     pub original_max_position_embeddings: Option<usize>,
+    /// Only inside `rope_parameters`.
+    pub rope_theta: Option<f64>,
 }
 
 /// How RoPE frequencies are stretched for long contexts.
@@ -214,8 +218,11 @@ impl Config {
             vocab_size: positive(need(hf.vocab_size, "vocab_size")?, "vocab_size")?,
             max_seq_len,
             rms_eps: hf.rms_norm_eps.unwrap_or(1e-6) as f32,
-            rope_theta: hf.rope_theta.unwrap_or(10000.0),
-            rope_scaling: resolve_rope_scaling(hf.rope_scaling.as_ref())?,
+            rope_theta: hf
+                .rope_theta
+                .or(hf.rope_parameters.as_ref().and_then(|p| p.rope_theta))
+                .unwrap_or(10000.0),
+            rope_scaling: resolve_rope_scaling(hf.rope_scaling.as_ref().or(hf.rope_parameters.as_ref()))?,
             tie_embeddings: hf.tie_word_embeddings.unwrap_or(false),
             qkv_bias: arch == Arch::Qwen2 || hf.attention_bias.unwrap_or(false),
             bos_token: hf.bos_token_id,
@@ -328,6 +335,19 @@ mod tests {
                 original_max_position: 8192
             }
         );
+    }
+
+    #[test]
+    fn transformers_5_rope_parameters() {
+        let json = SMOLLM2.replace(
+            "\"rope_theta\": 100000.0,",
+            r#""rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0,
+               "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64},"#,
+        );
+        let c = parse(&json).unwrap();
+        assert_eq!(c.rope_theta, 500000.0);
+        assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { factor: 8.0, .. }));
     }
 
     #[test]

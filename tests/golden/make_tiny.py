@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Tiny random models in Hugging Face format, with transformers' outputs on them.
+
+The default model covers the GGUF path and the plain Llama architecture. These cover the rest
+of what rustle claims, each in a few hundred kilobytes:
+- tiny-llama3: Llama 3 style, grouped-query attention (4 query heads over 2 KV heads),
+  `rope_scaling` type llama3, an untied output head, bf16 safetensors in one file.
+- tiny-qwen2: Qwen2, bias on q/k/v, tied embeddings, f16 safetensors split into shards
+  with a `model.safetensors.index.json`.
+Both share a byte-level BPE tokenizer of 256 byte tokens, a few merges and one special token.
+
+    pip install torch transformers tokenizers
+    python3 tests/golden/make_tiny.py      # writes tests/golden/tiny-*/ and tiny-*.json
+"""
+
+import json
+import os
+import shutil
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers.pre_tokenizers import ByteLevel
+from transformers import (AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast,
+                          Qwen2Config)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROMPTS = [
+    "Hello, tiny world! 123",
+    # 48 bytes = 48 tokens at most: several 16-token KV blocks.
+    "The quick brown fox jumps over the lazy dog, twice.",
+]
+NEW_TOKENS = 16
+
+
+def tokenizer():
+    alphabet = ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    merges = [("h", "e"), ("Ġ", "t"), ("Ġt", "he"), ("o", "u")]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|end|>"])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|end|>", bos_token="<|end|>")
+
+
+def build(name, config, dtype, shard):
+    torch.manual_seed(1234)
+    model = AutoModelForCausalLM.from_config(config)
+    # Larger weights than the default init, so greedy choices are clear rather than near-ties.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.25) if p.dim() > 1 else p.uniform_(0.5, 1.5)
+    folder = os.path.join(HERE, name)
+    shutil.rmtree(folder, ignore_errors=True)
+    model.to(dtype).save_pretrained(folder, max_shard_size="100KB" if shard else "50GB")
+    tok = tokenizer()
+    tok.save_pretrained(folder)
+    for extra in ["generation_config.json", "special_tokens_map.json"]:
+        path = os.path.join(folder, extra)
+        if os.path.exists(path):
+            os.remove(path)
+    # The golden outputs come from the saved (rounded) weights, computed in float32.
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    cases = []
+    for prompt in PROMPTS:
+        ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        seq, margins = list(ids), []
+        with torch.no_grad():
+            for _ in range(NEW_TOKENS):
+                logits = model(torch.tensor([seq])).logits[0, -1]
+                top2 = torch.topk(logits, 2)
+                margins.append(float(top2.values[0] - top2.values[1]))
+                seq.append(int(top2.indices[0]))
+            all_logits = model(torch.tensor([seq])).logits[0]
+        n = len(ids)
+        tops = []
+        for p in sorted({0, n - 1, n + 2, len(seq) - 2}):
+            t = torch.topk(all_logits[p], 8)
+            tops.append({"position": p, "ids": [int(i) for i in t.indices],
+                         "logits": [float(v) for v in t.values]})
+        cases.append({"prompt": prompt, "prompt_ids": ids, "generated_ids": seq[n:],
+                      "generated_text": tok.decode(seq[n:], skip_special_tokens=True),
+                      "greedy_margins": margins, "top_logits": tops})
+        print(name, repr(prompt[:20]), "min margin", min(margins))
+    with open(os.path.join(HERE, name + ".json"), "w") as f:
+        json.dump({"made_by": "tests/golden/make_tiny.py", "model": name,
+                   "transformers": __import__("transformers").__version__,
+                   "dtype": "float32", "cases": cases}, f, indent=1)
+
+
+common = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, vocab_size=264, max_position_embeddings=256,
+              rms_norm_eps=1e-5, bos_token_id=256, eos_token_id=256)
+build("tiny-llama3", LlamaConfig(**common, head_dim=16, rope_theta=500000.0, tie_word_embeddings=False,
+                                 rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                               "high_freq_factor": 4.0,
+                                               "original_max_position_embeddings": 64}),
+      torch.bfloat16, shard=False)
+build("tiny-qwen2", Qwen2Config(**common, rope_theta=10000.0, tie_word_embeddings=True,
+                                use_sliding_window=False), torch.float16, shard=True)
