@@ -111,7 +111,10 @@ fn build_ptx(kernels: &Path, out_dir: &Path, toolchain: &str) -> PathBuf {
     // With fat LTO and one codegen unit the whole program, `core` included, is this file.
     let ptx = target_dir.join("nvptx64-nvidia-cuda/release/deps/gpu_kernels.s");
     if !ptx.is_file() {
-        fail(&format!("the kernel build left no PTX at {}", ptx.display()));
+        fail(&format!(
+            "the kernel build left no PTX at {}",
+            ptx.display()
+        ));
     }
     ptx
 }

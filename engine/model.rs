@@ -60,7 +60,11 @@ impl ModelWeights {
                 let name = |s: &str| format!("model.layers.{l}.{s}");
                 let take = |s: &str, shape: &[usize]| w.take(&name(s), shape);
                 let bias = |s: &str, n: usize| -> Result<Option<Vec<f32>>> {
-                    if c.qkv_bias { w.take(&name(s), &[n]).map(Some) } else { Ok(None) }
+                    if c.qkv_bias {
+                        w.take(&name(s), &[n]).map(Some)
+                    } else {
+                        Ok(None)
+                    }
                 };
                 let mut wq = take("self_attn.q_proj.weight", &[q_dim, dim])?;
                 let mut wk = take("self_attn.k_proj.weight", &[kv_dim, dim])?;
@@ -130,9 +134,15 @@ mod tests {
     fn unpermute_inverts_the_converters_interleave() {
         // One head of dim 4: original rows r0 r1 r2 r3 are stored as r0 r2 r1 r3.
         let stored = [0.0, 2.0, 1.0, 3.0, 10.0, 12.0, 11.0, 13.0];
-        assert_eq!(unpermute_rows(&stored, 2, 4), vec![0.0, 1.0, 2.0, 3.0, 10.0, 11.0, 12.0, 13.0]);
+        assert_eq!(
+            unpermute_rows(&stored, 2, 4),
+            vec![0.0, 1.0, 2.0, 3.0, 10.0, 11.0, 12.0, 13.0]
+        );
         // Two columns per row travel with their row.
         let stored = [0.0, 0.5, 2.0, 2.5, 1.0, 1.5, 3.0, 3.5];
-        assert_eq!(unpermute_rows(&stored, 1, 4), vec![0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]);
+        assert_eq!(
+            unpermute_rows(&stored, 1, 4),
+            vec![0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]
+        );
     }
 }

@@ -40,7 +40,8 @@ pub fn inv_freqs(config: &Config, freq_factors: Option<&[f32]>) -> Vec<f64> {
                         f / factor // low frequencies: stretched fully
                     } else {
                         // a smooth ramp between the two
-                        let smooth = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                        let smooth = (old / wavelen - low_freq_factor)
+                            / (high_freq_factor - low_freq_factor);
                         (1.0 - smooth) * f / factor + smooth * f
                     }
                 }

@@ -2,10 +2,10 @@
 //! sequences through the backend. Long prompts are split into chunks of at most
 //! `max_batch_tokens` tokens (chunked prefill), so activations stay a fixed size.
 
-use crate::cpu;
 use crate::batch::{Batch, SeqChunk};
 use crate::block_manager::{BLOCK_SIZE, BlockManager, BlockTable, blocks_for};
 use crate::config::Config;
+use crate::cpu;
 use crate::cpu::Scratch;
 use crate::error::{Error, Result};
 use crate::kv_cache::KvCache;
@@ -49,12 +49,15 @@ impl Runner {
             Some(0) => return Err(Error::Usage("--kv-blocks must be at least 1".into())),
             Some(n) => n,
             None => {
-                let affordable = DEFAULT_KV_BUDGET / (KvCache::bytes_per_token(&config) * BLOCK_SIZE);
+                let affordable =
+                    DEFAULT_KV_BUDGET / (KvCache::bytes_per_token(&config) * BLOCK_SIZE);
                 blocks_for(config.max_seq_len).min(affordable).max(1)
             }
         };
         if opts.max_batch_tokens == 0 {
-            return Err(Error::Usage("the batch must hold at least one token".into()));
+            return Err(Error::Usage(
+                "the batch must hold at least one token".into(),
+            ));
         }
         let max_context = config.max_seq_len.min(n_blocks * BLOCK_SIZE);
         let rope = RopeTables::new(&config, max_context, weights.rope_freq_factors.as_deref());
@@ -120,7 +123,10 @@ impl Runner {
                 },
             });
         }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
+        if let Some(&bad) = tokens
+            .iter()
+            .find(|&&t| t as usize >= self.config.vocab_size)
+        {
             return Err(Error::Tokenizer(format!(
                 "token id {bad} is outside the model's vocabulary of {}",
                 self.config.vocab_size
@@ -132,7 +138,8 @@ impl Runner {
     /// One forward pass over at most `max_batch_tokens` tokens of one sequence.
     fn run(&mut self, seq: &mut BlockTable, tokens: &[u32], all_logits: bool) -> Result<&[f32]> {
         self.blocks.reserve(seq, seq.len + tokens.len())?;
-        self.batch.fill(&[SeqChunk { table: seq, tokens }], all_logits);
+        self.batch
+            .fill(&[SeqChunk { table: seq, tokens }], all_logits);
         seq.len += tokens.len();
         Ok(cpu::forward(
             &self.config,

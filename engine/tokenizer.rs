@@ -50,7 +50,11 @@ impl Tokenizer {
 
     /// A Hugging Face folder: `tokenizer.json`, plus `tokenizer_config.json` for the chat
     /// template and special tokens when it is there.
-    pub fn from_hf_folder(dir: &Path, eos_from_config: &[u32], bos_from_config: Option<u32>) -> Result<Tokenizer> {
+    pub fn from_hf_folder(
+        dir: &Path,
+        eos_from_config: &[u32],
+        bos_from_config: Option<u32>,
+    ) -> Result<Tokenizer> {
         let path = dir.join("tokenizer.json");
         if !path.is_file() {
             return Err(Error::Tokenizer(format!("{}: not found", path.display())));
@@ -117,7 +121,10 @@ impl Tokenizer {
                 .collect()
         };
         let tokens = strings("tokenizer.ggml.tokens")?;
-        let types: Vec<i64> = match g.get("tokenizer.ggml.token_type").and_then(MetaValue::as_array) {
+        let types: Vec<i64> = match g
+            .get("tokenizer.ggml.token_type")
+            .and_then(MetaValue::as_array)
+        {
             Some(a) => a.iter().map(|v| v.as_f64().unwrap_or(1.0) as i64).collect(),
             None => vec![1; tokens.len()],
         };
@@ -129,7 +136,10 @@ impl Tokenizer {
             .get("tokenizer.ggml.model")
             .and_then(MetaValue::as_str)
             .unwrap_or("gpt2");
-        let pre = g.get("tokenizer.ggml.pre").and_then(MetaValue::as_str).unwrap_or("default");
+        let pre = g
+            .get("tokenizer.ggml.pre")
+            .and_then(MetaValue::as_str)
+            .unwrap_or("default");
         let json = match model {
             "gpt2" => {
                 let merges = strings("tokenizer.ggml.merges")?;
@@ -157,7 +167,9 @@ impl Tokenizer {
         let json = with_bos_post_processor(json, add_bos.then_some(bos).flatten(), &tokens);
         let inner: tokenizers::Tokenizer = json.to_string().parse().map_err(tok_err)?;
         let text_of = |id: Option<u32>| {
-            id.and_then(|i| tokens.get(i as usize)).cloned().unwrap_or_default()
+            id.and_then(|i| tokens.get(i as usize))
+                .cloned()
+                .unwrap_or_default()
         };
         Ok(Tokenizer {
             inner,
@@ -198,12 +210,8 @@ const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}
 
 /// A byte-level BPE `tokenizer.json` (GPT-2 style, GGUF model `gpt2`).
 fn bpe_json(tokens: &[String], types: &[i64], merges: &[String], pre: &str) -> Result<Value> {
-    let byte_level = |use_regex: bool| {
-        json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex})
-    };
-    let split = |pattern: &str| {
-        json!({"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false})
-    };
+    let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});
+    let split = |pattern: &str| json!({"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false});
     let (normalizer, pre_tokenizer, ignore_merges) = match pre {
         "default" | "gpt2" => (Value::Null, byte_level(true), false),
         "smollm" => (
@@ -228,8 +236,11 @@ fn bpe_json(tokens: &[String], types: &[i64], merges: &[String], pre: &str) -> R
             )));
         }
     };
-    let vocab: serde_json::Map<String, Value> =
-        tokens.iter().enumerate().map(|(i, t)| (t.clone(), json!(i))).collect();
+    let vocab: serde_json::Map<String, Value> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), json!(i)))
+        .collect();
     Ok(json!({
         "version": "1.0", "truncation": null, "padding": null,
         "added_tokens": added_tokens(tokens, types),
@@ -247,7 +258,13 @@ fn bpe_json(tokens: &[String], types: &[i64], merges: &[String], pre: &str) -> R
 /// A SentencePiece-style BPE `tokenizer.json` (GGUF model `llama`: Llama 2, TinyLlama,
 /// Mistral). The file has scores, not merges: a pair may merge when the joined piece is in
 /// the vocabulary, and pieces with higher scores merge first.
-fn spm_json(tokens: &[String], types: &[i64], scores: &[f64], unk: usize, space_prefix: bool) -> Result<Value> {
+fn spm_json(
+    tokens: &[String],
+    types: &[i64],
+    scores: &[f64],
+    unk: usize,
+    space_prefix: bool,
+) -> Result<Value> {
     if scores.len() != tokens.len() {
         return Err(Error::Tokenizer(format!(
             "{} tokens but {} scores",
@@ -255,8 +272,11 @@ fn spm_json(tokens: &[String], types: &[i64], scores: &[f64], unk: usize, space_
             scores.len()
         )));
     }
-    let ids: std::collections::HashMap<&str, usize> =
-        tokens.iter().enumerate().map(|(i, t)| (t.as_str(), i)).collect();
+    let ids: std::collections::HashMap<&str, usize> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_str(), i))
+        .collect();
     let mut merges: Vec<(f64, usize, usize, &str, &str)> = vec![];
     for (i, piece) in tokens.iter().enumerate() {
         if types[i] != 1 {
@@ -271,8 +291,11 @@ fn spm_json(tokens: &[String], types: &[i64], scores: &[f64], unk: usize, space_
     }
     merges.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
     let merges: Vec<Value> = merges.iter().map(|m| json!([m.3, m.4])).collect();
-    let vocab: serde_json::Map<String, Value> =
-        tokens.iter().enumerate().map(|(i, t)| (t.clone(), json!(i))).collect();
+    let vocab: serde_json::Map<String, Value> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), json!(i)))
+        .collect();
     let mut normalizers = vec![];
     if space_prefix {
         normalizers.push(json!({"type": "Prepend", "prepend": "\u{2581}"}));
@@ -327,13 +350,18 @@ mod tests {
     #[test]
     fn gpt2_style_bpe_from_metadata_round_trips() {
         // Byte-level alphabet: 'Ġ' stands for a space.
-        let tokens = ["<|end|>", "a", "b", "c", "Ġ", "1", "2", "ab", "Ġa", "Ġab", "abc"];
+        let tokens = [
+            "<|end|>", "a", "b", "c", "Ġ", "1", "2", "ab", "Ġa", "Ġab", "abc",
+        ];
         let mut w = Writer::new();
         w.meta_str("tokenizer.ggml.model", "gpt2")
             .meta_str("tokenizer.ggml.pre", "smollm")
             .meta_strs("tokenizer.ggml.tokens", &tokens)
-            .meta_i32s("tokenizer.ggml.token_type", &[3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1])
-            .meta_strs("tokenizer.ggml.merges", &["a b", "Ġ a", "Ġa b", "ab c"])
+            .meta_i32s(
+                "tokenizer.ggml.token_type",
+                &[3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+            )
+            .meta_strs("tokenizer.ggml.merges", &["Ġ a", "Ġa b", "a b", "ab c"])
             .meta_u32("tokenizer.ggml.eos_token_id", 0);
         let t = gguf_tokenizer(&w);
         let ids = t.encode("abc ab12<|end|>", true).unwrap();
@@ -346,17 +374,26 @@ mod tests {
 
     #[test]
     fn sentencepiece_style_from_scores() {
-        let tokens = ["<unk>", "<s>", "</s>", "\u{2581}", "h", "i", "\u{2581}h", "\u{2581}hi", "<0x21>"];
+        let tokens = [
+            "<unk>",
+            "<s>",
+            "</s>",
+            "\u{2581}",
+            "h",
+            "i",
+            "\u{2581}h",
+            "\u{2581}hi",
+            "<0x21>",
+        ];
         let mut w = Writer::new();
         w.meta_str("tokenizer.ggml.model", "llama")
             .meta_strs("tokenizer.ggml.tokens", &tokens)
             .meta_i32s("tokenizer.ggml.token_type", &[2, 3, 3, 1, 1, 1, 1, 1, 6])
             .meta_u32("tokenizer.ggml.bos_token_id", 1)
             .meta_u32("tokenizer.ggml.eos_token_id", 2);
-        // Scores as f32 array: written through i32s would be wrong, so give equal-length floats.
-        let mut w2 = w;
-        w2.meta_i32s("tokenizer.ggml.scores", &[0, 0, 0, -1, -2, -3, -4, -5, 0]);
-        let t = gguf_tokenizer(&w2);
+        // Integer scores read as numbers just as f32 ones do.
+        w.meta_i32s("tokenizer.ggml.scores", &[0, 0, 0, -1, -2, -3, -4, -5, 0]);
+        let t = gguf_tokenizer(&w);
         // BOS added for a plain prompt; "hi" gets the space prefix and merges to "▁hi";
         // "!" has no piece and falls back to its byte token.
         let ids = t.encode("hi!", true).unwrap();

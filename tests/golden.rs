@@ -50,21 +50,36 @@ fn golden(name: &str) -> Golden {
 fn load(path: Option<&str>, max_batch_tokens: usize) -> (Runner, Tokenizer) {
     let path = loader::resolve_model_path(path.map(Into::into)).expect("model path");
     let m = loader::load(&path).expect("load the model");
-    let opts = RunnerOptions { kv_blocks: Some(64), max_batch_tokens };
-    (Runner::new(m.config, m.weights, &opts).unwrap(), m.tokenizer)
+    let opts = RunnerOptions {
+        kv_blocks: Some(64),
+        max_batch_tokens,
+    };
+    (
+        Runner::new(m.config, m.weights, &opts).unwrap(),
+        m.tokenizer,
+    )
 }
 
 /// Runs one golden case: prefill (all positions' logits), then greedy decode one token at a
 /// time, comparing tokens, text and the recorded top logits.
 fn check_case(runner: &mut Runner, tok: &Tokenizer, case: &Case) {
-    assert_eq!(tok.encode(&case.prompt, true).unwrap(), case.prompt_ids, "prompt ids for {:?}", case.prompt);
+    assert_eq!(
+        tok.encode(&case.prompt, true).unwrap(),
+        case.prompt_ids,
+        "prompt ids for {:?}",
+        case.prompt
+    );
 
     let vocab = runner.config.vocab_size;
     let mut seq = BlockTable::default();
     let n = case.prompt_ids.len();
     // logits[p]: the logits at position p, predicting token p + 1.
-    let mut logits: Vec<Vec<f32>> =
-        runner.extend_all_logits(&mut seq, &case.prompt_ids).unwrap().chunks(vocab).map(|c| c.to_vec()).collect();
+    let mut logits: Vec<Vec<f32>> = runner
+        .extend_all_logits(&mut seq, &case.prompt_ids)
+        .unwrap()
+        .chunks(vocab)
+        .map(|c| c.to_vec())
+        .collect();
     assert_eq!(seq.blocks.len(), n.div_ceil(16));
     let mut ours = vec![];
     for step in 0..case.generated_ids.len() {
@@ -77,7 +92,10 @@ fn check_case(runner: &mut Runner, tok: &Tokenizer, case: &Case) {
                 "{:?}: step {step}: rustle chose {next}, transformers {want} (margin {margin})",
                 case.prompt
             );
-            eprintln!("{:?}: diverged at step {step} after a near-tie (margin {margin}); stopping the comparison there", case.prompt);
+            eprintln!(
+                "{:?}: diverged at step {step} after a near-tie (margin {margin}); stopping the comparison there",
+                case.prompt
+            );
             break;
         }
         ours.push(next);
@@ -94,7 +112,12 @@ fn check_case(runner: &mut Runner, tok: &Tokenizer, case: &Case) {
         let Some(row) = logits.get(top.position) else {
             continue; // past a tolerated divergence
         };
-        assert_eq!(argmax_f32(row), top.ids[0], "top-1 at position {}", top.position);
+        assert_eq!(
+            argmax_f32(row),
+            top.ids[0],
+            "top-1 at position {}",
+            top.position
+        );
         for (&id, &want) in top.ids.iter().zip(&top.logits) {
             let err = (row[id as usize] - want).abs();
             worst = worst.max(err);
@@ -145,7 +168,10 @@ fn chunked_prefill_matches_too() {
     // 7-token chunks: chunk edges fall inside KV blocks and across them.
     let g = golden("smollm2-135m");
     let long = g.cases.iter().max_by_key(|c| c.prompt_ids.len()).unwrap();
-    assert!(long.prompt_ids.len() > 3 * 16, "the long prompt spans several KV blocks");
+    assert!(
+        long.prompt_ids.len() > 3 * 16,
+        "the long prompt spans several KV blocks"
+    );
     let (mut r, tok) = load(None, 7);
     check_case(&mut r, &tok, long);
 }

@@ -57,7 +57,6 @@ impl Scratch {
             logits: vec![0.0; c.vocab_size],
         }
     }
-
 }
 
 /// Runs `batch` through the model: writes its keys and values into `kv`, and returns the
@@ -89,8 +88,22 @@ pub fn forward<'s>(
         matmul_f32(q, xb, &lw.wq, lw.bq.as_deref(), dim);
         matmul_f32(k, xb, &lw.wk, lw.bk.as_deref(), dim);
         matmul_f32(v, xb, &lw.wv, lw.bv.as_deref(), dim);
-        rope_f32(q, &batch.positions, &rope.cos, &rope.sin, c.n_heads, c.head_dim);
-        rope_f32(k, &batch.positions, &rope.cos, &rope.sin, c.n_kv_heads, c.head_dim);
+        rope_f32(
+            q,
+            &batch.positions,
+            &rope.cos,
+            &rope.sin,
+            c.n_heads,
+            c.head_dim,
+        );
+        rope_f32(
+            k,
+            &batch.positions,
+            &rope.cos,
+            &rope.sin,
+            c.n_kv_heads,
+            c.head_dim,
+        );
         let (k_cache, v_cache) = kv.layer_mut(l);
         kv_write_f32(k_cache, v_cache, k, v, &batch.slots, kv_dim);
         let (k_cache, v_cache) = kv.layer(l);

@@ -41,7 +41,12 @@ pub fn rmsnorm_f32(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = a8.remainder().iter().zip(b8.remainder()).map(|(x, y)| x * y).sum();
+    let tail: f32 = a8
+        .remainder()
+        .iter()
+        .zip(b8.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
     for (x, y) in a8.zip(b8) {
         for i in 0..8 {
             acc[i] += x[i] * y[i];
@@ -59,10 +64,13 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// - `bias`: `[n_out]` or none
 pub fn matmul_f32(out: &mut [f32], x: &[f32], w: &[f32], bias: Option<&[f32]>, n_in: usize) {
     let n_out = w.len() / n_in;
-    let row = |o: usize, xr: &[f32]| dot(&w[o * n_in..(o + 1) * n_in], xr) + bias.map_or(0.0, |b| b[o]);
+    let row =
+        |o: usize, xr: &[f32]| dot(&w[o * n_in..(o + 1) * n_in], xr) + bias.map_or(0.0, |b| b[o]);
     if out.len() == n_out {
         // One token (decode): spread the output features over cores.
-        out.par_iter_mut().enumerate().for_each(|(o, y)| *y = row(o, x));
+        out.par_iter_mut()
+            .enumerate()
+            .for_each(|(o, y)| *y = row(o, x));
     } else {
         // Many tokens (prefill): one token's row per task.
         out.par_chunks_mut(n_out)
@@ -77,10 +85,20 @@ pub fn matmul_f32(out: &mut [f32], x: &[f32], w: &[f32], bias: Option<&[f32]>, n
 /// - `x`: `[n, n_heads, head_dim]`
 /// - `positions`: `[n]`
 /// - `cos`, `sin`: `[max_pos, head_dim / 2]`
-pub fn rope_f32(x: &mut [f32], positions: &[u32], cos: &[f32], sin: &[f32], n_heads: usize, head_dim: usize) {
+pub fn rope_f32(
+    x: &mut [f32],
+    positions: &[u32],
+    cos: &[f32],
+    sin: &[f32],
+    n_heads: usize,
+    head_dim: usize,
+) {
     let half = head_dim / 2;
     for (t, &pos) in positions.iter().enumerate() {
-        let (c, s) = (&cos[pos as usize * half..][..half], &sin[pos as usize * half..][..half]);
+        let (c, s) = (
+            &cos[pos as usize * half..][..half],
+            &sin[pos as usize * half..][..half],
+        );
         for h in 0..n_heads {
             let head = &mut x[(t * n_heads + h) * head_dim..][..head_dim];
             for i in 0..half {
@@ -97,7 +115,14 @@ pub fn rope_f32(x: &mut [f32], positions: &[u32], cos: &[f32], sin: &[f32], n_he
 /// - `k_cache`, `v_cache`: one layer, `[n_blocks * BLOCK_SIZE, kv_dim]`
 /// - `k`, `v`: `[n, kv_dim]`
 /// - `slots`: `[n]`, `block * BLOCK_SIZE + offset` from the sequence's block table
-pub fn kv_write_f32(k_cache: &mut [f32], v_cache: &mut [f32], k: &[f32], v: &[f32], slots: &[u32], kv_dim: usize) {
+pub fn kv_write_f32(
+    k_cache: &mut [f32],
+    v_cache: &mut [f32],
+    k: &[f32],
+    v: &[f32],
+    slots: &[u32],
+    kv_dim: usize,
+) {
     for (t, &slot) in slots.iter().enumerate() {
         let dst = slot as usize * kv_dim..(slot as usize + 1) * kv_dim;
         k_cache[dst.clone()].copy_from_slice(&k[t * kv_dim..(t + 1) * kv_dim]);
@@ -137,28 +162,30 @@ pub fn attention_f32(
     let kv_dim = n_kv_heads * head_dim;
     let scale = 1.0 / (head_dim as f32).sqrt();
     // One task per (token, query head): each writes its own head_dim slice of `out`.
-    out.par_chunks_mut(head_dim).enumerate().for_each(|(th, o)| {
-        let (t, h) = (th / n_heads, th % n_heads);
-        let q = &q[th * head_dim..][..head_dim];
-        let table = &block_tables[token_seq[t] as usize * max_blocks..][..max_blocks];
-        let kv_head = h / group;
-        let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
-        o.fill(0.0);
-        for p in 0..=positions[t] as usize {
-            let slot = table[p / BLOCK_SIZE] as usize * BLOCK_SIZE + p % BLOCK_SIZE;
-            let at = slot * kv_dim + kv_head * head_dim;
-            let score = dot(q, &k_cache[at..at + head_dim]) * scale;
-            let new_max = max.max(score);
-            let rescale = (max - new_max).exp(); // shrink what was summed under the old max
-            let weight = (score - new_max).exp();
-            sum = sum * rescale + weight;
-            for (o, v) in o.iter_mut().zip(&v_cache[at..at + head_dim]) {
-                *o = *o * rescale + weight * v;
+    out.par_chunks_mut(head_dim)
+        .enumerate()
+        .for_each(|(th, o)| {
+            let (t, h) = (th / n_heads, th % n_heads);
+            let q = &q[th * head_dim..][..head_dim];
+            let table = &block_tables[token_seq[t] as usize * max_blocks..][..max_blocks];
+            let kv_head = h / group;
+            let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+            o.fill(0.0);
+            for p in 0..=positions[t] as usize {
+                let slot = table[p / BLOCK_SIZE] as usize * BLOCK_SIZE + p % BLOCK_SIZE;
+                let at = slot * kv_dim + kv_head * head_dim;
+                let score = dot(q, &k_cache[at..at + head_dim]) * scale;
+                let new_max = max.max(score);
+                let rescale = (max - new_max).exp(); // shrink what was summed under the old max
+                let weight = (score - new_max).exp();
+                sum = sum * rescale + weight;
+                for (o, v) in o.iter_mut().zip(&v_cache[at..at + head_dim]) {
+                    *o = *o * rescale + weight * v;
+                }
+                max = new_max;
             }
-            max = new_max;
-        }
-        o.iter_mut().for_each(|o| *o /= sum);
-    });
+            o.iter_mut().for_each(|o| *o /= sum);
+        });
 }
 
 /// SwiGLU: `out[i] = silu(gate[i]) * up[i]`, silu(x) = x / (1 + e^-x).
@@ -230,12 +257,35 @@ mod tests {
         // head_dim 1, one head, a sequence of two tokens living in block 1.
         let mut k_cache = vec![0.0; 2 * BLOCK_SIZE];
         let mut v_cache = vec![0.0; 2 * BLOCK_SIZE];
-        kv_write_f32(&mut k_cache, &mut v_cache, &[0.0, 2.0f32.ln()], &[10.0, 20.0], &[16, 17], 1);
+        kv_write_f32(
+            &mut k_cache,
+            &mut v_cache,
+            &[0.0, 2.0f32.ln()],
+            &[10.0, 20.0],
+            &[16, 17],
+            1,
+        );
         let mut out = [0.0; 2];
-        attention_f32(&mut out, &[1.0, 1.0], &k_cache, &v_cache, &[1], &[0, 0], &[0, 1], 1, 1, 1, 1);
+        attention_f32(
+            &mut out,
+            &[1.0, 1.0],
+            &k_cache,
+            &v_cache,
+            &[1],
+            &[0, 0],
+            &[0, 1],
+            1,
+            1,
+            1,
+            1,
+        );
         assert_eq!(out[0], 10.0, "the first token sees only itself");
         // scores 0 and ln 2: weights 1/3 and 2/3.
-        assert!((out[1] - (10.0 / 3.0 + 40.0 / 3.0)).abs() < 1e-5, "{}", out[1]);
+        assert!(
+            (out[1] - (10.0 / 3.0 + 40.0 / 3.0)).abs() < 1e-5,
+            "{}",
+            out[1]
+        );
     }
 
     #[test]

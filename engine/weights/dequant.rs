@@ -31,9 +31,13 @@ pub fn to_f32(dtype: DType, bytes: &[u8], n: usize) -> Result<Vec<f32>, String> 
     let blocks = bytes.chunks_exact(dtype.block_bytes());
     let outs = out.chunks_exact_mut(block_len);
     match dtype {
-        DType::F32 => blocks.zip(outs).for_each(|(b, y)| y[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        DType::F32 => blocks
+            .zip(outs)
+            .for_each(|(b, y)| y[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
         DType::F16 => blocks.zip(outs).for_each(|(b, y)| y[0] = f16_at(b, 0)),
-        DType::BF16 => blocks.zip(outs).for_each(|(b, y)| y[0] = bf16::from_le_bytes([b[0], b[1]]).to_f32()),
+        DType::BF16 => blocks
+            .zip(outs)
+            .for_each(|(b, y)| y[0] = bf16::from_le_bytes([b[0], b[1]]).to_f32()),
         DType::Q8_0 => blocks.zip(outs).for_each(|(b, y)| q8_0(b, y)),
         DType::Q4_0 => blocks.zip(outs).for_each(|(b, y)| q4_0(b, y)),
         DType::Q4_1 => blocks.zip(outs).for_each(|(b, y)| q4_1(b, y)),
@@ -216,6 +220,10 @@ mod tests {
     fn wrong_length_is_an_error() {
         assert!(to_f32(DType::Q4_1, &[0; 19], 32).is_err());
         assert!(to_f32(DType::Q4_1, &[0; 20], 31).is_err());
-        assert!(to_f32(DType::Q5K, &[0; 176], 256).unwrap_err().contains("q5_k"));
+        assert!(
+            to_f32(DType::Q5K, &[0; 176], 256)
+                .unwrap_err()
+                .contains("q5_k")
+        );
     }
 }

@@ -62,18 +62,18 @@ impl DType {
         match self {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::Q4_0 => 18,  // f16 scale, 16 bytes of 4-bit values
-            DType::Q4_1 => 20,  // f16 scale, f16 min, 16 bytes of 4-bit values
-            DType::Q5_0 => 22,  // f16 scale, 4 bytes of fifth bits, 16 bytes of nibbles
-            DType::Q5_1 => 24,  // f16 scale, f16 min, 4 + 16 bytes
-            DType::Q8_0 => 34,  // f16 scale, 32 i8
-            DType::Q8_1 => 36,  // f16 scale, f16 sum, 32 i8
-            DType::Q2K => 84,   // 16 scale bytes, 64 bytes of 2-bit values, f16 d, f16 dmin
-            DType::Q3K => 110,  // 32 + 64 + 12 bytes, f16 d
-            DType::Q4K => 144,  // f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes
-            DType::Q5K => 176,  // f16 d, f16 dmin, 12 + 32 + 128 bytes
-            DType::Q6K => 210,  // 128 low nibbles, 64 high-bit bytes, 16 i8 scales, f16 d
-            DType::Q8K => 292,  // f32 d, 256 i8, 16 i16 sums
+            DType::Q4_0 => 18, // f16 scale, 16 bytes of 4-bit values
+            DType::Q4_1 => 20, // f16 scale, f16 min, 16 bytes of 4-bit values
+            DType::Q5_0 => 22, // f16 scale, 4 bytes of fifth bits, 16 bytes of nibbles
+            DType::Q5_1 => 24, // f16 scale, f16 min, 4 + 16 bytes
+            DType::Q8_0 => 34, // f16 scale, 32 i8
+            DType::Q8_1 => 36, // f16 scale, f16 sum, 32 i8
+            DType::Q2K => 84,  // 16 scale bytes, 64 bytes of 2-bit values, f16 d, f16 dmin
+            DType::Q3K => 110, // 32 + 64 + 12 bytes, f16 d
+            DType::Q4K => 144, // f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes
+            DType::Q5K => 176, // f16 d, f16 dmin, 12 + 32 + 128 bytes
+            DType::Q6K => 210, // 128 low nibbles, 64 high-bit bytes, 16 i8 scales, f16 d
+            DType::Q8K => 292, // f32 d, 256 i8, 16 i16 sums
             DType::Other(_) => 0,
         }
     }

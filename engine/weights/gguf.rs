@@ -122,7 +122,9 @@ pub fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
     }
     let version = r.u32()?;
     if !(2..=3).contains(&version) {
-        return Err(format!("GGUF version {version} is not supported (2 and 3 are)"));
+        return Err(format!(
+            "GGUF version {version} is not supported (2 and 3 are)"
+        ));
     }
     let n_tensors = r.count("tensor count", 8)?;
     let n_meta = r.count("metadata count", 12)?;
@@ -145,11 +147,16 @@ pub fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
         let name = r.string()?;
         let n_dims = r.u32()? as usize;
         if n_dims == 0 || n_dims > MAX_DIMS {
-            return Err(format!("tensor {name:?}: {n_dims} dimensions (1 to {MAX_DIMS} allowed)"));
+            return Err(format!(
+                "tensor {name:?}: {n_dims} dimensions (1 to {MAX_DIMS} allowed)"
+            ));
         }
         let mut dims = Vec::with_capacity(n_dims);
         for _ in 0..n_dims {
-            dims.push(usize::try_from(r.u64()?).map_err(|_| format!("tensor {name:?}: dimension too large"))?);
+            dims.push(
+                usize::try_from(r.u64()?)
+                    .map_err(|_| format!("tensor {name:?}: dimension too large"))?,
+            );
         }
         let type_id = r.u32()?;
         let dtype = DType::from_ggml(type_id)
@@ -176,7 +183,10 @@ pub fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
             .ok()
             .and_then(|rel| data_start.checked_add(rel))
             .ok_or_else(|| format!("tensor {name:?}: offset {rel} overflows"))?;
-        if offset.checked_add(n_bytes).is_none_or(|end| end > buf.len()) {
+        if offset
+            .checked_add(n_bytes)
+            .is_none_or(|end| end > buf.len())
+        {
             return Err(format!(
                 "tensor {name:?}: data at {offset}..{} runs past the end of the file ({} bytes): truncated?",
                 offset as u128 + n_bytes as u128,
@@ -230,7 +240,9 @@ impl<'a> Reader<'a> {
         let n = self.u64()?;
         let room = (self.buf.len() - self.pos) / min_item_bytes.max(1);
         if n > room as u64 {
-            return Err(format!("{what} {n} is more than the file can hold: corrupt or truncated"));
+            return Err(format!(
+                "{what} {n} is more than the file can hold: corrupt or truncated"
+            ));
         }
         Ok(n as usize)
     }
@@ -286,7 +298,13 @@ pub(crate) mod tests {
 
     impl Writer {
         pub fn new() -> Self {
-            Writer { meta: vec![], n_meta: 0, infos: vec![], data: vec![], n_tensors: 0 }
+            Writer {
+                meta: vec![],
+                n_meta: 0,
+                infos: vec![],
+                data: vec![],
+                n_tensors: 0,
+            }
         }
         fn str(out: &mut Vec<u8>, s: &str) {
             out.extend((s.len() as u64).to_le_bytes());
@@ -421,7 +439,11 @@ pub(crate) mod tests {
         // An absurd string length in the first key.
         let mut huge = good.clone();
         huge[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(parse(&huge).unwrap_err().contains("more than the file can hold"));
+        assert!(
+            parse(&huge)
+                .unwrap_err()
+                .contains("more than the file can hold")
+        );
         // A tensor offset past the end.
         let mut past = Writer::new().tensor_raw("x", &[4], 0, &[0; 16]).finish();
         assert!(parse(&past).is_ok());

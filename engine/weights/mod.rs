@@ -43,7 +43,9 @@ impl Weights {
     /// The tensor `name` as f32, checked to have exactly `shape`.
     pub fn take(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
         self.take_optional(name, shape)?
-            .ok_or_else(|| Error::MissingWeight { name: name.to_owned() })
+            .ok_or_else(|| Error::MissingWeight {
+                name: name.to_owned(),
+            })
     }
 
     /// As `take`, but a tensor the files do not have is `None` (biases, an untied head).

@@ -120,22 +120,50 @@ mod tests {
     fn reads_single_and_sharded_and_checks_shape() {
         let d = tmpdir("ok");
         let vals = [1.5f32, -2.0, 0.25, 8.0];
-        let data: Vec<u8> = vals.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()).collect();
+        let data: Vec<u8> = vals
+            .iter()
+            .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
+            .collect();
         write(
             &d,
             "model.safetensors",
-            &file(r#"{"a":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}}"#, &data),
+            &file(
+                r#"{"a":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}}"#,
+                &data,
+            ),
         );
         let w = open_folder(&d).unwrap();
         assert_eq!(w.take("a", &[2, 2]).unwrap(), vals);
         let e = w.take("a", &[4, 1]).unwrap_err().to_string();
-        assert!(e.contains("want [4, 1]") && e.contains("found [2, 2] bf16"), "{e}");
-        assert!(w.take("b", &[1]).unwrap_err().to_string().contains("missing"));
+        assert!(
+            e.contains("want [4, 1]") && e.contains("found [2, 2] bf16"),
+            "{e}"
+        );
+        assert!(
+            w.take("b", &[1])
+                .unwrap_err()
+                .to_string()
+                .contains("missing")
+        );
 
         let d2 = tmpdir("shards");
         let f32s: Vec<u8> = [3.0f32].iter().flat_map(|v| v.to_le_bytes()).collect();
-        write(&d2, "s1.safetensors", &file(r#"{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#, &f32s));
-        write(&d2, "s2.safetensors", &file(r#"{"y":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#, &f32s));
+        write(
+            &d2,
+            "s1.safetensors",
+            &file(
+                r#"{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+                &f32s,
+            ),
+        );
+        write(
+            &d2,
+            "s2.safetensors",
+            &file(
+                r#"{"y":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+                &f32s,
+            ),
+        );
         write(
             &d2,
             "model.safetensors.index.json",
@@ -149,7 +177,10 @@ mod tests {
     fn corrupt_files_are_errors() {
         let d = tmpdir("bad");
         // Header length larger than the file.
-        let mut bad = file(r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#, &[0; 4]);
+        let mut bad = file(
+            r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+            &[0; 4],
+        );
         bad[0..8].copy_from_slice(&1_000_000u64.to_le_bytes());
         write(&d, "model.safetensors", &bad);
         let e = open_folder(&d).err().unwrap().to_string();
@@ -158,7 +189,10 @@ mod tests {
         write(
             &d,
             "model.safetensors",
-            &file(r#"{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}"#, &[0; 4]),
+            &file(
+                r#"{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}"#,
+                &[0; 4],
+            ),
         );
         assert!(open_folder(&d).is_err());
         // Too short to hold a header length.
@@ -168,9 +202,16 @@ mod tests {
         write(
             &d,
             "model.safetensors",
-            &file(r#"{"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}}"#, &[0; 8]),
+            &file(
+                r#"{"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}}"#,
+                &[0; 8],
+            ),
         );
-        let e = open_folder(&d).unwrap().take("a", &[1]).unwrap_err().to_string();
+        let e = open_folder(&d)
+            .unwrap()
+            .take("a", &[1])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("i64"), "{e}");
     }
 }

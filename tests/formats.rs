@@ -1,0 +1,116 @@
+//! File formats against independent implementations: GGUF dequantization against the
+//! `gguf` Python package (tests/golden/make_dequant.py), and the default model's GGUF
+//! header, metadata and tokenizer.
+
+use rustle::loader;
+use rustle::tokenizer::Tokenizer;
+use rustle::weights::DType;
+use rustle::weights::dequant::to_f32;
+use rustle::weights::gguf::GgufFile;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Dequant {
+    cases: Vec<DequantCase>,
+}
+
+#[derive(Deserialize)]
+struct DequantCase {
+    #[serde(rename = "type")]
+    ty: String,
+    bytes_hex: String,
+    values: Vec<f32>,
+}
+
+fn dtype(name: &str) -> DType {
+    match name {
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        "bf16" => DType::BF16,
+        "q8_0" => DType::Q8_0,
+        "q4_0" => DType::Q4_0,
+        "q4_1" => DType::Q4_1,
+        "q4_k" => DType::Q4K,
+        "q6_k" => DType::Q6K,
+        other => panic!("unexpected type {other}"),
+    }
+}
+
+#[test]
+fn dequantization_matches_the_gguf_package() {
+    let text = std::fs::read_to_string("tests/golden/dequant.json").unwrap();
+    let golden: Dequant = serde_json::from_str(&text).unwrap();
+    let mut seen = vec![];
+    for case in &golden.cases {
+        let bytes: Vec<u8> = (0..case.bytes_hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&case.bytes_hex[i..i + 2], 16).unwrap())
+            .collect();
+        let ours = to_f32(dtype(&case.ty), &bytes, case.values.len()).unwrap();
+        for (i, (a, b)) in ours.iter().zip(&case.values).enumerate() {
+            // Both compute in f32 from the same f16 scales; allow one rounding step.
+            assert!(
+                (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                "{} element {i}: rustle {a}, gguf {b}",
+                case.ty
+            );
+        }
+        seen.push(case.ty.clone());
+    }
+    assert_eq!(
+        seen,
+        ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
+    );
+}
+
+#[test]
+fn default_model_gguf_header_and_metadata() {
+    let path = loader::resolve_model_path(None).unwrap();
+    let g = GgufFile::open(&path).unwrap();
+    assert_eq!(g.version, 3);
+    assert_eq!(g.tensors.len(), 272);
+    let get = |k: &str| g.get(k).unwrap_or_else(|| panic!("{k}"));
+    assert_eq!(get("general.architecture").as_str(), Some("llama"));
+    assert_eq!(get("llama.block_count").as_u64(), Some(30));
+    assert_eq!(get("llama.attention.head_count_kv").as_u64(), Some(3));
+    let embd = g
+        .tensors
+        .iter()
+        .find(|t| t.name == "token_embd.weight")
+        .unwrap();
+    assert_eq!(
+        (embd.dims.clone(), embd.dtype),
+        (vec![576, 49152], DType::Q8_0)
+    );
+    let q = g
+        .tensors
+        .iter()
+        .find(|t| t.name == "blk.0.attn_q.weight")
+        .unwrap();
+    assert_eq!((q.dims.clone(), q.dtype), (vec![576, 576], DType::Q4_1));
+}
+
+#[test]
+fn default_model_tokenizer_round_trips() {
+    let path = loader::resolve_model_path(None).unwrap();
+    let t = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    assert_eq!(t.eos_tokens, vec![2]);
+    assert_eq!(t.id_of("<|im_end|>"), Some(2));
+    for text in [
+        "The capital of France is",
+        "  leading spaces, tabs\tand\nnewlines",
+        "digits 1234567890 split one by one",
+        "unicode: café, 東京, emoji 🦀",
+        "<|im_start|>user\nhi<|im_end|>",
+    ] {
+        let ids = t.encode(text, true).unwrap();
+        let back = t.decode(&ids).unwrap();
+        let specials_removed = text.replace("<|im_start|>", "").replace("<|im_end|>", "");
+        assert_eq!(back, specials_removed, "{ids:?}");
+    }
+    // SmolLM's pre-tokenizer splits digits one by one; no BOS is added.
+    let ids = t.encode("2024", true).unwrap();
+    assert_eq!(ids.len(), 4);
+    // Control tokens are matched whole.
+    assert_eq!(t.encode("<|im_start|>", false).unwrap(), vec![1]);
+}
