@@ -136,13 +136,14 @@ impl TextStream {
         self.ids.push(id);
         let before = tok.decode(&self.ids[self.prefix..self.read])?;
         let now = tok.decode(&self.ids[self.prefix..])?;
-        if now.len() > before.len() && !now.ends_with('\u{FFFD}') {
-            if let Some(new) = now.get(before.len()..) {
-                let new = new.to_owned();
-                self.prefix = self.read;
-                self.read = self.ids.len();
-                return Ok(new);
-            }
+        if now.len() > before.len()
+            && !now.ends_with('\u{FFFD}')
+            && let Some(new) = now.get(before.len()..)
+        {
+            let new = new.to_owned();
+            self.prefix = self.read;
+            self.read = self.ids.len();
+            return Ok(new);
         }
         Ok(String::new())
     }

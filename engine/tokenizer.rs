@@ -362,7 +362,8 @@ mod tests {
                 &[3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
             )
             .meta_strs("tokenizer.ggml.merges", &["Ġ a", "Ġa b", "a b", "ab c"])
-            .meta_u32("tokenizer.ggml.eos_token_id", 0);
+            .meta_u32("tokenizer.ggml.eos_token_id", 0)
+            .meta_bool("tokenizer.ggml.add_bos_token", false);
         let t = gguf_tokenizer(&w);
         let ids = t.encode("abc ab12<|end|>", true).unwrap();
         // "abc" | " ab" | "1" | "2" (digits split one by one) | the control token whole.

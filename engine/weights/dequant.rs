@@ -20,7 +20,7 @@ use super::dtype::DType;
 /// holds exactly `n / block_len` blocks.
 pub fn to_f32(dtype: DType, bytes: &[u8], n: usize) -> Result<Vec<f32>, String> {
     let block_len = dtype.block_len();
-    if n % block_len != 0 || bytes.len() != n / block_len * dtype.block_bytes() {
+    if !n.is_multiple_of(block_len) || bytes.len() != n / block_len * dtype.block_bytes() {
         return Err(format!(
             "{n} {dtype} elements need {} bytes, found {}",
             n.div_ceil(block_len) * dtype.block_bytes(),

@@ -366,7 +366,7 @@ pub(crate) mod tests {
             self.tensor_raw(name, dims, 0, &bytes)
         }
         pub fn tensor_raw(&mut self, name: &str, dims: &[u64], ty: u32, bytes: &[u8]) -> &mut Self {
-            while self.data.len() % 32 != 0 {
+            while !self.data.len().is_multiple_of(32) {
                 self.data.push(0);
             }
             Self::str(&mut self.infos, name);
@@ -387,7 +387,7 @@ pub(crate) mod tests {
             out.extend(self.n_meta.to_le_bytes());
             out.extend(&self.meta);
             out.extend(&self.infos);
-            while out.len() % 32 != 0 {
+            while !out.len().is_multiple_of(32) {
                 out.push(0);
             }
             out.extend(&self.data);
