@@ -67,6 +67,19 @@ pub enum Error {
         block_size: usize,
     },
 
+    #[error("GPU: {0}")]
+    Gpu(String),
+
+    #[error(
+        "GPU out of memory allocating {what} ({bytes} bytes; {free} of {total} bytes free): use a smaller model or --kv-blocks"
+    )]
+    GpuOutOfMemory {
+        what: String,
+        bytes: usize,
+        free: usize,
+        total: usize,
+    },
+
     #[error("default model: {0}")]
     DefaultModel(String),
 

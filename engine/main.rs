@@ -10,8 +10,9 @@ use clap::{Parser, ValueEnum};
 use rustle::chat::{self, Message};
 use rustle::error::{Error, Result};
 use rustle::generate::{StopReason, generate};
+use rustle::gpu::Gpu;
 use rustle::loader;
-use rustle::runner::{Runner, RunnerOptions};
+use rustle::runner::{Device, Runner, RunnerOptions};
 use rustle::sampler::{Sampler, SamplerConfig};
 
 /// rustle: run a Llama-family language model on a prompt.
@@ -44,8 +45,8 @@ struct Cli {
     model: Option<PathBuf>,
 
     /// Where to run: auto picks the GPU when there is one, else the CPU.
-    #[arg(long, value_enum, default_value_t = Device::Auto)]
-    device: Device,
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+    device: DeviceArg,
 
     /// Wrap the prompt in the model's chat template, as one user message.
     #[arg(long)]
@@ -94,7 +95,7 @@ const EXAMPLES: &str = "Examples:
   rustle -m ./Llama-3.2-1B-Instruct -f prompt.txt";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Device {
+enum DeviceArg {
     Auto,
     Cpu,
     Gpu,
@@ -137,18 +138,22 @@ fn run(cli: Cli) -> Result<()> {
     if text.is_empty() {
         return Err(Error::EmptyPrompt);
     }
-    match cli.device {
-        Device::Gpu => {
-            return Err(Error::Usage(
-                "--device gpu: the GPU backend is not available yet in this build; use --device cpu".into(),
-            ));
-        }
-        Device::Auto => {
-            eprintln!("rustle: device auto: running on the CPU (this build has no GPU backend yet)")
-        }
-        Device::Cpu => {}
-    }
+    let device = match cli.device {
+        DeviceArg::Cpu => Device::Cpu,
+        DeviceArg::Gpu => Device::Gpu(Gpu::new()?),
+        DeviceArg::Auto => match Gpu::new() {
+            Ok(gpu) => {
+                eprintln!("rustle: device auto: using {}", gpu.description);
+                Device::Gpu(gpu)
+            }
+            Err(e) => {
+                eprintln!("rustle: device auto: no usable GPU ({e}); running on the CPU");
+                Device::Cpu
+            }
+        },
+    };
 
+    eprintln!("rustle: loading {}", path_display(&cli.model));
     let path = loader::resolve_model_path(cli.model)?;
     let t = Instant::now();
     let model = loader::load(&path)?;
@@ -185,6 +190,7 @@ fn run(cli: Cli) -> Result<()> {
             kv_blocks: cli.kv_blocks,
             max_batch_tokens: cli.prefill_chunk,
         },
+        device,
     )?;
     let mut sampler = Sampler::new(sampling);
     let mut stdout = std::io::stdout().lock();
@@ -211,13 +217,21 @@ fn run(cli: Cli) -> Result<()> {
         StopReason::Sink => "output closed",
     };
     eprintln!(
-        "rustle: {} prompt tokens, {} generated, time to first token {:.0} ms, decode {:.1} tok/s (cpu; stopped: {stop})",
+        "rustle: {} prompt tokens, {} generated, time to first token {:.0} ms, decode {:.1} tok/s ({}; stopped: {stop})",
         stats.prompt_tokens,
         stats.generated_tokens,
         stats.time_to_first_token.as_secs_f64() * 1e3,
-        stats.decode_tok_per_s()
+        stats.decode_tok_per_s(),
+        runner.device_name()
     );
     Ok(())
+}
+
+fn path_display(model: &Option<PathBuf>) -> String {
+    match model {
+        Some(p) => p.display().to_string(),
+        None => "the default model".into(),
+    }
 }
 
 fn clock_seed() -> u64 {

@@ -50,6 +50,33 @@ impl ModelWeights {
         self.lm_head.as_deref().unwrap_or(&self.embed)
     }
 
+    /// Rounds every matrix to bf16 (norms and biases stay f32), as the GPU holds them: so the
+    /// CPU reference can run exactly the GPU's weights.
+    pub fn round_matrices_to_bf16(&mut self) {
+        let round = |w: &mut Vec<f32>| {
+            for v in w.iter_mut() {
+                *v = half::bf16::from_f32(*v).to_f32();
+            }
+        };
+        round(&mut self.embed);
+        if let Some(h) = &mut self.lm_head {
+            round(h);
+        }
+        for l in &mut self.layers {
+            for w in [
+                &mut l.wq,
+                &mut l.wk,
+                &mut l.wv,
+                &mut l.wo,
+                &mut l.w_gate,
+                &mut l.w_up,
+                &mut l.w_down,
+            ] {
+                round(w);
+            }
+        }
+    }
+
     /// Takes every weight by name and shape. `qk_permuted`: the file's Q and K rows are in
     /// the interleaved order GGUF converters write for `llama` models; put them back.
     pub fn load(c: &Config, w: &Weights, qk_permuted: bool) -> Result<ModelWeights> {

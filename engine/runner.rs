@@ -1,20 +1,27 @@
-//! The model runner: owns the weights, the KV cache and the scratch buffers, and runs
-//! sequences through the backend. Long prompts are split into chunks of at most
-//! `max_batch_tokens` tokens (chunked prefill), so activations stay a fixed size.
+//! The model runner: owns a backend (the CPU reference or the GPU) with its weights, KV
+//! cache and activations, and the block manager that hands out KV blocks. Long prompts are
+//! split into chunks of at most `max_batch_tokens` tokens (chunked prefill), so activations
+//! stay a fixed size.
 
 use crate::batch::{Batch, SeqChunk};
 use crate::block_manager::{BLOCK_SIZE, BlockManager, BlockTable, blocks_for};
 use crate::config::Config;
-use crate::cpu;
-use crate::cpu::Scratch;
+use crate::cpu::{CpuBackend, Scratch};
 use crate::error::{Error, Result};
+use crate::gpu::{Gpu, GpuBackend};
 use crate::kv_cache::KvCache;
 use crate::model::ModelWeights;
 use crate::rope::RopeTables;
 
+/// Where the forward pass runs.
+pub enum Device {
+    Cpu,
+    Gpu(Gpu),
+}
+
 pub struct RunnerOptions {
-    /// KV-cache blocks of `BLOCK_SIZE` tokens; `None`: enough for one full context, up to
-    /// `DEFAULT_KV_BUDGET` bytes.
+    /// KV-cache blocks of `BLOCK_SIZE` tokens; `None`: on the CPU enough for one full
+    /// context, up to `DEFAULT_KV_BUDGET` bytes; on the GPU most of the free memory.
     pub kv_blocks: Option<usize>,
     /// Tokens in one forward pass (the prefill chunk size).
     pub max_batch_tokens: usize,
@@ -29,48 +36,92 @@ impl Default for RunnerOptions {
     }
 }
 
-/// The default pool is one full context, but never more than this many bytes.
+/// The default CPU pool is one full context, but never more than this many bytes.
 pub const DEFAULT_KV_BUDGET: usize = 4 << 30;
+
+enum Backend {
+    Cpu(Box<CpuBackend>),
+    Gpu(Box<GpuBackend>),
+}
 
 pub struct Runner {
     pub config: Config,
-    pub weights: ModelWeights,
-    pub kv: KvCache,
     pub blocks: BlockManager,
-    rope: RopeTables,
-    scratch: Scratch,
+    backend: Backend,
     batch: Batch,
+    max_batch_tokens: usize,
     max_context: usize,
 }
 
 impl Runner {
-    pub fn new(config: Config, weights: ModelWeights, opts: &RunnerOptions) -> Result<Runner> {
-        let n_blocks = match opts.kv_blocks {
-            Some(0) => return Err(Error::Usage("--kv-blocks must be at least 1".into())),
-            Some(n) => n,
-            None => {
-                let affordable =
-                    DEFAULT_KV_BUDGET / (KvCache::bytes_per_token(&config) * BLOCK_SIZE);
-                blocks_for(config.max_seq_len).min(affordable).max(1)
-            }
-        };
+    pub fn new(
+        config: Config,
+        weights: ModelWeights,
+        opts: &RunnerOptions,
+        device: Device,
+    ) -> Result<Runner> {
+        if opts.kv_blocks == Some(0) {
+            return Err(Error::Usage("--kv-blocks must be at least 1".into()));
+        }
         if opts.max_batch_tokens == 0 {
             return Err(Error::Usage(
                 "the batch must hold at least one token".into(),
             ));
         }
-        let max_context = config.max_seq_len.min(n_blocks * BLOCK_SIZE);
-        let rope = RopeTables::new(&config, max_context, weights.rope_freq_factors.as_deref());
+        let context = |n_blocks: usize| config.max_seq_len.min(n_blocks * BLOCK_SIZE);
+        let (backend, n_blocks) = match device {
+            Device::Cpu => {
+                let n_blocks = opts.kv_blocks.unwrap_or_else(|| {
+                    let affordable =
+                        DEFAULT_KV_BUDGET / (KvCache::bytes_per_token(&config) * BLOCK_SIZE);
+                    blocks_for(config.max_seq_len).min(affordable).max(1)
+                });
+                let rope = RopeTables::new(
+                    &config,
+                    context(n_blocks),
+                    weights.rope_freq_factors.as_deref(),
+                );
+                let cpu = CpuBackend {
+                    kv: KvCache::new(&config, n_blocks),
+                    scratch: Scratch::new(&config, opts.max_batch_tokens),
+                    rope,
+                    weights,
+                };
+                (Backend::Cpu(Box::new(cpu)), n_blocks)
+            }
+            Device::Gpu(gpu) => {
+                let mut g = GpuBackend::new(
+                    gpu,
+                    &config,
+                    &weights,
+                    opts.kv_blocks,
+                    opts.max_batch_tokens,
+                )?;
+                let n_blocks = g.n_blocks;
+                g.set_rope(&RopeTables::new(
+                    &config,
+                    context(n_blocks),
+                    weights.rope_freq_factors.as_deref(),
+                ))?;
+                (Backend::Gpu(Box::new(g)), n_blocks)
+            }
+        };
         Ok(Runner {
-            kv: KvCache::new(&config, n_blocks),
+            max_context: context(n_blocks),
             blocks: BlockManager::new(n_blocks),
-            scratch: Scratch::new(&config, opts.max_batch_tokens),
+            backend,
             batch: Batch::default(),
-            rope,
-            max_context,
+            max_batch_tokens: opts.max_batch_tokens,
             config,
-            weights,
         })
+    }
+
+    /// "cpu" or the GPU's description.
+    pub fn device_name(&self) -> String {
+        match &self.backend {
+            Backend::Cpu(_) => "cpu".into(),
+            Backend::Gpu(g) => g.gpu.description.clone(),
+        }
     }
 
     /// The longest sequence this runner can hold: the model's context, or the KV pool's
@@ -88,7 +139,7 @@ impl Runner {
     /// the last one, `[vocab]`.
     pub fn extend(&mut self, seq: &mut BlockTable, tokens: &[u32]) -> Result<&[f32]> {
         self.check_fits(seq, tokens)?;
-        let max = self.scratch.max_tokens;
+        let max = self.max_batch_tokens;
         let (head, last) = tokens.split_at((tokens.len() - 1) / max * max);
         for chunk in head.chunks(max) {
             self.run(seq, chunk, false)?;
@@ -101,7 +152,7 @@ impl Runner {
     pub fn extend_all_logits(&mut self, seq: &mut BlockTable, tokens: &[u32]) -> Result<Vec<f32>> {
         self.check_fits(seq, tokens)?;
         let mut all = Vec::with_capacity(tokens.len() * self.config.vocab_size);
-        for chunk in tokens.chunks(self.scratch.max_tokens) {
+        for chunk in tokens.chunks(self.max_batch_tokens) {
             all.extend_from_slice(self.run(seq, chunk, true)?);
         }
         Ok(all)
@@ -141,13 +192,9 @@ impl Runner {
         self.batch
             .fill(&[SeqChunk { table: seq, tokens }], all_logits);
         seq.len += tokens.len();
-        Ok(cpu::forward(
-            &self.config,
-            &self.weights,
-            &self.rope,
-            &mut self.kv,
-            &mut self.scratch,
-            &self.batch,
-        ))
+        match &mut self.backend {
+            Backend::Cpu(cpu) => Ok(cpu.forward(&self.config, &self.batch)),
+            Backend::Gpu(gpu) => gpu.forward(&self.config, &self.batch),
+        }
     }
 }

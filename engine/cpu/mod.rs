@@ -59,6 +59,27 @@ impl Scratch {
     }
 }
 
+/// The CPU backend's state: f32 weights, the KV pool, RoPE tables and activations.
+pub struct CpuBackend {
+    pub weights: ModelWeights,
+    pub kv: KvCache,
+    pub rope: RopeTables,
+    pub scratch: Scratch,
+}
+
+impl CpuBackend {
+    pub fn forward(&mut self, c: &Config, batch: &Batch) -> &[f32] {
+        forward(
+            c,
+            &self.weights,
+            &self.rope,
+            &mut self.kv,
+            &mut self.scratch,
+            batch,
+        )
+    }
+}
+
 /// Runs `batch` through the model: writes its keys and values into `kv`, and returns the
 /// logits of the rows `batch.logit_rows` names, `[rows, vocab]`.
 pub fn forward<'s>(

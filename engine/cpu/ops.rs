@@ -21,6 +21,25 @@ pub fn embedding_f32(out: &mut [f32], table: &[f32], tokens: &[u32], dim: usize)
     }
 }
 
+/// `out[t, :] = table[tokens[t], :]`, widened from bf16: the GPU keeps the table in bf16.
+///
+/// - `out`: `[n, dim]` f32
+/// - `table`: `[vocab, dim]` bf16 bits
+/// - `tokens`: `[n]`, each `< vocab`
+pub fn embedding_bf16(out: &mut [f32], table: &[u16], tokens: &[u32], dim: usize) {
+    for (row, &tok) in out.chunks_exact_mut(dim).zip(tokens) {
+        let src = &table[tok as usize * dim..(tok as usize + 1) * dim];
+        for (o, &b) in row.iter_mut().zip(src) {
+            *o = bf16_to_f32(b);
+        }
+    }
+}
+
+/// A bf16 (the top half of an f32's bits) as f32.
+pub fn bf16_to_f32(bits: u16) -> f32 {
+    f32::from_bits((bits as u32) << 16)
+}
+
 /// RMSNorm: `out[t, i] = x[t, i] / sqrt(mean_j x[t, j]^2 + eps) * weight[i]`
 ///
 /// - `out`, `x`: `[n, dim]`
@@ -77,6 +96,35 @@ pub fn matmul_f32(out: &mut [f32], x: &[f32], w: &[f32], bias: Option<&[f32]>, n
             .zip(x.par_chunks(n_in))
             .for_each(|(y, xr)| y.iter_mut().enumerate().for_each(|(o, y)| *y = row(o, xr)));
     }
+}
+
+/// `out[o] = sum_i w[o, i] * x[i] + bias[o]` for one token, weights in bf16: the twin of
+/// the GPU's decode matmul.
+///
+/// - `out`: `[n_out]`
+/// - `x`: `[n_in]`
+/// - `w`: `[n_out, n_in]` bf16 bits
+/// - `bias`: `[n_out]` or none
+pub fn gemv_bf16(out: &mut [f32], x: &[f32], w: &[u16], bias: Option<&[f32]>, n_in: usize) {
+    out.par_iter_mut().enumerate().for_each(|(o, y)| {
+        let row = &w[o * n_in..(o + 1) * n_in];
+        let sum: f32 = row.iter().zip(x).map(|(&w, x)| bf16_to_f32(w) * x).sum();
+        *y = sum + bias.map_or(0.0, |b| b[o]);
+    });
+}
+
+/// `out[t, o] = sum_i x[t, i] * w[o, i] + bias[o]` for many tokens, weights in bf16: the
+/// twin of the GPU's prefill matmul.
+///
+/// - `out`: `[n, n_out]`
+/// - `x`: `[n, n_in]`
+/// - `w`: `[n_out, n_in]` bf16 bits
+/// - `bias`: `[n_out]` or none
+pub fn gemm_bf16(out: &mut [f32], x: &[f32], w: &[u16], bias: Option<&[f32]>, n_in: usize) {
+    let n_out = w.len() / n_in;
+    out.par_chunks_mut(n_out)
+        .zip(x.par_chunks(n_in))
+        .for_each(|(y, xr)| gemv_bf16(y, xr, w, bias, n_in));
 }
 
 /// Rotate-half RoPE, in place: in each head, the pair `(x[i], x[i + d/2])` turns by the

@@ -1,7 +1,12 @@
-//! What `cuda_std` would give a kernel: thread and block indices, as thin wrappers over
-//! `core::arch::nvptx`. Later kernels add warp shuffles, fast `exp` and 16-byte loads here.
+//! What `cuda_std` would give a kernel, as thin wrappers over `core::arch::nvptx` and inline
+//! PTX: thread and block indices, barriers, dynamic shared memory, warp shuffles and
+//! reductions, fast math, bf16 conversion, 16-byte loads.
 
+use core::arch::asm;
 use core::arch::nvptx;
+
+/// Threads in a warp: the unit that executes in lockstep and can exchange registers.
+pub const WARP: usize = 32;
 
 /// `threadIdx.x`: this thread's index inside its block.
 #[inline(always)]
@@ -10,22 +15,207 @@ pub fn thread_idx_x() -> usize {
     unsafe { nvptx::_thread_idx_x() as usize }
 }
 
+/// `threadIdx.y`.
+#[inline(always)]
+pub fn thread_idx_y() -> usize {
+    // SAFETY: as above.
+    unsafe { nvptx::_thread_idx_y() as usize }
+}
+
 /// `blockIdx.x`: this block's index inside the grid.
 #[inline(always)]
 pub fn block_idx_x() -> usize {
-    // SAFETY: reads a special register; always defined inside a kernel.
+    // SAFETY: as above.
     unsafe { nvptx::_block_idx_x() as usize }
 }
 
-/// `blockDim.x`: threads per block.
+/// `blockIdx.y`.
+#[inline(always)]
+pub fn block_idx_y() -> usize {
+    // SAFETY: as above.
+    unsafe { nvptx::_block_idx_y() as usize }
+}
+
+/// `blockDim.x`: threads per block along x.
 #[inline(always)]
 pub fn block_dim_x() -> usize {
-    // SAFETY: reads a special register; always defined inside a kernel.
+    // SAFETY: as above.
     unsafe { nvptx::_block_dim_x() as usize }
+}
+
+/// `gridDim.x`: blocks in the grid along x.
+#[inline(always)]
+pub fn grid_dim_x() -> usize {
+    // SAFETY: as above.
+    unsafe { nvptx::_grid_dim_x() as usize }
 }
 
 /// `blockIdx.x * blockDim.x + threadIdx.x`: this thread's index in a one-dimensional grid.
 #[inline(always)]
 pub fn global_idx_x() -> usize {
     block_idx_x() * block_dim_x() + thread_idx_x()
+}
+
+/// `__syncthreads()`: every thread of the block waits here, and shared-memory writes before
+/// it are visible to all after it.
+///
+/// # Safety
+/// Every thread of the block must reach the same barrier, or the block hangs.
+#[inline(always)]
+pub unsafe fn sync_threads() {
+    // SAFETY: the caller guarantees every thread arrives.
+    unsafe { nvptx::_syncthreads() }
+}
+
+/// The block's dynamic shared memory (the launch's `shared_mem_bytes`), as `T`s.
+#[inline(always)]
+pub fn dynamic_shared<T>() -> *mut T {
+    core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<T>()
+}
+
+/// `__shfl_xor_sync(0xffffffff, v, mask)`: the value `v` of the lane whose index differs from
+/// ours in the bits of `mask`. All 32 lanes must take part.
+#[inline(always)]
+pub fn shfl_xor(v: f32, mask: u32) -> f32 {
+    let out: f32;
+    // SAFETY: a register-only instruction; the full-warp member mask matches the callers,
+    // which always call it from all 32 lanes.
+    unsafe {
+        asm!(
+            "shfl.sync.bfly.b32 {out}, {v}, {mask}, 0x1f, 0xffffffff;",
+            out = out(reg32) out,
+            v = in(reg32) v,
+            mask = in(reg32) mask,
+        );
+    }
+    out
+}
+
+/// As `shfl_xor`, for a `u32`.
+#[inline(always)]
+pub fn shfl_xor_u32(v: u32, mask: u32) -> u32 {
+    let out: u32;
+    // SAFETY: as `shfl_xor`.
+    unsafe {
+        asm!(
+            "shfl.sync.bfly.b32 {out}, {v}, {mask}, 0x1f, 0xffffffff;",
+            out = out(reg32) out,
+            v = in(reg32) v,
+            mask = in(reg32) mask,
+        );
+    }
+    out
+}
+
+/// The sum of `v` over the warp, in every lane (a butterfly: five exchanges).
+#[inline(always)]
+pub fn warp_sum(mut v: f32) -> f32 {
+    let mut mask = 16;
+    while mask > 0 {
+        v += shfl_xor(v, mask);
+        mask >>= 1;
+    }
+    v
+}
+
+/// The maximum of `v` over the warp, in every lane.
+#[inline(always)]
+pub fn warp_max(mut v: f32) -> f32 {
+    let mut mask = 16;
+    while mask > 0 {
+        v = v.max(shfl_xor(v, mask));
+        mask >>= 1;
+    }
+    v
+}
+
+/// `2^x`, approximate (`ex2.approx.ftz.f32`: about 2 ulp, flushes denormals; one SFU
+/// instruction instead of the long libm routine, which nvptx does not have anyway).
+#[inline(always)]
+pub fn exp2_approx(x: f32) -> f32 {
+    let out: f32;
+    // SAFETY: a register-only instruction.
+    unsafe { asm!("ex2.approx.ftz.f32 {o}, {x};", o = out(reg32) out, x = in(reg32) x) };
+    out
+}
+
+/// `e^x` through `2^(x * log2 e)`.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    exp2_approx(x * core::f32::consts::LOG2_E)
+}
+
+/// `1 / sqrt(x)`, approximate (`rsqrt.approx.f32`).
+#[inline(always)]
+pub fn rsqrt(x: f32) -> f32 {
+    let out: f32;
+    // SAFETY: a register-only instruction.
+    unsafe { asm!("rsqrt.approx.f32 {o}, {x};", o = out(reg32) out, x = in(reg32) x) };
+    out
+}
+
+/// A bf16 (the top half of an f32) to f32: shift it back into place.
+#[inline(always)]
+pub fn bf16_to_f32(bits: u16) -> f32 {
+    f32::from_bits((bits as u32) << 16)
+}
+
+/// The two bf16 packed in a `u32` (little-endian: element 0 in the low half), as f32.
+#[inline(always)]
+pub fn bf16x2_to_f32(pair: u32) -> (f32, f32) {
+    (f32::from_bits(pair << 16), f32::from_bits(pair & 0xffff_0000))
+}
+
+/// A 16-byte load through the read-only (non-coherent) cache path: `ld.global.nc.v4.u32`.
+/// One instruction where a struct deref would compile to two 8-byte loads.
+///
+/// # Safety
+/// `p` is 16-byte aligned, points to global memory, and nothing writes it during the kernel.
+#[inline(always)]
+pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller guarantees alignment, validity and read-only use.
+    unsafe {
+        asm!(
+            "ld.global.nc.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            a = out(reg32) a,
+            b = out(reg32) b,
+            c = out(reg32) c,
+            d = out(reg32) d,
+            p = in(reg64) p,
+            options(readonly, nostack, pure),
+        );
+    }
+    [a, b, c, d]
+}
+
+/// The sum of `v` over the whole block, returned to every thread.
+///
+/// # Safety
+/// Every thread of the block calls it (it holds barriers); `blockDim.x` is a multiple of 32
+/// and at most 1024; `scratch` points to at least 32 floats of shared memory that nothing
+/// else uses during the call.
+#[inline(always)]
+pub unsafe fn block_sum(v: f32, scratch: *mut f32) -> f32 {
+    let (lane, warp) = (thread_idx_x() % WARP, thread_idx_x() / WARP);
+    let n_warps = block_dim_x() / WARP;
+    let v = warp_sum(v);
+    // SAFETY: warp < 32 by the block-size precondition; barriers reached by all threads.
+    unsafe {
+        if lane == 0 {
+            *scratch.add(warp) = v;
+        }
+        sync_threads();
+        let partial = if lane < n_warps { *scratch.add(lane) } else { 0.0 };
+        let total = warp_sum(partial);
+        // Nobody may overwrite `scratch` (a second call) before every warp has read it.
+        sync_threads();
+        total
+    }
+}
+
+/// `sqrt(x)`, correctly rounded (`sqrt.rn.f32`), so norms match the CPU's exactly.
+#[inline(always)]
+pub fn sqrt(x: f32) -> f32 {
+    core::intrinsics::sqrtf32(x)
 }

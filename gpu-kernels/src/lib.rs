@@ -9,10 +9,20 @@
 //! backend (`engine/cpu/ops.rs`); the tests hold one against the other.
 
 #![no_std]
-#![feature(abi_gpu_kernel, stdarch_nvptx)]
+#![feature(abi_gpu_kernel, stdarch_nvptx, asm_experimental_arch, gpu_launch_sized_workgroup_mem, gpu_intrinsics, core_intrinsics)]
+#![allow(internal_features)]
 
+pub mod argmax;
+pub mod attention;
 pub mod device;
+pub mod embedding;
+pub mod gemm;
+pub mod gemv;
+pub mod kv_cache;
 pub mod residual;
+pub mod rmsnorm;
+pub mod rope;
+pub mod swiglu;
 
 /// A kernel cannot unwind and has nowhere to print: a panic (an out-of-bounds index, say)
 /// traps, which the host sees as a launch failure.

@@ -1,0 +1,118 @@
+//! Opening the GPU: the driver, the device, one stream, the kernels.
+
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, DeviceRepr, DriverError, ValidAsZeroBits, sys,
+};
+use cudarc::nvrtc::Ptx;
+
+use super::kernels::Kernels;
+use crate::error::{Error, Result};
+
+/// Cloning shares the context, stream and module.
+#[derive(Clone)]
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    /// Everything runs on this one stream, in order.
+    pub stream: Arc<CudaStream>,
+    pub kernels: Kernels,
+    /// "NVIDIA H200 (sm_90, 139.8 GiB)"
+    pub description: String,
+}
+
+pub(crate) fn gpu_err(what: &str) -> impl Fn(DriverError) -> Error + '_ {
+    move |e| Error::Gpu(format!("{what}: {e}"))
+}
+
+impl Gpu {
+    /// Device 0, or an error that says why there is none (no driver, no device).
+    pub fn new() -> Result<Gpu> {
+        // SAFETY: only asks whether libcuda can be loaded; cudarc would panic later if not.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(Error::Gpu(
+                "no NVIDIA driver found (libcuda could not be loaded)".into(),
+            ));
+        }
+        let count = CudaContext::device_count().map_err(gpu_err("cannot query devices"))?;
+        if count < 1 {
+            return Err(Error::Gpu("the NVIDIA driver reports no GPU".into()));
+        }
+        let ctx = CudaContext::new(0).map_err(gpu_err("cannot open GPU 0"))?;
+        // One stream, used in order: the per-buffer event tracking cudarc does for
+        // several streams would only add work to every launch.
+        // SAFETY: nothing here uses a second stream.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let module = ctx.load_module(Ptx::from_src(super::PTX)).map_err(gpu_err(
+            "cannot load the kernels' PTX (the driver may be too old for PTX 7.0 / sm_80)",
+        ))?;
+        let kernels = Kernels::load(&module)?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(gpu_err("compute capability"))?;
+        let name = ctx.name().unwrap_or_else(|_| "GPU".into());
+        let total = ctx.total_mem().unwrap_or(0);
+        Ok(Gpu {
+            description: format!(
+                "{name} (sm_{major}{minor}, {:.1} GiB)",
+                total as f64 / (1u64 << 30) as f64
+            ),
+            ctx,
+            stream,
+            kernels,
+        })
+    }
+
+    /// (free, total) device memory in bytes.
+    pub fn memory(&self) -> (usize, usize) {
+        self.ctx.mem_get_info().unwrap_or((0, 0))
+    }
+
+    /// A zeroed device buffer of `n` elements; out of memory is an error naming `what`.
+    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        n: usize,
+        what: &str,
+    ) -> Result<CudaSlice<T>> {
+        let (free, total) = self.memory();
+        self.stream
+            .alloc_zeros::<T>(n.max(1))
+            .map_err(|e| self.alloc_error(e, what, n * size_of::<T>(), free, total))
+    }
+
+    /// A device copy of `data`.
+    pub fn upload<T: DeviceRepr>(&self, data: &[T], what: &str) -> Result<CudaSlice<T>> {
+        let (free, total) = self.memory();
+        self.stream
+            .clone_htod(data)
+            .map_err(|e| self.alloc_error(e, what, std::mem::size_of_val(data), free, total))
+    }
+
+    fn alloc_error(
+        &self,
+        e: DriverError,
+        what: &str,
+        bytes: usize,
+        free: usize,
+        total: usize,
+    ) -> Error {
+        if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
+            Error::GpuOutOfMemory {
+                what: what.to_owned(),
+                bytes,
+                free,
+                total,
+            }
+        } else {
+            Error::Gpu(format!("allocating {what}: {e}"))
+        }
+    }
+
+    /// Waits for the stream and reports any error a kernel raised.
+    pub fn sync(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(gpu_err("a kernel failed"))
+    }
+}

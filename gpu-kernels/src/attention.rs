@@ -1,0 +1,126 @@
+//! Causal grouped-query attention over the paged KV cache.
+
+use crate::device::{WARP, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp, sqrt, sync_threads, thread_idx_x, warp_sum};
+
+/// Most head dimensions a lane holds: `head_dim <= 32 * MAX_PER_LANE`.
+const MAX_PER_LANE: usize = 8;
+
+/// For token `t` (row `blockIdx.y`) and query head `h` (`blockIdx.x`):
+/// `out[t, h] = softmax(q[t, h] . K^T / sqrt(head_dim)) V` over the keys and values of the
+/// token's own sequence at positions `0..=positions[t]`, read from KV head
+/// `h / (n_heads / n_kv_heads)` through the sequence's block table.
+///
+/// - `out`, `q`: `[n, n_heads, head_dim]` f32
+/// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads, head_dim]` f32
+/// - `block_tables`: `[n_seqs, max_blocks]` u32; `token_seq`, `positions`: `[n]` u32
+///
+/// Thread mapping: one block per (head, token). Its warps take keys in turn (warp `w` takes
+/// positions `w, w + n_warps, ...`); within a warp, lane `l` holds dimensions
+/// `l, l + 32, ...` of q, of each key and of its running output, so every load is coalesced
+/// and a dot product is one shuffle reduction. Each warp keeps an online softmax (running
+/// maximum `m`, running sum `l`, output rescaled when `m` grows); at the end the warps' partial
+/// results meet in shared memory and are merged with the same rescaling.
+///
+/// PRECONDITIONS: `head_dim % 32 == 0`, `head_dim <= 256`; `blockDim.x` a multiple of 32;
+/// dynamic shared memory `n_warps * (head_dim + 2) * 4` bytes; the token's own key and value
+/// already written; every block-table entry it reads valid.
+///
+/// # Safety
+/// The host's launch wrapper checks the preconditions.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn attention_f32(
+    out: *mut f32,
+    q: *const f32,
+    k_cache: *const f32,
+    v_cache: *const f32,
+    block_tables: *const u32,
+    token_seq: *const u32,
+    positions: *const u32,
+    max_blocks: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+) {
+    let (n_heads, n_kv_heads, head_dim) = (n_heads as usize, n_kv_heads as usize, head_dim as usize);
+    let (h, t) = (block_idx_x(), block_idx_y());
+    let (lane, warp, n_warps) = (thread_idx_x() % WARP, thread_idx_x() / WARP, block_dim_x() / WARP);
+    let per_lane = head_dim / WARP;
+    let kv_dim = n_kv_heads * head_dim;
+    let kv_off = (h / (n_heads / n_kv_heads)) * head_dim;
+    let scale = 1.0 / sqrt(head_dim as f32);
+
+    // SAFETY (all reads below): t < n; the table row and slots are valid (preconditions);
+    // d = lane + 32 e < head_dim because e < per_lane.
+    let (pos, table) = unsafe {
+        (*positions.add(t) as usize, block_tables.add(*token_seq.add(t) as usize * max_blocks as usize))
+    };
+    let q_row = unsafe { q.add((t * n_heads + h) * head_dim) };
+    let mut q_reg = [0.0f32; MAX_PER_LANE];
+    for e in 0..MAX_PER_LANE {
+        if e < per_lane {
+            q_reg[e] = unsafe { *q_row.add(lane + WARP * e) } * scale;
+        }
+    }
+
+    let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
+    let mut acc = [0.0f32; MAX_PER_LANE];
+    let mut p = warp;
+    while p <= pos {
+        let slot = unsafe { *table.add(p / 16) } as usize * 16 + p % 16;
+        let base = slot * kv_dim + kv_off;
+        let mut partial = 0.0f32;
+        for e in 0..MAX_PER_LANE {
+            if e < per_lane {
+                partial += q_reg[e] * unsafe { *k_cache.add(base + lane + WARP * e) };
+            }
+        }
+        let score = warp_sum(partial);
+        let m_new = m.max(score);
+        let rescale = exp(m - m_new); // e^-inf = 0 on the first key
+        let weight = exp(score - m_new);
+        l = l * rescale + weight;
+        for e in 0..MAX_PER_LANE {
+            if e < per_lane {
+                acc[e] = acc[e] * rescale + weight * unsafe { *v_cache.add(base + lane + WARP * e) };
+            }
+        }
+        m = m_new;
+        p += n_warps;
+    }
+
+    // Merge the warps: shared holds m and l per warp, then each warp's output row.
+    // [n_warps] m, [n_warps] l, [n_warps, head_dim] acc
+    let sm = dynamic_shared::<f32>();
+    unsafe {
+        let (sl, sacc) = (sm.add(n_warps), sm.add(2 * n_warps));
+        if lane == 0 {
+            *sm.add(warp) = m;
+            *sl.add(warp) = l;
+        }
+        for e in 0..MAX_PER_LANE {
+            if e < per_lane {
+                *sacc.add(warp * head_dim + lane + WARP * e) = acc[e];
+            }
+        }
+        sync_threads();
+        // Warp 0 processed position 0, so the maximum is finite and no weight is NaN.
+        let mut m_all = f32::NEG_INFINITY;
+        for w in 0..n_warps {
+            m_all = m_all.max(*sm.add(w));
+        }
+        let mut denom = 0.0f32;
+        for w in 0..n_warps {
+            denom += *sl.add(w) * exp(*sm.add(w) - m_all);
+        }
+        let out_row = out.add((t * n_heads + h) * head_dim);
+        let mut d = thread_idx_x();
+        while d < head_dim {
+            let mut num = 0.0f32;
+            for w in 0..n_warps {
+                num += *sacc.add(w * head_dim + d) * exp(*sm.add(w) - m_all);
+            }
+            *out_row.add(d) = num / denom;
+            d += block_dim_x();
+        }
+    }
+}

@@ -1,0 +1,602 @@
+//! The GPU backend: every kernel against its CPU twin, then whole models against the CPU
+//! and against Hugging Face transformers.
+//!
+//! Kernel tests draw fresh random inputs each run (the seed is printed; set
+//! `RUSTLE_TEST_SEED` to repeat one), poison every output with NaN before the launch, and
+//! compare by relative error ||gpu - cpu|| / ||cpu||. Without a GPU every test is reported as
+//! ignored, with the reason.
+
+mod common;
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaSlice;
+use libtest_mimic::{Arguments, Completion, Trial};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rustle::block_manager::BlockTable;
+use rustle::config::{Config, HfConfig};
+use rustle::cpu::ops;
+use rustle::gpu::Gpu;
+use rustle::gpu::backend::to_bf16;
+use rustle::model::{LayerWeights, ModelWeights};
+use rustle::runner::{Device, Runner, RunnerOptions};
+
+type Test = fn(&Gpu, &mut StdRng);
+
+const TESTS: &[(&str, Test)] = &[
+    ("kernel::embedding_bf16", embedding_bf16),
+    ("kernel::rmsnorm_f32", rmsnorm_f32),
+    ("kernel::gemv_bf16", gemv_bf16),
+    ("kernel::gemm_bf16", gemm_bf16),
+    ("kernel::rope_f32", rope_f32),
+    ("kernel::kv_write_f32", kv_write_f32),
+    ("kernel::attention_f32", attention_f32),
+    ("kernel::swiglu_f32", swiglu_f32),
+    ("kernel::residual_add_f32", residual_add_f32),
+    ("kernel::argmax_f32", argmax_f32),
+    (
+        "model::default_model_gpu_matches_cpu",
+        default_model_gpu_matches_cpu,
+    ),
+    (
+        "model::synthetic_llama3_gpu_matches_cpu",
+        synthetic_llama3_gpu_matches_cpu,
+    ),
+    (
+        "model::default_model_gpu_matches_transformers",
+        default_model_gpu_matches_transformers,
+    ),
+];
+
+fn main() {
+    let mut args = Arguments::from_args();
+    // One at a time: the model tests each hold a model and a KV pool on the device.
+    args.test_threads.get_or_insert(1);
+    let gpu = Gpu::new().map(Arc::new).map_err(|e| e.to_string());
+    let seed = std::env::var("RUSTLE_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::random::<u32>() as u64);
+    match &gpu {
+        Ok(g) => eprintln!(
+            "GPU tests on {}, seed {seed} (RUSTLE_TEST_SEED)",
+            g.description
+        ),
+        Err(e) => eprintln!("GPU tests ignored: {e}"),
+    }
+    let trials = TESTS
+        .iter()
+        .enumerate()
+        .map(|(i, &(name, test))| {
+            let gpu = gpu.clone();
+            Trial::ignorable_test(name, move || match gpu {
+                Err(reason) => Ok(Completion::ignored_with(reason)),
+                Ok(g) => {
+                    test(&g, &mut StdRng::seed_from_u64(seed + i as u64));
+                    Ok(Completion::Completed)
+                }
+            })
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit();
+}
+
+// ---- helpers -------------------------------------------------------------------------------
+
+fn normal(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
+    // Sum of uniforms: close enough to normal, never zero-filled.
+    (0..n)
+        .map(|_| {
+            (rng.random::<f32>() + rng.random::<f32>() + rng.random::<f32>() - 1.5) * 2.0 * scale
+        })
+        .collect()
+}
+
+fn up<T: cudarc::driver::DeviceRepr>(g: &Gpu, x: &[T]) -> CudaSlice<T> {
+    g.upload(x, "test input").unwrap()
+}
+
+/// A device buffer of `n` NaNs: whatever the kernel does not write stays NaN and fails.
+fn poisoned(g: &Gpu, n: usize) -> CudaSlice<f32> {
+    up(g, &vec![f32::NAN; n])
+}
+
+fn down<T: cudarc::driver::DeviceRepr + Default + Clone>(g: &Gpu, x: &CudaSlice<T>) -> Vec<T> {
+    let mut out = vec![T::default(); x.len()];
+    g.stream.memcpy_dtoh(x, &mut out).unwrap();
+    g.sync().unwrap();
+    out
+}
+
+/// ||a - b|| / ||b||, infinite if anything is NaN.
+fn rel_err(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let (mut num, mut den) = (0f64, 0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        if x.is_nan() || y.is_nan() {
+            return f64::INFINITY;
+        }
+        num += ((x - y) as f64).powi(2);
+        den += (y as f64).powi(2);
+    }
+    (num / den.max(1e-30)).sqrt()
+}
+
+fn assert_close(what: &str, gpu: &[f32], cpu: &[f32], tol: f64) {
+    let e = rel_err(gpu, cpu);
+    assert!(e <= tol, "{what}: relative error {e:.3e} > {tol:.0e}");
+}
+
+/// bf16 weights as the GPU holds them: random values rounded to bf16 bits.
+fn bf16_weights(rng: &mut StdRng, n: usize, scale: f32) -> Vec<u16> {
+    to_bf16(&normal(rng, n, scale))
+}
+
+// ---- kernels ---------------------------------------------------------------------------------
+
+fn embedding_bf16(g: &Gpu, rng: &mut StdRng) {
+    for (vocab, dim, n) in [(1000, 64, 1), (500, 576, 7), (300, 100, 13)] {
+        let table = bf16_weights(rng, vocab * dim, 1.0);
+        let tokens: Vec<u32> = (0..n).map(|_| rng.random_range(0..vocab as u32)).collect();
+        let mut cpu = vec![0.0; n * dim];
+        ops::embedding_bf16(&mut cpu, &table, &tokens, dim);
+        let mut out = poisoned(g, n * dim);
+        g.embedding_bf16(
+            &mut out.as_view_mut(),
+            &up(g, &table).as_view(),
+            &up(g, &tokens).as_view(),
+            dim,
+        )
+        .unwrap();
+        assert_close(
+            &format!("vocab {vocab} dim {dim} n {n}"),
+            &down(g, &out),
+            &cpu,
+            0.0,
+        );
+    }
+}
+
+fn rmsnorm_f32(g: &Gpu, rng: &mut StdRng) {
+    for (rows, dim) in [(1, 64), (5, 576), (3, 1000), (2, 4096), (1, 8192)] {
+        let x = normal(rng, rows * dim, 2.0);
+        let w = normal(rng, dim, 1.0);
+        let mut cpu = vec![0.0; rows * dim];
+        ops::rmsnorm_f32(&mut cpu, &x, &w, 1e-5);
+        let mut out = poisoned(g, rows * dim);
+        g.rmsnorm_f32(
+            &mut out.as_view_mut(),
+            &up(g, &x).as_view(),
+            &up(g, &w).as_view(),
+            1e-5,
+            dim,
+        )
+        .unwrap();
+        assert_close(
+            &format!("rows {rows} dim {dim}"),
+            &down(g, &out),
+            &cpu,
+            1e-6,
+        );
+    }
+}
+
+fn gemv_bf16(g: &Gpu, rng: &mut StdRng) {
+    for (n_in, n_out, bias) in [
+        (64, 1, false),
+        (576, 192, true),
+        (1536, 576, false),
+        (4096, 1000, true),
+        (8, 3, false),
+        (2048, 4099, false),
+    ] {
+        let x = normal(rng, n_in, 1.0);
+        let w = bf16_weights(rng, n_out * n_in, 0.05);
+        let b = bias.then(|| normal(rng, n_out, 1.0));
+        let mut cpu = vec![0.0; n_out];
+        ops::gemv_bf16(&mut cpu, &x, &w, b.as_deref(), n_in);
+        let mut out = poisoned(g, n_out);
+        let b_dev = b.as_ref().map(|b| up(g, b));
+        let b_view = b_dev.as_ref().map(|b| b.as_view());
+        g.gemv_bf16(
+            &mut out.as_view_mut(),
+            &up(g, &x).as_view(),
+            &up(g, &w).as_view(),
+            b_view.as_ref(),
+            n_in,
+            n_out,
+        )
+        .unwrap();
+        assert_close(
+            &format!("{n_out} x {n_in}, bias {bias}"),
+            &down(g, &out),
+            &cpu,
+            1e-5,
+        );
+    }
+}
+
+fn gemm_bf16(g: &Gpu, rng: &mut StdRng) {
+    for (n, n_in, n_out, bias) in [
+        (2, 64, 64, false),
+        (7, 576, 192, true),
+        (65, 100, 130, false),
+        (128, 1536, 576, true),
+        (200, 8, 3, false),
+        (300, 4096, 1024, false),
+    ] {
+        let x = normal(rng, n * n_in, 1.0);
+        let w = bf16_weights(rng, n_out * n_in, 0.05);
+        let b = bias.then(|| normal(rng, n_out, 1.0));
+        let mut cpu = vec![0.0; n * n_out];
+        ops::gemm_bf16(&mut cpu, &x, &w, b.as_deref(), n_in);
+        let mut out = poisoned(g, n * n_out);
+        let b_dev = b.as_ref().map(|b| up(g, b));
+        let b_view = b_dev.as_ref().map(|b| b.as_view());
+        g.gemm_bf16(
+            &mut out.as_view_mut(),
+            &up(g, &x).as_view(),
+            &up(g, &w).as_view(),
+            b_view.as_ref(),
+            n,
+            n_in,
+            n_out,
+        )
+        .unwrap();
+        assert_close(
+            &format!("{n} tokens, {n_out} x {n_in}, bias {bias}"),
+            &down(g, &out),
+            &cpu,
+            1e-5,
+        );
+    }
+}
+
+fn rope_f32(g: &Gpu, rng: &mut StdRng) {
+    let max_pos = 300;
+    for (n, n_heads, head_dim) in [(1, 9, 64), (5, 32, 128), (17, 8, 64), (3, 3, 128)] {
+        let half = head_dim / 2;
+        let angles: Vec<f32> = (0..max_pos * half)
+            .map(|_| rng.random_range(-10.0..10.0))
+            .collect();
+        let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
+        let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
+        let positions: Vec<u32> = (0..n)
+            .map(|_| rng.random_range(0..max_pos as u32))
+            .collect();
+        let x = normal(rng, n * n_heads * head_dim, 1.0);
+        let mut cpu = x.clone();
+        ops::rope_f32(&mut cpu, &positions, &cos, &sin, n_heads, head_dim);
+        let mut dev = up(g, &x);
+        g.rope_f32(
+            &mut dev.as_view_mut(),
+            &up(g, &positions).as_view(),
+            &up(g, &cos).as_view(),
+            &up(g, &sin).as_view(),
+            n_heads,
+            head_dim,
+        )
+        .unwrap();
+        assert_close(
+            &format!("n {n} heads {n_heads} head_dim {head_dim}"),
+            &down(g, &dev),
+            &cpu,
+            1e-6,
+        );
+    }
+}
+
+/// `n` distinct slots of a pool of `n_blocks` blocks, in random order.
+fn distinct_slots(rng: &mut StdRng, n_blocks: usize, n: usize) -> Vec<u32> {
+    let mut all: Vec<u32> = (0..(n_blocks * 16) as u32).collect();
+    for i in 0..n {
+        let j = rng.random_range(i..all.len());
+        all.swap(i, j);
+    }
+    all.truncate(n);
+    all
+}
+
+fn kv_write_f32(g: &Gpu, rng: &mut StdRng) {
+    for (n_blocks, kv_dim, n) in [(20, 192, 37), (8, 1024, 1), (64, 128, 300)] {
+        let k_cache = normal(rng, n_blocks * 16 * kv_dim, 1.0);
+        let v_cache = normal(rng, n_blocks * 16 * kv_dim, 1.0);
+        let (k, v) = (normal(rng, n * kv_dim, 1.0), normal(rng, n * kv_dim, 1.0));
+        let slots = distinct_slots(rng, n_blocks, n);
+        let (mut kc, mut vc) = (k_cache.clone(), v_cache.clone());
+        ops::kv_write_f32(&mut kc, &mut vc, &k, &v, &slots, kv_dim);
+        let (mut kd, mut vd) = (up(g, &k_cache), up(g, &v_cache));
+        g.kv_write_f32(
+            &mut kd.as_view_mut(),
+            &mut vd.as_view_mut(),
+            &up(g, &k).as_view(),
+            &up(g, &v).as_view(),
+            &up(g, &slots).as_view(),
+            kv_dim,
+        )
+        .unwrap();
+        assert_close("keys", &down(g, &kd), &kc, 0.0);
+        assert_close("values", &down(g, &vd), &vc, 0.0);
+    }
+}
+
+fn attention_f32(g: &Gpu, rng: &mut StdRng) {
+    // head_dim 64 and 128; GQA groups 1, 3, 4, 8.
+    for (head_dim, n_heads, n_kv_heads) in [
+        (64, 9, 3),
+        (128, 32, 8),
+        (64, 8, 8),
+        (128, 8, 1),
+        (64, 32, 4),
+    ] {
+        // Three sequences in one batch: a 40-token prompt chunk (crossing blocks), one decode
+        // token at position 700 (44 blocks of context), three tokens at 100..103.
+        let seqs: [(usize, usize); 3] = [(0, 40), (700, 1), (100, 3)]; // (first position, tokens)
+        let blocks_per_seq: Vec<usize> = seqs.iter().map(|&(p, n)| (p + n).div_ceil(16)).collect();
+        let n_blocks: usize = blocks_per_seq.iter().sum::<usize>() + 5;
+        let max_blocks = *blocks_per_seq.iter().max().unwrap();
+        // Every sequence's blocks are scattered over the pool.
+        let mut pool: Vec<u32> = (0..n_blocks as u32).collect();
+        for i in (1..pool.len()).rev() {
+            pool.swap(i, rng.random_range(0..=i));
+        }
+        let mut tables = vec![0u32; seqs.len() * max_blocks];
+        let mut next = 0;
+        for (s, &nb) in blocks_per_seq.iter().enumerate() {
+            tables[s * max_blocks..s * max_blocks + nb].copy_from_slice(&pool[next..next + nb]);
+            next += nb;
+        }
+        let (mut token_seq, mut positions) = (vec![], vec![]);
+        for (s, &(p0, n)) in seqs.iter().enumerate() {
+            for p in p0..p0 + n {
+                token_seq.push(s as u32);
+                positions.push(p as u32);
+            }
+        }
+        let n = positions.len();
+        let kv_len = n_blocks * 16 * n_kv_heads * head_dim;
+        let (k_cache, v_cache) = (normal(rng, kv_len, 1.0), normal(rng, kv_len, 1.0));
+        let q = normal(rng, n * n_heads * head_dim, 1.0);
+        let mut cpu = vec![0.0; q.len()];
+        ops::attention_f32(
+            &mut cpu, &q, &k_cache, &v_cache, &tables, &token_seq, &positions, max_blocks, n_heads,
+            n_kv_heads, head_dim,
+        );
+        let mut out = poisoned(g, q.len());
+        let (kd, vd) = (up(g, &k_cache), up(g, &v_cache));
+        g.attention_f32(
+            &mut out.as_view_mut(),
+            &up(g, &q).as_view(),
+            &kd.as_view(),
+            &vd.as_view(),
+            &up(g, &tables).as_view(),
+            &up(g, &token_seq).as_view(),
+            &up(g, &positions).as_view(),
+            max_blocks,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+        )
+        .unwrap();
+        // The kernel's exp is ex2.approx (about 2 ulp).
+        assert_close(
+            &format!("head_dim {head_dim}, {n_heads} heads over {n_kv_heads}"),
+            &down(g, &out),
+            &cpu,
+            1e-5,
+        );
+    }
+}
+
+fn swiglu_f32(g: &Gpu, rng: &mut StdRng) {
+    for n in [1, 1536, 100_003] {
+        let (gate, upv) = (normal(rng, n, 3.0), normal(rng, n, 1.0));
+        let mut cpu = vec![0.0; n];
+        ops::swiglu_f32(&mut cpu, &gate, &upv);
+        let mut out = poisoned(g, n);
+        g.swiglu_f32(
+            &mut out.as_view_mut(),
+            &up(g, &gate).as_view(),
+            &up(g, &upv).as_view(),
+        )
+        .unwrap();
+        assert_close(&format!("n {n}"), &down(g, &out), &cpu, 1e-6);
+    }
+}
+
+fn residual_add_f32(g: &Gpu, rng: &mut StdRng) {
+    for n in [1, 576, 100_003] {
+        let (x, d) = (normal(rng, n, 1.0), normal(rng, n, 1.0));
+        let mut cpu = x.clone();
+        ops::residual_add_f32(&mut cpu, &d);
+        let mut dev = up(g, &x);
+        g.residual_add_f32(&mut dev.as_view_mut(), &up(g, &d).as_view())
+            .unwrap();
+        assert_close(&format!("n {n}"), &down(g, &dev), &cpu, 0.0);
+    }
+}
+
+fn argmax_f32(g: &Gpu, rng: &mut StdRng) {
+    for (n, tie) in [
+        (1, false),
+        (1000, false),
+        (49152, true),
+        (128_256, false),
+        (128_256, true),
+    ] {
+        let mut logits = normal(rng, n, 5.0);
+        if tie {
+            // The same maximum twice: the first index wins, as on the CPU.
+            let (a, b) = (rng.random_range(0..n / 2), rng.random_range(n / 2..n));
+            logits[a] = 100.0;
+            logits[b] = 100.0;
+        }
+        let cpu = ops::argmax_f32(&logits);
+        let mut out = up(g, &[u32::MAX]);
+        g.argmax_f32(&mut out.as_view_mut(), &up(g, &logits).as_view())
+            .unwrap();
+        assert_eq!(down(g, &out)[0], cpu, "n {n} tie {tie}");
+    }
+}
+
+// ---- whole models ----------------------------------------------------------------------------
+
+/// Greedy tokens from `prompt`, and the margin between the best two logits at each step.
+fn greedy(r: &mut Runner, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<f32>) {
+    let mut seq = BlockTable::default();
+    let mut logits = r.extend(&mut seq, prompt).unwrap().to_vec();
+    let (mut out, mut margins) = (vec![], vec![]);
+    for _ in 0..steps {
+        let best = ops::argmax_f32(&logits);
+        let second = logits
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != best as usize)
+            .map(|(_, &v)| v)
+            .fold(f32::NEG_INFINITY, f32::max);
+        margins.push(logits[best as usize] - second);
+        out.push(best);
+        logits.copy_from_slice(r.extend(&mut seq, &[best]).unwrap());
+    }
+    r.release(&mut seq);
+    (out, margins)
+}
+
+/// GPU and CPU (on the same bf16-rounded weights) must choose the same greedy tokens; they
+/// differ only in summation order (~1e-6 relative), so a divergence is accepted only where the
+/// CPU's best two logits were within `NEAR_TIE`, and the test says so.
+fn same_tokens(cpu: &mut Runner, gpu: &mut Runner, prompts: &[Vec<u32>], steps: usize) {
+    const NEAR_TIE: f32 = 1e-3;
+    for prompt in prompts {
+        let (c, margins) = greedy(cpu, prompt, steps);
+        let (gtok, _) = greedy(gpu, prompt, steps);
+        match c.iter().zip(&gtok).position(|(a, b)| a != b) {
+            None => eprintln!(
+                "  {} prompt tokens: {steps}/{steps} greedy tokens identical",
+                prompt.len()
+            ),
+            Some(i) => {
+                assert!(
+                    margins[i] < NEAR_TIE,
+                    "{}-token prompt: step {i}: cpu {} gpu {} (cpu margin {})",
+                    prompt.len(),
+                    c[i],
+                    gtok[i],
+                    margins[i]
+                );
+                eprintln!(
+                    "  {} prompt tokens: identical for {i} steps, then a near-tie (margin {})",
+                    prompt.len(),
+                    margins[i]
+                );
+            }
+        }
+    }
+}
+
+fn opts() -> RunnerOptions {
+    RunnerOptions {
+        kv_blocks: Some(common::TEST_KV_BLOCKS),
+        max_batch_tokens: 256,
+    }
+}
+
+fn gpu_device(g: &Gpu) -> Device {
+    Device::Gpu(g.clone())
+}
+
+fn default_model_gpu_matches_cpu(g: &Gpu, _: &mut StdRng) {
+    let path = rustle::loader::resolve_model_path(None).unwrap();
+    let m = rustle::loader::load(&path).unwrap();
+    let prompts: Vec<Vec<u32>> = common::golden("smollm2-135m")
+        .cases
+        .iter()
+        .map(|c| c.prompt_ids.clone())
+        .collect();
+    let mut cpu_weights = rustle::loader::load(&path).unwrap().weights;
+    cpu_weights.round_matrices_to_bf16();
+    let mut cpu = Runner::new(m.config.clone(), cpu_weights, &opts(), Device::Cpu).unwrap();
+    let mut gpu = Runner::new(m.config, m.weights, &opts(), gpu_device(g)).unwrap();
+    same_tokens(&mut cpu, &mut gpu, &prompts, 32);
+}
+
+/// Llama 3 8B's proportions scaled down: head_dim 128, four query heads per KV head,
+/// llama3 RoPE scaling, an untied head.
+fn synthetic_llama3(rng: &mut StdRng) -> (Config, ModelWeights) {
+    let hf: HfConfig = serde_json::from_str(
+        r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 1024, "intermediate_size": 3584,
+            "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+            "vocab_size": 8192, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5,
+            "rope_theta": 500000.0, "tie_word_embeddings": false,
+            "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 256}}"#,
+    )
+    .unwrap();
+    let c = Config::resolve(&hf).unwrap();
+    let (dim, q, kv, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+    let s = |fan_in: usize| 1.0 / (fan_in as f32).sqrt();
+    let norm = |rng: &mut StdRng| {
+        (0..dim)
+            .map(|_| rng.random_range(0.8..1.2))
+            .collect::<Vec<f32>>()
+    };
+    let layers = (0..c.n_layers)
+        .map(|_| LayerWeights {
+            attn_norm: norm(rng),
+            wq: normal(rng, q * dim, s(dim)),
+            wk: normal(rng, kv * dim, s(dim)),
+            wv: normal(rng, kv * dim, s(dim)),
+            bq: None,
+            bk: None,
+            bv: None,
+            wo: normal(rng, dim * q, s(q)),
+            ffn_norm: norm(rng),
+            w_gate: normal(rng, ffn * dim, s(dim)),
+            w_up: normal(rng, ffn * dim, s(dim)),
+            w_down: normal(rng, dim * ffn, s(ffn)),
+        })
+        .collect();
+    let mut w = ModelWeights {
+        embed: normal(rng, c.vocab_size * dim, 1.0),
+        layers,
+        final_norm: norm(rng),
+        lm_head: Some(normal(rng, c.vocab_size * dim, 4.0 * s(dim))),
+        rope_freq_factors: None,
+    };
+    w.round_matrices_to_bf16();
+    (c, w)
+}
+
+fn synthetic_llama3_gpu_matches_cpu(g: &Gpu, rng: &mut StdRng) {
+    let seed = rng.random::<u64>();
+    let (c, w) = synthetic_llama3(&mut StdRng::seed_from_u64(seed));
+    let (_, w2) = synthetic_llama3(&mut StdRng::seed_from_u64(seed));
+    let prompts: Vec<Vec<u32>> = [5, 40, 300]
+        .iter()
+        .map(|&n| {
+            (0..n)
+                .map(|_| rng.random_range(0..c.vocab_size as u32))
+                .collect()
+        })
+        .collect();
+    let mut cpu = Runner::new(c.clone(), w, &opts(), Device::Cpu).unwrap();
+    let mut gpu = Runner::new(c, w2, &opts(), gpu_device(g)).unwrap();
+    same_tokens(&mut cpu, &mut gpu, &prompts, 32);
+}
+
+/// bf16 weights move the logits by a few hundredths from transformers' f32 ones; steps
+/// whose best two logits are that close are near-ties.
+const GPU_VS_TRANSFORMERS: common::Tolerance = common::Tolerance {
+    near_tie: 0.2,
+    logit: 0.25,
+};
+
+fn default_model_gpu_matches_transformers(g: &Gpu, _: &mut StdRng) {
+    let (mut r, tok) = common::load(None, 256, gpu_device(g));
+    let mut worst = 0f32;
+    for case in &common::golden("smollm2-135m").cases {
+        worst = worst.max(common::check_case(&mut r, &tok, case, &GPU_VS_TRANSFORMERS));
+    }
+    eprintln!("  largest top-logit error against transformers: {worst:.3e}");
+}
