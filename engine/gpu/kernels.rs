@@ -136,7 +136,7 @@ impl Gpu {
         n_out: usize,
     ) -> Result<()> {
         assert!(
-            n_in % 8 == 0,
+            n_in.is_multiple_of(8),
             "gemv_bf16 reads 8 weights at a time: n_in {n_in} must be a multiple of 8"
         );
         assert!(x.len() == n_in && out.len() == n_out && w.len() == n_out * n_in);
@@ -212,7 +212,11 @@ impl Gpu {
         head_dim: usize,
     ) -> Result<()> {
         let n = positions.len();
-        assert!(head_dim % 2 == 0 && x.len() == n * n_heads * head_dim && cos.len() == sin.len());
+        assert!(
+            head_dim.is_multiple_of(2)
+                && x.len() == n * n_heads * head_dim
+                && cos.len() == sin.len()
+        );
         assert!(cos.len() % (head_dim / 2) == 0);
         let cfg = linear(n * n_heads * head_dim / 2);
         let (n_heads, head_dim, n) = (
@@ -284,11 +288,13 @@ impl Gpu {
     ) -> Result<()> {
         let n = positions.len();
         assert!(
-            head_dim % 32 == 0 && head_dim <= 256,
+            head_dim.is_multiple_of(32) && head_dim <= 256,
             "attention_f32 needs head_dim a multiple of 32, at most 256 (got {head_dim})"
         );
         assert!(
-            n_heads % n_kv_heads == 0 && q.len() == n * n_heads * head_dim && out.len() == q.len()
+            n_heads.is_multiple_of(n_kv_heads)
+                && q.len() == n * n_heads * head_dim
+                && out.len() == q.len()
         );
         assert!(
             token_seq.len() == n
