@@ -8,6 +8,7 @@
 
 use crate::block_manager::BLOCK_SIZE;
 use crate::config::Config;
+use crate::error::{Error, Result};
 
 pub struct KvCache {
     /// `[n_layers, n_blocks, BLOCK_SIZE, n_kv_heads, head_dim]`
@@ -20,15 +21,28 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    pub fn new(config: &Config, n_blocks: usize) -> KvCache {
+    /// A pool of `n_blocks` blocks, or an error if the host cannot hold it.
+    pub fn new(config: &Config, n_blocks: usize) -> Result<KvCache> {
         let layer_len = n_blocks * BLOCK_SIZE * config.kv_dim();
-        // Zeroed pages come from the OS lazily: a large pool costs only what is used.
-        KvCache {
-            k: vec![0.0; config.n_layers * layer_len],
-            v: vec![0.0; config.n_layers * layer_len],
+        let n = config.n_layers * layer_len;
+        let alloc = || -> Result<Vec<f32>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).map_err(|_| {
+                Error::Usage(format!(
+                    "cannot allocate a KV cache of {n_blocks} blocks ({:.1} GiB) in host memory; lower --kv-blocks",
+                    (2 * n * size_of::<f32>()) as f64 / (1u64 << 30) as f64
+                ))
+            })?;
+            // Zeroed pages come from the OS lazily: a large pool costs only what is used.
+            v.resize(n, 0.0);
+            Ok(v)
+        };
+        Ok(KvCache {
+            k: alloc()?,
+            v: alloc()?,
             n_blocks,
             layer_len,
-        }
+        })
     }
 
     /// Bytes per token across all layers, keys and values.

@@ -11,6 +11,7 @@ use rustle::chat::{self, Message};
 use rustle::error::{Error, Result};
 use rustle::generate::{StopReason, generate};
 use rustle::gpu::Gpu;
+use rustle::gpu::backend::check_supported;
 use rustle::loader;
 use rustle::runner::{Device, Runner, RunnerOptions};
 use rustle::sampler::{Sampler, SamplerConfig};
@@ -138,21 +139,14 @@ fn run(cli: Cli) -> Result<()> {
     if text.is_empty() {
         return Err(Error::EmptyPrompt);
     }
-    let device = match cli.device {
-        DeviceArg::Cpu => Device::Cpu,
-        DeviceArg::Gpu => Device::Gpu(Gpu::new()?),
-        DeviceArg::Auto => match Gpu::new() {
-            Ok(gpu) => {
-                eprintln!("rustle: device auto: using {}", gpu.description);
-                Device::Gpu(gpu)
-            }
-            Err(e) => {
-                eprintln!("rustle: device auto: no usable GPU ({e}); running on the CPU");
-                Device::Cpu
-            }
-        },
+    // Open the GPU before the (possibly long) model load, so a missing one fails fast.
+    let gpu = match cli.device {
+        DeviceArg::Cpu => None,
+        DeviceArg::Gpu => Some(Gpu::new()?),
+        DeviceArg::Auto => Gpu::new()
+            .inspect_err(|e| eprintln!("rustle: device auto: running on the CPU ({e})"))
+            .ok(),
     };
-
     eprintln!("rustle: loading {}", path_display(&cli.model));
     let path = loader::resolve_model_path(cli.model)?;
     let t = Instant::now();
@@ -165,6 +159,20 @@ fn run(cli: Cli) -> Result<()> {
         model.config.dim,
         model.config.vocab_size
     );
+    let device = match gpu {
+        None => Device::Cpu,
+        Some(gpu) => match (check_supported(&model.config), cli.device) {
+            (Ok(()), _) => {
+                eprintln!("rustle: running on {}", gpu.description);
+                Device::Gpu(gpu)
+            }
+            (Err(e), DeviceArg::Gpu) => return Err(e),
+            (Err(e), _) => {
+                eprintln!("rustle: device auto: running on the CPU ({e})");
+                Device::Cpu
+            }
+        },
+    };
     let prompt = if cli.chat {
         let mut messages = vec![];
         if let Some(system) = cli.system {

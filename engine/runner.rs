@@ -63,6 +63,14 @@ impl Runner {
         if opts.kv_blocks == Some(0) {
             return Err(Error::Usage("--kv-blocks must be at least 1".into()));
         }
+        let block_bytes = KvCache::bytes_per_token(&config) * BLOCK_SIZE;
+        if let Some(n) = opts.kv_blocks
+            && n.checked_mul(block_bytes).is_none()
+        {
+            return Err(Error::Usage(format!(
+                "--kv-blocks {n} is more than any machine can hold"
+            )));
+        }
         if opts.max_batch_tokens == 0 {
             return Err(Error::Usage(
                 "the batch must hold at least one token".into(),
@@ -82,7 +90,7 @@ impl Runner {
                     weights.rope_freq_factors.as_deref(),
                 );
                 let cpu = CpuBackend {
-                    kv: KvCache::new(&config, n_blocks),
+                    kv: KvCache::new(&config, n_blocks)?,
                     scratch: Scratch::new(&config, opts.max_batch_tokens),
                     rope,
                     weights,

@@ -247,10 +247,36 @@ fn bad_flags() {
         "--temperature",
     );
     fails_with(&["-m", tiny, "-p", "hi", "--kv-blocks", "0"], "--kv-blocks");
+    // A pool no host can hold: one line, not an allocation abort.
+    let huge = [
+        "-m",
+        tiny,
+        "-p",
+        "hi",
+        "--device",
+        "cpu",
+        "--kv-blocks",
+        "100000000000",
+    ];
+    fails_with(&huge, "lower --kv-blocks");
     // Without a GPU, asking for one is one clear line; with one, it runs.
     match rustle::gpu::Gpu::new() {
         Err(_) => fails_with(&["-m", tiny, "-p", "hi", "--device", "gpu"], "GPU: "),
-        Ok(_) => assert!(rustle(&["-m", tiny, "-p", "hi", "-n", "4", "--device", "gpu"]).ok),
+        Ok(_) => {
+            assert!(rustle(&["-m", tiny, "-p", "hi", "-n", "4", "--device", "gpu"]).ok);
+            // A KV pool far past the device's memory.
+            let huge = [
+                "-m",
+                tiny,
+                "-p",
+                "hi",
+                "--device",
+                "gpu",
+                "--kv-blocks",
+                "1000000000",
+            ];
+            fails_with(&huge, "GPU out of memory allocating the KV cache");
+        }
     }
     // clap's own usage errors: non-zero, no panic.
     let out = rustle(&["-m", tiny]);

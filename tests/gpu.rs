@@ -322,13 +322,15 @@ fn kv_write_f32(g: &Gpu, rng: &mut StdRng) {
 }
 
 fn attention_f32(g: &Gpu, rng: &mut StdRng) {
-    // head_dim 64 and 128; GQA groups 1, 3, 4, 8.
+    // head_dim 64 and 128, and 16 and 80 (not multiples of a warp); GQA groups 1, 3, 4, 8.
     for (head_dim, n_heads, n_kv_heads) in [
         (64, 9, 3),
         (128, 32, 8),
         (64, 8, 8),
         (128, 8, 1),
         (64, 32, 4),
+        (16, 4, 2),
+        (80, 6, 2),
     ] {
         // Three sequences in one batch: a 40-token prompt chunk (crossing blocks), one decode
         // token at position 700 (44 blocks of context), three tokens at 100..103.

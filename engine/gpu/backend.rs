@@ -14,6 +14,37 @@ use crate::rope::RopeTables;
 
 /// Most sequences one forward pass may mix (the block-table buffer is sized for them).
 pub const MAX_SEQS: usize = 64;
+/// The attention kernel holds a head in registers: at most 8 floats per lane of a warp.
+pub const MAX_HEAD_DIM: usize = 256;
+
+/// Whether the GPU kernels can run this model: the GEMV reads 8 weights at a time, so every
+/// matrix's input width must be a multiple of 8, and a head must fit the attention kernel.
+pub fn check_supported(c: &Config) -> Result<()> {
+    let unsupported = |what: String| {
+        Err(Error::Gpu(format!(
+            "{what}; run this model with --device cpu"
+        )))
+    };
+    if c.head_dim > MAX_HEAD_DIM {
+        return unsupported(format!(
+            "head_dim {} is over the attention kernel's {MAX_HEAD_DIM}",
+            c.head_dim
+        ));
+    }
+    for (name, width) in [
+        ("hidden_size", c.dim),
+        ("heads * head_dim", c.q_dim()),
+        ("intermediate_size", c.ffn_dim),
+    ] {
+        if !width.is_multiple_of(8) {
+            return unsupported(format!(
+                "{name} {width} is not a multiple of 8, as the GEMV kernel needs"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Share of the free device memory the KV pool may take by default.
 const KV_SHARE_OF_FREE: f64 = 0.9;
 

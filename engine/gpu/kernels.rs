@@ -288,8 +288,8 @@ impl Gpu {
     ) -> Result<()> {
         let n = positions.len();
         assert!(
-            head_dim.is_multiple_of(32) && head_dim <= 256,
-            "attention_f32 needs head_dim a multiple of 32, at most 256 (got {head_dim})"
+            head_dim <= super::backend::MAX_HEAD_DIM,
+            "attention_f32 holds at most 256 dimensions per head (got {head_dim})"
         );
         assert!(
             n_heads.is_multiple_of(n_kv_heads)

@@ -2,7 +2,7 @@
 
 use crate::device::{WARP, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp, sqrt, sync_threads, thread_idx_x, warp_sum};
 
-/// Most head dimensions a lane holds: `head_dim <= 32 * MAX_PER_LANE`.
+/// Most dimensions of a head one lane holds: `head_dim <= 32 * MAX_PER_LANE`.
 const MAX_PER_LANE: usize = 8;
 
 /// For token `t` (row `blockIdx.y`) and query head `h` (`blockIdx.x`):
@@ -16,12 +16,12 @@ const MAX_PER_LANE: usize = 8;
 ///
 /// Thread mapping: one block per (head, token). Its warps take keys in turn (warp `w` takes
 /// positions `w, w + n_warps, ...`); within a warp, lane `l` holds dimensions
-/// `l, l + 32, ...` of q, of each key and of its running output, so every load is coalesced
+/// `l, l + 32, ...` (those below `head_dim`) of q, of each key and of its running output, so every load is coalesced
 /// and a dot product is one shuffle reduction. Each warp keeps an online softmax (running
 /// maximum `m`, running sum `l`, output rescaled when `m` grows); at the end the warps' partial
 /// results meet in shared memory and are merged with the same rescaling.
 ///
-/// PRECONDITIONS: `head_dim % 32 == 0`, `head_dim <= 256`; `blockDim.x` a multiple of 32;
+/// PRECONDITIONS: `head_dim <= 256`; `blockDim.x` a multiple of 32;
 /// dynamic shared memory `n_warps * (head_dim + 2) * 4` bytes; the token's own key and value
 /// already written; every block-table entry it reads valid.
 ///
@@ -44,20 +44,19 @@ pub unsafe extern "gpu-kernel" fn attention_f32(
     let (n_heads, n_kv_heads, head_dim) = (n_heads as usize, n_kv_heads as usize, head_dim as usize);
     let (h, t) = (block_idx_x(), block_idx_y());
     let (lane, warp, n_warps) = (thread_idx_x() % WARP, thread_idx_x() / WARP, block_dim_x() / WARP);
-    let per_lane = head_dim / WARP;
     let kv_dim = n_kv_heads * head_dim;
     let kv_off = (h / (n_heads / n_kv_heads)) * head_dim;
     let scale = 1.0 / sqrt(head_dim as f32);
 
     // SAFETY (all reads below): t < n; the table row and slots are valid (preconditions);
-    // d = lane + 32 e < head_dim because e < per_lane.
+    // every d = lane + 32 e read is checked against head_dim.
     let (pos, table) = unsafe {
         (*positions.add(t) as usize, block_tables.add(*token_seq.add(t) as usize * max_blocks as usize))
     };
     let q_row = unsafe { q.add((t * n_heads + h) * head_dim) };
     let mut q_reg = [0.0f32; MAX_PER_LANE];
     for e in 0..MAX_PER_LANE {
-        if e < per_lane {
+        if lane + WARP * e < head_dim {
             q_reg[e] = unsafe { *q_row.add(lane + WARP * e) } * scale;
         }
     }
@@ -70,7 +69,7 @@ pub unsafe extern "gpu-kernel" fn attention_f32(
         let base = slot * kv_dim + kv_off;
         let mut partial = 0.0f32;
         for e in 0..MAX_PER_LANE {
-            if e < per_lane {
+            if lane + WARP * e < head_dim {
                 partial += q_reg[e] * unsafe { *k_cache.add(base + lane + WARP * e) };
             }
         }
@@ -80,7 +79,7 @@ pub unsafe extern "gpu-kernel" fn attention_f32(
         let weight = exp(score - m_new);
         l = l * rescale + weight;
         for e in 0..MAX_PER_LANE {
-            if e < per_lane {
+            if lane + WARP * e < head_dim {
                 acc[e] = acc[e] * rescale + weight * unsafe { *v_cache.add(base + lane + WARP * e) };
             }
         }
@@ -98,7 +97,7 @@ pub unsafe extern "gpu-kernel" fn attention_f32(
             *sl.add(warp) = l;
         }
         for e in 0..MAX_PER_LANE {
-            if e < per_lane {
+            if lane + WARP * e < head_dim {
                 *sacc.add(warp * head_dim + lane + WARP * e) = acc[e];
             }
         }
