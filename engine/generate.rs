@@ -71,16 +71,25 @@ fn generate_in(
     on_text: &mut dyn FnMut(&str) -> bool,
 ) -> Result<(Vec<u32>, Stats)> {
     let start = Instant::now();
+    let greedy = sampler.is_greedy();
     // `[vocab]`: the sampler edits logits in place, so it works on a copy.
-    let mut logits = runner.extend(seq, prompt)?.to_vec();
+    let mut logits = vec![];
+    // The next token: picked by the backend when decoding is greedy, else sampled here.
+    let mut step = |runner: &mut Runner, seq: &mut BlockTable, input: &[u32], history: &[u32]| -> Result<u32> {
+        if greedy {
+            return runner.extend_greedy(seq, input);
+        }
+        logits.clear();
+        logits.extend_from_slice(runner.extend(seq, input)?);
+        Ok(sampler.sample(&mut logits, history))
+    };
     let mut history = prompt.to_vec();
+    let mut token = step(runner, seq, prompt, &history)?;
+    let first_token_at = Instant::now();
     let mut generated = vec![];
     let mut stream = TextStream::default();
-    let mut first_token_at = None;
     let mut stop = StopReason::Length;
     while generated.len() < max_tokens {
-        let token = sampler.sample(&mut logits, &history);
-        first_token_at.get_or_insert_with(Instant::now);
         if tokenizer.eos_tokens.contains(&token) {
             stop = StopReason::Eos;
             break;
@@ -99,13 +108,13 @@ fn generate_in(
             stop = StopReason::Context;
             break;
         }
-        logits.copy_from_slice(runner.extend(seq, &[token])?);
+        token = step(runner, seq, &[token], &history)?;
     }
     let rest = stream.finish(tokenizer)?;
     if !rest.is_empty() {
         on_text(&rest);
     }
-    let first = first_token_at.unwrap_or_else(Instant::now);
+    let first = first_token_at;
     Ok((
         generated.clone(),
         Stats {

@@ -8,6 +8,8 @@ use crate::block_manager::{BLOCK_SIZE, BlockManager, BlockTable, blocks_for};
 use crate::config::Config;
 use crate::cpu::{CpuBackend, Scratch};
 use crate::error::{Error, Result};
+use crate::cpu::ops::argmax_f32;
+use crate::gpu::backend::GpuWeights;
 use crate::gpu::{Gpu, GpuBackend};
 use crate::kv_cache::KvCache;
 use crate::model::ModelWeights;
@@ -98,20 +100,10 @@ impl Runner {
                 (Backend::Cpu(Box::new(cpu)), n_blocks)
             }
             Device::Gpu(gpu) => {
-                let mut g = GpuBackend::new(
-                    gpu,
-                    &config,
-                    &weights,
-                    opts.kv_blocks,
-                    opts.max_batch_tokens,
-                )?;
-                let n_blocks = g.n_blocks;
-                g.set_rope(&RopeTables::new(
-                    &config,
-                    context(n_blocks),
-                    weights.rope_freq_factors.as_deref(),
-                ))?;
-                (Backend::Gpu(Box::new(g)), n_blocks)
+                let gw = GpuWeights::upload(&gpu, &config, &weights)?;
+                let freq_factors = weights.rope_freq_factors.clone();
+                drop(weights);
+                return Runner::with_gpu_weights(config, gpu, gw, freq_factors.as_deref(), opts);
             }
         };
         Ok(Runner {
@@ -122,6 +114,35 @@ impl Runner {
             max_batch_tokens: opts.max_batch_tokens,
             config,
         })
+    }
+
+    /// A runner over weights already on the GPU (`GpuWeights::synthetic` for benchmarks).
+    pub fn with_gpu_weights(
+        config: Config,
+        gpu: Gpu,
+        weights: GpuWeights,
+        rope_freq_factors: Option<&[f32]>,
+        opts: &RunnerOptions,
+    ) -> Result<Runner> {
+        let mut g = GpuBackend::new(gpu, &config, weights, opts.kv_blocks, opts.max_batch_tokens)?;
+        let max_context = config.max_seq_len.min(g.n_blocks * BLOCK_SIZE);
+        g.set_rope(&RopeTables::new(&config, max_context, rope_freq_factors))?;
+        Ok(Runner {
+            max_context,
+            blocks: BlockManager::new(g.n_blocks),
+            backend: Backend::Gpu(Box::new(g)),
+            batch: Batch::default(),
+            max_batch_tokens: opts.max_batch_tokens,
+            config,
+        })
+    }
+
+    /// The GPU backend, when this runner has one.
+    pub fn gpu_backend(&mut self) -> Option<&mut GpuBackend> {
+        match &mut self.backend {
+            Backend::Gpu(g) => Some(g),
+            Backend::Cpu(_) => None,
+        }
     }
 
     /// "cpu" or the GPU's description.
@@ -153,6 +174,24 @@ impl Runner {
             self.run(seq, chunk, false)?;
         }
         self.run(seq, last, false)
+    }
+
+    /// As `extend`, but returns only the most likely next token: on the GPU the argmax runs
+    /// on the device and the logits never leave it.
+    pub fn extend_greedy(&mut self, seq: &mut BlockTable, tokens: &[u32]) -> Result<u32> {
+        self.check_fits(seq, tokens)?;
+        let max = self.max_batch_tokens;
+        let (head, last) = tokens.split_at((tokens.len() - 1) / max * max);
+        for chunk in head.chunks(max) {
+            self.run(seq, chunk, false)?;
+        }
+        self.blocks.reserve(seq, seq.len + last.len())?;
+        self.batch.fill(&[SeqChunk { table: seq, tokens: last }], false);
+        seq.len += last.len();
+        match &mut self.backend {
+            Backend::Cpu(cpu) => Ok(argmax_f32(cpu.forward(&self.config, &self.batch))),
+            Backend::Gpu(gpu) => Ok(gpu.forward_greedy(&self.config, &self.batch)?[0]),
+        }
     }
 
     /// As `extend`, but returns the logits of every token, `[tokens.len(), vocab]`: for tests

@@ -82,6 +82,12 @@ impl Sampler {
         }
     }
 
+    /// Whether every choice is simply the most likely token (no temperature, no penalty):
+    /// then the backend can pick it itself and skip sending the logits back.
+    pub fn is_greedy(&self) -> bool {
+        self.config.temperature == 0.0 && self.config.repeat_penalty == 1.0
+    }
+
     /// Picks a token from `logits` (`[vocab]`, modified in place). `history`: the tokens of
     /// the sequence so far, prompt included, for the repetition penalty.
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {

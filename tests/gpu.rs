@@ -28,13 +28,17 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::embedding_bf16", embedding_bf16),
     ("kernel::rmsnorm_f32", rmsnorm_f32),
     ("kernel::gemv_bf16", gemv_bf16),
+    ("kernel::gemv_swiglu_bf16", gemv_swiglu_bf16),
     ("kernel::gemm_bf16", gemm_bf16),
     ("kernel::rope_f32", rope_f32),
+    ("kernel::qkv_rope_write_f32", qkv_rope_write_f32),
     ("kernel::kv_write_f32", kv_write_f32),
-    ("kernel::attention_f32", attention_f32),
+    ("kernel::attention_f32 (and split + combine)", attention_f32),
     ("kernel::swiglu_f32", swiglu_f32),
     ("kernel::residual_add_f32", residual_add_f32),
     ("kernel::argmax_f32", argmax_f32),
+    ("kernel::fill_random_bf16", fill_random_bf16),
+    ("kernel::read_probe_u32", read_probe_u32),
     (
         "model::default_model_gpu_matches_cpu",
         default_model_gpu_matches_cpu,
@@ -183,37 +187,42 @@ fn rmsnorm_f32(g: &Gpu, rng: &mut StdRng) {
 }
 
 fn gemv_bf16(g: &Gpu, rng: &mut StdRng) {
-    for (n_in, n_out, bias) in [
-        (64, 1, false),
-        (576, 192, true),
-        (1536, 576, false),
-        (4096, 1000, true),
-        (8, 3, false),
-        (2048, 4099, false),
+    for (n_in, n_out, bias, accumulate) in [
+        (64, 1, false, false),
+        (576, 192, true, false),
+        (1536, 576, false, true),
+        (4096, 1000, true, true),
+        (8, 3, false, false),
+        (2048, 4099, false, false),
+        (14336, 4096, false, true),
     ] {
         let x = normal(rng, n_in, 1.0);
         let w = bf16_weights(rng, n_out * n_in, 0.05);
         let b = bias.then(|| normal(rng, n_out, 1.0));
-        let mut cpu = vec![0.0; n_out];
-        ops::gemv_bf16(&mut cpu, &x, &w, b.as_deref(), n_in);
-        let mut out = poisoned(g, n_out);
+        // With `accumulate` the output starts as a residual stream; without, as poison.
+        let start = if accumulate { normal(rng, n_out, 1.0) } else { vec![f32::NAN; n_out] };
+        let mut cpu = start.clone();
+        ops::gemv_bf16(&mut cpu, &x, &w, b.as_deref(), n_in, accumulate);
+        let mut out = up(g, &start);
         let b_dev = b.as_ref().map(|b| up(g, b));
         let b_view = b_dev.as_ref().map(|b| b.as_view());
-        g.gemv_bf16(
-            &mut out.as_view_mut(),
-            &up(g, &x).as_view(),
-            &up(g, &w).as_view(),
-            b_view.as_ref(),
-            n_in,
-            n_out,
-        )
-        .unwrap();
-        assert_close(
-            &format!("{n_out} x {n_in}, bias {bias}"),
-            &down(g, &out),
-            &cpu,
-            1e-5,
-        );
+        g.gemv_bf16(&mut out.as_view_mut(), &up(g, &x).as_view(), &up(g, &w).as_view(), b_view.as_ref(), n_in, n_out, accumulate)
+            .unwrap();
+        let what = format!("{n_out} x {n_in}, bias {bias}, accumulate {accumulate}");
+        assert_close(&what, &down(g, &out), &cpu, 1e-5);
+    }
+}
+
+fn gemv_swiglu_bf16(g: &Gpu, rng: &mut StdRng) {
+    for (n_in, n_out) in [(64, 96), (576, 1536), (4096, 14336), (8, 5)] {
+        let x = normal(rng, n_in, 1.0);
+        let (wg, wu) = (bf16_weights(rng, n_out * n_in, 0.1), bf16_weights(rng, n_out * n_in, 0.1));
+        let mut cpu = vec![0.0; n_out];
+        ops::gemv_swiglu_bf16(&mut cpu, &x, &wg, &wu, n_in);
+        let mut out = poisoned(g, n_out);
+        g.gemv_swiglu_bf16(&mut out.as_view_mut(), &up(g, &x).as_view(), &up(g, &wg).as_view(), &up(g, &wu).as_view(), n_in, n_out)
+            .unwrap();
+        assert_close(&format!("{n_out} x {n_in}"), &down(g, &out), &cpu, 1e-5);
     }
 }
 
@@ -284,6 +293,41 @@ fn rope_f32(g: &Gpu, rng: &mut StdRng) {
             &cpu,
             1e-6,
         );
+    }
+}
+
+fn qkv_rope_write_f32(g: &Gpu, rng: &mut StdRng) {
+    let max_pos = 300;
+    for (n, n_heads, n_kv_heads, head_dim, n_blocks) in [(1, 9, 3, 64, 4), (7, 32, 8, 128, 10), (40, 8, 2, 64, 8), (3, 6, 2, 80, 2)] {
+        let (q_dim, kv_dim, half) = (n_heads * head_dim, n_kv_heads * head_dim, head_dim / 2);
+        let angles: Vec<f32> = (0..max_pos * half).map(|_| rng.random_range(-10.0..10.0)).collect();
+        let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
+        let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
+        let positions: Vec<u32> = (0..n).map(|_| rng.random_range(0..max_pos as u32)).collect();
+        let slots = distinct_slots(rng, n_blocks, n);
+        let qkv = normal(rng, n * (q_dim + 2 * kv_dim), 1.0);
+        let (kc, vc) = (normal(rng, n_blocks * 16 * kv_dim, 1.0), normal(rng, n_blocks * 16 * kv_dim, 1.0));
+        let (mut cpu_q, mut cpu_k, mut cpu_v) = (vec![0.0; n * q_dim], kc.clone(), vc.clone());
+        ops::qkv_rope_write_f32(&mut cpu_q, &mut cpu_k, &mut cpu_v, &qkv, &positions, &slots, &cos, &sin, n_heads, n_kv_heads, head_dim);
+        let (mut q, mut kd, mut vd) = (poisoned(g, n * q_dim), up(g, &kc), up(g, &vc));
+        g.qkv_rope_write_f32(
+            &mut q.as_view_mut(),
+            &mut kd.as_view_mut(),
+            &mut vd.as_view_mut(),
+            &up(g, &qkv).as_view(),
+            &up(g, &positions).as_view(),
+            &up(g, &slots).as_view(),
+            &up(g, &cos).as_view(),
+            &up(g, &sin).as_view(),
+            n_heads,
+            n_kv_heads,
+            head_dim,
+        )
+        .unwrap();
+        let what = format!("n {n}, {n_heads}/{n_kv_heads} heads of {head_dim}");
+        assert_close(&format!("{what}: q"), &down(g, &q), &cpu_q, 1e-6);
+        assert_close(&format!("{what}: k cache"), &down(g, &kd), &cpu_k, 1e-6);
+        assert_close(&format!("{what}: v cache"), &down(g, &vd), &cpu_v, 0.0);
     }
 }
 
@@ -439,6 +483,29 @@ fn argmax_f32(g: &Gpu, rng: &mut StdRng) {
         g.argmax_f32(&mut out.as_view_mut(), &up(g, &logits).as_view())
             .unwrap();
         assert_eq!(down(g, &out)[0], cpu, "n {n} tie {tie}");
+    }
+}
+
+fn fill_random_bf16(g: &Gpu, rng: &mut StdRng) {
+    for n in [1, 1000, 1_000_003] {
+        let (seed, scale) = (rng.random::<u32>(), rng.random_range(0.01..2.0));
+        let mut cpu = vec![0u16; n];
+        ops::fill_random_bf16(&mut cpu, seed, scale);
+        let mut dev = g.zeros::<u16>(n, "test").unwrap();
+        g.fill_random_bf16(&mut dev.as_view_mut(), seed, scale).unwrap();
+        assert_eq!(down(g, &dev), cpu, "n {n}");
+        assert!(cpu.iter().any(|&b| b != 0) || n == 1);
+    }
+}
+
+fn read_probe_u32(g: &Gpu, rng: &mut StdRng) {
+    for (n_words, grid) in [(4, 1), (4 * 1000, 3), (4 * 300_001, 132)] {
+        let data: Vec<u32> = (0..n_words).map(|_| rng.random()).collect();
+        let mut cpu = vec![0u32; grid];
+        ops::read_probe_u32(&mut cpu, &data);
+        let mut partial = up(g, &vec![0xdead_beefu32; grid]);
+        g.read_probe_u32(&mut partial.as_view_mut(), &up(g, &data).as_view()).unwrap();
+        assert_eq!(down(g, &partial), cpu, "{n_words} words, grid {grid}");
     }
 }
 

@@ -98,18 +98,32 @@ pub fn matmul_f32(out: &mut [f32], x: &[f32], w: &[f32], bias: Option<&[f32]>, n
     }
 }
 
-/// `out[o] = sum_i w[o, i] * x[i] + bias[o]` for one token, weights in bf16: the twin of
-/// the GPU's decode matmul.
+/// `out[o] = (accumulate ? out[o] : 0) + sum_i w[o, i] * x[i] + bias[o]` for one token,
+/// weights in bf16: the twin of the GPU's decode matmul (`accumulate` fuses a residual add).
 ///
 /// - `out`: `[n_out]`
 /// - `x`: `[n_in]`
 /// - `w`: `[n_out, n_in]` bf16 bits
 /// - `bias`: `[n_out]` or none
-pub fn gemv_bf16(out: &mut [f32], x: &[f32], w: &[u16], bias: Option<&[f32]>, n_in: usize) {
+pub fn gemv_bf16(out: &mut [f32], x: &[f32], w: &[u16], bias: Option<&[f32]>, n_in: usize, accumulate: bool) {
     out.par_iter_mut().enumerate().for_each(|(o, y)| {
         let row = &w[o * n_in..(o + 1) * n_in];
         let sum: f32 = row.iter().zip(x).map(|(&w, x)| bf16_to_f32(w) * x).sum();
-        *y = sum + bias.map_or(0.0, |b| b[o]);
+        *y = if accumulate { *y } else { 0.0 } + sum + bias.map_or(0.0, |b| b[o]);
+    });
+}
+
+/// `out[o] = silu(w_gate[o] . x) * (w_up[o] . x)`: the twin of the GPU's fused gate/up
+/// matmul with SwiGLU.
+///
+/// - `out`: `[n_out]`
+/// - `x`: `[n_in]`
+/// - `w_gate`, `w_up`: `[n_out, n_in]` bf16 bits
+pub fn gemv_swiglu_bf16(out: &mut [f32], x: &[f32], w_gate: &[u16], w_up: &[u16], n_in: usize) {
+    let dot = |w: &[u16]| -> f32 { w.iter().zip(x).map(|(&w, x)| bf16_to_f32(w) * x).sum() };
+    out.par_iter_mut().enumerate().for_each(|(o, y)| {
+        let (g, u) = (dot(&w_gate[o * n_in..(o + 1) * n_in]), dot(&w_up[o * n_in..(o + 1) * n_in]));
+        *y = g / (1.0 + (-g).exp()) * u;
     });
 }
 
@@ -124,7 +138,7 @@ pub fn gemm_bf16(out: &mut [f32], x: &[f32], w: &[u16], bias: Option<&[f32]>, n_
     let n_out = w.len() / n_in;
     out.par_chunks_mut(n_out)
         .zip(x.par_chunks(n_in))
-        .for_each(|(y, xr)| gemv_bf16(y, xr, w, bias, n_in));
+        .for_each(|(y, xr)| gemv_bf16(y, xr, w, bias, n_in, false));
 }
 
 /// Rotate-half RoPE, in place: in each head, the pair `(x[i], x[i + d/2])` turns by the
@@ -175,6 +189,40 @@ pub fn kv_write_f32(
         let dst = slot as usize * kv_dim..(slot as usize + 1) * kv_dim;
         k_cache[dst.clone()].copy_from_slice(&k[t * kv_dim..(t + 1) * kv_dim]);
         v_cache[dst].copy_from_slice(&v[t * kv_dim..(t + 1) * kv_dim]);
+    }
+}
+
+/// RoPE on q and k and the cache write, from the fused projection's rows `[q | k | v]`: the
+/// twin of the GPU's `qkv_rope_write_f32`.
+///
+/// - `q_out`: `[n, n_heads, head_dim]`
+/// - `k_cache`, `v_cache`: one layer, `[n_blocks * BLOCK_SIZE, kv_dim]`
+/// - `qkv`: `[n, q_dim + 2 * kv_dim]`
+/// - `positions`, `slots`: `[n]`; `cos`, `sin`: `[max_pos, head_dim / 2]`
+#[allow(clippy::too_many_arguments)]
+pub fn qkv_rope_write_f32(
+    q_out: &mut [f32],
+    k_cache: &mut [f32],
+    v_cache: &mut [f32],
+    qkv: &[f32],
+    positions: &[u32],
+    slots: &[u32],
+    cos: &[f32],
+    sin: &[f32],
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+) {
+    let (q_dim, kv_dim) = (n_heads * head_dim, n_kv_heads * head_dim);
+    let width = q_dim + 2 * kv_dim;
+    let mut k = vec![0.0; kv_dim];
+    for (t, row) in qkv.chunks_exact(width).enumerate() {
+        let q = &mut q_out[t * q_dim..(t + 1) * q_dim];
+        q.copy_from_slice(&row[..q_dim]);
+        rope_f32(q, &positions[t..t + 1], cos, sin, n_heads, head_dim);
+        k.copy_from_slice(&row[q_dim..q_dim + kv_dim]);
+        rope_f32(&mut k, &positions[t..t + 1], cos, sin, n_kv_heads, head_dim);
+        kv_write_f32(k_cache, v_cache, &k, &row[q_dim + kv_dim..], &slots[t..t + 1], kv_dim);
     }
 }
 
@@ -234,6 +282,122 @@ pub fn attention_f32(
             }
             o.iter_mut().for_each(|o| *o /= sum);
         });
+}
+
+/// Flash-decoding's first half: for each token, query head and split of `split_len`
+/// positions, the unnormalised attention over that split: running maximum `m`, sum `l` of
+/// `e^(score - m)`, and the weighted sum of values. The twin of `attention_split_f32`.
+///
+/// - `partial_o`: `[n, n_heads, n_splits, head_dim]`; `partial_ml`: `[n, n_heads, n_splits, 2]`
+/// - the rest as in `attention_f32`
+#[allow(clippy::too_many_arguments)]
+pub fn attention_split_f32(
+    partial_o: &mut [f32],
+    partial_ml: &mut [f32],
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    block_tables: &[u32],
+    token_seq: &[u32],
+    positions: &[u32],
+    max_blocks: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    split_len: usize,
+) {
+    let n_splits = partial_ml.len() / (2 * positions.len() * n_heads);
+    let (group, kv_dim) = (n_heads / n_kv_heads, n_kv_heads * head_dim);
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    for (t, &pos) in positions.iter().enumerate() {
+        let table = &block_tables[token_seq[t] as usize * max_blocks..][..max_blocks];
+        for h in 0..n_heads {
+            let q = &q[(t * n_heads + h) * head_dim..][..head_dim];
+            for s in 0..n_splits {
+                let at = (t * n_heads + h) * n_splits + s;
+                let o = &mut partial_o[at * head_dim..(at + 1) * head_dim];
+                o.fill(0.0);
+                let (mut m, mut l) = (f32::NEG_INFINITY, 0f32);
+                for p in s * split_len..((s + 1) * split_len).min(pos as usize + 1) {
+                    let slot = table[p / BLOCK_SIZE] as usize * BLOCK_SIZE + p % BLOCK_SIZE;
+                    let base = slot * kv_dim + (h / group) * head_dim;
+                    let score = dot(q, &k_cache[base..base + head_dim]) * scale;
+                    let m_new = m.max(score);
+                    let (rescale, weight) = ((m - m_new).exp(), (score - m_new).exp());
+                    l = l * rescale + weight;
+                    for (o, v) in o.iter_mut().zip(&v_cache[base..base + head_dim]) {
+                        *o = *o * rescale + weight * v;
+                    }
+                    m = m_new;
+                }
+                partial_ml[2 * at] = m;
+                partial_ml[2 * at + 1] = l;
+            }
+        }
+    }
+}
+
+/// Flash-decoding's second half: merges the splits,
+/// `out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s`. The twin of `attention_combine_f32`.
+///
+/// - `out`: `[n, n_heads, head_dim]`
+/// - `partial_o`, `partial_ml`: as `attention_split_f32` wrote them
+pub fn attention_combine_f32(out: &mut [f32], partial_o: &[f32], partial_ml: &[f32], n_splits: usize, head_dim: usize) {
+    for (th, o) in out.chunks_exact_mut(head_dim).enumerate() {
+        let ml = &partial_ml[2 * th * n_splits..2 * (th + 1) * n_splits];
+        let m_all = ml.chunks(2).map(|c| c[0]).fold(f32::NEG_INFINITY, f32::max);
+        let denom: f32 = ml.chunks(2).map(|c| c[1] * (c[0] - m_all).exp()).sum();
+        o.fill(0.0);
+        for s in 0..n_splits {
+            let w = (ml[2 * s] - m_all).exp() / denom;
+            let src = &partial_o[(th * n_splits + s) * head_dim..][..head_dim];
+            for (o, v) in o.iter_mut().zip(src) {
+                *o += w * v;
+            }
+        }
+    }
+}
+
+/// The benchmark weights' generator: `out[i] = bf16(scale * u)`, `u` uniform in [-1, 1)
+/// from a hash of `(seed, i)`. The twin of `fill_random_bf16`.
+pub fn fill_random_bf16(out: &mut [u16], seed: u32, scale: f32) {
+    for (i, o) in out.iter_mut().enumerate() {
+        let u = (hash32(seed, i as u32) >> 8) as f32 * (1.0 / 8_388_608.0) - 1.0;
+        *o = half::bf16::from_f32(scale * u).to_bits();
+    }
+}
+
+/// The "lowbias32" mixer the GPU generator uses.
+pub fn hash32(seed: u32, i: u32) -> u32 {
+    let mut x = i ^ seed.wrapping_mul(0x9e37_79b9);
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846c_a68b);
+    x ^= x >> 16;
+    x
+}
+
+/// The read-bandwidth probe's result: `partial[b]`, the wrapping sum of the words block `b`
+/// of a `grid x 256` launch reads (16-byte vectors `i = b * 256 + t`, stepping by
+/// `grid * 256`). The twin of `read_probe_u32`.
+pub fn read_probe_u32(partial: &mut [u32], data: &[u32]) {
+    let grid = partial.len();
+    let n_vec4 = data.len() / 4;
+    let stride = grid * 256;
+    for (b, p) in partial.iter_mut().enumerate() {
+        let mut sum = 0u32;
+        for t in 0..256 {
+            let mut i = b * 256 + t;
+            while i < n_vec4 {
+                for w in &data[4 * i..4 * i + 4] {
+                    sum = sum.wrapping_add(*w);
+                }
+                i += stride;
+            }
+        }
+        *p = sum;
+    }
 }
 
 /// SwiGLU: `out[i] = silu(gate[i]) * up[i]`, silu(x) = x / (1 + e^-x).

@@ -1,5 +1,9 @@
-//! The model on the GPU: bf16 weights (f32 norms), an f32 paged KV cache, activations for
-//! `max_tokens` tokens allocated once, and the forward pass, step for step the CPU's.
+//! The model on the GPU: bf16 weights (f32 norms and biases), an f32 paged KV cache,
+//! activations for `max_tokens` tokens allocated once, and the forward pass, step for step
+//! the CPU's, with the decode step's fusions: q, k and v in one matmul followed by one
+//! RoPE-and-cache-write kernel; the residual adds folded into the output matmuls; gate, up and
+//! SwiGLU in one kernel; attention split over the context (flash-decoding); greedy decoding's
+//! argmax on the device.
 
 use cudarc::driver::CudaSlice;
 
@@ -14,122 +18,74 @@ use crate::rope::RopeTables;
 
 /// Most sequences one forward pass may mix (the block-table buffer is sized for them).
 pub const MAX_SEQS: usize = 64;
-/// The attention kernel holds a head in registers: at most 8 floats per lane of a warp.
+/// The attention kernels hold a head in registers: at most 8 floats per lane of a warp.
 pub const MAX_HEAD_DIM: usize = 256;
+/// Positions per flash-decoding split.
+pub const SPLIT_LEN: usize = 64;
+/// (token, head, split) rows of the flash-decoding scratch; a batch that needs more (a long
+/// prompt) uses the one-block-per-head attention kernel instead.
+const PARTIAL_ROWS: usize = 1 << 16;
+/// Share of the free device memory the KV pool may take by default.
+const KV_SHARE_OF_FREE: f64 = 0.9;
 
 /// Whether the GPU kernels can run this model: the GEMV reads 8 weights at a time, so every
-/// matrix's input width must be a multiple of 8, and a head must fit the attention kernel.
+/// matrix's input width must be a multiple of 8, and a head must fit the attention kernels.
 pub fn check_supported(c: &Config) -> Result<()> {
-    let unsupported = |what: String| {
-        Err(Error::Gpu(format!(
-            "{what}; run this model with --device cpu"
-        )))
-    };
+    let unsupported = |what: String| Err(Error::Gpu(format!("{what}; run this model with --device cpu")));
     if c.head_dim > MAX_HEAD_DIM {
-        return unsupported(format!(
-            "head_dim {} is over the attention kernel's {MAX_HEAD_DIM}",
-            c.head_dim
-        ));
+        return unsupported(format!("head_dim {} is over the attention kernels' {MAX_HEAD_DIM}", c.head_dim));
     }
-    for (name, width) in [
-        ("hidden_size", c.dim),
-        ("heads * head_dim", c.q_dim()),
-        ("intermediate_size", c.ffn_dim),
-    ] {
+    if c.group_size() > 32 {
+        return unsupported(format!("{} query heads per KV head is over the attention kernel's 32", c.group_size()));
+    }
+    for (name, width) in [("hidden_size", c.dim), ("heads * head_dim", c.q_dim()), ("intermediate_size", c.ffn_dim)] {
         if !width.is_multiple_of(8) {
-            return unsupported(format!(
-                "{name} {width} is not a multiple of 8, as the GEMV kernel needs"
-            ));
+            return unsupported(format!("{name} {width} is not a multiple of 8, as the GEMV kernel needs"));
         }
     }
     Ok(())
 }
 
-/// Share of the free device memory the KV pool may take by default.
-const KV_SHARE_OF_FREE: f64 = 0.9;
-
-struct GpuLayer {
-    attn_norm: CudaSlice<f32>,  // [dim]
-    wq: CudaSlice<u16>,         // [q_dim, dim] bf16
-    wk: CudaSlice<u16>,         // [kv_dim, dim] bf16
-    wv: CudaSlice<u16>,         // [kv_dim, dim] bf16
-    bq: Option<CudaSlice<f32>>, // [q_dim]
-    bk: Option<CudaSlice<f32>>, // [kv_dim]
-    bv: Option<CudaSlice<f32>>, // [kv_dim]
-    wo: CudaSlice<u16>,         // [dim, q_dim] bf16
-    ffn_norm: CudaSlice<f32>,   // [dim]
-    w_gate: CudaSlice<u16>,     // [ffn_dim, dim] bf16
-    w_up: CudaSlice<u16>,       // [ffn_dim, dim] bf16
-    w_down: CudaSlice<u16>,     // [dim, ffn_dim] bf16
+/// bf16 bits of each value, rounded to nearest even.
+pub fn to_bf16(x: &[f32]) -> Vec<u16> {
+    x.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect()
 }
 
-pub struct GpuBackend {
-    pub gpu: Gpu,
+struct GpuLayer {
+    attn_norm: CudaSlice<f32>,    // [dim]
+    wqkv: CudaSlice<u16>,         // [q_dim + 2 kv_dim, dim] bf16: q, k, v stacked, one matmul
+    bqkv: Option<CudaSlice<f32>>, // [q_dim + 2 kv_dim] (Qwen2)
+    wo: CudaSlice<u16>,           // [dim, q_dim] bf16
+    ffn_norm: CudaSlice<f32>,     // [dim]
+    w_gate: CudaSlice<u16>,       // [ffn_dim, dim] bf16
+    w_up: CudaSlice<u16>,         // [ffn_dim, dim] bf16
+    w_down: CudaSlice<u16>,       // [dim, ffn_dim] bf16
+}
+
+/// The weights on the device.
+pub struct GpuWeights {
     embed: CudaSlice<u16>, // [vocab, dim] bf16
     layers: Vec<GpuLayer>,
     final_norm: CudaSlice<f32>,      // [dim]
     lm_head: Option<CudaSlice<u16>>, // [vocab, dim] bf16; None: tied to `embed`
-    /// `[n_layers, n_blocks, BLOCK_SIZE, n_kv_heads, head_dim]`, the CPU cache's layout
-    k_cache: CudaSlice<f32>,
-    v_cache: CudaSlice<f32>,
-    pub n_blocks: usize,
-    rope_cos: CudaSlice<f32>, // [max_pos, head_dim / 2]
-    rope_sin: CudaSlice<f32>, // [max_pos, head_dim / 2]
-    // Activations, [max_tokens, width] each.
-    x: CudaSlice<f32>,
-    xb: CudaSlice<f32>,
-    q: CudaSlice<f32>,
-    k: CudaSlice<f32>,
-    v: CudaSlice<f32>,
-    att: CudaSlice<f32>,
-    gate: CudaSlice<f32>,
-    up: CudaSlice<f32>,
-    hidden: CudaSlice<f32>,
-    head_in: CudaSlice<f32>, // [max_tokens, dim]
-    logits: CudaSlice<f32>,  // [max_tokens, vocab]
-    // The batch, as the kernels read it: [max_tokens] each, and [MAX_SEQS, max_blocks].
-    tokens: CudaSlice<u32>,
-    positions: CudaSlice<u32>,
-    token_seq: CudaSlice<u32>,
-    slots: CudaSlice<u32>,
-    block_tables: CudaSlice<u32>,
-    logits_host: Vec<f32>,
-    max_tokens: usize,
 }
 
-/// bf16 bits of each value, rounded to nearest even.
-pub fn to_bf16(x: &[f32]) -> Vec<u16> {
-    x.iter()
-        .map(|&v| half::bf16::from_f32(v).to_bits())
-        .collect()
-}
-
-impl GpuBackend {
-    /// Uploads the weights, allocates activations for `max_tokens` tokens and a KV pool of
-    /// `kv_blocks` blocks, or by default of most of the free memory (up to what `MAX_SEQS`
-    /// full contexts need). RoPE tables come later (`set_rope`): their length depends on
-    /// the pool's size.
-    pub fn new(
-        gpu: Gpu,
-        c: &Config,
-        w: &ModelWeights,
-        kv_blocks: Option<usize>,
-        max_tokens: usize,
-    ) -> Result<GpuBackend> {
+impl GpuWeights {
+    /// Uploads a loaded model's weights, matrices rounded to bf16.
+    pub fn upload(gpu: &Gpu, c: &Config, w: &ModelWeights) -> Result<GpuWeights> {
         let bf16 = |x: &[f32], what: &str| gpu.upload(&to_bf16(x), what);
         let f32s = |x: &[f32], what: &str| gpu.upload(x, what);
         let layer = |l: usize, lw: &LayerWeights| -> Result<GpuLayer> {
             let what = |s: &str| format!("layer {l} {s}");
-            let opt =
-                |b: &Option<Vec<f32>>, s: &str| b.as_deref().map(|b| f32s(b, &what(s))).transpose();
+            let wqkv = [lw.wq.as_slice(), &lw.wk, &lw.wv].concat();
+            let bqkv = match (&lw.bq, &lw.bk, &lw.bv) {
+                (Some(q), Some(k), Some(v)) => Some(f32s(&[q.as_slice(), k, v].concat(), &what("qkv bias"))?),
+                _ => None,
+            };
             Ok(GpuLayer {
                 attn_norm: f32s(&lw.attn_norm, &what("attn_norm"))?,
-                wq: bf16(&lw.wq, &what("q_proj"))?,
-                wk: bf16(&lw.wk, &what("k_proj"))?,
-                wv: bf16(&lw.wv, &what("v_proj"))?,
-                bq: opt(&lw.bq, "q bias")?,
-                bk: opt(&lw.bk, "k bias")?,
-                bv: opt(&lw.bv, "v bias")?,
+                wqkv: bf16(&wqkv, &what("qkv_proj"))?,
+                bqkv,
                 wo: bf16(&lw.wo, &what("o_proj"))?,
                 ffn_norm: f32s(&lw.ffn_norm, &what("ffn_norm"))?,
                 w_gate: bf16(&lw.w_gate, &what("gate_proj"))?,
@@ -137,43 +93,104 @@ impl GpuBackend {
                 w_down: bf16(&lw.w_down, &what("down_proj"))?,
             })
         };
-        let layers = w
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(l, lw)| layer(l, lw))
-            .collect::<Result<Vec<_>>>()?;
-        let embed = bf16(&w.embed, "the embedding")?;
-        let lm_head = w
-            .lm_head
-            .as_deref()
-            .map(|h| bf16(h, "the output head"))
-            .transpose()?;
-        let final_norm = f32s(&w.final_norm, "the final norm")?;
+        let _ = c;
+        Ok(GpuWeights {
+            layers: w.layers.iter().enumerate().map(|(l, lw)| layer(l, lw)).collect::<Result<_>>()?,
+            embed: bf16(&w.embed, "the embedding")?,
+            lm_head: w.lm_head.as_deref().map(|h| bf16(h, "the output head")).transpose()?,
+            final_norm: f32s(&w.final_norm, "the final norm")?,
+        })
+    }
 
-        let act = |width: usize, what: &str| gpu.zeros::<f32>(max_tokens * width, what);
-        let (x, xb, head_in) = (
-            act(c.dim, "activations")?,
-            act(c.dim, "activations")?,
-            act(c.dim, "activations")?,
-        );
-        let (q, att) = (
-            act(c.q_dim(), "activations")?,
-            act(c.q_dim(), "activations")?,
-        );
-        let (k, v) = (
-            act(c.kv_dim(), "activations")?,
-            act(c.kv_dim(), "activations")?,
-        );
-        let (gate, up, hidden) = (
-            act(c.ffn_dim, "activations")?,
-            act(c.ffn_dim, "activations")?,
-            act(c.ffn_dim, "activations")?,
-        );
-        let logits = act(c.vocab_size, "logits")?;
-        let ids = |what: &str| gpu.zeros::<u32>(max_tokens, what);
+    /// Random weights of `c`'s shape made on the device (for benchmarks: no download, no host
+    /// copy): matrices uniform in ±1/sqrt(fan_in), norms 1, biases 0.
+    pub fn synthetic(gpu: &Gpu, c: &Config, seed: u32) -> Result<GpuWeights> {
+        let mut next_seed = seed;
+        let mut matrix = |rows: usize, cols: usize, what: &str| -> Result<CudaSlice<u16>> {
+            let mut m = gpu.zeros::<u16>(rows * cols, what)?;
+            next_seed = next_seed.wrapping_add(1);
+            gpu.fill_random_bf16(&mut m.as_view_mut(), next_seed, 1.0 / (cols as f32).sqrt())?;
+            Ok(m)
+        };
+        let (dim, q, kv, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let ones = vec![1.0f32; dim];
+        let mut layers = vec![];
+        for l in 0..c.n_layers {
+            let what = format!("layer {l}");
+            layers.push(GpuLayer {
+                attn_norm: gpu.upload(&ones, &what)?,
+                wqkv: matrix(q + 2 * kv, dim, &what)?,
+                bqkv: if c.qkv_bias { Some(gpu.zeros(q + 2 * kv, &what)?) } else { None },
+                wo: matrix(dim, q, &what)?,
+                ffn_norm: gpu.upload(&ones, &what)?,
+                w_gate: matrix(ffn, dim, &what)?,
+                w_up: matrix(ffn, dim, &what)?,
+                w_down: matrix(dim, ffn, &what)?,
+            });
+        }
+        Ok(GpuWeights {
+            embed: matrix(c.vocab_size, dim, "the embedding")?,
+            lm_head: if c.tie_embeddings { None } else { Some(matrix(c.vocab_size, dim, "the output head")?) },
+            final_norm: gpu.upload(&ones, "the final norm")?,
+            layers,
+        })
+    }
 
-        // The KV pool: what the caller asked, or most of what is left.
+    /// Bytes one decode step must read from the weights: every matrix and norm once, the
+    /// embedding only for its one row (unless it doubles as the head).
+    pub fn bytes_per_token(&self, c: &Config) -> usize {
+        let layer: usize = self.layers.iter().map(|l| {
+            2 * (l.wqkv.len() + l.wo.len() + l.w_gate.len() + l.w_up.len() + l.w_down.len())
+                + 4 * (l.attn_norm.len() + l.ffn_norm.len() + l.bqkv.as_ref().map_or(0, |b| b.len()))
+        }).sum();
+        let head = 2 * self.lm_head.as_ref().unwrap_or(&self.embed).len();
+        let embed_row = if self.lm_head.is_some() { 2 * c.dim } else { 0 };
+        layer + head + embed_row + 4 * c.dim
+    }
+}
+
+pub struct GpuBackend {
+    pub gpu: Gpu,
+    pub weights: GpuWeights,
+    /// `[n_layers, n_blocks, BLOCK_SIZE, n_kv_heads, head_dim]`, the CPU cache's layout
+    pub k_cache: CudaSlice<f32>,
+    pub v_cache: CudaSlice<f32>,
+    pub n_blocks: usize,
+    rope_cos: CudaSlice<f32>, // [max_pos, head_dim / 2]
+    rope_sin: CudaSlice<f32>, // [max_pos, head_dim / 2]
+    // Activations, [max_tokens, width] each.
+    x: CudaSlice<f32>,       // [.., dim] the residual stream
+    xb: CudaSlice<f32>,      // [.., dim] normed input of a block, or a block's output
+    qkv: CudaSlice<f32>,     // [.., q_dim + 2 kv_dim]
+    q: CudaSlice<f32>,       // [.., q_dim] rotated queries
+    att: CudaSlice<f32>,     // [.., q_dim] attention output
+    gate: CudaSlice<f32>,    // [.., ffn_dim]
+    up: CudaSlice<f32>,      // [.., ffn_dim]
+    hidden: CudaSlice<f32>,  // [.., ffn_dim] silu(gate) * up
+    head_in: CudaSlice<f32>, // [.., dim] final-normed rows whose logits are wanted
+    logits: CudaSlice<f32>,  // [.., vocab]
+    partial_o: CudaSlice<f32>,  // [PARTIAL_ROWS, head_dim] flash-decoding partial outputs
+    partial_ml: CudaSlice<f32>, // [PARTIAL_ROWS, 2] their (max, sum)
+    next_ids: CudaSlice<u32>,   // [max_tokens] greedy choices, one per logits row
+    // The batch, as the kernels read it: [max_tokens] each, and [MAX_SEQS, max_blocks].
+    tokens: CudaSlice<u32>,
+    positions: CudaSlice<u32>,
+    token_seq: CudaSlice<u32>,
+    slots: CudaSlice<u32>,
+    block_tables: CudaSlice<u32>,
+    logits_host: Vec<f32>,
+    ids_host: Vec<u32>,
+    max_tokens: usize,
+}
+
+impl GpuBackend {
+    /// Allocates activations for `max_tokens` tokens and a KV pool of `kv_blocks` blocks, or
+    /// by default of most of the free memory (up to what `MAX_SEQS` full contexts need).
+    /// RoPE tables come later (`set_rope`): their length depends on the pool's size.
+    pub fn new(gpu: Gpu, c: &Config, weights: GpuWeights, kv_blocks: Option<usize>, max_tokens: usize) -> Result<GpuBackend> {
+        check_supported(c)?;
+        let act = |width: usize| gpu.zeros::<f32>(max_tokens * width, "activations");
+        let ids = || gpu.zeros::<u32>(max_tokens, "the batch");
         let block_bytes = 2 * c.n_layers * BLOCK_SIZE * c.kv_dim() * size_of::<f32>();
         let n_blocks = match kv_blocks {
             Some(n) => n,
@@ -185,12 +202,7 @@ impl GpuBackend {
         };
         if n_blocks == 0 {
             let (free, total) = gpu.memory();
-            return Err(Error::GpuOutOfMemory {
-                what: "one KV-cache block".into(),
-                bytes: block_bytes,
-                free,
-                total,
-            });
+            return Err(Error::GpuOutOfMemory { what: "one KV-cache block".into(), bytes: block_bytes, free, total });
         }
         let pool = n_blocks * BLOCK_SIZE * c.kv_dim() * c.n_layers;
         let max_blocks = blocks_for(c.max_seq_len).min(n_blocks);
@@ -200,28 +212,28 @@ impl GpuBackend {
             n_blocks,
             rope_cos: gpu.zeros(1, "RoPE tables")?,
             rope_sin: gpu.zeros(1, "RoPE tables")?,
-            tokens: ids("the batch")?,
-            positions: ids("the batch")?,
-            token_seq: ids("the batch")?,
-            slots: ids("the batch")?,
+            x: act(c.dim)?,
+            xb: act(c.dim)?,
+            qkv: act(c.q_dim() + 2 * c.kv_dim())?,
+            q: act(c.q_dim())?,
+            att: act(c.q_dim())?,
+            gate: act(c.ffn_dim)?,
+            up: act(c.ffn_dim)?,
+            hidden: act(c.ffn_dim)?,
+            head_in: act(c.dim)?,
+            logits: act(c.vocab_size)?,
+            partial_o: gpu.zeros(PARTIAL_ROWS * c.head_dim, "attention scratch")?,
+            partial_ml: gpu.zeros(PARTIAL_ROWS * 2, "attention scratch")?,
+            next_ids: ids()?,
+            tokens: ids()?,
+            positions: ids()?,
+            token_seq: ids()?,
+            slots: ids()?,
             block_tables: gpu.zeros(MAX_SEQS * max_blocks, "block tables")?,
             logits_host: vec![],
+            ids_host: vec![],
             max_tokens,
-            embed,
-            layers,
-            final_norm,
-            lm_head,
-            x,
-            xb,
-            q,
-            k,
-            v,
-            att,
-            gate,
-            up,
-            hidden,
-            head_in,
-            logits,
+            weights,
             gpu,
         })
     }
@@ -234,237 +246,144 @@ impl GpuBackend {
 
     /// One linear layer for `n` tokens: the GEMV kernel for one, the tiled GEMM for more.
     #[allow(clippy::too_many_arguments)]
-    fn matmul(
-        gpu: &Gpu,
-        out: &mut Out<f32>,
-        x: &In<f32>,
-        w: &CudaSlice<u16>,
-        bias: Option<&CudaSlice<f32>>,
-        n: usize,
-        n_in: usize,
-        n_out: usize,
-    ) -> Result<()> {
+    fn matmul(gpu: &Gpu, out: &mut Out<f32>, x: &In<f32>, w: &CudaSlice<u16>, bias: Option<&CudaSlice<f32>>, n: usize, n_in: usize, n_out: usize) -> Result<()> {
         let bias = bias.map(|b| b.as_view());
         if n == 1 {
-            gpu.gemv_bf16(out, x, &w.as_view(), bias.as_ref(), n_in, n_out)
+            gpu.gemv_bf16(out, x, &w.as_view(), bias.as_ref(), n_in, n_out, false)
         } else {
             gpu.gemm_bf16(out, x, &w.as_view(), bias.as_ref(), n, n_in, n_out)
         }
     }
 
-    /// Runs `batch` (at most `max_tokens` tokens) and returns the logits of its
-    /// `logit_rows`, `[rows, vocab]`, copied to the host.
+    /// Runs `batch` and returns the logits of its `logit_rows`, `[rows, vocab]`, copied to the
+    /// host.
     pub fn forward(&mut self, c: &Config, batch: &Batch) -> Result<&[f32]> {
+        let rows = self.run(c, batch)?;
+        let n = rows * c.vocab_size;
+        self.logits_host.resize(n, 0.0);
+        self.gpu
+            .stream
+            .memcpy_dtoh(&self.logits.slice(..n), &mut self.logits_host)
+            .map_err(|e| Error::Gpu(format!("the forward pass failed: {e}")))?;
+        self.gpu.sync()?;
+        Ok(&self.logits_host)
+    }
+
+    /// Runs `batch` and returns the most likely next token of each logits row: the argmax
+    /// runs on the device, and only the ids come back.
+    pub fn forward_greedy(&mut self, c: &Config, batch: &Batch) -> Result<&[u32]> {
+        let rows = self.run(c, batch)?;
+        let vocab = c.vocab_size;
+        for r in 0..rows {
+            self.gpu.argmax_f32(&mut self.next_ids.slice_mut(r..r + 1), &self.logits.slice(r * vocab..(r + 1) * vocab))?;
+        }
+        self.ids_host.resize(rows, 0);
+        self.gpu
+            .stream
+            .memcpy_dtoh(&self.next_ids.slice(..rows), &mut self.ids_host)
+            .map_err(|e| Error::Gpu(format!("the forward pass failed: {e}")))?;
+        self.gpu.sync()?;
+        Ok(&self.ids_host)
+    }
+
+    /// The forward pass up to the logits, left on the device; returns how many rows.
+    fn run(&mut self, c: &Config, batch: &Batch) -> Result<usize> {
         let n = batch.tokens.len();
         let n_seqs = batch.block_tables.len() / batch.max_blocks.max(1);
-        assert!(
-            n <= self.max_tokens
-                && n_seqs <= MAX_SEQS
-                && batch.block_tables.len() <= self.block_tables.len()
-        );
-        let (dim, q_dim, kv_dim, ffn, vocab) =
-            (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.vocab_size);
+        assert!(n <= self.max_tokens && n_seqs <= MAX_SEQS && batch.block_tables.len() <= self.block_tables.len());
+        let (dim, q_dim, kv_dim, ffn, vocab) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.vocab_size);
+        let qkv_dim = q_dim + 2 * kv_dim;
         let g = &self.gpu;
         let up_err = |e| Error::Gpu(format!("copying the batch to the device: {e}"));
-        g.stream
-            .memcpy_htod(&batch.tokens, &mut self.tokens.slice_mut(..n))
-            .map_err(up_err)?;
-        g.stream
-            .memcpy_htod(&batch.positions, &mut self.positions.slice_mut(..n))
-            .map_err(up_err)?;
-        g.stream
-            .memcpy_htod(&batch.token_seq, &mut self.token_seq.slice_mut(..n))
-            .map_err(up_err)?;
-        g.stream
-            .memcpy_htod(&batch.slots, &mut self.slots.slice_mut(..n))
-            .map_err(up_err)?;
+        g.stream.memcpy_htod(&batch.tokens, &mut self.tokens.slice_mut(..n)).map_err(up_err)?;
+        g.stream.memcpy_htod(&batch.positions, &mut self.positions.slice_mut(..n)).map_err(up_err)?;
+        g.stream.memcpy_htod(&batch.token_seq, &mut self.token_seq.slice_mut(..n)).map_err(up_err)?;
+        g.stream.memcpy_htod(&batch.slots, &mut self.slots.slice_mut(..n)).map_err(up_err)?;
         let bt_len = batch.block_tables.len();
-        g.stream
-            .memcpy_htod(
-                &batch.block_tables,
-                &mut self.block_tables.slice_mut(..bt_len),
-            )
-            .map_err(up_err)?;
+        g.stream.memcpy_htod(&batch.block_tables, &mut self.block_tables.slice_mut(..bt_len)).map_err(up_err)?;
         let (tokens, positions) = (self.tokens.slice(..n), self.positions.slice(..n));
-        let (token_seq, slots, tables) = (
-            self.token_seq.slice(..n),
-            self.slots.slice(..n),
-            self.block_tables.slice(..bt_len),
-        );
+        let (token_seq, slots, tables) = (self.token_seq.slice(..n), self.slots.slice(..n), self.block_tables.slice(..bt_len));
         let (cos, sin) = (self.rope_cos.as_view(), self.rope_sin.as_view());
         let layer_len = self.k_cache.len() / c.n_layers;
+        // Flash-decoding when its scratch holds every (token, head, split); else one block
+        // per (token, head) walks the whole context.
+        let longest = batch.positions.iter().max().map_or(1, |&p| p as usize + 1);
+        let n_splits = longest.div_ceil(SPLIT_LEN);
+        let split = n * c.n_heads * n_splits <= PARTIAL_ROWS;
+        let w = &self.weights;
 
-        g.embedding_bf16(
-            &mut self.x.slice_mut(..n * dim),
-            &self.embed.as_view(),
-            &tokens,
-            dim,
-        )?;
-        for (l, lw) in self.layers.iter().enumerate() {
+        g.embedding_bf16(&mut self.x.slice_mut(..n * dim), &w.embed.as_view(), &tokens, dim)?;
+        for (l, lw) in w.layers.iter().enumerate() {
             // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream.
-            g.rmsnorm_f32(
-                &mut self.xb.slice_mut(..n * dim),
-                &self.x.slice(..n * dim),
-                &lw.attn_norm.as_view(),
-                c.rms_eps,
-                dim,
-            )?;
-            let xb = self.xb.slice(..n * dim);
-            Self::matmul(
-                g,
-                &mut self.q.slice_mut(..n * q_dim),
-                &xb,
-                &lw.wq,
-                lw.bq.as_ref(),
-                n,
-                dim,
-                q_dim,
-            )?;
-            Self::matmul(
-                g,
-                &mut self.k.slice_mut(..n * kv_dim),
-                &xb,
-                &lw.wk,
-                lw.bk.as_ref(),
-                n,
-                dim,
-                kv_dim,
-            )?;
-            Self::matmul(
-                g,
-                &mut self.v.slice_mut(..n * kv_dim),
-                &xb,
-                &lw.wv,
-                lw.bv.as_ref(),
-                n,
-                dim,
-                kv_dim,
-            )?;
-            g.rope_f32(
-                &mut self.q.slice_mut(..n * q_dim),
-                &positions,
-                &cos,
-                &sin,
-                c.n_heads,
-                c.head_dim,
-            )?;
-            g.rope_f32(
-                &mut self.k.slice_mut(..n * kv_dim),
-                &positions,
-                &cos,
-                &sin,
-                c.n_kv_heads,
-                c.head_dim,
-            )?;
+            g.rmsnorm_f32(&mut self.xb.slice_mut(..n * dim), &self.x.slice(..n * dim), &lw.attn_norm.as_view(), c.rms_eps, dim)?;
+            Self::matmul(g, &mut self.qkv.slice_mut(..n * qkv_dim), &self.xb.slice(..n * dim), &lw.wqkv, lw.bqkv.as_ref(), n, dim, qkv_dim)?;
             let layer = l * layer_len..(l + 1) * layer_len;
-            g.kv_write_f32(
+            g.qkv_rope_write_f32(
+                &mut self.q.slice_mut(..n * q_dim),
                 &mut self.k_cache.slice_mut(layer.clone()),
                 &mut self.v_cache.slice_mut(layer.clone()),
-                &self.k.slice(..n * kv_dim),
-                &self.v.slice(..n * kv_dim),
-                &slots,
-                kv_dim,
-            )?;
-            g.attention_f32(
-                &mut self.att.slice_mut(..n * q_dim),
-                &self.q.slice(..n * q_dim),
-                &self.k_cache.slice(layer.clone()),
-                &self.v_cache.slice(layer),
-                &tables,
-                &token_seq,
+                &self.qkv.slice(..n * qkv_dim),
                 &positions,
-                batch.max_blocks,
+                &slots,
+                &cos,
+                &sin,
                 c.n_heads,
                 c.n_kv_heads,
                 c.head_dim,
             )?;
-            Self::matmul(
-                g,
-                &mut self.xb.slice_mut(..n * dim),
-                &self.att.slice(..n * q_dim),
-                &lw.wo,
-                None,
-                n,
-                q_dim,
-                dim,
-            )?;
-            g.residual_add_f32(&mut self.x.slice_mut(..n * dim), &self.xb.slice(..n * dim))?;
+            let (q, k_cache, v_cache) = (self.q.slice(..n * q_dim), self.k_cache.slice(layer.clone()), self.v_cache.slice(layer));
+            if split {
+                let rows = n * c.n_heads * n_splits;
+                g.attention_split_f32(
+                    &mut self.partial_o.slice_mut(..rows * c.head_dim),
+                    &mut self.partial_ml.slice_mut(..rows * 2),
+                    &q,
+                    &k_cache,
+                    &v_cache,
+                    &tables,
+                    &token_seq,
+                    &positions,
+                    batch.max_blocks,
+                    c.n_heads,
+                    c.n_kv_heads,
+                    c.head_dim,
+                    SPLIT_LEN,
+                )?;
+                g.attention_combine_f32(&mut self.att.slice_mut(..n * q_dim), &self.partial_o.slice(..rows * c.head_dim), &self.partial_ml.slice(..rows * 2), c.n_heads, c.head_dim)?;
+            } else {
+                g.attention_f32(&mut self.att.slice_mut(..n * q_dim), &q, &k_cache, &v_cache, &tables, &token_seq, &positions, batch.max_blocks, c.n_heads, c.n_kv_heads, c.head_dim)?;
+            }
+            if n == 1 {
+                // The residual add rides on the output projection.
+                g.gemv_bf16(&mut self.x.slice_mut(..dim), &self.att.slice(..q_dim), &lw.wo.as_view(), None, q_dim, dim, true)?;
+            } else {
+                Self::matmul(g, &mut self.xb.slice_mut(..n * dim), &self.att.slice(..n * q_dim), &lw.wo, None, n, q_dim, dim)?;
+                g.residual_add_f32(&mut self.x.slice_mut(..n * dim), &self.xb.slice(..n * dim))?;
+            }
 
             // MLP: x += down(silu(gate(x)) * up(x)) over the normed stream.
-            g.rmsnorm_f32(
-                &mut self.xb.slice_mut(..n * dim),
-                &self.x.slice(..n * dim),
-                &lw.ffn_norm.as_view(),
-                c.rms_eps,
-                dim,
-            )?;
-            let xb = self.xb.slice(..n * dim);
-            Self::matmul(
-                g,
-                &mut self.gate.slice_mut(..n * ffn),
-                &xb,
-                &lw.w_gate,
-                None,
-                n,
-                dim,
-                ffn,
-            )?;
-            Self::matmul(
-                g,
-                &mut self.up.slice_mut(..n * ffn),
-                &xb,
-                &lw.w_up,
-                None,
-                n,
-                dim,
-                ffn,
-            )?;
-            g.swiglu_f32(
-                &mut self.hidden.slice_mut(..n * ffn),
-                &self.gate.slice(..n * ffn),
-                &self.up.slice(..n * ffn),
-            )?;
-            Self::matmul(
-                g,
-                &mut self.xb.slice_mut(..n * dim),
-                &self.hidden.slice(..n * ffn),
-                &lw.w_down,
-                None,
-                n,
-                ffn,
-                dim,
-            )?;
-            g.residual_add_f32(&mut self.x.slice_mut(..n * dim), &self.xb.slice(..n * dim))?;
+            g.rmsnorm_f32(&mut self.xb.slice_mut(..n * dim), &self.x.slice(..n * dim), &lw.ffn_norm.as_view(), c.rms_eps, dim)?;
+            if n == 1 {
+                g.gemv_swiglu_bf16(&mut self.hidden.slice_mut(..ffn), &self.xb.slice(..dim), &lw.w_gate.as_view(), &lw.w_up.as_view(), dim, ffn)?;
+                g.gemv_bf16(&mut self.x.slice_mut(..dim), &self.hidden.slice(..ffn), &lw.w_down.as_view(), None, ffn, dim, true)?;
+            } else {
+                let xb = self.xb.slice(..n * dim);
+                Self::matmul(g, &mut self.gate.slice_mut(..n * ffn), &xb, &lw.w_gate, None, n, dim, ffn)?;
+                Self::matmul(g, &mut self.up.slice_mut(..n * ffn), &xb, &lw.w_up, None, n, dim, ffn)?;
+                g.swiglu_f32(&mut self.hidden.slice_mut(..n * ffn), &self.gate.slice(..n * ffn), &self.up.slice(..n * ffn))?;
+                Self::matmul(g, &mut self.xb.slice_mut(..n * dim), &self.hidden.slice(..n * ffn), &lw.w_down, None, n, ffn, dim)?;
+                g.residual_add_f32(&mut self.x.slice_mut(..n * dim), &self.xb.slice(..n * dim))?;
+            }
         }
 
         // Only the rows that need logits go through the final norm and the head.
         let rows = batch.logit_rows.len();
         for (i, &r) in batch.logit_rows.iter().enumerate() {
             let r = r as usize;
-            g.rmsnorm_f32(
-                &mut self.head_in.slice_mut(i * dim..(i + 1) * dim),
-                &self.x.slice(r * dim..(r + 1) * dim),
-                &self.final_norm.as_view(),
-                c.rms_eps,
-                dim,
-            )?;
+            g.rmsnorm_f32(&mut self.head_in.slice_mut(i * dim..(i + 1) * dim), &self.x.slice(r * dim..(r + 1) * dim), &w.final_norm.as_view(), c.rms_eps, dim)?;
         }
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        Self::matmul(
-            g,
-            &mut self.logits.slice_mut(..rows * vocab),
-            &self.head_in.slice(..rows * dim),
-            head,
-            None,
-            rows,
-            dim,
-            vocab,
-        )?;
-        self.logits_host.resize(rows * vocab, 0.0);
-        g.stream
-            .memcpy_dtoh(&self.logits.slice(..rows * vocab), &mut self.logits_host)
-            .map_err(|e| Error::Gpu(format!("the forward pass failed: {e}")))?;
-        g.sync()?;
-        Ok(&self.logits_host)
+        let head = w.lm_head.as_ref().unwrap_or(&w.embed);
+        Self::matmul(g, &mut self.logits.slice_mut(..rows * vocab), &self.head_in.slice(..rows * dim), head, None, rows, dim, vocab)?;
+        Ok(rows)
     }
 }

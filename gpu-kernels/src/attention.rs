@@ -123,3 +123,152 @@ pub unsafe extern "gpu-kernel" fn attention_f32(
         }
     }
 }
+
+/// Flash-decoding, first half: the context is cut into splits of `split_len` positions, and
+/// each block handles one split for one KV head and every query head that shares it, writing
+/// an unnormalised partial result: the running maximum `m`, the sum `l` of `e^(score - m)`,
+/// and the weighted sum of values. `attention_combine_f32` merges the splits. Long contexts
+/// then spread over many blocks instead of serialising in one per head, and the query heads
+/// of a group read each key and value once, together.
+///
+/// - `partial_o`: `[n, n_heads, n_splits, head_dim]` f32
+/// - `partial_ml`: `[n, n_heads, n_splits, 2]` f32 (m, l)
+/// - `q`: `[n, n_heads, head_dim]` f32; caches, tables, `token_seq`, `positions` as in
+///   `attention_f32`
+///
+/// Thread mapping: grid `(n_kv_heads, n_splits, n)`; block `32 * group` threads, warp `g`
+/// for query head `kv_head * group + g`; each warp walks its split's positions in order,
+/// lane `l` holding dimensions `l, l + 32, ...` of the head. A split past the token's
+/// position writes m = -inf, l = 0.
+///
+/// PRECONDITIONS: `head_dim <= 256`; `blockDim.x == 32 * (n_heads / n_kv_heads)`;
+/// `n_splits * split_len > positions[t]` for every token.
+///
+/// # Safety
+/// The host's launch wrapper checks the preconditions.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn attention_split_f32(
+    partial_o: *mut f32,
+    partial_ml: *mut f32,
+    q: *const f32,
+    k_cache: *const f32,
+    v_cache: *const f32,
+    block_tables: *const u32,
+    token_seq: *const u32,
+    positions: *const u32,
+    max_blocks: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+    split_len: u32,
+) {
+    use crate::device::{block_idx_z, grid_dim_y};
+    let (n_heads, n_kv_heads, head_dim) = (n_heads as usize, n_kv_heads as usize, head_dim as usize);
+    let (kv_head, split, t) = (block_idx_x(), block_idx_y(), block_idx_z());
+    let n_splits = grid_dim_y();
+    let (lane, warp) = (thread_idx_x() % WARP, thread_idx_x() / WARP);
+    let h = kv_head * (n_heads / n_kv_heads) + warp;
+    let kv_dim = n_kv_heads * head_dim;
+    let kv_off = kv_head * head_dim;
+    let scale = 1.0 / sqrt(head_dim as f32);
+    // SAFETY (all accesses): t < n, h < n_heads, split < n_splits; dimensions checked against
+    // head_dim; positions and block tables valid (preconditions).
+    unsafe {
+        let pos = *positions.add(t) as usize;
+        let table = block_tables.add(*token_seq.add(t) as usize * max_blocks as usize);
+        let q_row = q.add((t * n_heads + h) * head_dim);
+        let mut q_reg = [0.0f32; MAX_PER_LANE];
+        for e in 0..MAX_PER_LANE {
+            if lane + WARP * e < head_dim {
+                q_reg[e] = *q_row.add(lane + WARP * e) * scale;
+            }
+        }
+        let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
+        let mut acc = [0.0f32; MAX_PER_LANE];
+        let start = split * split_len as usize;
+        let end = (start + split_len as usize).min(pos + 1);
+        let mut p = start;
+        while p < end {
+            let slot = *table.add(p / 16) as usize * 16 + p % 16;
+            let base = slot * kv_dim + kv_off;
+            let mut partial = 0.0f32;
+            for e in 0..MAX_PER_LANE {
+                if lane + WARP * e < head_dim {
+                    partial += q_reg[e] * *k_cache.add(base + lane + WARP * e);
+                }
+            }
+            let score = warp_sum(partial);
+            let m_new = m.max(score);
+            let rescale = exp(m - m_new);
+            let weight = exp(score - m_new);
+            l = l * rescale + weight;
+            for e in 0..MAX_PER_LANE {
+                if lane + WARP * e < head_dim {
+                    acc[e] = acc[e] * rescale + weight * *v_cache.add(base + lane + WARP * e);
+                }
+            }
+            m = m_new;
+            p += 1;
+        }
+        let at = (t * n_heads + h) * n_splits + split;
+        for e in 0..MAX_PER_LANE {
+            if lane + WARP * e < head_dim {
+                *partial_o.add(at * head_dim + lane + WARP * e) = acc[e];
+            }
+        }
+        if lane == 0 {
+            *partial_ml.add(2 * at) = m;
+            *partial_ml.add(2 * at + 1) = l;
+        }
+    }
+}
+
+/// Flash-decoding, second half: `out[t, h] = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s`
+/// over the splits `s`, with `M` the largest `m_s`.
+///
+/// - `out`: `[n, n_heads, head_dim]` f32
+/// - `partial_o`, `partial_ml`: as `attention_split_f32` wrote them
+///
+/// Thread mapping: one block per (head, token) (`blockIdx.x`, `blockIdx.y`); threads stride
+/// over the head's dimensions.
+///
+/// PRECONDITIONS: split 0 of every (token, head) is non-empty (position 0 is always there),
+/// so `M` is finite.
+///
+/// # Safety
+/// Buffers as above, `n_splits` splits each.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn attention_combine_f32(
+    out: *mut f32,
+    partial_o: *const f32,
+    partial_ml: *const f32,
+    n_splits: u32,
+    head_dim: u32,
+) {
+    let (n_splits, head_dim) = (n_splits as usize, head_dim as usize);
+    let (h, t) = (block_idx_x(), block_idx_y());
+    let n_heads = crate::device::grid_dim_x();
+    let th = t * n_heads + h;
+    // SAFETY: th < n * n_heads; s < n_splits; d < head_dim.
+    unsafe {
+        let ml = partial_ml.add(2 * th * n_splits);
+        let mut m_all = f32::NEG_INFINITY;
+        for s in 0..n_splits {
+            m_all = m_all.max(*ml.add(2 * s));
+        }
+        let mut denom = 0.0f32;
+        for s in 0..n_splits {
+            denom += *ml.add(2 * s + 1) * exp(*ml.add(2 * s) - m_all);
+        }
+        let o = partial_o.add(th * n_splits * head_dim);
+        let mut d = thread_idx_x();
+        while d < head_dim {
+            let mut num = 0.0f32;
+            for s in 0..n_splits {
+                num += *o.add(s * head_dim + d) * exp(*ml.add(2 * s) - m_all);
+            }
+            *out.add(th * head_dim + d) = num / denom;
+            d += block_dim_x();
+        }
+    }
+}

@@ -36,6 +36,20 @@ pub fn block_idx_y() -> usize {
     unsafe { nvptx::_block_idx_y() as usize }
 }
 
+/// `blockIdx.z`.
+#[inline(always)]
+pub fn block_idx_z() -> usize {
+    // SAFETY: reads a special register; always defined inside a kernel.
+    unsafe { nvptx::_block_idx_z() as usize }
+}
+
+/// `gridDim.y`.
+#[inline(always)]
+pub fn grid_dim_y() -> usize {
+    // SAFETY: as above.
+    unsafe { nvptx::_grid_dim_y() as usize }
+}
+
 /// `blockDim.x`: threads per block along x.
 #[inline(always)]
 pub fn block_dim_x() -> usize {

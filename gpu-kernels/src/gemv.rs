@@ -1,21 +1,74 @@
-//! GEMV: one token's activations times a bf16 weight matrix. The decode step's workhorse,
-//! limited by how fast the weights stream from memory.
+//! GEMV: one token's activations times a bf16 weight matrix. The decode step's workhorse:
+//! every weight is read once per token, so it runs at the speed memory delivers them, and
+//! the kernel's job is to keep enough loads in flight to reach that speed.
 
-use crate::device::{WARP, bf16x2_to_f32, block_dim_x, block_idx_x, ld_nc_v4, thread_idx_x, warp_sum};
+use crate::device::{WARP, bf16x2_to_f32, block_dim_x, block_idx_x, exp, ld_nc_v4, thread_idx_x, warp_sum};
 
-/// `out[o] = sum_i w[o, i] * x[i] + bias[o]`.
+/// Weights one warp reads per 16-byte load instruction: 32 lanes x 8 bf16.
+const WARP_CHUNK: usize = WARP * 8;
+/// Loads each lane issues before it uses any: 4 x 16 bytes, 2 KiB per warp in flight.
+const UNROLL: usize = 4;
+
+/// `sum_j w[j] * x[j]` over 8 weights packed in 16 bytes and 8 activations at `x`.
+///
+/// # Safety
+/// `x` is 16-byte aligned, holds 8 floats, and is not written during the kernel.
+#[inline(always)]
+unsafe fn dot8(w: [u32; 4], x: *const f32) -> f32 {
+    // SAFETY: the caller's guarantee; two 16-byte loads of activations.
+    let (xa, xb) = unsafe { (ld_nc_v4(x as *const u32), ld_nc_v4(x.add(4) as *const u32)) };
+    let xs = [xa[0], xa[1], xa[2], xa[3], xb[0], xb[1], xb[2], xb[3]];
+    let mut s = 0.0f32;
+    for j in 0..4 {
+        let (w0, w1) = bf16x2_to_f32(w[j]);
+        s += w0 * f32::from_bits(xs[2 * j]) + w1 * f32::from_bits(xs[2 * j + 1]);
+    }
+    s
+}
+
+/// One lane's share of the dot product of weight row `w_row` (`[n_in]` bf16) with `x`:
+/// the elements `lane * 8 + k * 256 .. + 8` for every k, four loads in flight at a time.
+///
+/// # Safety
+/// `n_in % 8 == 0`; `w_row` and `x` 16-byte aligned and read-only during the kernel.
+#[inline(always)]
+unsafe fn row_dot(w_row: *const u16, x: *const f32, n_in: usize, lane: usize) -> f32 {
+    let mut sum = 0.0f32;
+    let mut i = lane * 8;
+    // SAFETY (all loads): every index + 8 <= n_in, multiples of 8 elements from aligned bases.
+    unsafe {
+        while i + (UNROLL - 1) * WARP_CHUNK < n_in {
+            let mut packed = [[0u32; 4]; UNROLL];
+            for (k, p) in packed.iter_mut().enumerate() {
+                *p = ld_nc_v4(w_row.add(i + k * WARP_CHUNK) as *const u32);
+            }
+            for (k, p) in packed.iter().enumerate() {
+                sum += dot8(*p, x.add(i + k * WARP_CHUNK));
+            }
+            i += UNROLL * WARP_CHUNK;
+        }
+        while i < n_in {
+            sum += dot8(ld_nc_v4(w_row.add(i) as *const u32), x.add(i));
+            i += WARP_CHUNK;
+        }
+    }
+    sum
+}
+
+/// `out[o] = (accumulate ? out[o] : 0) + sum_i w[o, i] * x[i] + bias[o]`. With `accumulate`
+/// the residual add is fused: the output projection adds straight into the residual stream.
 ///
 /// - `out`: `[n_out]` f32
 /// - `x`: `[n_in]` f32
 /// - `w`: `[n_out, n_in]` bf16 (as `u16` bits), rows as PyTorch stores them
 /// - `bias`: `[n_out]` f32, or null for none
 ///
-/// Thread mapping: one warp per output row, `blockDim.x / 32` rows per block. Each lane reads
-/// 8 weights (16 bytes, one `ld.global.nc.v4`) at a time, the warp 512 contiguous bytes, then
-/// the lanes' partial sums meet in a shuffle reduction.
+/// Thread mapping: one warp per output row, `blockDim.x / 32` rows per block. Each lane
+/// reads 8 weights (16 bytes, one `ld.global.nc.v4`) per load and issues four before using
+/// them; the warp's partial sums meet in a shuffle reduction.
 ///
-/// PRECONDITIONS: `n_in % 8 == 0` and `w` 16-byte aligned (so every 8-weight group is);
-/// `blockDim.x` a multiple of 32.
+/// PRECONDITIONS: `n_in % 8 == 0`; `w` and `x` 16-byte aligned; `blockDim.x` a multiple of
+/// 32; `x` does not overlap `out`.
 ///
 /// # Safety
 /// The host's launch wrapper checks the preconditions.
@@ -27,6 +80,7 @@ pub unsafe extern "gpu-kernel" fn gemv_bf16(
     bias: *const f32,
     n_in: u32,
     n_out: u32,
+    accumulate: u32,
 ) {
     let (n_in, n_out) = (n_in as usize, n_out as usize);
     let lane = thread_idx_x() % WARP;
@@ -34,26 +88,50 @@ pub unsafe extern "gpu-kernel" fn gemv_bf16(
     if row >= n_out {
         return; // a whole warp leaves together: no shuffle loses a partner
     }
-    let mut sum = 0.0f32;
-    let mut i = lane * 8;
-    while i < n_in {
-        // SAFETY: i + 8 <= n_in (n_in % 8 == 0); row * n_in + i is a multiple of 8 weights,
-        // so 16-byte aligned; the weights are read-only during the launch.
-        let packed = unsafe { ld_nc_v4(w.add(row * n_in + i) as *const u32) };
-        for (j, pair) in packed.iter().enumerate() {
-            let (w0, w1) = bf16x2_to_f32(*pair);
-            // SAFETY: i + 2j + 1 < n_in.
-            let (x0, x1) = unsafe { (*x.add(i + 2 * j), *x.add(i + 2 * j + 1)) };
-            sum += w0 * x0 + w1 * x1;
-        }
-        i += WARP * 8;
-    }
-    let sum = warp_sum(sum);
+    // SAFETY: row < n_out; the preconditions cover the loads.
+    let sum = warp_sum(unsafe { row_dot(w.add(row * n_in), x, n_in, lane) });
     if lane == 0 {
         // SAFETY: row < n_out; bias, when present, holds n_out floats.
         unsafe {
             let b = if bias.is_null() { 0.0 } else { *bias.add(row) };
-            *out.add(row) = sum + b;
+            let prev = if accumulate != 0 { *out.add(row) } else { 0.0 };
+            *out.add(row) = prev + sum + b;
         }
+    }
+}
+
+/// The MLP's first half in one pass: `out[o] = silu(w_gate[o] . x) * (w_up[o] . x)`, with
+/// silu(g) = g / (1 + e^-g). Reading the gate and up rows in the same warp halves the
+/// activation reads and saves the launch and the round trip of the separate SwiGLU kernel.
+///
+/// - `out`: `[n_out]` f32 (`n_out` = ffn_dim)
+/// - `x`: `[n_in]` f32
+/// - `w_gate`, `w_up`: `[n_out, n_in]` bf16 each
+///
+/// Thread mapping and PRECONDITIONS: as `gemv_bf16`.
+///
+/// # Safety
+/// The host's launch wrapper checks the preconditions.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn gemv_swiglu_bf16(
+    out: *mut f32,
+    x: *const f32,
+    w_gate: *const u16,
+    w_up: *const u16,
+    n_in: u32,
+    n_out: u32,
+) {
+    let (n_in, n_out) = (n_in as usize, n_out as usize);
+    let lane = thread_idx_x() % WARP;
+    let row = block_idx_x() * (block_dim_x() / WARP) + thread_idx_x() / WARP;
+    if row >= n_out {
+        return;
+    }
+    // SAFETY: row < n_out; the preconditions cover the loads.
+    let (g, u) = unsafe { (row_dot(w_gate.add(row * n_in), x, n_in, lane), row_dot(w_up.add(row * n_in), x, n_in, lane)) };
+    let (g, u) = (warp_sum(g), warp_sum(u));
+    if lane == 0 {
+        // SAFETY: row < n_out.
+        unsafe { *out.add(row) = g / (1.0 + exp(-g)) * u };
     }
 }

@@ -16,6 +16,7 @@ pub mod argmax;
 pub mod attention;
 pub mod device;
 pub mod embedding;
+pub mod fill;
 pub mod gemm;
 pub mod gemv;
 pub mod kv_cache;

@@ -43,3 +43,67 @@ pub unsafe extern "gpu-kernel" fn rope_f32(
         *head.add(i + half) = b * c + a * s;
     }
 }
+
+/// The step between the fused q/k/v projection and attention, in one pass: RoPE on q and k,
+/// q out to its own buffer, k and v into their cache slots.
+///
+/// - `q_out`: `[n, n_heads, head_dim]` f32, rotated queries
+/// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads * head_dim]` f32
+/// - `qkv`: `[n, q_dim + 2 * kv_dim]` f32, each row `[q | k | v]` as the fused matmul wrote it
+/// - `positions`, `slots`: `[n]` u32
+/// - `cos`, `sin`: `[max_pos, head_dim / 2]` f32
+///
+/// Thread mapping: one thread per unit of work in a row: `q_dim / 2` query pairs, then
+/// `kv_dim / 2` key pairs, then `kv_dim` values; `n` rows of them.
+///
+/// PRECONDITIONS: `head_dim` even; `positions[t] < max_pos`; slots valid and distinct.
+///
+/// # Safety
+/// The host's launch wrapper checks the preconditions.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn qkv_rope_write_f32(
+    q_out: *mut f32,
+    k_cache: *mut f32,
+    v_cache: *mut f32,
+    qkv: *const f32,
+    positions: *const u32,
+    slots: *const u32,
+    cos: *const f32,
+    sin: *const f32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+    n: u32,
+) {
+    let (head_dim, half) = (head_dim as usize, head_dim as usize / 2);
+    let (q_dim, kv_dim) = (n_heads as usize * head_dim, n_kv_heads as usize * head_dim);
+    let units = q_dim / 2 + kv_dim / 2 + kv_dim;
+    let idx = global_idx_x();
+    if idx >= n as usize * units {
+        return;
+    }
+    let (t, u) = (idx / units, idx % units);
+    // SAFETY: t < n; every index below stays inside its row (q_dim + 2 kv_dim wide) or its
+    // cache row (slots valid, preconditions).
+    unsafe {
+        let row = qkv.add(t * (q_dim + 2 * kv_dim));
+        let pos = *positions.add(t) as usize;
+        let slot = *slots.add(t) as usize;
+        // A pair (i, i + half) of head `h` of width `half` pairs, rotated by position `pos`.
+        let rotate = |src: *const f32, dst: *mut f32, pair: usize| {
+            let (h, i) = (pair / half, pair % half);
+            let (c, s) = (*cos.add(pos * half + i), *sin.add(pos * half + i));
+            let (a, b) = (*src.add(h * head_dim + i), *src.add(h * head_dim + i + half));
+            *dst.add(h * head_dim + i) = a * c - b * s;
+            *dst.add(h * head_dim + i + half) = b * c + a * s;
+        };
+        if u < q_dim / 2 {
+            rotate(row, q_out.add(t * q_dim), u);
+        } else if u < q_dim / 2 + kv_dim / 2 {
+            rotate(row.add(q_dim), k_cache.add(slot * kv_dim), u - q_dim / 2);
+        } else {
+            let i = u - q_dim / 2 - kv_dim / 2;
+            *v_cache.add(slot * kv_dim + i) = *row.add(q_dim + kv_dim + i);
+        }
+    }
+}
