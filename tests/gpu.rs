@@ -200,14 +200,26 @@ fn gemv_bf16(g: &Gpu, rng: &mut StdRng) {
         let w = bf16_weights(rng, n_out * n_in, 0.05);
         let b = bias.then(|| normal(rng, n_out, 1.0));
         // With `accumulate` the output starts as a residual stream; without, as poison.
-        let start = if accumulate { normal(rng, n_out, 1.0) } else { vec![f32::NAN; n_out] };
+        let start = if accumulate {
+            normal(rng, n_out, 1.0)
+        } else {
+            vec![f32::NAN; n_out]
+        };
         let mut cpu = start.clone();
         ops::gemv_bf16(&mut cpu, &x, &w, b.as_deref(), n_in, accumulate);
         let mut out = up(g, &start);
         let b_dev = b.as_ref().map(|b| up(g, b));
         let b_view = b_dev.as_ref().map(|b| b.as_view());
-        g.gemv_bf16(&mut out.as_view_mut(), &up(g, &x).as_view(), &up(g, &w).as_view(), b_view.as_ref(), n_in, n_out, accumulate)
-            .unwrap();
+        g.gemv_bf16(
+            &mut out.as_view_mut(),
+            &up(g, &x).as_view(),
+            &up(g, &w).as_view(),
+            b_view.as_ref(),
+            n_in,
+            n_out,
+            accumulate,
+        )
+        .unwrap();
         let what = format!("{n_out} x {n_in}, bias {bias}, accumulate {accumulate}");
         assert_close(&what, &down(g, &out), &cpu, 1e-5);
     }
@@ -216,12 +228,22 @@ fn gemv_bf16(g: &Gpu, rng: &mut StdRng) {
 fn gemv_swiglu_bf16(g: &Gpu, rng: &mut StdRng) {
     for (n_in, n_out) in [(64, 96), (576, 1536), (4096, 14336), (8, 5)] {
         let x = normal(rng, n_in, 1.0);
-        let (wg, wu) = (bf16_weights(rng, n_out * n_in, 0.1), bf16_weights(rng, n_out * n_in, 0.1));
+        let (wg, wu) = (
+            bf16_weights(rng, n_out * n_in, 0.1),
+            bf16_weights(rng, n_out * n_in, 0.1),
+        );
         let mut cpu = vec![0.0; n_out];
         ops::gemv_swiglu_bf16(&mut cpu, &x, &wg, &wu, n_in);
         let mut out = poisoned(g, n_out);
-        g.gemv_swiglu_bf16(&mut out.as_view_mut(), &up(g, &x).as_view(), &up(g, &wg).as_view(), &up(g, &wu).as_view(), n_in, n_out)
-            .unwrap();
+        g.gemv_swiglu_bf16(
+            &mut out.as_view_mut(),
+            &up(g, &x).as_view(),
+            &up(g, &wg).as_view(),
+            &up(g, &wu).as_view(),
+            n_in,
+            n_out,
+        )
+        .unwrap();
         assert_close(&format!("{n_out} x {n_in}"), &down(g, &out), &cpu, 1e-5);
     }
 }
@@ -298,17 +320,32 @@ fn rope_f32(g: &Gpu, rng: &mut StdRng) {
 
 fn qkv_rope_write_f32(g: &Gpu, rng: &mut StdRng) {
     let max_pos = 300;
-    for (n, n_heads, n_kv_heads, head_dim, n_blocks) in [(1, 9, 3, 64, 4), (7, 32, 8, 128, 10), (40, 8, 2, 64, 8), (3, 6, 2, 80, 2)] {
+    for (n, n_heads, n_kv_heads, head_dim, n_blocks) in [
+        (1, 9, 3, 64, 4),
+        (7, 32, 8, 128, 10),
+        (40, 8, 2, 64, 8),
+        (3, 6, 2, 80, 2),
+    ] {
         let (q_dim, kv_dim, half) = (n_heads * head_dim, n_kv_heads * head_dim, head_dim / 2);
-        let angles: Vec<f32> = (0..max_pos * half).map(|_| rng.random_range(-10.0..10.0)).collect();
+        let angles: Vec<f32> = (0..max_pos * half)
+            .map(|_| rng.random_range(-10.0..10.0))
+            .collect();
         let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
         let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
-        let positions: Vec<u32> = (0..n).map(|_| rng.random_range(0..max_pos as u32)).collect();
+        let positions: Vec<u32> = (0..n)
+            .map(|_| rng.random_range(0..max_pos as u32))
+            .collect();
         let slots = distinct_slots(rng, n_blocks, n);
         let qkv = normal(rng, n * (q_dim + 2 * kv_dim), 1.0);
-        let (kc, vc) = (normal(rng, n_blocks * 16 * kv_dim, 1.0), normal(rng, n_blocks * 16 * kv_dim, 1.0));
+        let (kc, vc) = (
+            normal(rng, n_blocks * 16 * kv_dim, 1.0),
+            normal(rng, n_blocks * 16 * kv_dim, 1.0),
+        );
         let (mut cpu_q, mut cpu_k, mut cpu_v) = (vec![0.0; n * q_dim], kc.clone(), vc.clone());
-        ops::qkv_rope_write_f32(&mut cpu_q, &mut cpu_k, &mut cpu_v, &qkv, &positions, &slots, &cos, &sin, n_heads, n_kv_heads, head_dim);
+        ops::qkv_rope_write_f32(
+            &mut cpu_q, &mut cpu_k, &mut cpu_v, &qkv, &positions, &slots, &cos, &sin, n_heads,
+            n_kv_heads, head_dim,
+        );
         let (mut q, mut kd, mut vd) = (poisoned(g, n * q_dim), up(g, &kc), up(g, &vc));
         g.qkv_rope_write_f32(
             &mut q.as_view_mut(),
@@ -492,7 +529,8 @@ fn fill_random_bf16(g: &Gpu, rng: &mut StdRng) {
         let mut cpu = vec![0u16; n];
         ops::fill_random_bf16(&mut cpu, seed, scale);
         let mut dev = g.zeros::<u16>(n, "test").unwrap();
-        g.fill_random_bf16(&mut dev.as_view_mut(), seed, scale).unwrap();
+        g.fill_random_bf16(&mut dev.as_view_mut(), seed, scale)
+            .unwrap();
         assert_eq!(down(g, &dev), cpu, "n {n}");
         assert!(cpu.iter().any(|&b| b != 0) || n == 1);
     }
@@ -504,7 +542,8 @@ fn read_probe_u32(g: &Gpu, rng: &mut StdRng) {
         let mut cpu = vec![0u32; grid];
         ops::read_probe_u32(&mut cpu, &data);
         let mut partial = up(g, &vec![0xdead_beefu32; grid]);
-        g.read_probe_u32(&mut partial.as_view_mut(), &up(g, &data).as_view()).unwrap();
+        g.read_probe_u32(&mut partial.as_view_mut(), &up(g, &data).as_view())
+            .unwrap();
         assert_eq!(down(g, &partial), cpu, "{n_words} words, grid {grid}");
     }
 }
@@ -572,7 +611,7 @@ fn opts() -> RunnerOptions {
 }
 
 fn gpu_device(g: &Gpu) -> Device {
-    Device::Gpu(g.clone())
+    Device::Gpu(Box::new(g.clone()))
 }
 
 fn default_model_gpu_matches_cpu(g: &Gpu, _: &mut StdRng) {

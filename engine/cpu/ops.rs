@@ -105,7 +105,14 @@ pub fn matmul_f32(out: &mut [f32], x: &[f32], w: &[f32], bias: Option<&[f32]>, n
 /// - `x`: `[n_in]`
 /// - `w`: `[n_out, n_in]` bf16 bits
 /// - `bias`: `[n_out]` or none
-pub fn gemv_bf16(out: &mut [f32], x: &[f32], w: &[u16], bias: Option<&[f32]>, n_in: usize, accumulate: bool) {
+pub fn gemv_bf16(
+    out: &mut [f32],
+    x: &[f32],
+    w: &[u16],
+    bias: Option<&[f32]>,
+    n_in: usize,
+    accumulate: bool,
+) {
     out.par_iter_mut().enumerate().for_each(|(o, y)| {
         let row = &w[o * n_in..(o + 1) * n_in];
         let sum: f32 = row.iter().zip(x).map(|(&w, x)| bf16_to_f32(w) * x).sum();
@@ -122,7 +129,10 @@ pub fn gemv_bf16(out: &mut [f32], x: &[f32], w: &[u16], bias: Option<&[f32]>, n_
 pub fn gemv_swiglu_bf16(out: &mut [f32], x: &[f32], w_gate: &[u16], w_up: &[u16], n_in: usize) {
     let dot = |w: &[u16]| -> f32 { w.iter().zip(x).map(|(&w, x)| bf16_to_f32(w) * x).sum() };
     out.par_iter_mut().enumerate().for_each(|(o, y)| {
-        let (g, u) = (dot(&w_gate[o * n_in..(o + 1) * n_in]), dot(&w_up[o * n_in..(o + 1) * n_in]));
+        let (g, u) = (
+            dot(&w_gate[o * n_in..(o + 1) * n_in]),
+            dot(&w_up[o * n_in..(o + 1) * n_in]),
+        );
         *y = g / (1.0 + (-g).exp()) * u;
     });
 }
@@ -222,7 +232,14 @@ pub fn qkv_rope_write_f32(
         rope_f32(q, &positions[t..t + 1], cos, sin, n_heads, head_dim);
         k.copy_from_slice(&row[q_dim..q_dim + kv_dim]);
         rope_f32(&mut k, &positions[t..t + 1], cos, sin, n_kv_heads, head_dim);
-        kv_write_f32(k_cache, v_cache, &k, &row[q_dim + kv_dim..], &slots[t..t + 1], kv_dim);
+        kv_write_f32(
+            k_cache,
+            v_cache,
+            &k,
+            &row[q_dim + kv_dim..],
+            &slots[t..t + 1],
+            kv_dim,
+        );
     }
 }
 
@@ -342,7 +359,13 @@ pub fn attention_split_f32(
 ///
 /// - `out`: `[n, n_heads, head_dim]`
 /// - `partial_o`, `partial_ml`: as `attention_split_f32` wrote them
-pub fn attention_combine_f32(out: &mut [f32], partial_o: &[f32], partial_ml: &[f32], n_splits: usize, head_dim: usize) {
+pub fn attention_combine_f32(
+    out: &mut [f32],
+    partial_o: &[f32],
+    partial_ml: &[f32],
+    n_splits: usize,
+    head_dim: usize,
+) {
     for (th, o) in out.chunks_exact_mut(head_dim).enumerate() {
         let ml = &partial_ml[2 * th * n_splits..2 * (th + 1) * n_splits];
         let m_all = ml.chunks(2).map(|c| c[0]).fold(f32::NEG_INFINITY, f32::max);

@@ -31,16 +31,32 @@ const KV_SHARE_OF_FREE: f64 = 0.9;
 /// Whether the GPU kernels can run this model: the GEMV reads 8 weights at a time, so every
 /// matrix's input width must be a multiple of 8, and a head must fit the attention kernels.
 pub fn check_supported(c: &Config) -> Result<()> {
-    let unsupported = |what: String| Err(Error::Gpu(format!("{what}; run this model with --device cpu")));
+    let unsupported = |what: String| {
+        Err(Error::Gpu(format!(
+            "{what}; run this model with --device cpu"
+        )))
+    };
     if c.head_dim > MAX_HEAD_DIM {
-        return unsupported(format!("head_dim {} is over the attention kernels' {MAX_HEAD_DIM}", c.head_dim));
+        return unsupported(format!(
+            "head_dim {} is over the attention kernels' {MAX_HEAD_DIM}",
+            c.head_dim
+        ));
     }
     if c.group_size() > 32 {
-        return unsupported(format!("{} query heads per KV head is over the attention kernel's 32", c.group_size()));
+        return unsupported(format!(
+            "{} query heads per KV head is over the attention kernel's 32",
+            c.group_size()
+        ));
     }
-    for (name, width) in [("hidden_size", c.dim), ("heads * head_dim", c.q_dim()), ("intermediate_size", c.ffn_dim)] {
+    for (name, width) in [
+        ("hidden_size", c.dim),
+        ("heads * head_dim", c.q_dim()),
+        ("intermediate_size", c.ffn_dim),
+    ] {
         if !width.is_multiple_of(8) {
-            return unsupported(format!("{name} {width} is not a multiple of 8, as the GEMV kernel needs"));
+            return unsupported(format!(
+                "{name} {width} is not a multiple of 8, as the GEMV kernel needs"
+            ));
         }
     }
     Ok(())
@@ -48,7 +64,9 @@ pub fn check_supported(c: &Config) -> Result<()> {
 
 /// bf16 bits of each value, rounded to nearest even.
 pub fn to_bf16(x: &[f32]) -> Vec<u16> {
-    x.iter().map(|&v| half::bf16::from_f32(v).to_bits()).collect()
+    x.iter()
+        .map(|&v| half::bf16::from_f32(v).to_bits())
+        .collect()
 }
 
 struct GpuLayer {
@@ -79,7 +97,9 @@ impl GpuWeights {
             let what = |s: &str| format!("layer {l} {s}");
             let wqkv = [lw.wq.as_slice(), &lw.wk, &lw.wv].concat();
             let bqkv = match (&lw.bq, &lw.bk, &lw.bv) {
-                (Some(q), Some(k), Some(v)) => Some(f32s(&[q.as_slice(), k, v].concat(), &what("qkv bias"))?),
+                (Some(q), Some(k), Some(v)) => {
+                    Some(f32s(&[q.as_slice(), k, v].concat(), &what("qkv bias"))?)
+                }
                 _ => None,
             };
             Ok(GpuLayer {
@@ -95,9 +115,18 @@ impl GpuWeights {
         };
         let _ = c;
         Ok(GpuWeights {
-            layers: w.layers.iter().enumerate().map(|(l, lw)| layer(l, lw)).collect::<Result<_>>()?,
+            layers: w
+                .layers
+                .iter()
+                .enumerate()
+                .map(|(l, lw)| layer(l, lw))
+                .collect::<Result<_>>()?,
             embed: bf16(&w.embed, "the embedding")?,
-            lm_head: w.lm_head.as_deref().map(|h| bf16(h, "the output head")).transpose()?,
+            lm_head: w
+                .lm_head
+                .as_deref()
+                .map(|h| bf16(h, "the output head"))
+                .transpose()?,
             final_norm: f32s(&w.final_norm, "the final norm")?,
         })
     }
@@ -120,7 +149,11 @@ impl GpuWeights {
             layers.push(GpuLayer {
                 attn_norm: gpu.upload(&ones, &what)?,
                 wqkv: matrix(q + 2 * kv, dim, &what)?,
-                bqkv: if c.qkv_bias { Some(gpu.zeros(q + 2 * kv, &what)?) } else { None },
+                bqkv: if c.qkv_bias {
+                    Some(gpu.zeros(q + 2 * kv, &what)?)
+                } else {
+                    None
+                },
                 wo: matrix(dim, q, &what)?,
                 ffn_norm: gpu.upload(&ones, &what)?,
                 w_gate: matrix(ffn, dim, &what)?,
@@ -130,7 +163,11 @@ impl GpuWeights {
         }
         Ok(GpuWeights {
             embed: matrix(c.vocab_size, dim, "the embedding")?,
-            lm_head: if c.tie_embeddings { None } else { Some(matrix(c.vocab_size, dim, "the output head")?) },
+            lm_head: if c.tie_embeddings {
+                None
+            } else {
+                Some(matrix(c.vocab_size, dim, "the output head")?)
+            },
             final_norm: gpu.upload(&ones, "the final norm")?,
             layers,
         })
@@ -139,10 +176,16 @@ impl GpuWeights {
     /// Bytes one decode step must read from the weights: every matrix and norm once, the
     /// embedding only for its one row (unless it doubles as the head).
     pub fn bytes_per_token(&self, c: &Config) -> usize {
-        let layer: usize = self.layers.iter().map(|l| {
-            2 * (l.wqkv.len() + l.wo.len() + l.w_gate.len() + l.w_up.len() + l.w_down.len())
-                + 4 * (l.attn_norm.len() + l.ffn_norm.len() + l.bqkv.as_ref().map_or(0, |b| b.len()))
-        }).sum();
+        let layer: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                2 * (l.wqkv.len() + l.wo.len() + l.w_gate.len() + l.w_up.len() + l.w_down.len())
+                    + 4 * (l.attn_norm.len()
+                        + l.ffn_norm.len()
+                        + l.bqkv.as_ref().map_or(0, |b| b.len()))
+            })
+            .sum();
         let head = 2 * self.lm_head.as_ref().unwrap_or(&self.embed).len();
         let embed_row = if self.lm_head.is_some() { 2 * c.dim } else { 0 };
         layer + head + embed_row + 4 * c.dim
@@ -159,16 +202,16 @@ pub struct GpuBackend {
     rope_cos: CudaSlice<f32>, // [max_pos, head_dim / 2]
     rope_sin: CudaSlice<f32>, // [max_pos, head_dim / 2]
     // Activations, [max_tokens, width] each.
-    x: CudaSlice<f32>,       // [.., dim] the residual stream
-    xb: CudaSlice<f32>,      // [.., dim] normed input of a block, or a block's output
-    qkv: CudaSlice<f32>,     // [.., q_dim + 2 kv_dim]
-    q: CudaSlice<f32>,       // [.., q_dim] rotated queries
-    att: CudaSlice<f32>,     // [.., q_dim] attention output
-    gate: CudaSlice<f32>,    // [.., ffn_dim]
-    up: CudaSlice<f32>,      // [.., ffn_dim]
-    hidden: CudaSlice<f32>,  // [.., ffn_dim] silu(gate) * up
-    head_in: CudaSlice<f32>, // [.., dim] final-normed rows whose logits are wanted
-    logits: CudaSlice<f32>,  // [.., vocab]
+    x: CudaSlice<f32>,          // [.., dim] the residual stream
+    xb: CudaSlice<f32>,         // [.., dim] normed input of a block, or a block's output
+    qkv: CudaSlice<f32>,        // [.., q_dim + 2 kv_dim]
+    q: CudaSlice<f32>,          // [.., q_dim] rotated queries
+    att: CudaSlice<f32>,        // [.., q_dim] attention output
+    gate: CudaSlice<f32>,       // [.., ffn_dim]
+    up: CudaSlice<f32>,         // [.., ffn_dim]
+    hidden: CudaSlice<f32>,     // [.., ffn_dim] silu(gate) * up
+    head_in: CudaSlice<f32>,    // [.., dim] final-normed rows whose logits are wanted
+    logits: CudaSlice<f32>,     // [.., vocab]
     partial_o: CudaSlice<f32>,  // [PARTIAL_ROWS, head_dim] flash-decoding partial outputs
     partial_ml: CudaSlice<f32>, // [PARTIAL_ROWS, 2] their (max, sum)
     next_ids: CudaSlice<u32>,   // [max_tokens] greedy choices, one per logits row
@@ -187,7 +230,13 @@ impl GpuBackend {
     /// Allocates activations for `max_tokens` tokens and a KV pool of `kv_blocks` blocks, or
     /// by default of most of the free memory (up to what `MAX_SEQS` full contexts need).
     /// RoPE tables come later (`set_rope`): their length depends on the pool's size.
-    pub fn new(gpu: Gpu, c: &Config, weights: GpuWeights, kv_blocks: Option<usize>, max_tokens: usize) -> Result<GpuBackend> {
+    pub fn new(
+        gpu: Gpu,
+        c: &Config,
+        weights: GpuWeights,
+        kv_blocks: Option<usize>,
+        max_tokens: usize,
+    ) -> Result<GpuBackend> {
         check_supported(c)?;
         let act = |width: usize| gpu.zeros::<f32>(max_tokens * width, "activations");
         let ids = || gpu.zeros::<u32>(max_tokens, "the batch");
@@ -202,7 +251,12 @@ impl GpuBackend {
         };
         if n_blocks == 0 {
             let (free, total) = gpu.memory();
-            return Err(Error::GpuOutOfMemory { what: "one KV-cache block".into(), bytes: block_bytes, free, total });
+            return Err(Error::GpuOutOfMemory {
+                what: "one KV-cache block".into(),
+                bytes: block_bytes,
+                free,
+                total,
+            });
         }
         let pool = n_blocks * BLOCK_SIZE * c.kv_dim() * c.n_layers;
         let max_blocks = blocks_for(c.max_seq_len).min(n_blocks);
@@ -246,7 +300,16 @@ impl GpuBackend {
 
     /// One linear layer for `n` tokens: the GEMV kernel for one, the tiled GEMM for more.
     #[allow(clippy::too_many_arguments)]
-    fn matmul(gpu: &Gpu, out: &mut Out<f32>, x: &In<f32>, w: &CudaSlice<u16>, bias: Option<&CudaSlice<f32>>, n: usize, n_in: usize, n_out: usize) -> Result<()> {
+    fn matmul(
+        gpu: &Gpu,
+        out: &mut Out<f32>,
+        x: &In<f32>,
+        w: &CudaSlice<u16>,
+        bias: Option<&CudaSlice<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+    ) -> Result<()> {
         let bias = bias.map(|b| b.as_view());
         if n == 1 {
             gpu.gemv_bf16(out, x, &w.as_view(), bias.as_ref(), n_in, n_out, false)
@@ -275,7 +338,10 @@ impl GpuBackend {
         let rows = self.run(c, batch)?;
         let vocab = c.vocab_size;
         for r in 0..rows {
-            self.gpu.argmax_f32(&mut self.next_ids.slice_mut(r..r + 1), &self.logits.slice(r * vocab..(r + 1) * vocab))?;
+            self.gpu.argmax_f32(
+                &mut self.next_ids.slice_mut(r..r + 1),
+                &self.logits.slice(r * vocab..(r + 1) * vocab),
+            )?;
         }
         self.ids_host.resize(rows, 0);
         self.gpu
@@ -290,19 +356,41 @@ impl GpuBackend {
     fn run(&mut self, c: &Config, batch: &Batch) -> Result<usize> {
         let n = batch.tokens.len();
         let n_seqs = batch.block_tables.len() / batch.max_blocks.max(1);
-        assert!(n <= self.max_tokens && n_seqs <= MAX_SEQS && batch.block_tables.len() <= self.block_tables.len());
-        let (dim, q_dim, kv_dim, ffn, vocab) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.vocab_size);
+        assert!(
+            n <= self.max_tokens
+                && n_seqs <= MAX_SEQS
+                && batch.block_tables.len() <= self.block_tables.len()
+        );
+        let (dim, q_dim, kv_dim, ffn, vocab) =
+            (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.vocab_size);
         let qkv_dim = q_dim + 2 * kv_dim;
         let g = &self.gpu;
         let up_err = |e| Error::Gpu(format!("copying the batch to the device: {e}"));
-        g.stream.memcpy_htod(&batch.tokens, &mut self.tokens.slice_mut(..n)).map_err(up_err)?;
-        g.stream.memcpy_htod(&batch.positions, &mut self.positions.slice_mut(..n)).map_err(up_err)?;
-        g.stream.memcpy_htod(&batch.token_seq, &mut self.token_seq.slice_mut(..n)).map_err(up_err)?;
-        g.stream.memcpy_htod(&batch.slots, &mut self.slots.slice_mut(..n)).map_err(up_err)?;
+        g.stream
+            .memcpy_htod(&batch.tokens, &mut self.tokens.slice_mut(..n))
+            .map_err(up_err)?;
+        g.stream
+            .memcpy_htod(&batch.positions, &mut self.positions.slice_mut(..n))
+            .map_err(up_err)?;
+        g.stream
+            .memcpy_htod(&batch.token_seq, &mut self.token_seq.slice_mut(..n))
+            .map_err(up_err)?;
+        g.stream
+            .memcpy_htod(&batch.slots, &mut self.slots.slice_mut(..n))
+            .map_err(up_err)?;
         let bt_len = batch.block_tables.len();
-        g.stream.memcpy_htod(&batch.block_tables, &mut self.block_tables.slice_mut(..bt_len)).map_err(up_err)?;
+        g.stream
+            .memcpy_htod(
+                &batch.block_tables,
+                &mut self.block_tables.slice_mut(..bt_len),
+            )
+            .map_err(up_err)?;
         let (tokens, positions) = (self.tokens.slice(..n), self.positions.slice(..n));
-        let (token_seq, slots, tables) = (self.token_seq.slice(..n), self.slots.slice(..n), self.block_tables.slice(..bt_len));
+        let (token_seq, slots, tables) = (
+            self.token_seq.slice(..n),
+            self.slots.slice(..n),
+            self.block_tables.slice(..bt_len),
+        );
         let (cos, sin) = (self.rope_cos.as_view(), self.rope_sin.as_view());
         let layer_len = self.k_cache.len() / c.n_layers;
         // Flash-decoding when its scratch holds every (token, head, split); else one block
@@ -312,11 +400,31 @@ impl GpuBackend {
         let split = n * c.n_heads * n_splits <= PARTIAL_ROWS;
         let w = &self.weights;
 
-        g.embedding_bf16(&mut self.x.slice_mut(..n * dim), &w.embed.as_view(), &tokens, dim)?;
+        g.embedding_bf16(
+            &mut self.x.slice_mut(..n * dim),
+            &w.embed.as_view(),
+            &tokens,
+            dim,
+        )?;
         for (l, lw) in w.layers.iter().enumerate() {
             // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream.
-            g.rmsnorm_f32(&mut self.xb.slice_mut(..n * dim), &self.x.slice(..n * dim), &lw.attn_norm.as_view(), c.rms_eps, dim)?;
-            Self::matmul(g, &mut self.qkv.slice_mut(..n * qkv_dim), &self.xb.slice(..n * dim), &lw.wqkv, lw.bqkv.as_ref(), n, dim, qkv_dim)?;
+            g.rmsnorm_f32(
+                &mut self.xb.slice_mut(..n * dim),
+                &self.x.slice(..n * dim),
+                &lw.attn_norm.as_view(),
+                c.rms_eps,
+                dim,
+            )?;
+            Self::matmul(
+                g,
+                &mut self.qkv.slice_mut(..n * qkv_dim),
+                &self.xb.slice(..n * dim),
+                &lw.wqkv,
+                lw.bqkv.as_ref(),
+                n,
+                dim,
+                qkv_dim,
+            )?;
             let layer = l * layer_len..(l + 1) * layer_len;
             g.qkv_rope_write_f32(
                 &mut self.q.slice_mut(..n * q_dim),
@@ -331,7 +439,11 @@ impl GpuBackend {
                 c.n_kv_heads,
                 c.head_dim,
             )?;
-            let (q, k_cache, v_cache) = (self.q.slice(..n * q_dim), self.k_cache.slice(layer.clone()), self.v_cache.slice(layer));
+            let (q, k_cache, v_cache) = (
+                self.q.slice(..n * q_dim),
+                self.k_cache.slice(layer.clone()),
+                self.v_cache.slice(layer),
+            );
             if split {
                 let rows = n * c.n_heads * n_splits;
                 g.attention_split_f32(
@@ -349,29 +461,116 @@ impl GpuBackend {
                     c.head_dim,
                     SPLIT_LEN,
                 )?;
-                g.attention_combine_f32(&mut self.att.slice_mut(..n * q_dim), &self.partial_o.slice(..rows * c.head_dim), &self.partial_ml.slice(..rows * 2), c.n_heads, c.head_dim)?;
+                g.attention_combine_f32(
+                    &mut self.att.slice_mut(..n * q_dim),
+                    &self.partial_o.slice(..rows * c.head_dim),
+                    &self.partial_ml.slice(..rows * 2),
+                    c.n_heads,
+                    c.head_dim,
+                )?;
             } else {
-                g.attention_f32(&mut self.att.slice_mut(..n * q_dim), &q, &k_cache, &v_cache, &tables, &token_seq, &positions, batch.max_blocks, c.n_heads, c.n_kv_heads, c.head_dim)?;
+                g.attention_f32(
+                    &mut self.att.slice_mut(..n * q_dim),
+                    &q,
+                    &k_cache,
+                    &v_cache,
+                    &tables,
+                    &token_seq,
+                    &positions,
+                    batch.max_blocks,
+                    c.n_heads,
+                    c.n_kv_heads,
+                    c.head_dim,
+                )?;
             }
             if n == 1 {
                 // The residual add rides on the output projection.
-                g.gemv_bf16(&mut self.x.slice_mut(..dim), &self.att.slice(..q_dim), &lw.wo.as_view(), None, q_dim, dim, true)?;
+                g.gemv_bf16(
+                    &mut self.x.slice_mut(..dim),
+                    &self.att.slice(..q_dim),
+                    &lw.wo.as_view(),
+                    None,
+                    q_dim,
+                    dim,
+                    true,
+                )?;
             } else {
-                Self::matmul(g, &mut self.xb.slice_mut(..n * dim), &self.att.slice(..n * q_dim), &lw.wo, None, n, q_dim, dim)?;
+                Self::matmul(
+                    g,
+                    &mut self.xb.slice_mut(..n * dim),
+                    &self.att.slice(..n * q_dim),
+                    &lw.wo,
+                    None,
+                    n,
+                    q_dim,
+                    dim,
+                )?;
                 g.residual_add_f32(&mut self.x.slice_mut(..n * dim), &self.xb.slice(..n * dim))?;
             }
 
             // MLP: x += down(silu(gate(x)) * up(x)) over the normed stream.
-            g.rmsnorm_f32(&mut self.xb.slice_mut(..n * dim), &self.x.slice(..n * dim), &lw.ffn_norm.as_view(), c.rms_eps, dim)?;
+            g.rmsnorm_f32(
+                &mut self.xb.slice_mut(..n * dim),
+                &self.x.slice(..n * dim),
+                &lw.ffn_norm.as_view(),
+                c.rms_eps,
+                dim,
+            )?;
             if n == 1 {
-                g.gemv_swiglu_bf16(&mut self.hidden.slice_mut(..ffn), &self.xb.slice(..dim), &lw.w_gate.as_view(), &lw.w_up.as_view(), dim, ffn)?;
-                g.gemv_bf16(&mut self.x.slice_mut(..dim), &self.hidden.slice(..ffn), &lw.w_down.as_view(), None, ffn, dim, true)?;
+                g.gemv_swiglu_bf16(
+                    &mut self.hidden.slice_mut(..ffn),
+                    &self.xb.slice(..dim),
+                    &lw.w_gate.as_view(),
+                    &lw.w_up.as_view(),
+                    dim,
+                    ffn,
+                )?;
+                g.gemv_bf16(
+                    &mut self.x.slice_mut(..dim),
+                    &self.hidden.slice(..ffn),
+                    &lw.w_down.as_view(),
+                    None,
+                    ffn,
+                    dim,
+                    true,
+                )?;
             } else {
                 let xb = self.xb.slice(..n * dim);
-                Self::matmul(g, &mut self.gate.slice_mut(..n * ffn), &xb, &lw.w_gate, None, n, dim, ffn)?;
-                Self::matmul(g, &mut self.up.slice_mut(..n * ffn), &xb, &lw.w_up, None, n, dim, ffn)?;
-                g.swiglu_f32(&mut self.hidden.slice_mut(..n * ffn), &self.gate.slice(..n * ffn), &self.up.slice(..n * ffn))?;
-                Self::matmul(g, &mut self.xb.slice_mut(..n * dim), &self.hidden.slice(..n * ffn), &lw.w_down, None, n, ffn, dim)?;
+                Self::matmul(
+                    g,
+                    &mut self.gate.slice_mut(..n * ffn),
+                    &xb,
+                    &lw.w_gate,
+                    None,
+                    n,
+                    dim,
+                    ffn,
+                )?;
+                Self::matmul(
+                    g,
+                    &mut self.up.slice_mut(..n * ffn),
+                    &xb,
+                    &lw.w_up,
+                    None,
+                    n,
+                    dim,
+                    ffn,
+                )?;
+                g.swiglu_f32(
+                    &mut self.hidden.slice_mut(..n * ffn),
+                    &self.gate.slice(..n * ffn),
+                    &self.up.slice(..n * ffn),
+                )?;
+                Self::matmul(
+                    g,
+                    &mut self.xb.slice_mut(..n * dim),
+                    &self.hidden.slice(..n * ffn),
+                    &lw.w_down,
+                    None,
+                    n,
+                    ffn,
+                    dim,
+                )?;
                 g.residual_add_f32(&mut self.x.slice_mut(..n * dim), &self.xb.slice(..n * dim))?;
             }
         }
@@ -380,10 +579,25 @@ impl GpuBackend {
         let rows = batch.logit_rows.len();
         for (i, &r) in batch.logit_rows.iter().enumerate() {
             let r = r as usize;
-            g.rmsnorm_f32(&mut self.head_in.slice_mut(i * dim..(i + 1) * dim), &self.x.slice(r * dim..(r + 1) * dim), &w.final_norm.as_view(), c.rms_eps, dim)?;
+            g.rmsnorm_f32(
+                &mut self.head_in.slice_mut(i * dim..(i + 1) * dim),
+                &self.x.slice(r * dim..(r + 1) * dim),
+                &w.final_norm.as_view(),
+                c.rms_eps,
+                dim,
+            )?;
         }
         let head = w.lm_head.as_ref().unwrap_or(&w.embed);
-        Self::matmul(g, &mut self.logits.slice_mut(..rows * vocab), &self.head_in.slice(..rows * dim), head, None, rows, dim, vocab)?;
+        Self::matmul(
+            g,
+            &mut self.logits.slice_mut(..rows * vocab),
+            &self.head_in.slice(..rows * dim),
+            head,
+            None,
+            rows,
+            dim,
+            vocab,
+        )?;
         Ok(rows)
     }
 }

@@ -43,7 +43,8 @@ impl Gpu {
         // several streams would only add work to every launch.
         // SAFETY: nothing here uses a second stream.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        // A stream of our own rather than the legacy default one: CUDA graphs can capture it.
+        let stream = ctx.new_stream().map_err(gpu_err("cannot create a stream"))?;
         let module = ctx.load_module(Ptx::from_src(super::PTX)).map_err(gpu_err(
             "cannot load the kernels' PTX (the driver may be too old for PTX 7.0 / sm_80)",
         ))?;

@@ -143,13 +143,36 @@ impl Gpu {
     /// One token through a linear layer: out `[n_out]`, x `[n_in]`, w `[n_out, n_in]` bf16,
     /// bias `[n_out]` or none; with `accumulate`, added to what `out` holds (a fused residual).
     #[allow(clippy::too_many_arguments)]
-    pub fn gemv_bf16(&self, out: &mut Out<f32>, x: &In<f32>, w: &In<u16>, bias: Option<&In<f32>>, n_in: usize, n_out: usize, accumulate: bool) -> Result<()> {
-        assert!(n_in.is_multiple_of(8), "gemv_bf16 reads 8 weights at a time: n_in {n_in} must be a multiple of 8");
+    pub fn gemv_bf16(
+        &self,
+        out: &mut Out<f32>,
+        x: &In<f32>,
+        w: &In<u16>,
+        bias: Option<&In<f32>>,
+        n_in: usize,
+        n_out: usize,
+        accumulate: bool,
+    ) -> Result<()> {
+        assert!(
+            n_in.is_multiple_of(8),
+            "gemv_bf16 reads 8 weights at a time: n_in {n_in} must be a multiple of 8"
+        );
         assert!(x.len() == n_in && out.len() == n_out && w.len() == n_out * n_in);
         assert!(bias.is_none_or(|b| b.len() == n_out));
-        assert!(aligned16(w, &self.stream) && aligned16(x, &self.stream), "gemv_bf16 needs 16-byte aligned w and x");
-        let cfg = LaunchConfig { grid_dim: (n_out.div_ceil(GEMV_ROWS_PER_BLOCK) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        let (n_in, n_out, acc) = (u32_of(n_in, "n_in"), u32_of(n_out, "n_out"), accumulate as u32);
+        assert!(
+            aligned16(w, &self.stream) && aligned16(x, &self.stream),
+            "gemv_bf16 needs 16-byte aligned w and x"
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (n_out.div_ceil(GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (n_in, n_out, acc) = (
+            u32_of(n_in, "n_in"),
+            u32_of(n_out, "n_out"),
+            accumulate as u32,
+        );
         let null = 0u64;
         let mut b = self.stream.launch_builder(&self.kernels.gemv_bf16);
         b.arg(out).arg(x).arg(w);
@@ -160,21 +183,46 @@ impl Gpu {
         b.arg(&n_in).arg(&n_out).arg(&acc);
         // SAFETY: shapes and alignment checked; the weights are not written during the launch
         // and x is a different buffer from out.
-        unsafe { b.launch(cfg) }.map(drop).map_err(gpu_err("gemv_bf16"))
+        unsafe { b.launch(cfg) }
+            .map(drop)
+            .map_err(gpu_err("gemv_bf16"))
     }
 
     /// The MLP's gate and up matmuls with SwiGLU, for one token: out `[n_out]`,
     /// x `[n_in]`, w_gate and w_up `[n_out, n_in]` bf16.
-    pub fn gemv_swiglu_bf16(&self, out: &mut Out<f32>, x: &In<f32>, w_gate: &In<u16>, w_up: &In<u16>, n_in: usize, n_out: usize) -> Result<()> {
+    pub fn gemv_swiglu_bf16(
+        &self,
+        out: &mut Out<f32>,
+        x: &In<f32>,
+        w_gate: &In<u16>,
+        w_up: &In<u16>,
+        n_in: usize,
+        n_out: usize,
+    ) -> Result<()> {
         assert!(n_in.is_multiple_of(8) && x.len() == n_in && out.len() == n_out);
         assert!(w_gate.len() == n_out * n_in && w_up.len() == w_gate.len());
-        assert!(aligned16(w_gate, &self.stream) && aligned16(w_up, &self.stream) && aligned16(x, &self.stream));
-        let cfg = LaunchConfig { grid_dim: (n_out.div_ceil(GEMV_ROWS_PER_BLOCK) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        assert!(
+            aligned16(w_gate, &self.stream)
+                && aligned16(w_up, &self.stream)
+                && aligned16(x, &self.stream)
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (n_out.div_ceil(GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let (n_in, n_out) = (u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
         let mut b = self.stream.launch_builder(&self.kernels.gemv_swiglu_bf16);
-        b.arg(out).arg(x).arg(w_gate).arg(w_up).arg(&n_in).arg(&n_out);
+        b.arg(out)
+            .arg(x)
+            .arg(w_gate)
+            .arg(w_up)
+            .arg(&n_in)
+            .arg(&n_out);
         // SAFETY: shapes and alignment checked; weights read-only during the launch.
-        unsafe { b.launch(cfg) }.map(drop).map_err(gpu_err("gemv_swiglu_bf16"))
+        unsafe { b.launch(cfg) }
+            .map(drop)
+            .map_err(gpu_err("gemv_swiglu_bf16"))
     }
 
     /// Many tokens through a linear layer: out `[n, n_out]`, x `[n, n_in]`,
@@ -411,13 +459,27 @@ impl Gpu {
         assert!(qkv.len() == n * (q_dim + 2 * kv_dim) && k_cache.len() == v_cache.len());
         assert!(k_cache.len().is_multiple_of(BLOCK_SIZE * kv_dim) && cos.len() == sin.len());
         let cfg = linear(n * (q_dim / 2 + kv_dim / 2 + kv_dim));
-        let (nh, nkv, hd, nn) = (u32_of(n_heads, "n_heads"), u32_of(n_kv_heads, "n_kv_heads"), u32_of(head_dim, "head_dim"), u32_of(n, "n"));
+        let (nh, nkv, hd, nn) = (
+            u32_of(n_heads, "n_heads"),
+            u32_of(n_kv_heads, "n_kv_heads"),
+            u32_of(head_dim, "head_dim"),
+            u32_of(n, "n"),
+        );
         let mut b = self.stream.launch_builder(&self.kernels.qkv_rope_write_f32);
-        b.arg(q_out).arg(k_cache).arg(v_cache).arg(qkv).arg(positions).arg(slots).arg(cos).arg(sin);
+        b.arg(q_out)
+            .arg(k_cache)
+            .arg(v_cache)
+            .arg(qkv)
+            .arg(positions)
+            .arg(slots)
+            .arg(cos)
+            .arg(sin);
         b.arg(&nh).arg(&nkv).arg(&hd).arg(&nn);
         // SAFETY: shapes checked; positions are inside the tables and slots come from the
         // block manager (inside the pool, distinct).
-        unsafe { b.launch(cfg) }.map(drop).map_err(gpu_err("qkv_rope_write_f32"))
+        unsafe { b.launch(cfg) }
+            .map(drop)
+            .map_err(gpu_err("qkv_rope_write_f32"))
     }
 
     /// Flash-decoding over splits of `split_len` positions; `n_splits` is
@@ -442,58 +504,120 @@ impl Gpu {
         let n = positions.len();
         let n_splits = partial_ml.len() / (2 * n * n_heads);
         let group = n_heads / n_kv_heads;
-        assert!(head_dim <= super::backend::MAX_HEAD_DIM && n_heads.is_multiple_of(n_kv_heads) && group <= 32);
-        assert!(n_splits > 0 && partial_ml.len() == 2 * n * n_heads * n_splits && partial_o.len() == n * n_heads * n_splits * head_dim);
+        assert!(
+            head_dim <= super::backend::MAX_HEAD_DIM
+                && n_heads.is_multiple_of(n_kv_heads)
+                && group <= 32
+        );
+        assert!(
+            n_splits > 0
+                && partial_ml.len() == 2 * n * n_heads * n_splits
+                && partial_o.len() == n * n_heads * n_splits * head_dim
+        );
         assert!(q.len() == n * n_heads * head_dim && token_seq.len() == n && split_len > 0);
-        assert!(k_cache.len() == v_cache.len() && max_blocks > 0 && block_tables.len().is_multiple_of(max_blocks));
+        assert!(
+            k_cache.len() == v_cache.len()
+                && max_blocks > 0
+                && block_tables.len().is_multiple_of(max_blocks)
+        );
         let cfg = LaunchConfig {
-            grid_dim: (u32_of(n_kv_heads, "n_kv_heads"), u32_of(n_splits, "n_splits"), u32_of(n, "n")),
+            grid_dim: (
+                u32_of(n_kv_heads, "n_kv_heads"),
+                u32_of(n_splits, "n_splits"),
+                u32_of(n, "n"),
+            ),
             block_dim: (32 * group as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let (mb, nh, nkv, hd, sl) = (max_blocks as u32, n_heads as u32, n_kv_heads as u32, head_dim as u32, u32_of(split_len, "split_len"));
-        let mut b = self.stream.launch_builder(&self.kernels.attention_split_f32);
-        b.arg(partial_o).arg(partial_ml).arg(q).arg(k_cache).arg(v_cache).arg(block_tables).arg(token_seq).arg(positions);
+        let (mb, nh, nkv, hd, sl) = (
+            max_blocks as u32,
+            n_heads as u32,
+            n_kv_heads as u32,
+            head_dim as u32,
+            u32_of(split_len, "split_len"),
+        );
+        let mut b = self
+            .stream
+            .launch_builder(&self.kernels.attention_split_f32);
+        b.arg(partial_o)
+            .arg(partial_ml)
+            .arg(q)
+            .arg(k_cache)
+            .arg(v_cache)
+            .arg(block_tables)
+            .arg(token_seq)
+            .arg(positions);
         b.arg(&mb).arg(&nh).arg(&nkv).arg(&hd).arg(&sl);
         // SAFETY: shapes checked; the caller sizes n_splits * split_len past every position
         // (the runner computes it from the batch), and the block tables cover each context.
-        unsafe { b.launch(cfg) }.map(drop).map_err(gpu_err("attention_split_f32"))
+        unsafe { b.launch(cfg) }
+            .map(drop)
+            .map_err(gpu_err("attention_split_f32"))
     }
 
     /// Merges flash-decoding's splits: out `[n, n_heads, head_dim]`.
-    pub fn attention_combine_f32(&self, out: &mut Out<f32>, partial_o: &In<f32>, partial_ml: &In<f32>, n_heads: usize, head_dim: usize) -> Result<()> {
+    pub fn attention_combine_f32(
+        &self,
+        out: &mut Out<f32>,
+        partial_o: &In<f32>,
+        partial_ml: &In<f32>,
+        n_heads: usize,
+        head_dim: usize,
+    ) -> Result<()> {
         let n = out.len() / (n_heads * head_dim);
         assert!(n > 0 && out.len() == n * n_heads * head_dim);
         let n_splits = partial_ml.len() / (2 * n * n_heads);
         assert!(n_splits > 0 && partial_o.len() == n * n_heads * n_splits * head_dim);
-        let cfg = LaunchConfig { grid_dim: (u32_of(n_heads, "n_heads"), u32_of(n, "n"), 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: (u32_of(n_heads, "n_heads"), u32_of(n, "n"), 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let (ns, hd) = (u32_of(n_splits, "n_splits"), u32_of(head_dim, "head_dim"));
-        let mut b = self.stream.launch_builder(&self.kernels.attention_combine_f32);
+        let mut b = self
+            .stream
+            .launch_builder(&self.kernels.attention_combine_f32);
         b.arg(out).arg(partial_o).arg(partial_ml).arg(&ns).arg(&hd);
         // SAFETY: shapes checked; split 0 always holds position 0, so every maximum is finite.
-        unsafe { b.launch(cfg) }.map(drop).map_err(gpu_err("attention_combine_f32"))
+        unsafe { b.launch(cfg) }
+            .map(drop)
+            .map_err(gpu_err("attention_combine_f32"))
     }
 
     /// Synthetic bf16 weights: `out[i] = bf16(scale * u)`, u uniform in [-1, 1).
     pub fn fill_random_bf16(&self, out: &mut Out<u16>, seed: u32, scale: f32) -> Result<()> {
         let n = out.len() as u64;
-        let cfg = LaunchConfig { grid_dim: (132 * 16, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: (132 * 16, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let mut b = self.stream.launch_builder(&self.kernels.fill_random_bf16);
         b.arg(out).arg(&n).arg(&seed).arg(&scale);
         // SAFETY: a grid-stride loop over exactly `out`'s elements.
-        unsafe { b.launch(cfg) }.map(drop).map_err(gpu_err("fill_random_bf16"))
+        unsafe { b.launch(cfg) }
+            .map(drop)
+            .map_err(gpu_err("fill_random_bf16"))
     }
 
     /// The read-bandwidth probe: reads every word of `data` once; `partial` gets one word
     /// per block (its length is the grid).
     pub fn read_probe_u32(&self, partial: &mut Out<u32>, data: &In<u32>) -> Result<()> {
-        assert!(data.len().is_multiple_of(4) && !partial.is_empty() && aligned16(data, &self.stream));
-        let cfg = LaunchConfig { grid_dim: (u32_of(partial.len(), "grid"), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 256 * 4 };
+        assert!(
+            data.len().is_multiple_of(4) && !partial.is_empty() && aligned16(data, &self.stream)
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (u32_of(partial.len(), "grid"), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 256 * 4,
+        };
         let n_vec4 = (data.len() / 4) as u64;
         let mut b = self.stream.launch_builder(&self.kernels.read_probe_u32);
         b.arg(partial).arg(data).arg(&n_vec4);
         // SAFETY: 256 threads with 256 words of shared memory; data is 16-byte aligned and a
         // whole number of 16-byte vectors.
-        unsafe { b.launch(cfg) }.map(drop).map_err(gpu_err("read_probe_u32"))
+        unsafe { b.launch(cfg) }
+            .map(drop)
+            .map_err(gpu_err("read_probe_u32"))
     }
 }

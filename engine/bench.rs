@@ -1,0 +1,348 @@
+//! `rustle bench`: decode and prefill speed on the GPU, each figure beside the limit the
+//! same process measured. Decode reads every weight once per token, so its ceiling is the
+//! memory bandwidth over the bytes a token must read (weights, plus the KV cache attention
+//! reads); `bench` measures that bandwidth first, two ways: the driver's device-to-device
+//! copy (bytes read + bytes written) and a pure-read kernel (16-byte loads, four in flight).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use cudarc::driver::sys::CUevent_flags;
+use serde::Serialize;
+
+use crate::block_manager::{BlockTable, blocks_for};
+use crate::config::{Config, HfConfig};
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::gpu::backend::GpuWeights;
+use crate::loader;
+use crate::runner::{Device, Runner, RunnerOptions};
+
+/// Named shapes, as their `config.json` files give them.
+pub const SHAPES: &[(&str, &str)] = &[
+    (
+        "llama3-8b",
+        r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "vocab_size": 128256, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
+            "rope_theta": 500000.0, "tie_word_embeddings": false}"#,
+    ),
+    (
+        "llama3.2-1b",
+        r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "intermediate_size": 8192,
+            "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "head_dim": 64, "vocab_size": 128256, "max_position_embeddings": 131072,
+            "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": true,
+            "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}"#,
+    ),
+    (
+        "qwen2.5-7b",
+        r#"{"architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584, "intermediate_size": 18944,
+            "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+            "vocab_size": 152064, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000.0, "tie_word_embeddings": false}"#,
+    ),
+    (
+        "smollm2-135m",
+        r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 576, "intermediate_size": 1536,
+            "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+            "vocab_size": 49152, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
+            "rope_theta": 100000.0, "tie_word_embeddings": true}"#,
+    ),
+];
+
+pub fn shape_config(name: &str) -> Result<Config> {
+    let (_, json) = SHAPES.iter().find(|(n, _)| *n == name).ok_or_else(|| {
+        let names: Vec<&str> = SHAPES.iter().map(|(n, _)| *n).collect();
+        Error::Usage(format!(
+            "unknown shape {name:?}; known: {}",
+            names.join(", ")
+        ))
+    })?;
+    let hf: HfConfig = serde_json::from_str(json).map_err(|e| Error::Config(e.to_string()))?;
+    Config::resolve(&hf)
+}
+
+pub struct BenchArgs {
+    pub shape: String,
+    pub model: Option<PathBuf>,
+    pub ctx: Vec<usize>,
+    pub prompt_len: usize,
+    pub steps: usize,
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+pub struct Bandwidth {
+    /// Device-to-device copy, bytes read + written per second.
+    pub copy_bytes_per_s: f64,
+    /// The read probe, bytes read per second.
+    pub read_bytes_per_s: f64,
+}
+
+#[derive(Serialize)]
+pub struct DecodeResult {
+    pub ctx: usize,
+    pub tok_per_s: f64,
+    /// Weights plus the KV cache read by attention (at the middle step), per token.
+    pub bytes_per_token: f64,
+    pub achieved_bytes_per_s: f64,
+    pub share_of_copy: f64,
+    pub share_of_read: f64,
+    /// Copy bandwidth over bytes per token: the ceiling the issue's targets use.
+    pub ceiling_tok_per_s: f64,
+}
+
+#[derive(Serialize)]
+pub struct PrefillResult {
+    pub tokens: usize,
+    pub seconds: f64,
+    pub tok_per_s: f64,
+    /// Prompt in, first token's id out.
+    pub time_to_first_token_ms: f64,
+}
+
+#[derive(Serialize)]
+pub struct BenchReport {
+    pub gpu: String,
+    pub model: String,
+    pub weight_bytes_per_token: usize,
+    pub bandwidth: Bandwidth,
+    pub decode: Vec<DecodeResult>,
+    pub prefill: PrefillResult,
+}
+
+fn progress(msg: &str) {
+    eprintln!("rustle bench: {msg}");
+}
+
+fn gpu_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
+    move |e| Error::Gpu(format!("{what}: {e}"))
+}
+
+/// Median milliseconds of `reps` runs of `f`, timed with CUDA events after one warm-up.
+fn time_ms(gpu: &Gpu, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?;
+    let start = gpu
+        .ctx
+        .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(gpu_err("event"))?;
+    let end = gpu
+        .ctx
+        .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(gpu_err("event"))?;
+    let mut times = vec![];
+    for _ in 0..reps {
+        start.record(&gpu.stream).map_err(gpu_err("event"))?;
+        f()?;
+        end.record(&gpu.stream).map_err(gpu_err("event"))?;
+        times.push(start.elapsed_ms(&end).map_err(gpu_err("event"))? as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// Copy and read bandwidth over 2 GiB buffers of random bits (never zeros), far past the L2.
+pub fn measure_bandwidth(gpu: &Gpu) -> Result<Bandwidth> {
+    let words = 1usize << 29; // 2 GiB of u32
+    let mut src = gpu.zeros::<u16>(2 * words, "the bandwidth test")?;
+    gpu.fill_random_bf16(&mut src.as_view_mut(), 7, 1.0)?;
+    let mut dst = gpu.zeros::<u16>(2 * words, "the bandwidth test")?;
+    let bytes = (4 * words) as f64;
+    let copy_ms = time_ms(gpu, 10, || {
+        gpu.stream
+            .memcpy_dtod(&src, &mut dst)
+            .map_err(gpu_err("copy"))
+    })?;
+    // SAFETY: the u16 buffer reinterpreted as half as many u32 words: same bytes, same alignment.
+    let src_words = unsafe { src.transmute::<u32>(words) }.expect("2 * words u16 hold words u32");
+    let mut partial = gpu.zeros::<u32>(132 * 8, "the bandwidth test")?;
+    let read_ms = time_ms(gpu, 10, || {
+        gpu.read_probe_u32(&mut partial.as_view_mut(), &src_words)
+    })?;
+    Ok(Bandwidth {
+        copy_bytes_per_s: 2.0 * bytes / (copy_ms * 1e-3),
+        read_bytes_per_s: bytes / (read_ms * 1e-3),
+    })
+}
+
+pub fn run(args: &BenchArgs) -> Result<BenchReport> {
+    let gpu = Gpu::new()?;
+    progress(&format!(
+        "on {}: measuring memory bandwidth (copy and read, 2 GiB buffers)",
+        gpu.description
+    ));
+    let bandwidth = measure_bandwidth(&gpu)?;
+    let max_ctx = args.ctx.iter().copied().max().unwrap_or(0);
+    let kv_blocks = blocks_for(max_ctx + args.steps + 1) + blocks_for(args.prompt_len) + 1;
+    let opts = RunnerOptions {
+        kv_blocks: Some(kv_blocks),
+        max_batch_tokens: args.prompt_len.clamp(1, 1024),
+    };
+    let (mut runner, model) = match &args.model {
+        Some(path) => {
+            progress(&format!("loading {}", path.display()));
+            let m = loader::load(path)?;
+            let name = m.description.clone();
+            (
+                Runner::new(
+                    m.config,
+                    m.weights,
+                    &opts,
+                    Device::Gpu(Box::new(gpu.clone())),
+                )?,
+                name,
+            )
+        }
+        None => {
+            let config = shape_config(&args.shape)?;
+            progress(&format!(
+                "building {} weights on the GPU (synthetic, bf16)",
+                args.shape
+            ));
+            let weights = GpuWeights::synthetic(&gpu, &config, 1)?;
+            (
+                Runner::with_gpu_weights(config, gpu.clone(), weights, None, &opts)?,
+                format!("{} (synthetic)", args.shape),
+            )
+        }
+    };
+    let c = runner.config.clone();
+    if max_ctx + args.steps > runner.max_context() {
+        return Err(Error::Usage(format!(
+            "--ctx {max_ctx} plus {} steps is past the model's context of {}",
+            args.steps,
+            runner.max_context()
+        )));
+    }
+    let weight_bytes = runner
+        .gpu_backend()
+        .expect("a GPU runner")
+        .weights
+        .bytes_per_token(&c);
+    fill_kv_with_noise(&mut runner)?;
+
+    let kv_bytes_per_pos = 2 * c.n_layers * c.kv_dim() * size_of::<f32>();
+    let mut decode = vec![];
+    for &ctx in &args.ctx {
+        progress(&format!("decode at context {ctx}: {} steps", args.steps));
+        let tok_per_s = decode_rate(&mut runner, ctx, args.steps)?;
+        let bytes = weight_bytes as f64 + (kv_bytes_per_pos * (ctx + args.steps / 2)) as f64;
+        let achieved = tok_per_s * bytes;
+        decode.push(DecodeResult {
+            ctx,
+            tok_per_s,
+            bytes_per_token: bytes,
+            achieved_bytes_per_s: achieved,
+            share_of_copy: achieved / bandwidth.copy_bytes_per_s,
+            share_of_read: achieved / bandwidth.read_bytes_per_s,
+            ceiling_tok_per_s: bandwidth.copy_bytes_per_s / bytes,
+        });
+    }
+    progress(&format!("prefill of {} tokens", args.prompt_len));
+    let prefill = prefill_rate(&mut runner, args.prompt_len)?;
+    Ok(BenchReport {
+        gpu: gpu.description.clone(),
+        model,
+        weight_bytes_per_token: weight_bytes,
+        bandwidth,
+        decode,
+        prefill,
+    })
+}
+
+/// The KV pool filled with random values from the host, so attention reads real data.
+fn fill_kv_with_noise(runner: &mut Runner) -> Result<()> {
+    let g = runner.gpu_backend().expect("a GPU runner");
+    let chunk: Vec<f32> = (0..1 << 22)
+        .map(|i| (crate::cpu::ops::hash32(3, i) >> 8) as f32 / 8_388_608.0 - 1.0)
+        .collect();
+    for cache in [&mut g.k_cache, &mut g.v_cache] {
+        let mut at = 0;
+        while at < cache.len() {
+            let n = chunk.len().min(cache.len() - at);
+            g.gpu
+                .stream
+                .memcpy_htod(&chunk[..n], &mut cache.slice_mut(at..at + n))
+                .map_err(gpu_err("filling the KV cache"))?;
+            at += n;
+        }
+    }
+    g.gpu.sync()
+}
+
+/// Greedy decode steps per second with `ctx` positions already in the cache.
+fn decode_rate(runner: &mut Runner, ctx: usize, steps: usize) -> Result<f64> {
+    let mut seq = BlockTable::default();
+    runner.blocks.reserve(&mut seq, ctx.max(1))?;
+    seq.len = ctx; // the context's keys and values: the noise already in those blocks
+    let mut token = 1u32;
+    for _ in 0..3 {
+        token = runner.extend_greedy(&mut seq, &[token])?; // warm-up
+    }
+    let start = Instant::now();
+    for _ in 0..steps {
+        token = runner.extend_greedy(&mut seq, &[token])?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    runner.release(&mut seq);
+    Ok(steps as f64 / secs)
+}
+
+fn prefill_rate(runner: &mut Runner, n: usize) -> Result<PrefillResult> {
+    let prompt: Vec<u32> = (0..n as u32)
+        .map(|i| (i * 7919 + 13) % runner.config.vocab_size as u32)
+        .collect();
+    // One untimed run first: module load and first-touch costs stay out of the figure.
+    for timed in [false, true] {
+        let mut seq = BlockTable::default();
+        let start = Instant::now();
+        runner.extend_greedy(&mut seq, &prompt)?;
+        let secs = start.elapsed().as_secs_f64();
+        runner.release(&mut seq);
+        if timed {
+            return Ok(PrefillResult {
+                tokens: n,
+                seconds: secs,
+                tok_per_s: n as f64 / secs,
+                time_to_first_token_ms: secs * 1e3,
+            });
+        }
+    }
+    unreachable!()
+}
+
+pub fn print(r: &BenchReport) {
+    let gb = |b: f64| b / 1e9;
+    println!("rustle bench: {} on {}", r.model, r.gpu);
+    println!(
+        "  memory: copy {:.0} GB/s (read + write), read {:.0} GB/s; weights read per token {:.3} GB",
+        gb(r.bandwidth.copy_bytes_per_s),
+        gb(r.bandwidth.read_bytes_per_s),
+        gb(r.weight_bytes_per_token as f64)
+    );
+    println!(
+        "  {:>7}  {:>9}  {:>11}  {:>9}  {:>8}  {:>8}  {:>11}",
+        "context", "tok/s", "GB/token", "GB/s", "of copy", "of read", "ceiling tok/s"
+    );
+    for d in &r.decode {
+        println!(
+            "  {:>7}  {:>9.1}  {:>11.3}  {:>9.0}  {:>7.1}%  {:>7.1}%  {:>11.1}",
+            d.ctx,
+            d.tok_per_s,
+            gb(d.bytes_per_token),
+            gb(d.achieved_bytes_per_s),
+            100.0 * d.share_of_copy,
+            100.0 * d.share_of_read,
+            d.ceiling_tok_per_s
+        );
+    }
+    println!(
+        "  prefill {} tokens: {:.1} ms, {:.0} tok/s; time to first token {:.1} ms",
+        r.prefill.tokens,
+        r.prefill.seconds * 1e3,
+        r.prefill.tok_per_s,
+        r.prefill.time_to_first_token_ms
+    );
+}
