@@ -83,7 +83,10 @@ pub struct Bandwidth {
 
 #[derive(Serialize)]
 pub struct DecodeResult {
+    /// Positions in the cache at the last timed step.
     pub ctx: usize,
+    /// Whether each step replayed a CUDA graph.
+    pub graph: bool,
     pub tok_per_s: f64,
     /// Weights plus the KV cache read by attention (at the middle step), per token.
     pub bytes_per_token: f64,
@@ -109,6 +112,7 @@ pub struct BenchReport {
     pub model: String,
     pub weight_bytes_per_token: usize,
     pub bandwidth: Bandwidth,
+    pub gemv: Vec<crate::gemv_bench::GemvResult>,
     pub decode: Vec<DecodeResult>,
     pub prefill: PrefillResult,
 }
@@ -122,7 +126,7 @@ fn gpu_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
 }
 
 /// Median milliseconds of `reps` runs of `f`, timed with CUDA events after one warm-up.
-fn time_ms(gpu: &Gpu, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+pub(crate) fn time_ms(gpu: &Gpu, reps: usize, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
     f()?;
     let start = gpu
         .ctx
@@ -150,15 +154,16 @@ pub fn measure_bandwidth(gpu: &Gpu) -> Result<Bandwidth> {
     gpu.fill_random_bf16(&mut src.as_view_mut(), 7, 1.0)?;
     let mut dst = gpu.zeros::<u16>(2 * words, "the bandwidth test")?;
     let bytes = (4 * words) as f64;
-    let copy_ms = time_ms(gpu, 10, || {
+    let copy_ms = time_ms(gpu, 10, &mut || {
         gpu.stream
             .memcpy_dtod(&src, &mut dst)
             .map_err(gpu_err("copy"))
     })?;
     // SAFETY: the u16 buffer reinterpreted as half as many u32 words: same bytes, same alignment.
     let src_words = unsafe { src.transmute::<u32>(words) }.expect("2 * words u16 hold words u32");
-    let mut partial = gpu.zeros::<u32>(132 * 8, "the bandwidth test")?;
-    let read_ms = time_ms(gpu, 10, || {
+    // Enough blocks to keep every SM's load slots full: 132 SMs x 32 blocks.
+    let mut partial = gpu.zeros::<u32>(132 * 32, "the bandwidth test")?;
+    let read_ms = time_ms(gpu, 10, &mut || {
         gpu.read_probe_u32(&mut partial.as_view_mut(), &src_words)
     })?;
     Ok(Bandwidth {
@@ -209,10 +214,9 @@ pub fn run(args: &BenchArgs) -> Result<BenchReport> {
         }
     };
     let c = runner.config.clone();
-    if max_ctx + args.steps > runner.max_context() {
+    if max_ctx > runner.max_context() {
         return Err(Error::Usage(format!(
-            "--ctx {max_ctx} plus {} steps is past the model's context of {}",
-            args.steps,
+            "--ctx {max_ctx} is past the model's context of {}",
             runner.max_context()
         )));
     }
@@ -221,17 +225,33 @@ pub fn run(args: &BenchArgs) -> Result<BenchReport> {
         .expect("a GPU runner")
         .weights
         .bytes_per_token(&c);
+    progress("decode matmuls alone, rustle against cuBLAS");
+    let gemv = crate::gemv_bench::run(&gpu, &c)?;
     fill_kv_with_noise(&mut runner)?;
 
     let kv_bytes_per_pos = 2 * c.n_layers * c.kv_dim() * size_of::<f32>();
     let mut decode = vec![];
-    for &ctx in &args.ctx {
-        progress(&format!("decode at context {ctx}: {} steps", args.steps));
+    // Every context with graphs, and the first also without, to show what they save.
+    let runs = args
+        .ctx
+        .iter()
+        .map(|&c| (c, true))
+        .chain(args.ctx.first().map(|&c| (c, false)));
+    for (ctx, graph) in runs {
+        progress(&format!(
+            "decode up to context {ctx}: {} steps, CUDA graphs {}",
+            args.steps,
+            if graph { "on" } else { "off" }
+        ));
+        runner.gpu_backend().expect("a GPU runner").use_graphs = graph;
         let tok_per_s = decode_rate(&mut runner, ctx, args.steps)?;
-        let bytes = weight_bytes as f64 + (kv_bytes_per_pos * (ctx + args.steps / 2)) as f64;
+        // Attention reads the positions before each step's own: on average ctx - steps / 2.
+        let bytes =
+            weight_bytes as f64 + (kv_bytes_per_pos * ctx.saturating_sub(args.steps / 2)) as f64;
         let achieved = tok_per_s * bytes;
         decode.push(DecodeResult {
             ctx,
+            graph,
             tok_per_s,
             bytes_per_token: bytes,
             achieved_bytes_per_s: achieved,
@@ -247,6 +267,7 @@ pub fn run(args: &BenchArgs) -> Result<BenchReport> {
         model,
         weight_bytes_per_token: weight_bytes,
         bandwidth,
+        gemv,
         decode,
         prefill,
     })
@@ -272,14 +293,16 @@ fn fill_kv_with_noise(runner: &mut Runner) -> Result<()> {
     g.gpu.sync()
 }
 
-/// Greedy decode steps per second with `ctx` positions already in the cache.
+/// Greedy decode steps per second, the last step's context holding `ctx` positions.
 fn decode_rate(runner: &mut Runner, ctx: usize, steps: usize) -> Result<f64> {
+    const WARM_UP: usize = 3;
+    let start_len = ctx.saturating_sub(steps + WARM_UP);
     let mut seq = BlockTable::default();
-    runner.blocks.reserve(&mut seq, ctx.max(1))?;
-    seq.len = ctx; // the context's keys and values: the noise already in those blocks
+    runner.blocks.reserve(&mut seq, start_len.max(1))?;
+    seq.len = start_len; // the context's keys and values: the noise already in those blocks
     let mut token = 1u32;
-    for _ in 0..3 {
-        token = runner.extend_greedy(&mut seq, &[token])?; // warm-up
+    for _ in 0..WARM_UP {
+        token = runner.extend_greedy(&mut seq, &[token])?; // first graph captures, caches
     }
     let start = Instant::now();
     for _ in 0..steps {
@@ -345,4 +368,21 @@ pub fn print(r: &BenchReport) {
         r.prefill.tok_per_s,
         r.prefill.time_to_first_token_ms
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_named_shape_resolves() {
+        for (name, _) in SHAPES {
+            shape_config(name).unwrap();
+        }
+        let c = shape_config("llama3-8b").unwrap();
+        assert_eq!((c.q_dim(), c.kv_dim(), c.group_size(), c.head_dim), (4096, 1024, 4, 128));
+        let c = shape_config("llama3.2-1b").unwrap();
+        assert!(c.tie_embeddings && c.head_dim == 64);
+        assert!(shape_config("gpt-2").unwrap_err().to_string().contains("llama3-8b"));
+    }
 }

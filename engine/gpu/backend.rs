@@ -5,7 +5,9 @@
 //! SwiGLU in one kernel; attention split over the context (flash-decoding); greedy decoding's
 //! argmax on the device.
 
-use cudarc::driver::CudaSlice;
+use std::collections::HashMap;
+
+use cudarc::driver::{CudaGraph, CudaSlice};
 
 use super::context::Gpu;
 use super::kernels::{In, Out};
@@ -21,7 +23,7 @@ pub const MAX_SEQS: usize = 64;
 /// The attention kernels hold a head in registers: at most 8 floats per lane of a warp.
 pub const MAX_HEAD_DIM: usize = 256;
 /// Positions per flash-decoding split.
-pub const SPLIT_LEN: usize = 64;
+pub const SPLIT_LEN: usize = 32;
 /// (token, head, split) rows of the flash-decoding scratch; a batch that needs more (a long
 /// prompt) uses the one-block-per-head attention kernel instead.
 const PARTIAL_ROWS: usize = 1 << 16;
@@ -221,9 +223,17 @@ pub struct GpuBackend {
     token_seq: CudaSlice<u32>,
     slots: CudaSlice<u32>,
     block_tables: CudaSlice<u32>,
+    /// Block tables as uploaded: `[n_seqs, table_stride]`.
+    tables_host: Vec<u32>,
+    /// Row length of the device block tables: the most blocks one sequence can hold.
+    table_stride: usize,
     logits_host: Vec<f32>,
     ids_host: Vec<u32>,
     max_tokens: usize,
+    /// Decode-step graphs, by flash-decoding split count.
+    graphs: HashMap<usize, CudaGraph>,
+    /// Replay decode steps as CUDA graphs (on by default; `bench` measures both ways).
+    pub use_graphs: bool,
 }
 
 impl GpuBackend {
@@ -284,9 +294,13 @@ impl GpuBackend {
             token_seq: ids()?,
             slots: ids()?,
             block_tables: gpu.zeros(MAX_SEQS * max_blocks, "block tables")?,
+            tables_host: vec![],
+            table_stride: max_blocks,
             logits_host: vec![],
             ids_host: vec![],
             max_tokens,
+            graphs: HashMap::new(),
+            use_graphs: true,
             weights,
             gpu,
         })
@@ -321,7 +335,10 @@ impl GpuBackend {
     /// Runs `batch` and returns the logits of its `logit_rows`, `[rows, vocab]`, copied to the
     /// host.
     pub fn forward(&mut self, c: &Config, batch: &Batch) -> Result<&[f32]> {
-        let rows = self.run(c, batch)?;
+        self.upload(batch)?;
+        let splits = self.splits_needed(c, batch);
+        let rows = batch.logit_rows.len();
+        self.launch(c, batch.tokens.len(), &batch.logit_rows, splits)?;
         let n = rows * c.vocab_size;
         self.logits_host.resize(n, 0.0);
         self.gpu
@@ -333,15 +350,30 @@ impl GpuBackend {
     }
 
     /// Runs `batch` and returns the most likely next token of each logits row: the argmax
-    /// runs on the device, and only the ids come back.
+    /// runs on the device, and only the ids come back. A one-token step (decode) replays a
+    /// CUDA graph of the whole pass, captured once per size of the attention split: one
+    /// launch instead of hundreds.
     pub fn forward_greedy(&mut self, c: &Config, batch: &Batch) -> Result<&[u32]> {
-        let rows = self.run(c, batch)?;
-        let vocab = c.vocab_size;
-        for r in 0..rows {
-            self.gpu.argmax_f32(
-                &mut self.next_ids.slice_mut(r..r + 1),
-                &self.logits.slice(r * vocab..(r + 1) * vocab),
-            )?;
+        self.upload(batch)?;
+        let rows = batch.logit_rows.len();
+        let splits = self.splits_needed(c, batch);
+        match splits {
+            Some(needed) if self.use_graphs && batch.tokens.len() == 1 && rows == 1 => {
+                // Round the split count up to a power of two: a handful of graphs covers every
+                // context, and the extra splits are empty (they cost a block each, no reads).
+                let bucket = needed.next_power_of_two();
+                if !self.graphs.contains_key(&bucket) {
+                    let graph = self.capture(c, bucket)?;
+                    self.graphs.insert(bucket, graph);
+                }
+                self.graphs[&bucket]
+                    .launch()
+                    .map_err(|e| Error::Gpu(format!("replaying the decode graph: {e}")))?;
+            }
+            _ => {
+                self.launch(c, batch.tokens.len(), &batch.logit_rows, splits)?;
+                self.argmax_rows(c, rows)?;
+            }
         }
         self.ids_host.resize(rows, 0);
         self.gpu
@@ -352,39 +384,92 @@ impl GpuBackend {
         Ok(&self.ids_host)
     }
 
-    /// The forward pass up to the logits, left on the device; returns how many rows.
-    fn run(&mut self, c: &Config, batch: &Batch) -> Result<usize> {
+    /// Records one decode step (one token, `n_splits` attention splits) as a CUDA graph.
+    fn capture(&mut self, c: &Config, n_splits: usize) -> Result<CudaGraph> {
+        use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        let cap_err = |e| Error::Gpu(format!("capturing the decode graph: {e}"));
+        self.gpu
+            .stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(cap_err)?;
+        let recorded = self
+            .launch(c, 1, &[0], Some(n_splits))
+            .and_then(|_| self.argmax_rows(c, 1));
+        let graph = self
+            .gpu
+            .stream
+            .end_capture(CUgraphInstantiate_flags(0))
+            .map_err(cap_err);
+        recorded?;
+        graph?.ok_or_else(|| Error::Gpu("capturing the decode graph: nothing was recorded".into()))
+    }
+
+    fn argmax_rows(&mut self, c: &Config, rows: usize) -> Result<()> {
+        let vocab = c.vocab_size;
+        for r in 0..rows {
+            self.gpu.argmax_f32(
+                &mut self.next_ids.slice_mut(r..r + 1),
+                &self.logits.slice(r * vocab..(r + 1) * vocab),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Flash-decoding's split count for this batch, or `None` when its scratch cannot hold
+    /// every (token, head, split) (a long prompt): then one block per (token, head) walks
+    /// the whole context.
+    fn splits_needed(&self, c: &Config, batch: &Batch) -> Option<usize> {
+        let longest = batch.positions.iter().max().map_or(1, |&p| p as usize + 1);
+        let n_splits = longest.div_ceil(SPLIT_LEN);
+        (batch.tokens.len() * c.n_heads * n_splits.next_power_of_two() <= PARTIAL_ROWS)
+            .then_some(n_splits)
+    }
+
+    /// Copies the batch description to the device, block tables at a fixed row stride (so
+    /// that a captured graph's arguments stay valid as sequences grow).
+    fn upload(&mut self, batch: &Batch) -> Result<()> {
         let n = batch.tokens.len();
+        let stride = self.table_stride;
         let n_seqs = batch.block_tables.len() / batch.max_blocks.max(1);
-        assert!(
-            n <= self.max_tokens
-                && n_seqs <= MAX_SEQS
-                && batch.block_tables.len() <= self.block_tables.len()
-        );
+        assert!(n <= self.max_tokens && n_seqs <= MAX_SEQS && batch.max_blocks <= stride);
+        self.tables_host.clear();
+        for row in batch.block_tables.chunks(batch.max_blocks.max(1)) {
+            self.tables_host.extend_from_slice(row);
+            self.tables_host
+                .resize(self.tables_host.len() + stride - row.len(), 0);
+        }
+        let s = &self.gpu.stream;
+        let up_err = |e| Error::Gpu(format!("copying the batch to the device: {e}"));
+        s.memcpy_htod(&batch.tokens, &mut self.tokens.slice_mut(..n))
+            .map_err(up_err)?;
+        s.memcpy_htod(&batch.positions, &mut self.positions.slice_mut(..n))
+            .map_err(up_err)?;
+        s.memcpy_htod(&batch.token_seq, &mut self.token_seq.slice_mut(..n))
+            .map_err(up_err)?;
+        s.memcpy_htod(&batch.slots, &mut self.slots.slice_mut(..n))
+            .map_err(up_err)?;
+        let len = self.tables_host.len();
+        s.memcpy_htod(&self.tables_host, &mut self.block_tables.slice_mut(..len))
+            .map_err(up_err)?;
+        Ok(())
+    }
+
+    /// Every kernel of the forward pass for `n` uploaded tokens, up to the logits of
+    /// `logit_rows`, left on the device. `n_splits`: flash-decoding's split count, or `None`
+    /// for the one-block-per-head attention.
+    fn launch(
+        &mut self,
+        c: &Config,
+        n: usize,
+        logit_rows: &[u32],
+        n_splits: Option<usize>,
+    ) -> Result<()> {
         let (dim, q_dim, kv_dim, ffn, vocab) =
             (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.vocab_size);
         let qkv_dim = q_dim + 2 * kv_dim;
         let g = &self.gpu;
-        let up_err = |e| Error::Gpu(format!("copying the batch to the device: {e}"));
-        g.stream
-            .memcpy_htod(&batch.tokens, &mut self.tokens.slice_mut(..n))
-            .map_err(up_err)?;
-        g.stream
-            .memcpy_htod(&batch.positions, &mut self.positions.slice_mut(..n))
-            .map_err(up_err)?;
-        g.stream
-            .memcpy_htod(&batch.token_seq, &mut self.token_seq.slice_mut(..n))
-            .map_err(up_err)?;
-        g.stream
-            .memcpy_htod(&batch.slots, &mut self.slots.slice_mut(..n))
-            .map_err(up_err)?;
-        let bt_len = batch.block_tables.len();
-        g.stream
-            .memcpy_htod(
-                &batch.block_tables,
-                &mut self.block_tables.slice_mut(..bt_len),
-            )
-            .map_err(up_err)?;
+        let max_blocks = self.table_stride;
+        let bt_len = MAX_SEQS * max_blocks;
         let (tokens, positions) = (self.tokens.slice(..n), self.positions.slice(..n));
         let (token_seq, slots, tables) = (
             self.token_seq.slice(..n),
@@ -393,11 +478,6 @@ impl GpuBackend {
         );
         let (cos, sin) = (self.rope_cos.as_view(), self.rope_sin.as_view());
         let layer_len = self.k_cache.len() / c.n_layers;
-        // Flash-decoding when its scratch holds every (token, head, split); else one block
-        // per (token, head) walks the whole context.
-        let longest = batch.positions.iter().max().map_or(1, |&p| p as usize + 1);
-        let n_splits = longest.div_ceil(SPLIT_LEN);
-        let split = n * c.n_heads * n_splits <= PARTIAL_ROWS;
         let w = &self.weights;
 
         g.embedding_bf16(
@@ -444,7 +524,7 @@ impl GpuBackend {
                 self.k_cache.slice(layer.clone()),
                 self.v_cache.slice(layer),
             );
-            if split {
+            if let Some(n_splits) = n_splits {
                 let rows = n * c.n_heads * n_splits;
                 g.attention_split_f32(
                     &mut self.partial_o.slice_mut(..rows * c.head_dim),
@@ -455,7 +535,7 @@ impl GpuBackend {
                     &tables,
                     &token_seq,
                     &positions,
-                    batch.max_blocks,
+                    max_blocks,
                     c.n_heads,
                     c.n_kv_heads,
                     c.head_dim,
@@ -477,7 +557,7 @@ impl GpuBackend {
                     &tables,
                     &token_seq,
                     &positions,
-                    batch.max_blocks,
+                    max_blocks,
                     c.n_heads,
                     c.n_kv_heads,
                     c.head_dim,
@@ -576,8 +656,8 @@ impl GpuBackend {
         }
 
         // Only the rows that need logits go through the final norm and the head.
-        let rows = batch.logit_rows.len();
-        for (i, &r) in batch.logit_rows.iter().enumerate() {
+        let rows = logit_rows.len();
+        for (i, &r) in logit_rows.iter().enumerate() {
             let r = r as usize;
             g.rmsnorm_f32(
                 &mut self.head_in.slice_mut(i * dim..(i + 1) * dim),
@@ -598,6 +678,6 @@ impl GpuBackend {
             dim,
             vocab,
         )?;
-        Ok(rows)
+        Ok(())
     }
 }

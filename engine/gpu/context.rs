@@ -44,7 +44,9 @@ impl Gpu {
         // SAFETY: nothing here uses a second stream.
         unsafe { ctx.disable_event_tracking() };
         // A stream of our own rather than the legacy default one: CUDA graphs can capture it.
-        let stream = ctx.new_stream().map_err(gpu_err("cannot create a stream"))?;
+        let stream = ctx
+            .new_stream()
+            .map_err(gpu_err("cannot create a stream"))?;
         let module = ctx.load_module(Ptx::from_src(super::PTX)).map_err(gpu_err(
             "cannot load the kernels' PTX (the driver may be too old for PTX 7.0 / sm_80)",
         ))?;

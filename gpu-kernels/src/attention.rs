@@ -187,28 +187,43 @@ pub unsafe extern "gpu-kernel" fn attention_split_f32(
         let mut acc = [0.0f32; MAX_PER_LANE];
         let start = split * split_len as usize;
         let end = (start + split_len as usize).min(pos + 1);
+        // Keys four at a time: four independent loads and dot products in flight, one
+        // softmax update for all four. One key at a time, every step would wait a full memory
+        // latency for its key before it could ask for the next.
         let mut p = start;
         while p < end {
-            let slot = *table.add(p / 16) as usize * 16 + p % 16;
-            let base = slot * kv_dim + kv_off;
-            let mut partial = 0.0f32;
-            for e in 0..MAX_PER_LANE {
-                if lane + WARP * e < head_dim {
-                    partial += q_reg[e] * *k_cache.add(base + lane + WARP * e);
+            // Keys past `end` repeat the last one with weight zero: every lane runs the same
+            // straight-line code. The four keys are spelled out (not indexed arrays) so that
+            // they stay in registers.
+            let base = |j: usize| {
+                let k = (p + j).min(end - 1);
+                (*table.add(k / 16) as usize * 16 + k % 16) * kv_dim + kv_off
+            };
+            let (b0, b1, b2, b3) = (base(0), base(1), base(2), base(3));
+            let score = |b: usize, j: usize| {
+                let mut partial = 0.0f32;
+                for e in 0..MAX_PER_LANE {
+                    if lane + WARP * e < head_dim {
+                        partial += q_reg[e] * *k_cache.add(b + lane + WARP * e);
+                    }
                 }
-            }
-            let score = warp_sum(partial);
-            let m_new = m.max(score);
+                let s = warp_sum(partial);
+                if p + j < end { s } else { f32::NEG_INFINITY }
+            };
+            let (s0, s1, s2, s3) = (score(b0, 0), score(b1, 1), score(b2, 2), score(b3, 3));
+            let m_new = m.max(s0).max(s1).max(s2).max(s3);
             let rescale = exp(m - m_new);
-            let weight = exp(score - m_new);
-            l = l * rescale + weight;
+            let (w0, w1, w2, w3) = (exp(s0 - m_new), exp(s1 - m_new), exp(s2 - m_new), exp(s3 - m_new));
+            l = l * rescale + w0 + w1 + w2 + w3;
             for e in 0..MAX_PER_LANE {
-                if lane + WARP * e < head_dim {
-                    acc[e] = acc[e] * rescale + weight * *v_cache.add(base + lane + WARP * e);
+                let d = lane + WARP * e;
+                if d < head_dim {
+                    let v = |b: usize| *v_cache.add(b + d);
+                    acc[e] = acc[e] * rescale + w0 * v(b0) + w1 * v(b1) + w2 * v(b2) + w3 * v(b3);
                 }
             }
             m = m_new;
-            p += 1;
+            p += 4;
         }
         let at = (t * n_heads + h) * n_splits + split;
         for e in 0..MAX_PER_LANE {

@@ -1,0 +1,165 @@
+//! The decode matmuls alone: rustle's GEMV kernels against cuBLAS on the same shapes, each
+//! timed with CUDA events over weights far larger than the L2, rotating among several copies
+//! so that no run finds its weights in cache.
+
+use cudarc::cublas::sys::{
+    cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType_t,
+};
+use cudarc::cublas::{CudaBlas, result as blas};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+
+#[derive(Serialize)]
+pub struct GemvResult {
+    /// "qkv", "o_proj", "gate+up (SwiGLU)", "down", "head"
+    pub name: String,
+    pub n_out: usize,
+    pub n_in: usize,
+    pub rustle_us: f64,
+    pub rustle_bytes_per_s: f64,
+    /// None when cuBLAS could not be loaded.
+    pub cublas_us: Option<f64>,
+    /// cuBLAS time over ours: above 1 means rustle is faster.
+    pub speedup_vs_cublas: Option<f64>,
+}
+
+/// Copies of each matrix to rotate through: together well past the 60 MB L2.
+fn copies(bytes: usize) -> usize {
+    (256usize << 20).div_ceil(bytes).clamp(2, 16)
+}
+
+/// The decode step's matmul shapes for `c`: (name, rows, input width, matrices read).
+pub fn decode_shapes(c: &Config) -> Vec<(&'static str, usize, usize, usize)> {
+    vec![
+        ("qkv", c.q_dim() + 2 * c.kv_dim(), c.dim, 1),
+        ("o_proj", c.dim, c.q_dim(), 1),
+        ("gate+up (SwiGLU)", c.ffn_dim, c.dim, 2),
+        ("down", c.dim, c.ffn_dim, 1),
+        ("head", c.vocab_size, c.dim, 1),
+    ]
+}
+
+pub fn run(gpu: &Gpu, c: &Config) -> Result<Vec<GemvResult>> {
+    let time_ms = |f: &mut dyn FnMut() -> Result<()>| crate::bench::time_ms(gpu, 20, f);
+    // SAFETY: only asks whether libcublas can be loaded.
+    let blas = if unsafe { cudarc::cublas::sys::is_culib_present() } {
+        Some(CudaBlas::new(gpu.stream.clone()).map_err(|e| Error::Gpu(format!("cuBLAS: {e}")))?)
+    } else {
+        None
+    };
+    let mut results = vec![];
+    for (name, n_out, n_in, mats) in decode_shapes(c) {
+        let bytes = mats * n_out * n_in * 2;
+        let k = copies(bytes);
+        let mut weights: Vec<CudaSlice<u16>> = vec![];
+        for i in 0..k * mats {
+            let mut w = gpu.zeros::<u16>(n_out * n_in, "the GEMV benchmark")?;
+            gpu.fill_random_bf16(
+                &mut w.as_view_mut(),
+                100 + i as u32,
+                1.0 / (n_in as f32).sqrt(),
+            )?;
+            weights.push(w);
+        }
+        let mut x = gpu.zeros::<u16>(2 * n_in, "the GEMV benchmark")?;
+        gpu.fill_random_bf16(&mut x.as_view_mut(), 99, 1.0)?;
+        // SAFETY: 2 n_in bf16 reinterpreted as n_in f32 (random bits of bounded exponent: the
+        // upper halves are bf16 values, so every float is finite).
+        let x_f32 = unsafe { x.transmute::<f32>(n_in) }.expect("length fits");
+        let mut out = gpu.zeros::<f32>(n_out, "the GEMV benchmark")?;
+        let mut turn = 0;
+        let ours = time_ms(&mut || {
+            turn = (turn + 1) % k;
+            let w = &weights[turn * mats..(turn + 1) * mats];
+            if mats == 2 {
+                gpu.gemv_swiglu_bf16(
+                    &mut out.as_view_mut(),
+                    &x_f32,
+                    &w[0].as_view(),
+                    &w[1].as_view(),
+                    n_in,
+                    n_out,
+                )
+            } else {
+                gpu.gemv_bf16(
+                    &mut out.as_view_mut(),
+                    &x_f32,
+                    &w[0].as_view(),
+                    None,
+                    n_in,
+                    n_out,
+                    false,
+                )
+            }
+        })?;
+        let theirs = match &blas {
+            None => None,
+            Some(blas) => {
+                let mut turn = 0;
+                Some(time_ms(&mut || {
+                    turn = (turn + 1) % k;
+                    for w in &weights[turn * mats..(turn + 1) * mats] {
+                        cublas_gemv(gpu, blas, &mut out, w, &x, n_in, n_out)?;
+                    }
+                    Ok(())
+                })?)
+            }
+        };
+        results.push(GemvResult {
+            name: name.into(),
+            n_out,
+            n_in,
+            rustle_us: ours * 1e3,
+            rustle_bytes_per_s: bytes as f64 / (ours * 1e-3),
+            cublas_us: theirs.map(|t| t * 1e3),
+            speedup_vs_cublas: theirs.map(|t| t / ours),
+        });
+    }
+    Ok(results)
+}
+
+/// y = W x through cuBLAS: W `[n_out, n_in]` row-major bf16 is column-major `[n_in, n_out]`,
+/// so y = op(A) x with A transposed; x bf16, y f32, f32 accumulation.
+fn cublas_gemv(
+    gpu: &Gpu,
+    blas: &CudaBlas,
+    out: &mut CudaSlice<f32>,
+    w: &CudaSlice<u16>,
+    x: &CudaSlice<u16>,
+    n_in: usize,
+    n_out: usize,
+) -> Result<()> {
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    let (a, _ra) = w.device_ptr(&gpu.stream);
+    let (b, _rb) = x.device_ptr(&gpu.stream);
+    let (y, _ry) = out.device_ptr_mut(&gpu.stream);
+    // SAFETY: the shapes above match the buffers' lengths; all three live on this stream.
+    unsafe {
+        blas::gemm_ex(
+            *blas.handle(),
+            cublasOperation_t::CUBLAS_OP_T,
+            cublasOperation_t::CUBLAS_OP_N,
+            n_out as i32,
+            1,
+            n_in as i32,
+            (&alpha) as *const f32 as *const _,
+            a as *const _,
+            cudaDataType_t::CUDA_R_16BF,
+            n_in as i32,
+            b as *const _,
+            cudaDataType_t::CUDA_R_16BF,
+            n_in as i32,
+            (&beta) as *const f32 as *const _,
+            y as *mut _,
+            cudaDataType_t::CUDA_R_32F,
+            n_out as i32,
+            cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| Error::Gpu(format!("cuBLAS GemmEx: {e}")))
+}
