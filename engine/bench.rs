@@ -346,13 +346,35 @@ pub fn print(r: &BenchReport) {
         gb(r.weight_bytes_per_token as f64)
     );
     println!(
-        "  {:>7}  {:>9}  {:>11}  {:>9}  {:>8}  {:>8}  {:>11}",
-        "context", "tok/s", "GB/token", "GB/s", "of copy", "of read", "ceiling tok/s"
+        "  {:<18} {:>7} {:>7} {:>10} {:>8} {:>8} {:>10} {:>12}",
+        "decode matmul", "rows", "cols", "rustle us", "GB/s", "of read", "cuBLAS us", "cuBLAS/ours"
+    );
+    for g in &r.gemv {
+        let (cu, ratio) = match (g.cublas_us, g.speedup_vs_cublas) {
+            (Some(c), Some(s)) => (format!("{c:.1}"), format!("{s:.2}")),
+            _ => ("-".into(), "no cuBLAS".into()),
+        };
+        println!(
+            "  {:<18} {:>7} {:>7} {:>10.1} {:>8.0} {:>7.1}% {:>10} {:>12}",
+            g.name,
+            g.n_out,
+            g.n_in,
+            g.rustle_us,
+            gb(g.rustle_bytes_per_s),
+            100.0 * g.rustle_bytes_per_s / r.bandwidth.read_bytes_per_s,
+            cu,
+            ratio
+        );
+    }
+    println!(
+        "  {:>7} {:>5} {:>9} {:>9} {:>8} {:>8} {:>8} {:>13}",
+        "context", "graph", "tok/s", "GB/token", "GB/s", "of copy", "of read", "ceiling tok/s"
     );
     for d in &r.decode {
         println!(
-            "  {:>7}  {:>9.1}  {:>11.3}  {:>9.0}  {:>7.1}%  {:>7.1}%  {:>11.1}",
+            "  {:>7} {:>5} {:>9.1} {:>9.3} {:>8.0} {:>7.1}% {:>7.1}% {:>13.1}",
             d.ctx,
+            if d.graph { "yes" } else { "no" },
             d.tok_per_s,
             gb(d.bytes_per_token),
             gb(d.achieved_bytes_per_s),
@@ -380,9 +402,17 @@ mod tests {
             shape_config(name).unwrap();
         }
         let c = shape_config("llama3-8b").unwrap();
-        assert_eq!((c.q_dim(), c.kv_dim(), c.group_size(), c.head_dim), (4096, 1024, 4, 128));
+        assert_eq!(
+            (c.q_dim(), c.kv_dim(), c.group_size(), c.head_dim),
+            (4096, 1024, 4, 128)
+        );
         let c = shape_config("llama3.2-1b").unwrap();
         assert!(c.tie_embeddings && c.head_dim == 64);
-        assert!(shape_config("gpt-2").unwrap_err().to_string().contains("llama3-8b"));
+        assert!(
+            shape_config("gpt-2")
+                .unwrap_err()
+                .to_string()
+                .contains("llama3-8b")
+        );
     }
 }

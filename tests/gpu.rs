@@ -579,6 +579,22 @@ fn same_tokens(cpu: &mut Runner, gpu: &mut Runner, prompts: &[Vec<u32>], steps: 
     for prompt in prompts {
         let (c, margins) = greedy(cpu, prompt, steps);
         let (gtok, _) = greedy(gpu, prompt, steps);
+        // The GPU's own greedy path (argmax on the device, decode steps replayed as CUDA
+        // graphs) must agree with its logits exactly.
+        let mut seq = BlockTable::default();
+        let mut t = gpu.extend_greedy(&mut seq, prompt).unwrap();
+        let mut graph_tokens = vec![];
+        for _ in 0..steps {
+            graph_tokens.push(t);
+            t = gpu.extend_greedy(&mut seq, &[t]).unwrap();
+        }
+        gpu.release(&mut seq);
+        assert_eq!(
+            graph_tokens,
+            gtok,
+            "{}-token prompt: device argmax and graphs vs logits",
+            prompt.len()
+        );
         match c.iter().zip(&gtok).position(|(a, b)| a != b) {
             None => eprintln!(
                 "  {} prompt tokens: {steps}/{steps} greedy tokens identical",
