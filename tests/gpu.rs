@@ -127,6 +127,15 @@ fn rel_err(a: &[f32], b: &[f32]) -> f64 {
     (num / den.max(1e-30)).sqrt()
 }
 
+/// Tolerances. Element-wise f32 arithmetic matches to rounding (1e-6). A reduction over
+/// thousands of terms summed in another order (a warp tree on the GPU, a running sum on the
+/// CPU) drifts by about sqrt(n) roundings: 8192 squares in RMSNorm, 14336 products in a
+/// GEMV row. The approximate `ex2` adds about 2 ulp per exponential.
+const ELEMENTWISE: f64 = 1e-6;
+const REDUCTION: f64 = 1e-5;
+const LONG_REDUCTION: f64 = 5e-5;
+const APPROX_EXP: f64 = 5e-6;
+
 fn assert_close(what: &str, gpu: &[f32], cpu: &[f32], tol: f64) {
     let e = rel_err(gpu, cpu);
     assert!(e <= tol, "{what}: relative error {e:.3e} > {tol:.0e}");
@@ -181,7 +190,7 @@ fn rmsnorm_f32(g: &Gpu, rng: &mut StdRng) {
             &format!("rows {rows} dim {dim}"),
             &down(g, &out),
             &cpu,
-            1e-6,
+            REDUCTION,
         );
     }
 }
@@ -221,7 +230,7 @@ fn gemv_bf16(g: &Gpu, rng: &mut StdRng) {
         )
         .unwrap();
         let what = format!("{n_out} x {n_in}, bias {bias}, accumulate {accumulate}");
-        assert_close(&what, &down(g, &out), &cpu, 1e-5);
+        assert_close(&what, &down(g, &out), &cpu, LONG_REDUCTION);
     }
 }
 
@@ -244,7 +253,12 @@ fn gemv_swiglu_bf16(g: &Gpu, rng: &mut StdRng) {
             n_out,
         )
         .unwrap();
-        assert_close(&format!("{n_out} x {n_in}"), &down(g, &out), &cpu, 1e-5);
+        assert_close(
+            &format!("{n_out} x {n_in}"),
+            &down(g, &out),
+            &cpu,
+            LONG_REDUCTION,
+        );
     }
 }
 
@@ -279,7 +293,7 @@ fn gemm_bf16(g: &Gpu, rng: &mut StdRng) {
             &format!("{n} tokens, {n_out} x {n_in}, bias {bias}"),
             &down(g, &out),
             &cpu,
-            1e-5,
+            LONG_REDUCTION,
         );
     }
 }
@@ -313,7 +327,7 @@ fn rope_f32(g: &Gpu, rng: &mut StdRng) {
             &format!("n {n} heads {n_heads} head_dim {head_dim}"),
             &down(g, &dev),
             &cpu,
-            1e-6,
+            ELEMENTWISE,
         );
     }
 }
@@ -362,8 +376,13 @@ fn qkv_rope_write_f32(g: &Gpu, rng: &mut StdRng) {
         )
         .unwrap();
         let what = format!("n {n}, {n_heads}/{n_kv_heads} heads of {head_dim}");
-        assert_close(&format!("{what}: q"), &down(g, &q), &cpu_q, 1e-6);
-        assert_close(&format!("{what}: k cache"), &down(g, &kd), &cpu_k, 1e-6);
+        assert_close(&format!("{what}: q"), &down(g, &q), &cpu_q, ELEMENTWISE);
+        assert_close(
+            &format!("{what}: k cache"),
+            &down(g, &kd),
+            &cpu_k,
+            ELEMENTWISE,
+        );
         assert_close(&format!("{what}: v cache"), &down(g, &vd), &cpu_v, 0.0);
     }
 }
@@ -467,7 +486,7 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
             &format!("head_dim {head_dim}, {n_heads} heads over {n_kv_heads}"),
             &down(g, &out),
             &cpu,
-            1e-5,
+            LONG_REDUCTION,
         );
     }
 }
@@ -484,7 +503,7 @@ fn swiglu_f32(g: &Gpu, rng: &mut StdRng) {
             &up(g, &upv).as_view(),
         )
         .unwrap();
-        assert_close(&format!("n {n}"), &down(g, &out), &cpu, 1e-6);
+        assert_close(&format!("n {n}"), &down(g, &out), &cpu, APPROX_EXP);
     }
 }
 
