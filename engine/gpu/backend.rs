@@ -27,6 +27,8 @@ pub const SPLIT_LEN: usize = 32;
 /// (token, head, split) rows of the flash-decoding scratch; a batch that needs more (a long
 /// prompt) uses the one-block-per-head attention kernel instead.
 const PARTIAL_ROWS: usize = 1 << 16;
+/// Most splits the combine kernel's shared memory holds (one float each, under 48 KiB).
+const MAX_SPLITS: usize = 8192;
 /// Share of the free device memory the KV pool may take by default.
 const KV_SHARE_OF_FREE: f64 = 0.9;
 
@@ -421,7 +423,8 @@ impl GpuBackend {
     fn splits_needed(&self, c: &Config, batch: &Batch) -> Option<usize> {
         let longest = batch.positions.iter().max().map_or(1, |&p| p as usize + 1);
         let n_splits = longest.div_ceil(SPLIT_LEN);
-        (batch.tokens.len() * c.n_heads * n_splits.next_power_of_two() <= PARTIAL_ROWS)
+        let bucket = n_splits.next_power_of_two();
+        (batch.tokens.len() * c.n_heads * bucket <= PARTIAL_ROWS && bucket <= MAX_SPLITS)
             .then_some(n_splits)
     }
 

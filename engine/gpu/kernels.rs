@@ -76,8 +76,26 @@ fn linear(n: usize) -> LaunchConfig {
     }
 }
 
-/// Output rows per GEMV block: 256 threads, a warp per row.
-const GEMV_ROWS_PER_BLOCK: usize = 256 / 32;
+/// Warps per GEMV block.
+const GEMV_WARPS: usize = 8;
+/// Blocks a GEMV launch should have to keep every SM busy: 132 SMs (H200) x 8.
+const GEMV_TARGET_BLOCKS: usize = 132 * 8;
+
+/// A GEMV launch over `n_out` rows: a block of 8 warps covers `8 / parts` rows, `parts`
+/// warps per row. Small matrices (few rows) get more parts, so that the launch still has
+/// enough blocks, and so enough loads in flight, to stream at full bandwidth.
+fn gemv_launch(n_out: usize) -> LaunchConfig {
+    let parts = [1, 2, 4, 8]
+        .into_iter()
+        .find(|&p| n_out.div_ceil(GEMV_WARPS / p) >= GEMV_TARGET_BLOCKS)
+        .unwrap_or(GEMV_WARPS);
+    let rows = GEMV_WARPS / parts;
+    LaunchConfig {
+        grid_dim: (n_out.div_ceil(rows) as u32, 1, 1),
+        block_dim: (32 * parts as u32, rows as u32, 1),
+        shared_mem_bytes: (GEMV_WARPS * 4) as u32,
+    }
+}
 
 /// Threads per block of the row-reduction kernels (rmsnorm, argmax, attention).
 const ROW_THREADS: u32 = 256;
@@ -163,11 +181,7 @@ impl Gpu {
             aligned16(w, &self.stream) && aligned16(x, &self.stream),
             "gemv_bf16 needs 16-byte aligned w and x"
         );
-        let cfg = LaunchConfig {
-            grid_dim: (n_out.div_ceil(GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = gemv_launch(n_out);
         let (n_in, n_out, acc) = (
             u32_of(n_in, "n_in"),
             u32_of(n_out, "n_out"),
@@ -181,7 +195,8 @@ impl Gpu {
             None => b.arg(&null),
         };
         b.arg(&n_in).arg(&n_out).arg(&acc);
-        // SAFETY: shapes and alignment checked; the weights are not written during the launch
+        // SAFETY: shapes and alignment checked; the launch gives 8 warps and a float of
+        // shared memory per warp; the weights are not written during the launch
         // and x is a different buffer from out.
         unsafe { b.launch(cfg) }
             .map(drop)
@@ -206,11 +221,7 @@ impl Gpu {
                 && aligned16(w_up, &self.stream)
                 && aligned16(x, &self.stream)
         );
-        let cfg = LaunchConfig {
-            grid_dim: (n_out.div_ceil(GEMV_ROWS_PER_BLOCK) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = gemv_launch(n_out);
         let (n_in, n_out) = (u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
         let mut b = self.stream.launch_builder(&self.kernels.gemv_swiglu_bf16);
         b.arg(out)
@@ -219,7 +230,8 @@ impl Gpu {
             .arg(w_up)
             .arg(&n_in)
             .arg(&n_out);
-        // SAFETY: shapes and alignment checked; weights read-only during the launch.
+        // SAFETY: shapes and alignment checked; 8 warps, a float of shared memory each;
+        // weights read-only during the launch.
         unsafe { b.launch(cfg) }
             .map(drop)
             .map_err(gpu_err("gemv_swiglu_bf16"))
@@ -568,17 +580,22 @@ impl Gpu {
         assert!(n > 0 && out.len() == n * n_heads * head_dim);
         let n_splits = partial_ml.len() / (2 * n * n_heads);
         assert!(n_splits > 0 && partial_o.len() == n * n_heads * n_splits * head_dim);
+        assert!(
+            n_splits <= 8192,
+            "attention_combine_f32 keeps at most 8192 split weights in shared memory"
+        );
         let cfg = LaunchConfig {
             grid_dim: (u32_of(n_heads, "n_heads"), u32_of(n, "n"), 1),
             block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: (32 + u32_of(n_splits, "n_splits")) * 4,
         };
         let (ns, hd) = (u32_of(n_splits, "n_splits"), u32_of(head_dim, "head_dim"));
         let mut b = self
             .stream
             .launch_builder(&self.kernels.attention_combine_f32);
         b.arg(out).arg(partial_o).arg(partial_ml).arg(&ns).arg(&hd);
-        // SAFETY: shapes checked; split 0 always holds position 0, so every maximum is finite.
+        // SAFETY: shapes checked; 128 threads and 32 + n_splits floats of shared memory;
+        // split 0 always holds position 0, so every maximum is finite.
         unsafe { b.launch(cfg) }
             .map(drop)
             .map_err(gpu_err("attention_combine_f32"))

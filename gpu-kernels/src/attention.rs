@@ -200,27 +200,32 @@ pub unsafe extern "gpu-kernel" fn attention_split_f32(
                 (*table.add(k / 16) as usize * 16 + k % 16) * kv_dim + kv_off
             };
             let (b0, b1, b2, b3) = (base(0), base(1), base(2), base(3));
-            let score = |b: usize, j: usize| {
+            // Every key and value of the four first, then the arithmetic: one memory
+            // latency per round instead of two.
+            let (mut k0, mut k1, mut k2, mut k3) = ([0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE]);
+            let (mut v0, mut v1, mut v2, mut v3) = ([0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE]);
+            for e in 0..MAX_PER_LANE {
+                let d = lane + WARP * e;
+                if d < head_dim {
+                    (k0[e], k1[e], k2[e], k3[e]) = (*k_cache.add(b0 + d), *k_cache.add(b1 + d), *k_cache.add(b2 + d), *k_cache.add(b3 + d));
+                    (v0[e], v1[e], v2[e], v3[e]) = (*v_cache.add(b0 + d), *v_cache.add(b1 + d), *v_cache.add(b2 + d), *v_cache.add(b3 + d));
+                }
+            }
+            let score = |k: &[f32; MAX_PER_LANE], j: usize| {
                 let mut partial = 0.0f32;
                 for e in 0..MAX_PER_LANE {
-                    if lane + WARP * e < head_dim {
-                        partial += q_reg[e] * *k_cache.add(b + lane + WARP * e);
-                    }
+                    partial += q_reg[e] * k[e]; // q_reg is zero past head_dim
                 }
                 let s = warp_sum(partial);
                 if p + j < end { s } else { f32::NEG_INFINITY }
             };
-            let (s0, s1, s2, s3) = (score(b0, 0), score(b1, 1), score(b2, 2), score(b3, 3));
+            let (s0, s1, s2, s3) = (score(&k0, 0), score(&k1, 1), score(&k2, 2), score(&k3, 3));
             let m_new = m.max(s0).max(s1).max(s2).max(s3);
             let rescale = exp(m - m_new);
             let (w0, w1, w2, w3) = (exp(s0 - m_new), exp(s1 - m_new), exp(s2 - m_new), exp(s3 - m_new));
             l = l * rescale + w0 + w1 + w2 + w3;
             for e in 0..MAX_PER_LANE {
-                let d = lane + WARP * e;
-                if d < head_dim {
-                    let v = |b: usize| *v_cache.add(b + d);
-                    acc[e] = acc[e] * rescale + w0 * v(b0) + w1 * v(b1) + w2 * v(b2) + w3 * v(b3);
-                }
+                acc[e] = acc[e] * rescale + w0 * v0[e] + w1 * v1[e] + w2 * v2[e] + w3 * v3[e];
             }
             m = m_new;
             p += 4;
@@ -244,11 +249,14 @@ pub unsafe extern "gpu-kernel" fn attention_split_f32(
 /// - `out`: `[n, n_heads, head_dim]` f32
 /// - `partial_o`, `partial_ml`: as `attention_split_f32` wrote them
 ///
-/// Thread mapping: one block per (head, token) (`blockIdx.x`, `blockIdx.y`); threads stride
-/// over the head's dimensions.
+/// Thread mapping: one block per (head, token) (`blockIdx.x`, `blockIdx.y`). The threads
+/// first find `M` and each split's weight together (a block reduction; the weights go to
+/// shared memory), then stride over the head's dimensions, each summing over the splits with
+/// eight independent loads in flight.
 ///
 /// PRECONDITIONS: split 0 of every (token, head) is non-empty (position 0 is always there),
-/// so `M` is finite.
+/// so `M` is finite; `blockDim.x` a multiple of 32; dynamic shared memory
+/// `(32 + n_splits) * 4` bytes.
 ///
 /// # Safety
 /// Buffers as above, `n_splits` splits each.
@@ -260,27 +268,62 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32(
     n_splits: u32,
     head_dim: u32,
 ) {
+    use crate::device::{block_sum, warp_max};
     let (n_splits, head_dim) = (n_splits as usize, head_dim as usize);
     let (h, t) = (block_idx_x(), block_idx_y());
     let n_heads = crate::device::grid_dim_x();
     let th = t * n_heads + h;
-    // SAFETY: th < n * n_heads; s < n_splits; d < head_dim.
+    let (tid, lane, warp) = (thread_idx_x(), thread_idx_x() % WARP, thread_idx_x() / WARP);
+    // Shared: [32] reduction scratch, then [n_splits] split weights e^(m_s - M) / denominator.
+    let scratch = dynamic_shared::<f32>();
+    // SAFETY: th < n * n_heads; s < n_splits; d < head_dim; shared memory holds 32 +
+    // n_splits floats (launch); every thread reaches every barrier.
     unsafe {
+        let weights = scratch.add(WARP);
         let ml = partial_ml.add(2 * th * n_splits);
+        // The largest maximum, over the splits spread across the block.
+        let mut m = f32::NEG_INFINITY;
+        let mut s = tid;
+        while s < n_splits {
+            m = m.max(*ml.add(2 * s));
+            s += block_dim_x();
+        }
+        m = warp_max(m);
+        if lane == 0 {
+            *scratch.add(warp) = m;
+        }
+        sync_threads();
         let mut m_all = f32::NEG_INFINITY;
-        for s in 0..n_splits {
-            m_all = m_all.max(*ml.add(2 * s));
+        for w in 0..block_dim_x() / WARP {
+            m_all = m_all.max(*scratch.add(w));
         }
-        let mut denom = 0.0f32;
-        for s in 0..n_splits {
-            denom += *ml.add(2 * s + 1) * exp(*ml.add(2 * s) - m_all);
+        sync_threads();
+        // Each split's weight, and their sum (the softmax denominator).
+        let mut part = 0.0f32;
+        let mut s = tid;
+        while s < n_splits {
+            let w = exp(*ml.add(2 * s) - m_all);
+            *weights.add(s) = w;
+            part += *ml.add(2 * s + 1) * w;
+            s += block_dim_x();
         }
+        let denom = block_sum(part, scratch);
+        // Each output dimension: a weighted sum over the splits, eight loads in flight.
         let o = partial_o.add(th * n_splits * head_dim);
-        let mut d = thread_idx_x();
+        let mut d = tid;
         while d < head_dim {
-            let mut num = 0.0f32;
-            for s in 0..n_splits {
-                num += *o.add(s * head_dim + d) * exp(*ml.add(2 * s) - m_all);
+            let mut acc = [0.0f32; 8];
+            let mut s = 0;
+            while s + 8 <= n_splits {
+                for j in 0..8 {
+                    acc[j] += *o.add((s + j) * head_dim + d) * *weights.add(s + j);
+                }
+                s += 8;
+            }
+            let mut num = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
+            while s < n_splits {
+                num += *o.add(s * head_dim + d) * *weights.add(s);
+                s += 1;
             }
             *out.add(th * head_dim + d) = num / denom;
             d += block_dim_x();

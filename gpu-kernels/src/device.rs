@@ -57,6 +57,13 @@ pub fn block_dim_x() -> usize {
     unsafe { nvptx::_block_dim_x() as usize }
 }
 
+/// `blockDim.y`: threads per block along y.
+#[inline(always)]
+pub fn block_dim_y() -> usize {
+    // SAFETY: reads a special register; always defined inside a kernel.
+    unsafe { nvptx::_block_dim_y() as usize }
+}
+
 /// `gridDim.x`: blocks in the grid along x.
 #[inline(always)]
 pub fn grid_dim_x() -> usize {

@@ -2,7 +2,10 @@
 //! every weight is read once per token, so it runs at the speed memory delivers them, and
 //! the kernel's job is to keep enough loads in flight to reach that speed.
 
-use crate::device::{WARP, bf16x2_to_f32, block_dim_x, block_idx_x, exp, ld_nc_v4, thread_idx_x, warp_sum};
+use crate::device::{
+    WARP, bf16x2_to_f32, block_dim_x, block_dim_y, block_idx_x, dynamic_shared, exp, ld_nc_v4, sync_threads, thread_idx_x,
+    thread_idx_y, warp_sum,
+};
 
 /// Weights one warp reads per 16-byte load instruction: 32 lanes x 8 bf16.
 const WARP_CHUNK: usize = WARP * 8;
@@ -55,6 +58,48 @@ unsafe fn row_dot(w_row: *const u16, x: *const f32, n_in: usize, lane: usize) ->
     sum
 }
 
+/// Where this thread's warp works: its output row, and the columns `[start, end)` of its
+/// part of the row. A block is `(32 * parts, rows)`: `blockDim.y` rows, each shared by
+/// `blockDim.x / 32` warps that take consecutive slices of the columns (a multiple of 8
+/// each). Small matrices use several parts, so that enough loads are in flight to fill the
+/// GPU; large ones one.
+#[inline(always)]
+fn row_part(n_in: usize) -> (usize, usize, usize, usize) {
+    let parts = block_dim_x() / WARP;
+    let row = block_idx_x() * block_dim_y() + thread_idx_y();
+    let part = thread_idx_x() / WARP;
+    let slice = n_in.div_ceil(parts * 8) * 8;
+    let start = (part * slice).min(n_in);
+    (row, part, start, (start + slice).min(n_in))
+}
+
+/// Adds up the parts of each row: every warp's lane 0 leaves its sum in shared memory, and
+/// the row's first thread totals them. Returns the total in that thread, `None` elsewhere.
+///
+/// # Safety
+/// Every thread of the block calls it (a barrier); shared memory holds one float per warp.
+#[inline(always)]
+unsafe fn combine_parts(sum: f32) -> Option<f32> {
+    let parts = block_dim_x() / WARP;
+    let (lane, part, y) = (thread_idx_x() % WARP, thread_idx_x() / WARP, thread_idx_y());
+    let shared = dynamic_shared::<f32>();
+    // SAFETY: y * parts + part < warps per block; every thread reaches the barrier.
+    unsafe {
+        if lane == 0 {
+            *shared.add(y * parts + part) = sum;
+        }
+        sync_threads();
+        if thread_idx_x() != 0 {
+            return None;
+        }
+        let mut total = 0.0;
+        for p in 0..parts {
+            total += *shared.add(y * parts + p);
+        }
+        Some(total)
+    }
+}
+
 /// `out[o] = (accumulate ? out[o] : 0) + sum_i w[o, i] * x[i] + bias[o]`. With `accumulate`
 /// the residual add is fused: the output projection adds straight into the residual stream.
 ///
@@ -63,12 +108,13 @@ unsafe fn row_dot(w_row: *const u16, x: *const f32, n_in: usize, lane: usize) ->
 /// - `w`: `[n_out, n_in]` bf16 (as `u16` bits), rows as PyTorch stores them
 /// - `bias`: `[n_out]` f32, or null for none
 ///
-/// Thread mapping: one warp per output row, `blockDim.x / 32` rows per block. Each lane
-/// reads 8 weights (16 bytes, one `ld.global.nc.v4`) per load and issues four before using
-/// them; the warp's partial sums meet in a shuffle reduction.
+/// Thread mapping: block `(32 * parts, rows)`: `blockDim.y` output rows per block, each
+/// read by `parts` warps side by side (see `row_part`). Each lane reads 8 weights (16 bytes,
+/// one `ld.global.nc.v4`) per load and issues four before using them; a warp's lanes meet in
+/// a shuffle reduction, a row's warps in shared memory.
 ///
 /// PRECONDITIONS: `n_in % 8 == 0`; `w` and `x` 16-byte aligned; `blockDim.x` a multiple of
-/// 32; `x` does not overlap `out`.
+/// 32; one float of dynamic shared memory per warp; `x` does not overlap `out`.
 ///
 /// # Safety
 /// The host's launch wrapper checks the preconditions.
@@ -84,18 +130,22 @@ pub unsafe extern "gpu-kernel" fn gemv_bf16(
 ) {
     let (n_in, n_out) = (n_in as usize, n_out as usize);
     let lane = thread_idx_x() % WARP;
-    let row = block_idx_x() * (block_dim_x() / WARP) + thread_idx_x() / WARP;
-    if row >= n_out {
-        return; // a whole warp leaves together: no shuffle loses a partner
+    let (row, _, start, end) = row_part(n_in);
+    let mut sum = 0.0f32;
+    if row < n_out {
+        // SAFETY: row < n_out; start is a multiple of 8 inside the row; the preconditions
+        // cover the loads.
+        sum = warp_sum(unsafe { row_dot(w.add(row * n_in + start), x.add(start), end - start, lane) });
     }
-    // SAFETY: row < n_out; the preconditions cover the loads.
-    let sum = warp_sum(unsafe { row_dot(w.add(row * n_in), x, n_in, lane) });
-    if lane == 0 {
+    // SAFETY: every thread gets here; shared memory holds a float per warp (launch).
+    if let Some(total) = unsafe { combine_parts(sum) }
+        && row < n_out
+    {
         // SAFETY: row < n_out; bias, when present, holds n_out floats.
         unsafe {
             let b = if bias.is_null() { 0.0 } else { *bias.add(row) };
             let prev = if accumulate != 0 { *out.add(row) } else { 0.0 };
-            *out.add(row) = prev + sum + b;
+            *out.add(row) = prev + total + b;
         }
     }
 }
@@ -123,14 +173,24 @@ pub unsafe extern "gpu-kernel" fn gemv_swiglu_bf16(
 ) {
     let (n_in, n_out) = (n_in as usize, n_out as usize);
     let lane = thread_idx_x() % WARP;
-    let row = block_idx_x() * (block_dim_x() / WARP) + thread_idx_x() / WARP;
-    if row >= n_out {
-        return;
+    let (row, _, start, end) = row_part(n_in);
+    let (mut g, mut u) = (0.0f32, 0.0f32);
+    if row < n_out {
+        // SAFETY: as in gemv_bf16.
+        unsafe {
+            g = warp_sum(row_dot(w_gate.add(row * n_in + start), x.add(start), end - start, lane));
+            u = warp_sum(row_dot(w_up.add(row * n_in + start), x.add(start), end - start, lane));
+        }
     }
-    // SAFETY: row < n_out; the preconditions cover the loads.
-    let (g, u) = unsafe { (row_dot(w_gate.add(row * n_in), x, n_in, lane), row_dot(w_up.add(row * n_in), x, n_in, lane)) };
-    let (g, u) = (warp_sum(g), warp_sum(u));
-    if lane == 0 {
+    // The gate and up sums travel through shared memory one after the other.
+    // SAFETY: every thread reaches both calls; a float per warp of shared memory.
+    let g = unsafe { combine_parts(g) };
+    // SAFETY: as above; the barrier inside orders this write after the first call's reads.
+    unsafe { sync_threads() };
+    let u = unsafe { combine_parts(u) };
+    if let (Some(g), Some(u)) = (g, u)
+        && row < n_out
+    {
         // SAFETY: row < n_out.
         unsafe { *out.add(row) = g / (1.0 + exp(-g)) * u };
     }
