@@ -97,6 +97,26 @@ pub struct DecodeResult {
     pub ceiling_tok_per_s: f64,
 }
 
+/// One kernel's share of a decode step (graphs off, each launch timed with events).
+#[derive(Serialize)]
+pub struct KernelRow {
+    pub kernel: String,
+    pub calls: usize,
+    pub us: f64,
+    /// Bytes the launches must move, by the formulas beside the launch wrappers.
+    pub bytes: u64,
+    pub flops: u64,
+}
+
+/// Where a decode step's time goes, at one context length.
+#[derive(Serialize)]
+pub struct StepProfile {
+    pub ctx: usize,
+    /// The step's wall time, host included.
+    pub step_us: f64,
+    pub kernels: Vec<KernelRow>,
+}
+
 #[derive(Serialize)]
 pub struct PrefillResult {
     pub tokens: usize,
@@ -114,6 +134,7 @@ pub struct BenchReport {
     pub bandwidth: Bandwidth,
     pub gemv: Vec<crate::gemv_bench::GemvResult>,
     pub decode: Vec<DecodeResult>,
+    pub step_profiles: Vec<StepProfile>,
     pub prefill: PrefillResult,
 }
 
@@ -260,6 +281,13 @@ pub fn run(args: &BenchArgs) -> Result<BenchReport> {
             ceiling_tok_per_s: bandwidth.copy_bytes_per_s / bytes,
         });
     }
+    let mut step_profiles = vec![];
+    for &ctx in &args.ctx {
+        progress(&format!(
+            "one decode step at context {ctx}, kernel by kernel"
+        ));
+        step_profiles.push(profile_step(&mut runner, ctx)?);
+    }
     progress(&format!("prefill of {} tokens", args.prompt_len));
     let prefill = prefill_rate(&mut runner, args.prompt_len)?;
     Ok(BenchReport {
@@ -269,6 +297,7 @@ pub fn run(args: &BenchArgs) -> Result<BenchReport> {
         bandwidth,
         gemv,
         decode,
+        step_profiles,
         prefill,
     })
 }
@@ -311,6 +340,53 @@ fn decode_rate(runner: &mut Runner, ctx: usize, steps: usize) -> Result<f64> {
     let secs = start.elapsed().as_secs_f64();
     runner.release(&mut seq);
     Ok(steps as f64 / secs)
+}
+
+/// One decode step with every launch timed (graphs off: events cannot be recorded inside a
+/// replayed graph), summed by kernel.
+fn profile_step(runner: &mut Runner, ctx: usize) -> Result<StepProfile> {
+    let mut seq = BlockTable::default();
+    let start_len = ctx.saturating_sub(2);
+    runner.blocks.reserve(&mut seq, start_len.max(1))?;
+    seq.len = start_len;
+    let gpu = runner.gpu_backend().expect("a GPU runner");
+    gpu.use_graphs = false;
+    let gpu = gpu.gpu.clone();
+    let token = runner.extend_greedy(&mut seq, &[1])?; // warm-up
+    gpu.profile_start();
+    let t = Instant::now();
+    let result = runner.extend_greedy(&mut seq, &[token]);
+    let step_us = t.elapsed().as_secs_f64() * 1e6;
+    let launches = gpu.profile_stop()?;
+    result?;
+    runner.release(&mut seq);
+    runner.gpu_backend().expect("a GPU runner").use_graphs = true;
+    let mut kernels: Vec<KernelRow> = vec![];
+    for l in launches {
+        let row = match kernels.iter_mut().find(|r| r.kernel == l.kernel) {
+            Some(r) => r,
+            None => {
+                kernels.push(KernelRow {
+                    kernel: l.kernel.into(),
+                    calls: 0,
+                    us: 0.0,
+                    bytes: 0,
+                    flops: 0,
+                });
+                kernels.last_mut().expect("just pushed")
+            }
+        };
+        row.calls += 1;
+        row.us += l.ms * 1e3;
+        row.bytes += l.traffic.bytes;
+        row.flops += l.traffic.flops;
+    }
+    kernels.sort_by(|a, b| b.us.total_cmp(&a.us));
+    Ok(StepProfile {
+        ctx,
+        step_us,
+        kernels,
+    })
 }
 
 fn prefill_rate(runner: &mut Runner, n: usize) -> Result<PrefillResult> {
@@ -382,6 +458,30 @@ pub fn print(r: &BenchReport) {
             100.0 * d.share_of_read,
             d.ceiling_tok_per_s
         );
+    }
+    for p in &r.step_profiles {
+        let total: f64 = p.kernels.iter().map(|k| k.us).sum();
+        println!(
+            "  one decode step at context {} (graphs off): {:.0} us wall, {:.0} us in kernels",
+            p.ctx, p.step_us, total
+        );
+        println!(
+            "    {:<22} {:>6} {:>9} {:>7} {:>9} {:>8} {:>8}",
+            "kernel", "calls", "us", "share", "MB", "GB/s", "of read"
+        );
+        for k in &p.kernels {
+            let gbs = k.bytes as f64 / (k.us * 1e-6) / 1e9;
+            println!(
+                "    {:<22} {:>6} {:>9.1} {:>6.1}% {:>9.2} {:>8.0} {:>7.1}%",
+                k.kernel,
+                k.calls,
+                k.us,
+                100.0 * k.us / total,
+                k.bytes as f64 / 1e6,
+                gbs,
+                100.0 * gbs * 1e9 / r.bandwidth.read_bytes_per_s
+            );
+        }
     }
     println!(
         "  prefill {} tokens: {:.1} ms, {:.0} tok/s; time to first token {:.1} ms",

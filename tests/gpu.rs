@@ -51,6 +51,10 @@ const TESTS: &[(&str, Test)] = &[
         "model::default_model_gpu_matches_transformers",
         default_model_gpu_matches_transformers,
     ),
+    (
+        "model::profile_times_every_launch_of_a_step",
+        profile_times_every_launch_of_a_step,
+    ),
 ];
 
 fn main() {
@@ -457,6 +461,7 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
             }
         }
         let n = positions.len();
+        let attended: usize = positions.iter().map(|&p| p as usize + 1).sum();
         let kv_len = n_blocks * 16 * n_kv_heads * head_dim;
         let (k_cache, v_cache) = (normal(rng, kv_len, 1.0), normal(rng, kv_len, 1.0));
         let q = normal(rng, n * n_heads * head_dim, 1.0);
@@ -479,6 +484,7 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
             n_heads,
             n_kv_heads,
             head_dim,
+            attended,
         )
         .unwrap();
         // The kernel's exp is ex2.approx (about 2 ulp).
@@ -742,4 +748,41 @@ fn default_model_gpu_matches_transformers(g: &Gpu, _: &mut StdRng) {
         worst = worst.max(common::check_case(&mut r, &tok, case, &GPU_VS_TRANSFORMERS));
     }
     eprintln!("  largest top-logit error against transformers: {worst:.3e}");
+}
+
+/// The profiler sees every launch of a decode step (graphs off), and the byte counts of the
+/// matmuls add up to the weights a step must read.
+fn profile_times_every_launch_of_a_step(g: &Gpu, _: &mut StdRng) {
+    let (mut r, _) = common::load(None, 256, gpu_device(g));
+    let c = r.config.clone();
+    let backend = r.gpu_backend().unwrap();
+    backend.use_graphs = false;
+    let weight_bytes = backend.weights.bytes_per_token(&c) as u64;
+    let mut seq = BlockTable::default();
+    let t = r.extend_greedy(&mut seq, &[1, 2, 3]).unwrap();
+    g.profile_start();
+    r.extend_greedy(&mut seq, &[t]).unwrap();
+    let launches = g.profile_stop().unwrap();
+    // Per layer: 2 norms, qkv, RoPE + cache write, attention split + combine, o_proj,
+    // gate/up, down; then the embedding, the final norm, the head and the argmax.
+    assert_eq!(
+        launches.len(),
+        9 * c.n_layers + 4,
+        "{:?}",
+        launches.iter().map(|l| l.kernel).collect::<Vec<_>>()
+    );
+    assert!(launches.iter().all(|l| l.ms > 0.0 && l.traffic.bytes > 0));
+    let matmul_bytes: u64 = launches
+        .iter()
+        .filter(|l| l.kernel.starts_with("gemv"))
+        .map(|l| l.traffic.bytes)
+        .sum();
+    // The matmuls read every weight but the norms and the embedding row, plus small vectors.
+    let norms = (4 * (2 * c.n_layers + 1) * c.dim) as u64;
+    let matrices = weight_bytes - norms;
+    assert!(
+        matmul_bytes >= matrices && matmul_bytes < matrices + matrices / 50,
+        "{matmul_bytes} vs {matrices}"
+    );
+    r.release(&mut seq);
 }

@@ -66,6 +66,11 @@ pub fn check_supported(c: &Config) -> Result<()> {
     Ok(())
 }
 
+/// Keys the batch attends to: the sum over its tokens of position + 1 (for the profiler).
+fn attended(batch: &Batch) -> usize {
+    batch.positions.iter().map(|&p| p as usize + 1).sum()
+}
+
 /// bf16 bits of each value, rounded to nearest even.
 pub fn to_bf16(x: &[f32]) -> Vec<u16> {
     x.iter()
@@ -340,7 +345,13 @@ impl GpuBackend {
         self.upload(batch)?;
         let splits = self.splits_needed(c, batch);
         let rows = batch.logit_rows.len();
-        self.launch(c, batch.tokens.len(), &batch.logit_rows, splits)?;
+        self.launch(
+            c,
+            batch.tokens.len(),
+            &batch.logit_rows,
+            splits,
+            attended(batch),
+        )?;
         let n = rows * c.vocab_size;
         self.logits_host.resize(n, 0.0);
         self.gpu
@@ -373,7 +384,13 @@ impl GpuBackend {
                     .map_err(|e| Error::Gpu(format!("replaying the decode graph: {e}")))?;
             }
             _ => {
-                self.launch(c, batch.tokens.len(), &batch.logit_rows, splits)?;
+                self.launch(
+                    c,
+                    batch.tokens.len(),
+                    &batch.logit_rows,
+                    splits,
+                    attended(batch),
+                )?;
                 self.argmax_rows(c, rows)?;
             }
         }
@@ -395,7 +412,7 @@ impl GpuBackend {
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(cap_err)?;
         let recorded = self
-            .launch(c, 1, &[0], Some(n_splits))
+            .launch(c, 1, &[0], Some(n_splits), 0)
             .and_then(|_| self.argmax_rows(c, 1));
         let graph = self
             .gpu
@@ -466,6 +483,7 @@ impl GpuBackend {
         n: usize,
         logit_rows: &[u32],
         n_splits: Option<usize>,
+        attended: usize,
     ) -> Result<()> {
         let (dim, q_dim, kv_dim, ffn, vocab) =
             (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.vocab_size);
@@ -543,6 +561,7 @@ impl GpuBackend {
                     c.n_kv_heads,
                     c.head_dim,
                     SPLIT_LEN,
+                    attended,
                 )?;
                 g.attention_combine_f32(
                     &mut self.att.slice_mut(..n * q_dim),
@@ -564,6 +583,7 @@ impl GpuBackend {
                     c.n_heads,
                     c.n_kv_heads,
                     c.head_dim,
+                    attended,
                 )?;
             }
             if n == 1 {

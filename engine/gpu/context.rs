@@ -1,9 +1,9 @@
 //! Opening the GPU: the driver, the device, one stream, the kernels.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DeviceRepr, DriverError, ValidAsZeroBits, sys,
+    CudaContext, CudaEvent, CudaSlice, CudaStream, DeviceRepr, DriverError, ValidAsZeroBits, sys,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -19,6 +19,31 @@ pub struct Gpu {
     pub kernels: Kernels,
     /// "NVIDIA H200 (sm_90, 139.8 GiB)"
     pub description: String,
+    /// While profiling: every launch with events around it (shared by all clones).
+    profile: Arc<Mutex<Option<Vec<Pending>>>>,
+}
+
+/// What one launch must move and compute at the least, by the formula next to its wrapper:
+/// each input read once, each output written once.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Traffic {
+    pub bytes: u64,
+    pub flops: u64,
+}
+
+/// One profiled launch.
+#[derive(Clone, Debug)]
+pub struct KernelTime {
+    pub kernel: &'static str,
+    pub ms: f64,
+    pub traffic: Traffic,
+}
+
+struct Pending {
+    kernel: &'static str,
+    traffic: Traffic,
+    start: CudaEvent,
+    end: CudaEvent,
 }
 
 pub(crate) fn gpu_err(what: &str) -> impl Fn(DriverError) -> Error + '_ {
@@ -57,6 +82,7 @@ impl Gpu {
         let name = ctx.name().unwrap_or_else(|_| "GPU".into());
         let total = ctx.total_mem().unwrap_or(0);
         Ok(Gpu {
+            profile: Arc::new(Mutex::new(None)),
             description: format!(
                 "{name} (sm_{major}{minor}, {:.1} GiB)",
                 total as f64 / (1u64 << 30) as f64
@@ -110,6 +136,69 @@ impl Gpu {
         } else {
             Error::Gpu(format!("allocating {what}: {e}"))
         }
+    }
+
+    /// From now on, every kernel launch is timed with a pair of CUDA events (outside graph
+    /// capture only: events cannot be recorded into a graph this way).
+    pub fn profile_start(&self) {
+        *self.profile.lock().expect("profile lock") = Some(vec![]);
+    }
+
+    /// Stops profiling and returns each launch since `profile_start`, in order.
+    pub fn profile_stop(&self) -> Result<Vec<KernelTime>> {
+        self.sync()?;
+        let pending = self
+            .profile
+            .lock()
+            .expect("profile lock")
+            .take()
+            .unwrap_or_default();
+        pending
+            .into_iter()
+            .map(|p| {
+                let ms = p
+                    .start
+                    .elapsed_ms(&p.end)
+                    .map_err(gpu_err("reading a kernel's events"))? as f64;
+                Ok(KernelTime {
+                    kernel: p.kernel,
+                    ms,
+                    traffic: p.traffic,
+                })
+            })
+            .collect()
+    }
+
+    /// Runs `launch` (one kernel launch), timed when profiling is on.
+    pub(crate) fn timed<T>(
+        &self,
+        kernel: &'static str,
+        traffic: Traffic,
+        launch: impl FnOnce() -> std::result::Result<T, DriverError>,
+    ) -> Result<()> {
+        let mut profile = self.profile.lock().expect("profile lock");
+        let Some(list) = profile.as_mut() else {
+            return launch().map(drop).map_err(gpu_err(kernel));
+        };
+        let event = || {
+            self.ctx
+                .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(gpu_err("profiling event"))
+        };
+        let (start, end) = (event()?, event()?);
+        start
+            .record(&self.stream)
+            .map_err(gpu_err("profiling event"))?;
+        launch().map_err(gpu_err(kernel))?;
+        end.record(&self.stream)
+            .map_err(gpu_err("profiling event"))?;
+        list.push(Pending {
+            kernel,
+            traffic,
+            start,
+            end,
+        });
+        Ok(())
     }
 
     /// Waits for the stream and reports any error a kernel raised.

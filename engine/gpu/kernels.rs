@@ -10,7 +10,7 @@ use cudarc::driver::{
     CudaFunction, CudaModule, CudaView, CudaViewMut, LaunchConfig, PushKernelArg,
 };
 
-use super::context::{Gpu, gpu_err};
+use super::context::{Gpu, Traffic};
 use crate::block_manager::BLOCK_SIZE;
 use crate::error::{Error, Result};
 
@@ -124,13 +124,15 @@ impl Gpu {
             shared_mem_bytes: 0,
         };
         let dim = u32_of(dim, "dim");
+        let traffic = Traffic {
+            bytes: n as u64 * dim as u64 * 6 + n as u64 * 4,
+            flops: 0,
+        };
         let mut b = self.stream.launch_builder(&self.kernels.embedding_bf16);
         b.arg(out).arg(table).arg(tokens).arg(&dim);
         // SAFETY: shapes checked above; every token id is below the vocabulary size (the
         // runner checks ids on the host before they reach the device).
-        unsafe { b.launch(cfg) }
-            .map(drop)
-            .map_err(gpu_err("embedding_bf16"))
+        self.timed("embedding_bf16", traffic, || unsafe { b.launch(cfg) })
     }
 
     /// RMSNorm of `n_rows = x.len() / dim` rows: out, x `[n_rows, dim]`, weight `[dim]`.
@@ -150,12 +152,14 @@ impl Gpu {
             shared_mem_bytes: 32 * 4,
         };
         let dim = u32_of(dim, "dim");
+        let traffic = Traffic {
+            bytes: rows as u64 * dim as u64 * 8 + dim as u64 * 4,
+            flops: rows as u64 * dim as u64 * 4,
+        };
         let mut b = self.stream.launch_builder(&self.kernels.rmsnorm_f32);
         b.arg(out).arg(x).arg(weight).arg(&eps).arg(&dim);
         // SAFETY: shapes checked; 256 threads (a multiple of 32) and 32 floats of shared memory.
-        unsafe { b.launch(cfg) }
-            .map(drop)
-            .map_err(gpu_err("rmsnorm_f32"))
+        self.timed("rmsnorm_f32", traffic, || unsafe { b.launch(cfg) })
     }
 
     /// One token through a linear layer: out `[n_out]`, x `[n_in]`, w `[n_out, n_in]` bf16,
@@ -188,6 +192,13 @@ impl Gpu {
             accumulate as u32,
         );
         let null = 0u64;
+        let traffic = Traffic {
+            bytes: n_out as u64 * n_in as u64 * 2
+                + n_in as u64 * 4
+                + n_out as u64 * 4 * (1 + acc as u64)
+                + bias.map_or(0, |b| b.len() as u64 * 4),
+            flops: 2 * n_out as u64 * n_in as u64,
+        };
         let mut b = self.stream.launch_builder(&self.kernels.gemv_bf16);
         b.arg(out).arg(x).arg(w);
         match bias {
@@ -198,9 +209,7 @@ impl Gpu {
         // SAFETY: shapes and alignment checked; the launch gives 8 warps and a float of
         // shared memory per warp; the weights are not written during the launch
         // and x is a different buffer from out.
-        unsafe { b.launch(cfg) }
-            .map(drop)
-            .map_err(gpu_err("gemv_bf16"))
+        self.timed("gemv_bf16", traffic, || unsafe { b.launch(cfg) })
     }
 
     /// The MLP's gate and up matmuls with SwiGLU, for one token: out `[n_out]`,
@@ -223,6 +232,10 @@ impl Gpu {
         );
         let cfg = gemv_launch(n_out);
         let (n_in, n_out) = (u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
+        let traffic = Traffic {
+            bytes: 4 * n_out as u64 * n_in as u64 + n_in as u64 * 4 + n_out as u64 * 4,
+            flops: 4 * n_out as u64 * n_in as u64,
+        };
         let mut b = self.stream.launch_builder(&self.kernels.gemv_swiglu_bf16);
         b.arg(out)
             .arg(x)
@@ -232,9 +245,7 @@ impl Gpu {
             .arg(&n_out);
         // SAFETY: shapes and alignment checked; 8 warps, a float of shared memory each;
         // weights read-only during the launch.
-        unsafe { b.launch(cfg) }
-            .map(drop)
-            .map_err(gpu_err("gemv_swiglu_bf16"))
+        self.timed("gemv_swiglu_bf16", traffic, || unsafe { b.launch(cfg) })
     }
 
     /// Many tokens through a linear layer: out `[n, n_out]`, x `[n, n_in]`,
@@ -259,6 +270,10 @@ impl Gpu {
         };
         let (n, n_in, n_out) = (u32_of(n, "n"), u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
         let null = 0u64;
+        let traffic = Traffic {
+            bytes: n_out as u64 * n_in as u64 * 2 + n as u64 * (n_in as u64 + n_out as u64) * 4,
+            flops: 2 * n as u64 * n_in as u64 * n_out as u64,
+        };
         let mut b = self.stream.launch_builder(&self.kernels.gemm_bf16);
         b.arg(out).arg(x).arg(w);
         match bias {
@@ -268,9 +283,7 @@ impl Gpu {
         b.arg(&n).arg(&n_in).arg(&n_out);
         // SAFETY: shapes checked; block (16, 16), the grid covers the output in 64 x 64
         // tiles, and the two shared tiles get their 8320 bytes.
-        unsafe { b.launch(cfg) }
-            .map(drop)
-            .map_err(gpu_err("gemm_bf16"))
+        self.timed("gemm_bf16", traffic, || unsafe { b.launch(cfg) })
     }
 
     /// Rotate-half RoPE in place: x `[n, n_heads, head_dim]`, positions `[n]`, cos and sin
@@ -297,6 +310,10 @@ impl Gpu {
             u32_of(head_dim, "head_dim"),
             u32_of(n, "n"),
         );
+        let traffic = Traffic {
+            bytes: x.len() as u64 * 8 + n as u64 * 4 + n as u64 * head_dim as u64 * 4,
+            flops: x.len() as u64 * 3,
+        };
         let mut b = self.stream.launch_builder(&self.kernels.rope_f32);
         b.arg(x)
             .arg(positions)
@@ -307,9 +324,7 @@ impl Gpu {
             .arg(&n);
         // SAFETY: shapes checked; positions are below the table length (the runner never
         // lets a sequence grow past the context the tables were built for).
-        unsafe { b.launch(cfg) }
-            .map(drop)
-            .map_err(gpu_err("rope_f32"))
+        self.timed("rope_f32", traffic, || unsafe { b.launch(cfg) })
     }
 
     /// Writes k and v (`[n, kv_dim]`) into rows `slots` (`[n]`) of one layer's caches
@@ -328,6 +343,10 @@ impl Gpu {
         assert!(k_cache.len() % (BLOCK_SIZE * kv_dim) == 0);
         let cfg = linear(n * kv_dim);
         let (kv_dim, n) = (u32_of(kv_dim, "kv_dim"), u32_of(n, "n"));
+        let traffic = Traffic {
+            bytes: n as u64 * kv_dim as u64 * 16 + n as u64 * 4,
+            flops: 0,
+        };
         let mut b = self.stream.launch_builder(&self.kernels.kv_write_f32);
         b.arg(k_cache)
             .arg(v_cache)
@@ -338,12 +357,12 @@ impl Gpu {
             .arg(&n);
         // SAFETY: shapes checked; slots come from block tables the block manager handed out,
         // so each is inside the pool and distinct.
-        unsafe { b.launch(cfg) }
-            .map(drop)
-            .map_err(gpu_err("kv_write_f32"))
+        self.timed("kv_write_f32", traffic, || unsafe { b.launch(cfg) })
     }
 
     /// Causal GQA attention over the paged cache; see the kernel's header for the shapes.
+    /// `attended`: the keys the batch attends to, sum over tokens of position + 1 (only for
+    /// the profiler's byte count: the kernel reads the positions itself).
     #[allow(clippy::too_many_arguments)]
     pub fn attention_f32(
         &self,
@@ -358,6 +377,7 @@ impl Gpu {
         n_heads: usize,
         n_kv_heads: usize,
         head_dim: usize,
+        attended: usize,
     ) -> Result<()> {
         let n = positions.len();
         assert!(
@@ -387,6 +407,10 @@ impl Gpu {
             n_kv_heads as u32,
             head_dim as u32,
         );
+        let traffic = Traffic {
+            bytes: attended as u64 * n_kv_heads as u64 * head_dim as u64 * 8 + q.len() as u64 * 8,
+            flops: 4 * attended as u64 * n_heads as u64 * head_dim as u64,
+        };
         let mut b = self.stream.launch_builder(&self.kernels.attention_f32);
         b.arg(out)
             .arg(q)
@@ -398,9 +422,7 @@ impl Gpu {
         b.arg(&mb).arg(&nh).arg(&nkv).arg(&hd);
         // SAFETY: shapes checked; the batch was built from block tables that cover every
         // position up to each token's own, whose key and value were written before.
-        unsafe { b.launch(cfg) }
-            .map(drop)
-            .map_err(gpu_err("attention_f32"))
+        self.timed("attention_f32", traffic, || unsafe { b.launch(cfg) })
     }
 
     /// `out = silu(gate) * up`, all `[n]`.
@@ -408,12 +430,14 @@ impl Gpu {
         let n = gate.len();
         assert!(up.len() == n && out.len() == n);
         let nn = u32_of(n, "n");
+        let traffic = Traffic {
+            bytes: 12 * n as u64,
+            flops: 6 * n as u64,
+        };
         let mut b = self.stream.launch_builder(&self.kernels.swiglu_f32);
         b.arg(out).arg(gate).arg(up).arg(&nn);
         // SAFETY: all three hold n floats.
-        unsafe { b.launch(linear(n)) }
-            .map(drop)
-            .map_err(gpu_err("swiglu_f32"))
+        self.timed("swiglu_f32", traffic, || unsafe { b.launch(linear(n)) })
     }
 
     /// `x += delta`, both `[n]`.
@@ -421,12 +445,16 @@ impl Gpu {
         let n = delta.len();
         assert!(x.len() == n);
         let nn = u32_of(n, "n");
+        let traffic = Traffic {
+            bytes: 12 * n as u64,
+            flops: n as u64,
+        };
         let mut b = self.stream.launch_builder(&self.kernels.residual_add_f32);
         b.arg(x).arg(delta).arg(&nn);
         // SAFETY: both hold n floats and are different buffers.
-        unsafe { b.launch(linear(n)) }
-            .map(drop)
-            .map_err(gpu_err("residual_add_f32"))
+        self.timed("residual_add_f32", traffic, || unsafe {
+            b.launch(linear(n))
+        })
     }
 
     /// `out[0] = argmax(logits)`: out `[1]` u32, logits `[n]`.
@@ -439,12 +467,14 @@ impl Gpu {
             shared_mem_bytes: 2 * (ARGMAX_THREADS / 32) * 4,
         };
         let nn = u32_of(n, "n");
+        let traffic = Traffic {
+            bytes: 4 * n as u64,
+            flops: 0,
+        };
         let mut b = self.stream.launch_builder(&self.kernels.argmax_f32);
         b.arg(out).arg(logits).arg(&nn);
         // SAFETY: one block of 1024 threads with 2 words per warp of shared memory; n >= 1.
-        unsafe { b.launch(cfg) }
-            .map(drop)
-            .map_err(gpu_err("argmax_f32"))
+        self.timed("argmax_f32", traffic, || unsafe { b.launch(cfg) })
     }
 
     /// RoPE on q and k and the cache write, from the fused projection's rows: q_out
@@ -477,6 +507,10 @@ impl Gpu {
             u32_of(head_dim, "head_dim"),
             u32_of(n, "n"),
         );
+        let traffic = Traffic {
+            bytes: qkv.len() as u64 * 8 + n as u64 * (8 + head_dim as u64 * 4),
+            flops: 3 * n as u64 * (q_dim + kv_dim) as u64,
+        };
         let mut b = self.stream.launch_builder(&self.kernels.qkv_rope_write_f32);
         b.arg(q_out)
             .arg(k_cache)
@@ -489,13 +523,12 @@ impl Gpu {
         b.arg(&nh).arg(&nkv).arg(&hd).arg(&nn);
         // SAFETY: shapes checked; positions are inside the tables and slots come from the
         // block manager (inside the pool, distinct).
-        unsafe { b.launch(cfg) }
-            .map(drop)
-            .map_err(gpu_err("qkv_rope_write_f32"))
+        self.timed("qkv_rope_write_f32", traffic, || unsafe { b.launch(cfg) })
     }
 
     /// Flash-decoding over splits of `split_len` positions; `n_splits` is
-    /// `partial_ml.len() / (2 * n * n_heads)`. See the kernel's header for the shapes.
+    /// `partial_ml.len() / (2 * n * n_heads)`. See the kernel's header for the shapes;
+    /// `attended` as for `attention_f32`.
     #[allow(clippy::too_many_arguments)]
     pub fn attention_split_f32(
         &self,
@@ -512,6 +545,7 @@ impl Gpu {
         n_kv_heads: usize,
         head_dim: usize,
         split_len: usize,
+        attended: usize,
     ) -> Result<()> {
         let n = positions.len();
         let n_splits = partial_ml.len() / (2 * n * n_heads);
@@ -548,6 +582,12 @@ impl Gpu {
             head_dim as u32,
             u32_of(split_len, "split_len"),
         );
+        let traffic = Traffic {
+            bytes: attended as u64 * n_kv_heads as u64 * head_dim as u64 * 8
+                + q.len() as u64 * 4
+                + (partial_o.len() + partial_ml.len()) as u64 * 4,
+            flops: 4 * attended as u64 * n_heads as u64 * head_dim as u64,
+        };
         let mut b = self
             .stream
             .launch_builder(&self.kernels.attention_split_f32);
@@ -562,9 +602,7 @@ impl Gpu {
         b.arg(&mb).arg(&nh).arg(&nkv).arg(&hd).arg(&sl);
         // SAFETY: shapes checked; the caller sizes n_splits * split_len past every position
         // (the runner computes it from the batch), and the block tables cover each context.
-        unsafe { b.launch(cfg) }
-            .map(drop)
-            .map_err(gpu_err("attention_split_f32"))
+        self.timed("attention_split_f32", traffic, || unsafe { b.launch(cfg) })
     }
 
     /// Merges flash-decoding's splits: out `[n, n_heads, head_dim]`.
@@ -590,15 +628,19 @@ impl Gpu {
             shared_mem_bytes: (32 + u32_of(n_splits, "n_splits")) * 4,
         };
         let (ns, hd) = (u32_of(n_splits, "n_splits"), u32_of(head_dim, "head_dim"));
+        let traffic = Traffic {
+            bytes: (partial_o.len() + partial_ml.len() + out.len()) as u64 * 4,
+            flops: 2 * partial_o.len() as u64,
+        };
         let mut b = self
             .stream
             .launch_builder(&self.kernels.attention_combine_f32);
         b.arg(out).arg(partial_o).arg(partial_ml).arg(&ns).arg(&hd);
         // SAFETY: shapes checked; 128 threads and 32 + n_splits floats of shared memory;
         // split 0 always holds position 0, so every maximum is finite.
-        unsafe { b.launch(cfg) }
-            .map(drop)
-            .map_err(gpu_err("attention_combine_f32"))
+        self.timed("attention_combine_f32", traffic, || unsafe {
+            b.launch(cfg)
+        })
     }
 
     /// Synthetic bf16 weights: `out[i] = bf16(scale * u)`, u uniform in [-1, 1).
@@ -609,12 +651,14 @@ impl Gpu {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
+        let traffic = Traffic {
+            bytes: 2 * n,
+            flops: 0,
+        };
         let mut b = self.stream.launch_builder(&self.kernels.fill_random_bf16);
         b.arg(out).arg(&n).arg(&seed).arg(&scale);
         // SAFETY: a grid-stride loop over exactly `out`'s elements.
-        unsafe { b.launch(cfg) }
-            .map(drop)
-            .map_err(gpu_err("fill_random_bf16"))
+        self.timed("fill_random_bf16", traffic, || unsafe { b.launch(cfg) })
     }
 
     /// The read-bandwidth probe: reads every word of `data` once; `partial` gets one word
@@ -629,12 +673,14 @@ impl Gpu {
             shared_mem_bytes: 256 * 4,
         };
         let n_vec4 = (data.len() / 4) as u64;
+        let traffic = Traffic {
+            bytes: data.len() as u64 * 4 + partial.len() as u64 * 4,
+            flops: 0,
+        };
         let mut b = self.stream.launch_builder(&self.kernels.read_probe_u32);
         b.arg(partial).arg(data).arg(&n_vec4);
         // SAFETY: 256 threads with 256 words of shared memory; data is 16-byte aligned and a
         // whole number of 16-byte vectors.
-        unsafe { b.launch(cfg) }
-            .map(drop)
-            .map_err(gpu_err("read_probe_u32"))
+        self.timed("read_probe_u32", traffic, || unsafe { b.launch(cfg) })
     }
 }
