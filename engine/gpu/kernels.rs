@@ -97,8 +97,8 @@ fn gemv_launch(n_out: usize) -> LaunchConfig {
     }
 }
 
-/// Threads per block of the row-reduction kernels (rmsnorm, argmax, attention).
-const ROW_THREADS: u32 = 256;
+/// Threads per block of RMSNorm: a whole row of up to 8192 in one round of loads.
+const ROW_THREADS: u32 = 1024;
 const ATTENTION_THREADS: u32 = 128;
 const ARGMAX_THREADS: u32 = 1024;
 
@@ -158,7 +158,7 @@ impl Gpu {
         };
         let mut b = self.stream.launch_builder(&self.kernels.rmsnorm_f32);
         b.arg(out).arg(x).arg(weight).arg(&eps).arg(&dim);
-        // SAFETY: shapes checked; 256 threads (a multiple of 32) and 32 floats of shared memory.
+        // SAFETY: shapes checked; 1024 threads (a multiple of 32) and 32 floats of shared memory.
         self.timed("rmsnorm_f32", traffic, || unsafe { b.launch(cfg) })
     }
 

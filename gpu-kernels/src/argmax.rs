@@ -15,8 +15,9 @@ fn better(v: f32, i: u32, ov: f32, oi: u32) -> (f32, u32) {
 /// - `out`: `[1]` u32
 /// - `logits`: `[n]` f32
 ///
-/// Thread mapping: one block. Each thread scans a strided share of the logits; the
-/// candidates meet in a warp shuffle reduction, then across warps through shared memory.
+/// Thread mapping: one block. Each thread scans a strided share of the logits, eight loads
+/// in flight; the candidates meet in a warp shuffle reduction, then across warps through
+/// shared memory.
 ///
 /// PRECONDITIONS: grid of one block; `blockDim.x` a multiple of 32; dynamic shared memory
 /// `2 * (blockDim.x / 32) * 4` bytes; `n >= 1`.
@@ -28,11 +29,21 @@ pub unsafe extern "gpu-kernel" fn argmax_f32(out: *mut u32, logits: *const f32, 
     let n = n as usize;
     let (tid, lane, warp) = (thread_idx_x(), thread_idx_x() % WARP, thread_idx_x() / WARP);
     let (mut v, mut idx) = (f32::NEG_INFINITY, u32::MAX);
+    let bd = block_dim_x();
+    // Eight independent loads per round: a single block must hide the memory latency alone.
     let mut i = tid;
+    while i + 7 * bd < n {
+        // SAFETY: i + 7 bd < n.
+        let vals: [f32; 8] = core::array::from_fn(|k| unsafe { *logits.add(i + k * bd) });
+        for (k, &val) in vals.iter().enumerate() {
+            (v, idx) = better(v, idx, val, (i + k * bd) as u32);
+        }
+        i += 8 * bd;
+    }
     while i < n {
         // SAFETY: i < n.
         (v, idx) = better(v, idx, unsafe { *logits.add(i) }, i as u32);
-        i += block_dim_x();
+        i += bd;
     }
     let reduce = |mut v: f32, mut idx: u32| {
         let mut mask = 16;
