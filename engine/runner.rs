@@ -100,7 +100,7 @@ impl Runner {
                 (Backend::Cpu(Box::new(cpu)), n_blocks)
             }
             Device::Gpu(gpu) => {
-                let gw = GpuWeights::upload(&gpu, &config, &weights)?;
+                let gw = GpuWeights::upload(&gpu, &weights)?;
                 let freq_factors = weights.rope_freq_factors.clone();
                 drop(weights);
                 return Runner::with_gpu_weights(config, *gpu, gw, freq_factors.as_deref(), opts);

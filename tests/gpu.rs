@@ -176,7 +176,14 @@ fn embedding_bf16(g: &Gpu, rng: &mut StdRng) {
 }
 
 fn rmsnorm_f32(g: &Gpu, rng: &mut StdRng) {
-    for (rows, dim) in [(1, 64), (5, 576), (3, 1000), (2, 4096), (1, 8192), (2, 10_000)] {
+    for (rows, dim) in [
+        (1, 64),
+        (5, 576),
+        (3, 1000),
+        (2, 4096),
+        (1, 8192),
+        (2, 10_000),
+    ] {
         let x = normal(rng, rows * dim, 2.0);
         let w = normal(rng, dim, 1.0);
         let mut cpu = vec![0.0; rows * dim];

@@ -99,7 +99,7 @@ pub struct GpuWeights {
 
 impl GpuWeights {
     /// Uploads a loaded model's weights, matrices rounded to bf16.
-    pub fn upload(gpu: &Gpu, c: &Config, w: &ModelWeights) -> Result<GpuWeights> {
+    pub fn upload(gpu: &Gpu, w: &ModelWeights) -> Result<GpuWeights> {
         let bf16 = |x: &[f32], what: &str| gpu.upload(&to_bf16(x), what);
         let f32s = |x: &[f32], what: &str| gpu.upload(x, what);
         let layer = |l: usize, lw: &LayerWeights| -> Result<GpuLayer> {
@@ -122,7 +122,6 @@ impl GpuWeights {
                 w_down: bf16(&lw.w_down, &what("down_proj"))?,
             })
         };
-        let _ = c;
         Ok(GpuWeights {
             layers: w
                 .layers
