@@ -25,7 +25,7 @@ pub struct Gpu {
 
 /// What one launch must move and compute at the least, by the formula next to its wrapper:
 /// each input read once, each output written once.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Traffic {
     pub bytes: u64,
     pub flops: u64,

@@ -10,7 +10,8 @@ use cudarc::driver::{
     CudaFunction, CudaModule, CudaView, CudaViewMut, LaunchConfig, PushKernelArg,
 };
 
-use super::context::{Gpu, Traffic};
+use super::context::Gpu;
+use super::traffic;
 use crate::block_manager::BLOCK_SIZE;
 use crate::error::{Error, Result};
 
@@ -124,10 +125,7 @@ impl Gpu {
             shared_mem_bytes: 0,
         };
         let dim = u32_of(dim, "dim");
-        let traffic = Traffic {
-            bytes: n as u64 * dim as u64 * 6 + n as u64 * 4,
-            flops: 0,
-        };
+        let traffic = traffic::embedding_bf16(n, dim as usize);
         let mut b = self.stream.launch_builder(&self.kernels.embedding_bf16);
         b.arg(out).arg(table).arg(tokens).arg(&dim);
         // SAFETY: shapes checked above; every token id is below the vocabulary size (the
@@ -152,10 +150,7 @@ impl Gpu {
             shared_mem_bytes: 32 * 4,
         };
         let dim = u32_of(dim, "dim");
-        let traffic = Traffic {
-            bytes: rows as u64 * dim as u64 * 8 + dim as u64 * 4,
-            flops: rows as u64 * dim as u64 * 4,
-        };
+        let traffic = traffic::rmsnorm_f32(rows, dim as usize);
         let mut b = self.stream.launch_builder(&self.kernels.rmsnorm_f32);
         b.arg(out).arg(x).arg(weight).arg(&eps).arg(&dim);
         // SAFETY: shapes checked; 1024 threads (a multiple of 32) and 32 floats of shared memory.
@@ -192,13 +187,7 @@ impl Gpu {
             accumulate as u32,
         );
         let null = 0u64;
-        let traffic = Traffic {
-            bytes: n_out as u64 * n_in as u64 * 2
-                + n_in as u64 * 4
-                + n_out as u64 * 4 * (1 + acc as u64)
-                + bias.map_or(0, |b| b.len() as u64 * 4),
-            flops: 2 * n_out as u64 * n_in as u64,
-        };
+        let traffic = traffic::gemv_bf16(n_in as usize, n_out as usize, accumulate, bias.is_some());
         let mut b = self.stream.launch_builder(&self.kernels.gemv_bf16);
         b.arg(out).arg(x).arg(w);
         match bias {
@@ -232,10 +221,7 @@ impl Gpu {
         );
         let cfg = gemv_launch(n_out);
         let (n_in, n_out) = (u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
-        let traffic = Traffic {
-            bytes: 4 * n_out as u64 * n_in as u64 + n_in as u64 * 4 + n_out as u64 * 4,
-            flops: 4 * n_out as u64 * n_in as u64,
-        };
+        let traffic = traffic::gemv_swiglu_bf16(n_in as usize, n_out as usize);
         let mut b = self.stream.launch_builder(&self.kernels.gemv_swiglu_bf16);
         b.arg(out)
             .arg(x)
@@ -270,10 +256,7 @@ impl Gpu {
         };
         let (n, n_in, n_out) = (u32_of(n, "n"), u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
         let null = 0u64;
-        let traffic = Traffic {
-            bytes: n_out as u64 * n_in as u64 * 2 + n as u64 * (n_in as u64 + n_out as u64) * 4,
-            flops: 2 * n as u64 * n_in as u64 * n_out as u64,
-        };
+        let traffic = traffic::gemm_bf16(n as usize, n_in as usize, n_out as usize, bias.is_some());
         let mut b = self.stream.launch_builder(&self.kernels.gemm_bf16);
         b.arg(out).arg(x).arg(w);
         match bias {
@@ -310,10 +293,7 @@ impl Gpu {
             u32_of(head_dim, "head_dim"),
             u32_of(n, "n"),
         );
-        let traffic = Traffic {
-            bytes: x.len() as u64 * 8 + n as u64 * 4 + n as u64 * head_dim as u64 * 4,
-            flops: x.len() as u64 * 3,
-        };
+        let traffic = traffic::rope_f32(n as usize, n_heads as usize, head_dim as usize);
         let mut b = self.stream.launch_builder(&self.kernels.rope_f32);
         b.arg(x)
             .arg(positions)
@@ -343,10 +323,7 @@ impl Gpu {
         assert!(k_cache.len() % (BLOCK_SIZE * kv_dim) == 0);
         let cfg = linear(n * kv_dim);
         let (kv_dim, n) = (u32_of(kv_dim, "kv_dim"), u32_of(n, "n"));
-        let traffic = Traffic {
-            bytes: n as u64 * kv_dim as u64 * 16 + n as u64 * 4,
-            flops: 0,
-        };
+        let traffic = traffic::kv_write_f32(n as usize, kv_dim as usize);
         let mut b = self.stream.launch_builder(&self.kernels.kv_write_f32);
         b.arg(k_cache)
             .arg(v_cache)
@@ -407,10 +384,7 @@ impl Gpu {
             n_kv_heads as u32,
             head_dim as u32,
         );
-        let traffic = Traffic {
-            bytes: attended as u64 * n_kv_heads as u64 * head_dim as u64 * 8 + q.len() as u64 * 8,
-            flops: 4 * attended as u64 * n_heads as u64 * head_dim as u64,
-        };
+        let traffic = traffic::attention_f32(attended, n, n_heads, n_kv_heads, head_dim);
         let mut b = self.stream.launch_builder(&self.kernels.attention_f32);
         b.arg(out)
             .arg(q)
@@ -430,10 +404,7 @@ impl Gpu {
         let n = gate.len();
         assert!(up.len() == n && out.len() == n);
         let nn = u32_of(n, "n");
-        let traffic = Traffic {
-            bytes: 12 * n as u64,
-            flops: 6 * n as u64,
-        };
+        let traffic = traffic::swiglu_f32(n);
         let mut b = self.stream.launch_builder(&self.kernels.swiglu_f32);
         b.arg(out).arg(gate).arg(up).arg(&nn);
         // SAFETY: all three hold n floats.
@@ -445,10 +416,7 @@ impl Gpu {
         let n = delta.len();
         assert!(x.len() == n);
         let nn = u32_of(n, "n");
-        let traffic = Traffic {
-            bytes: 12 * n as u64,
-            flops: n as u64,
-        };
+        let traffic = traffic::residual_add_f32(n);
         let mut b = self.stream.launch_builder(&self.kernels.residual_add_f32);
         b.arg(x).arg(delta).arg(&nn);
         // SAFETY: both hold n floats and are different buffers.
@@ -467,10 +435,7 @@ impl Gpu {
             shared_mem_bytes: 2 * (ARGMAX_THREADS / 32) * 4,
         };
         let nn = u32_of(n, "n");
-        let traffic = Traffic {
-            bytes: 4 * n as u64,
-            flops: 0,
-        };
+        let traffic = traffic::argmax_f32(n);
         let mut b = self.stream.launch_builder(&self.kernels.argmax_f32);
         b.arg(out).arg(logits).arg(&nn);
         // SAFETY: one block of 1024 threads with 2 words per warp of shared memory; n >= 1.
@@ -507,10 +472,7 @@ impl Gpu {
             u32_of(head_dim, "head_dim"),
             u32_of(n, "n"),
         );
-        let traffic = Traffic {
-            bytes: qkv.len() as u64 * 8 + n as u64 * (8 + head_dim as u64 * 4),
-            flops: 3 * n as u64 * (q_dim + kv_dim) as u64,
-        };
+        let traffic = traffic::qkv_rope_write_f32(n, n_heads, n_kv_heads, head_dim);
         let mut b = self.stream.launch_builder(&self.kernels.qkv_rope_write_f32);
         b.arg(q_out)
             .arg(k_cache)
@@ -582,12 +544,8 @@ impl Gpu {
             head_dim as u32,
             u32_of(split_len, "split_len"),
         );
-        let traffic = Traffic {
-            bytes: attended as u64 * n_kv_heads as u64 * head_dim as u64 * 8
-                + q.len() as u64 * 4
-                + (partial_o.len() + partial_ml.len()) as u64 * 4,
-            flops: 4 * attended as u64 * n_heads as u64 * head_dim as u64,
-        };
+        let traffic =
+            traffic::attention_split_f32(attended, n, n_heads, n_kv_heads, head_dim, n_splits);
         let mut b = self
             .stream
             .launch_builder(&self.kernels.attention_split_f32);
@@ -628,10 +586,7 @@ impl Gpu {
             shared_mem_bytes: (32 + u32_of(n_splits, "n_splits")) * 4,
         };
         let (ns, hd) = (u32_of(n_splits, "n_splits"), u32_of(head_dim, "head_dim"));
-        let traffic = Traffic {
-            bytes: (partial_o.len() + partial_ml.len() + out.len()) as u64 * 4,
-            flops: 2 * partial_o.len() as u64,
-        };
+        let traffic = traffic::attention_combine_f32(n, n_heads, head_dim, n_splits);
         let mut b = self
             .stream
             .launch_builder(&self.kernels.attention_combine_f32);
@@ -651,10 +606,7 @@ impl Gpu {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let traffic = Traffic {
-            bytes: 2 * n,
-            flops: 0,
-        };
+        let traffic = traffic::fill_random_bf16(n as usize);
         let mut b = self.stream.launch_builder(&self.kernels.fill_random_bf16);
         b.arg(out).arg(&n).arg(&seed).arg(&scale);
         // SAFETY: a grid-stride loop over exactly `out`'s elements.
@@ -673,10 +625,7 @@ impl Gpu {
             shared_mem_bytes: 256 * 4,
         };
         let n_vec4 = (data.len() / 4) as u64;
-        let traffic = Traffic {
-            bytes: data.len() as u64 * 4 + partial.len() as u64 * 4,
-            flops: 0,
-        };
+        let traffic = traffic::read_probe_u32(data.len(), partial.len());
         let mut b = self.stream.launch_builder(&self.kernels.read_probe_u32);
         b.arg(partial).arg(data).arg(&n_vec4);
         // SAFETY: 256 threads with 256 words of shared memory; data is 16-byte aligned and a

@@ -1,0 +1,211 @@
+//! What each kernel launch must move and compute at the least: every input read once, every
+//! output written once, as a formula over the launch's arguments. The profiler divides these
+//! by measured times to place each kernel against the memory and compute ceilings.
+//!
+//! Sizes in elements; f32 and u32 are 4 bytes, bf16 2. FLOPs count a multiply-add as two.
+
+use super::context::Traffic;
+
+const F32: u64 = 4;
+const BF16: u64 = 2;
+
+fn t(bytes: u64, flops: u64) -> Traffic {
+    Traffic { bytes, flops }
+}
+
+/// `n` rows of `dim` bf16 read, widened and written as f32; `n` token ids read.
+pub fn embedding_bf16(n: usize, dim: usize) -> Traffic {
+    let (n, dim) = (n as u64, dim as u64);
+    t(n * dim * (BF16 + F32) + n * F32, 0)
+}
+
+/// `rows x dim` read and written, the weight read; per element a square-add and two
+/// multiplies.
+pub fn rmsnorm_f32(rows: usize, dim: usize) -> Traffic {
+    let (rows, dim) = (rows as u64, dim as u64);
+    t(2 * rows * dim * F32 + dim * F32, 4 * rows * dim)
+}
+
+/// The matrix once, x once, out written (and read first when accumulating), the bias.
+pub fn gemv_bf16(n_in: usize, n_out: usize, accumulate: bool, bias: bool) -> Traffic {
+    let (n_in, n_out) = (n_in as u64, n_out as u64);
+    let out = n_out * F32 * (1 + accumulate as u64);
+    t(
+        n_out * n_in * BF16 + n_in * F32 + out + bias as u64 * n_out * F32,
+        2 * n_out * n_in,
+    )
+}
+
+/// Two matrices, x, and the output.
+pub fn gemv_swiglu_bf16(n_in: usize, n_out: usize) -> Traffic {
+    let (n_in, n_out) = (n_in as u64, n_out as u64);
+    t(
+        2 * n_out * n_in * BF16 + n_in * F32 + n_out * F32,
+        4 * n_out * n_in,
+    )
+}
+
+/// The matrix once, the `n x n_in` input, the `n x n_out` output.
+pub fn gemm_bf16(n: usize, n_in: usize, n_out: usize, bias: bool) -> Traffic {
+    let (n, n_in, n_out) = (n as u64, n_in as u64, n_out as u64);
+    t(
+        n_out * n_in * BF16 + n * (n_in + n_out) * F32 + bias as u64 * n_out * F32,
+        2 * n * n_in * n_out,
+    )
+}
+
+/// `x` (`n x heads x head_dim`) read and written, the positions, a cos and a sin per pair;
+/// four multiplies and two adds per pair.
+pub fn rope_f32(n: usize, n_heads: usize, head_dim: usize) -> Traffic {
+    let (n, x) = (n as u64, (n * n_heads * head_dim) as u64);
+    t(2 * x * F32 + n * F32 + n * head_dim as u64 * F32, 3 * x)
+}
+
+/// The fused q/k/v rows read, q and the new keys and values written, positions and slots,
+/// the cos and sin of each token's position.
+pub fn qkv_rope_write_f32(n: usize, n_heads: usize, n_kv_heads: usize, head_dim: usize) -> Traffic {
+    let (q, kv) = ((n_heads * head_dim) as u64, (n_kv_heads * head_dim) as u64);
+    let n = n as u64;
+    t(
+        2 * n * (q + 2 * kv) * F32 + 2 * n * F32 + n * head_dim as u64 * F32,
+        3 * n * (q + kv),
+    )
+}
+
+/// Keys and values read and written, the slots.
+pub fn kv_write_f32(n: usize, kv_dim: usize) -> Traffic {
+    let (n, kv_dim) = (n as u64, kv_dim as u64);
+    t(4 * n * kv_dim * F32 + n * F32, 0)
+}
+
+/// The cached keys and values each attended position holds, once per KV head (the query
+/// heads of a group share them); the queries and the output. `attended`: the sum over tokens
+/// of position + 1. Per (position, query head): a dot product and a weighted add.
+pub fn attention_f32(
+    attended: usize,
+    n: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+) -> Traffic {
+    let (a, hd) = (attended as u64, head_dim as u64);
+    let q = (n * n_heads * head_dim) as u64;
+    t(
+        2 * a * n_kv_heads as u64 * hd * F32 + 2 * q * F32,
+        4 * a * n_heads as u64 * hd,
+    )
+}
+
+/// As `attention_f32`, with the partial results written instead of the output.
+pub fn attention_split_f32(
+    attended: usize,
+    n: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    n_splits: usize,
+) -> Traffic {
+    let whole = attention_f32(attended, n, n_heads, n_kv_heads, head_dim);
+    let q = (n * n_heads * head_dim) as u64;
+    let partials = (n * n_heads * n_splits * (head_dim + 2)) as u64;
+    t(whole.bytes - q * F32 + partials * F32, whole.flops)
+}
+
+/// The partial results read, the output written.
+pub fn attention_combine_f32(
+    n: usize,
+    n_heads: usize,
+    head_dim: usize,
+    n_splits: usize,
+) -> Traffic {
+    let partials = (n * n_heads * n_splits * (head_dim + 2)) as u64;
+    let out = (n * n_heads * head_dim) as u64;
+    t(
+        (partials + out) * F32,
+        2 * (n * n_heads * n_splits * head_dim) as u64,
+    )
+}
+
+/// Two inputs read, one output written.
+pub fn swiglu_f32(n: usize) -> Traffic {
+    t(3 * n as u64 * F32, 6 * n as u64)
+}
+
+/// `x` read and written, `delta` read.
+pub fn residual_add_f32(n: usize) -> Traffic {
+    t(3 * n as u64 * F32, n as u64)
+}
+
+/// The logits read (the id written is negligible).
+pub fn argmax_f32(n: usize) -> Traffic {
+    t(n as u64 * F32, 0)
+}
+
+/// `n` bf16 written.
+pub fn fill_random_bf16(n: usize) -> Traffic {
+    t(n as u64 * BF16, 0)
+}
+
+/// The data read, one word per block written.
+pub fn read_probe_u32(words: usize, blocks: usize) -> Traffic {
+    t((words + blocks) as u64 * F32, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Hand counts for small shapes.
+
+    #[test]
+    fn gemv_counts() {
+        // 3 x 8 bf16 = 48 bytes; x 8 f32 = 32; out 3 f32 = 12; 2 * 3 * 8 = 48 FLOPs.
+        assert_eq!(gemv_bf16(8, 3, false, false), t(48 + 32 + 12, 48));
+        // accumulating reads out too (+12); a bias reads 3 f32 (+12).
+        assert_eq!(gemv_bf16(8, 3, true, true), t(48 + 32 + 24 + 12, 48));
+        // SwiGLU: two matrices.
+        assert_eq!(gemv_swiglu_bf16(8, 3), t(96 + 32 + 12, 96));
+    }
+
+    #[test]
+    fn gemm_counts() {
+        // 2 tokens, 4 -> 3: matrix 12 bf16 = 24; x 8 f32 = 32; out 6 f32 = 24; 2*2*4*3 = 48.
+        assert_eq!(gemm_bf16(2, 4, 3, false), t(24 + 32 + 24, 48));
+    }
+
+    #[test]
+    fn norm_rope_and_cache_counts() {
+        // 2 rows of 4: read 32 + write 32 bytes, weight 16; 4 FLOPs per element.
+        assert_eq!(rmsnorm_f32(2, 4), t(80, 32));
+        // 1 token, 2 heads of 4: x 8 floats in and out (64), 1 position (4), 4 cos/sin (16).
+        assert_eq!(rope_f32(1, 2, 4), t(64 + 4 + 16, 24));
+        // 1 token, q 2 x 4, kv 1 x 4: row of 16 floats read and written (128), position and
+        // slot (8), cos and sin (16); RoPE on 12 values.
+        assert_eq!(qkv_rope_write_f32(1, 2, 1, 4), t(128 + 8 + 16, 36));
+        assert_eq!(kv_write_f32(2, 4), t(128 + 8, 0));
+        assert_eq!(embedding_bf16(2, 4), t(2 * 4 * 6 + 8, 0));
+    }
+
+    #[test]
+    fn attention_counts() {
+        // One token at position 9 (10 keys), 4 query heads over 2 KV heads of 8:
+        // keys and values 10 x 2 x 8 x 2 floats = 1280 bytes; q and out 32 floats each = 256;
+        // 4 FLOPs per key, head and dimension = 4 x 10 x 4 x 8 = 1280.
+        assert_eq!(attention_f32(10, 1, 4, 2, 8), t(1280 + 256, 1280));
+        // Split in 2: out replaced by 4 heads x 2 splits x (8 + 2) partial floats = 320 bytes.
+        assert_eq!(
+            attention_split_f32(10, 1, 4, 2, 8, 2),
+            t(1280 + 128 + 320, 1280)
+        );
+        assert_eq!(attention_combine_f32(1, 4, 8, 2), t(320 + 128, 128));
+    }
+
+    #[test]
+    fn elementwise_counts() {
+        assert_eq!(swiglu_f32(10), t(120, 60));
+        assert_eq!(residual_add_f32(10), t(120, 10));
+        assert_eq!(argmax_f32(10), t(40, 0));
+        assert_eq!(fill_random_bf16(10), t(20, 0));
+        assert_eq!(read_probe_u32(16, 2), t(72, 0));
+    }
+}
