@@ -170,3 +170,69 @@ fn cublas_gemv(
     }
     .map_err(|e| Error::Gpu(format!("cuBLAS GemmEx: {e}")))
 }
+
+/// The matrix-throughput ceiling: cuBLAS `GemmEx` on `n x n x n`, bf16 inputs, f32
+/// accumulation, bf16 output (the form frameworks run prefill in), in FLOP/s; `None` when
+/// cuBLAS cannot be loaded.
+pub fn cublas_gemm_flops(gpu: &Gpu, n: usize) -> Result<Option<f64>> {
+    // SAFETY: only asks whether libcublas can be loaded.
+    if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+        return Ok(None);
+    }
+    let blas = CudaBlas::new(gpu.stream.clone()).map_err(|e| Error::Gpu(format!("cuBLAS: {e}")))?;
+    let mut a = gpu.zeros::<u16>(n * n, "the GEMM benchmark")?;
+    let mut b = gpu.zeros::<u16>(n * n, "the GEMM benchmark")?;
+    // Random inputs, never zeros (zeros run faster than real data).
+    gpu.fill_random_bf16(&mut a.as_view_mut(), 11, 1.0)?;
+    gpu.fill_random_bf16(&mut b.as_view_mut(), 12, 1.0)?;
+    let mut c = gpu.zeros::<u16>(n * n, "the GEMM benchmark")?;
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    let ms = crate::bench::time_ms(gpu, 10, &mut || {
+        let (pa, _ra) = a.device_ptr(&gpu.stream);
+        let (pb, _rb) = b.device_ptr(&gpu.stream);
+        let (pc, _rc) = c.device_ptr_mut(&gpu.stream);
+        let ni = n as i32;
+        // SAFETY: three n x n matrices on this stream.
+        unsafe {
+            blas::gemm_ex(
+                *blas.handle(),
+                cublasOperation_t::CUBLAS_OP_N,
+                cublasOperation_t::CUBLAS_OP_N,
+                ni,
+                ni,
+                ni,
+                (&alpha) as *const f32 as *const _,
+                pa as *const _,
+                cudaDataType_t::CUDA_R_16BF,
+                ni,
+                pb as *const _,
+                cudaDataType_t::CUDA_R_16BF,
+                ni,
+                (&beta) as *const f32 as *const _,
+                pc as *mut _,
+                cudaDataType_t::CUDA_R_16BF,
+                ni,
+                cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| Error::Gpu(format!("cuBLAS GemmEx: {e}")))
+    })?;
+    Ok(Some(2.0 * (n as f64).powi(3) / (ms * 1e-3)))
+}
+
+/// rustle's own prefill GEMM (f32 activations, bf16 weights) on `n` tokens of an
+/// `n x n` weight, in FLOP/s.
+pub fn rustle_gemm_flops(gpu: &Gpu, n: usize) -> Result<f64> {
+    let mut w = gpu.zeros::<u16>(n * n, "the GEMM benchmark")?;
+    gpu.fill_random_bf16(&mut w.as_view_mut(), 13, 1.0)?;
+    let mut x = gpu.zeros::<u16>(2 * n * n, "the GEMM benchmark")?;
+    gpu.fill_random_bf16(&mut x.as_view_mut(), 14, 1.0)?;
+    // SAFETY: 2 n^2 bf16 read as n^2 f32 with bf16 upper halves: finite values.
+    let x = unsafe { x.transmute::<f32>(n * n) }.expect("length fits");
+    let mut out = gpu.zeros::<f32>(n * n, "the GEMM benchmark")?;
+    let ms = crate::bench::time_ms(gpu, 3, &mut || {
+        gpu.gemm_bf16(&mut out.as_view_mut(), &x, &w.as_view(), None, n, n, n)
+    })?;
+    Ok(2.0 * (n as f64).powi(3) / (ms * 1e-3))
+}

@@ -25,6 +25,7 @@ pub mod gpu;
 pub mod kv_cache;
 pub mod loader;
 pub mod model;
+pub mod profile;
 pub mod rope;
 pub mod runner;
 pub mod sampler;

@@ -104,6 +104,38 @@ enum Command {
     /// Measure decode and prefill speed on the GPU against the memory bandwidth measured in
     /// the same run (synthetic weights of a named shape, or --model).
     Bench(BenchCli),
+    /// Place every GPU kernel of a prefill and of decode steps against the memory and compute
+    /// ceilings measured in the same run: a table, a roofline chart (SVG and PNG) and the
+    /// profile as JSON. `--from` redraws a saved profile without a GPU.
+    Profile(ProfileCli),
+}
+
+#[derive(Args, Debug)]
+struct ProfileCli {
+    /// A model shape with random weights made on the GPU: llama3-8b, llama3.2-1b,
+    /// qwen2.5-7b, smollm2-135m.
+    #[arg(long, default_value = "llama3-8b")]
+    shape: String,
+
+    /// Profile a real model instead (folder or .gguf).
+    #[arg(short, long, value_name = "PATH")]
+    model: Option<PathBuf>,
+
+    /// Prompt length of the profiled prefill.
+    #[arg(long, default_value_t = 512)]
+    prompt_len: usize,
+
+    /// Decode steps profiled after the prefill.
+    #[arg(long, default_value_t = 16)]
+    steps: usize,
+
+    /// Where to write profile.json, roofline.svg and roofline.png.
+    #[arg(long, default_value = "profile", value_name = "DIR")]
+    out: PathBuf,
+
+    /// Redraw the table and the chart from a saved profile.json (no GPU needed).
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -138,7 +170,8 @@ const EXAMPLES: &str = "Examples:
   rustle -p \"The capital of France is\" -n 16
   rustle --chat -p \"Write a haiku about rust.\" --temperature 0.7 --top-p 0.9 --seed 1
   rustle -m ./Llama-3.2-1B-Instruct -f prompt.txt
-  rustle bench --shape llama3-8b --ctx 512,8192";
+  rustle bench --shape llama3-8b --ctx 512,8192
+  rustle profile --shape llama3-8b --out profile";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum DeviceArg {
@@ -155,6 +188,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Bench(ref b)) => bench(b),
+        Some(Command::Profile(ref p)) => profile(p),
         None => run(cli),
     };
     match result {
@@ -305,6 +339,44 @@ fn bench(b: &BenchCli) -> Result<()> {
         );
     } else {
         rustle::bench::print(&report);
+    }
+    Ok(())
+}
+
+fn profile(p: &ProfileCli) -> Result<()> {
+    use rustle::profile::{Profile, chart, collect, table};
+    let profile = match &p.from {
+        Some(path) => Profile::load(path)?,
+        None => {
+            if p.prompt_len == 0 || p.steps == 0 {
+                return Err(Error::Usage(
+                    "profile needs --prompt-len and --steps above 0".into(),
+                ));
+            }
+            let args = collect::ProfileArgs {
+                shape: p.shape.clone(),
+                model: p.model.clone(),
+                prompt_len: p.prompt_len,
+                steps: p.steps,
+            };
+            let profile = collect::gpu(&args)?;
+            std::fs::create_dir_all(&p.out).map_err(|e| Error::io(&p.out, e))?;
+            profile.save(&p.out.join("profile.json"))?;
+            profile
+        }
+    };
+    print!("{}", table::render(&profile));
+    let (svg, png) = chart::write(&profile, &p.out)?;
+    eprintln!(
+        "rustle profile: roofline written to {} and {}",
+        svg.display(),
+        png.display()
+    );
+    if p.from.is_none() {
+        eprintln!(
+            "rustle profile: profile saved to {}",
+            p.out.join("profile.json").display()
+        );
     }
     Ok(())
 }

@@ -55,6 +55,10 @@ const TESTS: &[(&str, Test)] = &[
         "model::profile_times_every_launch_of_a_step",
         profile_times_every_launch_of_a_step,
     ),
+    (
+        "model::profile_puts_decode_on_the_slope",
+        profile_puts_decode_on_the_slope,
+    ),
 ];
 
 fn main() {
@@ -792,4 +796,45 @@ fn profile_times_every_launch_of_a_step(g: &Gpu, _: &mut StdRng) {
         "{matmul_bytes} vs {matrices}"
     );
     r.release(&mut seq);
+}
+
+/// `rustle profile`'s collection on a small shape: decode's kernels are memory-bound, and the
+/// prefill GEMM does far more arithmetic per byte than the decode GEMV.
+fn profile_puts_decode_on_the_slope(_: &Gpu, _: &mut StdRng) {
+    use rustle::profile::{Phase, collect};
+    let args = collect::ProfileArgs {
+        shape: "smollm2-135m".into(),
+        model: None,
+        prompt_len: 128,
+        steps: 4,
+    };
+    let p = collect::gpu(&args).unwrap();
+    let c = &p.ceilings;
+    assert!(
+        c.bytes_per_s > 1e12 && c.flops_per_s > 1e14,
+        "ceilings {c:?}"
+    );
+    let row = |k: &str, phase| {
+        p.rows
+            .iter()
+            .find(|r| r.kernel == k && r.phase == phase)
+            .unwrap_or_else(|| panic!("{k}"))
+    };
+    let (gemm, gemv) = (
+        row("gemm_bf16", Phase::Prefill),
+        row("gemv_bf16", Phase::Decode),
+    );
+    assert!(
+        gemm.intensity() > 10.0 * gemv.intensity(),
+        "{} vs {}",
+        gemm.intensity(),
+        gemv.intensity()
+    );
+    assert!(
+        p.rows
+            .iter()
+            .filter(|r| r.phase == Phase::Decode)
+            .all(|r| r.memory_bound(c))
+    );
+    assert_eq!(row("gemv_swiglu_bf16", Phase::Decode).calls, 4 * 30);
 }

@@ -1,0 +1,140 @@
+//! Running a model with every kernel timed: on the GPU, a CUDA event pair around each launch
+//! (decode steps run without graphs, since events cannot be recorded inside a replayed
+//! graph), with the bytes and FLOPs from the counting formulas beside the launch wrappers.
+
+use crate::bench::{measure_bandwidth, shape_config};
+use crate::block_manager::BlockTable;
+use crate::error::Result;
+use crate::gemv_bench::{cublas_gemm_flops, rustle_gemm_flops};
+use crate::gpu::Gpu;
+use crate::gpu::backend::GpuWeights;
+use crate::gpu::context::KernelTime;
+use crate::loader;
+use crate::runner::{Device, Runner, RunnerOptions};
+
+use super::report::{Ceilings, Phase, Profile, aggregate};
+
+pub struct ProfileArgs {
+    pub shape: String,
+    pub model: Option<std::path::PathBuf>,
+    pub prompt_len: usize,
+    pub steps: usize,
+}
+
+fn progress(msg: &str) {
+    eprintln!("rustle profile: {msg}");
+}
+
+/// The square GEMM that measures the compute roof.
+const GEMM_N: usize = 8192;
+
+pub fn gpu(args: &ProfileArgs) -> Result<Profile> {
+    let gpu = Gpu::new()?;
+    progress(&format!(
+        "on {}: measuring memory bandwidth",
+        gpu.description
+    ));
+    let bw = measure_bandwidth(&gpu)?;
+    progress(&format!(
+        "measuring matrix throughput (bf16 GEMM {GEMM_N}^3, cuBLAS and rustle)"
+    ));
+    let cublas = cublas_gemm_flops(&gpu, GEMM_N)?;
+    let ours = rustle_gemm_flops(&gpu, GEMM_N)?;
+    let (flops_per_s, compute_source) = match cublas {
+        Some(f) => (f, format!("cuBLAS bf16 GEMM {GEMM_N}^3")),
+        None => (ours, format!("rustle's GEMM {GEMM_N}^3 (cuBLAS not found)")),
+    };
+    let ceilings = Ceilings {
+        bytes_per_s: bw.copy_bytes_per_s,
+        flops_per_s,
+        bandwidth_source: "device copy, read + write".into(),
+        compute_source,
+        rustle_gemm_flops_per_s: Some(ours),
+    };
+
+    let opts = RunnerOptions {
+        kv_blocks: Some(crate::block_manager::blocks_for(args.prompt_len + args.steps + 1) + 1),
+        max_batch_tokens: args.prompt_len.clamp(1, 1024),
+    };
+    let (mut runner, model) = match &args.model {
+        Some(path) => {
+            progress(&format!("loading {}", path.display()));
+            let m = loader::load(path)?;
+            let name = m.description.clone();
+            (
+                Runner::new(
+                    m.config,
+                    m.weights,
+                    &opts,
+                    Device::Gpu(Box::new(gpu.clone())),
+                )?,
+                name,
+            )
+        }
+        None => {
+            let config = shape_config(&args.shape)?;
+            progress(&format!(
+                "building {} weights on the GPU (synthetic, bf16)",
+                args.shape
+            ));
+            let weights = GpuWeights::synthetic(&gpu, &config, 1)?;
+            (
+                Runner::with_gpu_weights(config, gpu.clone(), weights, None, &opts)?,
+                format!("{} (synthetic)", args.shape),
+            )
+        }
+    };
+    runner.gpu_backend().expect("a GPU runner").use_graphs = false;
+    let vocab = runner.config.vocab_size as u32;
+    let prompt: Vec<u32> = (0..args.prompt_len as u32)
+        .map(|i| (i * 7919 + 13) % vocab)
+        .collect();
+
+    // One untimed pass first, so module load and first touches stay out of the figures.
+    let mut seq = BlockTable::default();
+    runner.extend_greedy(&mut seq, &prompt)?;
+    runner.release(&mut seq);
+
+    progress(&format!(
+        "prefill of {} tokens and {} decode steps, every launch timed",
+        args.prompt_len, args.steps
+    ));
+    let mut seq = BlockTable::default();
+    gpu.profile_start();
+    let mut token = runner.extend_greedy(&mut seq, &prompt)?;
+    let prefill = gpu.profile_stop()?;
+    gpu.profile_start();
+    for _ in 0..args.steps {
+        token = runner.extend_greedy(&mut seq, &[token])?;
+    }
+    let decode = gpu.profile_stop()?;
+    runner.release(&mut seq);
+
+    let tag = |phase: Phase| {
+        move |k: KernelTime| {
+            (
+                k.kernel.to_string(),
+                phase,
+                k.ms * 1e-3,
+                k.traffic.bytes,
+                k.traffic.flops,
+            )
+        }
+    };
+    let rows = aggregate(
+        prefill
+            .into_iter()
+            .map(tag(Phase::Prefill))
+            .chain(decode.into_iter().map(tag(Phase::Decode))),
+    );
+    Ok(Profile {
+        device: gpu.description.clone(),
+        model,
+        workload: format!(
+            "prefill of {} tokens, then {} decode steps (batch 1)",
+            args.prompt_len, args.steps
+        ),
+        ceilings,
+        rows,
+    })
+}

@@ -1,0 +1,70 @@
+//! `rustle profile --from`: the table and the roofline chart from a saved profile, no GPU.
+//! (The counting formulas are unit-tested beside the launch wrappers, in `gpu::traffic`.)
+
+use std::process::Command;
+
+fn rustle(args: &[&str]) -> std::process::Output {
+    let bin = std::env::var("RUSTLE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_rustle").into());
+    Command::new(bin).args(args).output().unwrap()
+}
+
+#[test]
+fn table_and_chart_from_a_saved_profile() {
+    let out = std::env::temp_dir().join(format!("rustle-profile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let r = rustle(&[
+        "profile",
+        "--from",
+        "tests/fixtures/profile-example.json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&r.stdout),
+        String::from_utf8_lossy(&r.stderr),
+    );
+    assert!(r.status.success(), "{stderr}");
+    // The fixture's ceilings: 4 TB/s and 800 TFLOP/s, ridge at 200 FLOP/byte.
+    assert!(stdout.contains("ridge 200.0 FLOP/byte"), "{stdout}");
+    let line = |kernel: &str| {
+        stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(kernel))
+            .unwrap_or_else(|| panic!("{kernel}: {stdout}"))
+            .to_string()
+    };
+    // gemm_bf16: 16 TFLOP in 0.4 s = 40 TFLOP/s at 400 FLOP/byte: compute-bound, 5% of the roof.
+    let gemm = line("gemm_bf16");
+    assert!(
+        gemm.contains("compute") && gemm.contains("40.00") && gemm.contains("5.0%"),
+        "{gemm}"
+    );
+    // gemv_bf16: 12 GB in 4 ms = 3000 GB/s at 1 FLOP/byte: memory-bound, 75% of the slope.
+    let gemv = line("gemv_bf16");
+    assert!(
+        gemv.contains("memory") && gemv.contains("3000") && gemv.contains("75.0%"),
+        "{gemv}"
+    );
+    assert!(stdout.matches("total").count() == 2, "{stdout}");
+    let svg = std::fs::read_to_string(out.join("roofline.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("gemm_bf16") && svg.contains("gemv_bf16"));
+    assert!(svg.contains("prefill") && svg.contains("decode"));
+    // A kernel with no arithmetic has no place on the chart's log axis.
+    assert!(!svg.contains("embedding_bf16"));
+    let png = std::fs::read(out.join("roofline.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(
+        png.len() > 10_000,
+        "a 1200 x 800 chart with content, got {} bytes",
+        png.len()
+    );
+}
+
+#[test]
+fn a_bad_profile_file_is_one_clear_line() {
+    let r = rustle(&["profile", "--from", "tests/golden/dequant.json"]);
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("not a valid profile JSON file"), "{err}");
+    assert!(!err.contains("panicked"));
+}
