@@ -28,6 +28,7 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
         .unwrap_or_default();
     if meta.is_dir() {
         let (config, weights, tokenizer) = open_hf_folder(path)?;
+        check_host_memory(&weights)?;
         let weights = ModelWeights::load(&config, &weights, false)?;
         check_vocab(&config, &tokenizer)?;
         Ok(LoadedModel {
@@ -48,7 +49,9 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
         check_vocab(&config, &tokenizer)?;
         // The converter permutes Q and K for `llama` files only.
         let qk_permuted = arch == "llama";
-        let weights = ModelWeights::load(&config, &gguf_weights(g), qk_permuted)?;
+        let raw = gguf_weights(g);
+        check_host_memory(&raw)?;
+        let weights = ModelWeights::load(&config, &raw, qk_permuted)?;
         Ok(LoadedModel {
             description: format!("{name} (GGUF, {arch})"),
             config,
@@ -56,6 +59,36 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
             tokenizer,
         })
     }
+}
+
+/// The weights are held as f32 in host memory; a model that cannot fit is one clear line
+/// rather than an allocation failure halfway through loading.
+fn check_host_memory(w: &Weights) -> Result<()> {
+    let elements: usize = w
+        .tensors
+        .values()
+        .map(|t| t.shape.iter().product::<usize>())
+        .sum();
+    let need = elements as u64 * 4;
+    if let Some(available) = available_memory()
+        && need > available
+    {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        return Err(Error::Usage(format!(
+            "loading this model's weights as f32 needs {:.1} GiB of memory; {:.1} GiB is available",
+            gib(need),
+            gib(available)
+        )));
+    }
+    Ok(())
+}
+
+/// `MemAvailable` from /proc/meminfo, in bytes (Linux); `None` where it cannot be read.
+fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 fn check_vocab(config: &Config, tok: &Tokenizer) -> Result<()> {
