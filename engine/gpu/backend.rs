@@ -20,8 +20,8 @@ use crate::rope::RopeTables;
 
 /// Most sequences one forward pass may mix (the block-table buffer is sized for them).
 pub const MAX_SEQS: usize = 64;
-/// The attention kernels hold a head in registers: at most 8 floats per lane of a warp.
-pub const MAX_HEAD_DIM: usize = 256;
+/// The attention kernels hold a head in registers: at most 4 floats per lane of a warp.
+pub const MAX_HEAD_DIM: usize = 128;
 /// Positions per flash-decoding split.
 pub const SPLIT_LEN: usize = 32;
 /// (token, head, split) rows of the flash-decoding scratch; a batch that needs more (a long

@@ -359,7 +359,7 @@ impl Gpu {
         let n = positions.len();
         assert!(
             head_dim <= super::backend::MAX_HEAD_DIM,
-            "attention_f32 holds at most 256 dimensions per head (got {head_dim})"
+            "attention_f32 holds at most 128 dimensions per head (got {head_dim})"
         );
         assert!(
             n_heads.is_multiple_of(n_kv_heads)

@@ -2,8 +2,10 @@
 
 use crate::device::{WARP, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp, sqrt, sync_threads, thread_idx_x, warp_sum};
 
-/// Most dimensions of a head one lane holds: `head_dim <= 32 * MAX_PER_LANE`.
-const MAX_PER_LANE: usize = 8;
+/// Most dimensions of a head one lane holds: `head_dim <= 32 * MAX_PER_LANE` = 128, the
+/// widest head of the Llama family. Holding only what a 128-wide head needs keeps the split
+/// kernel's four keys and values in ~60 registers, so eight of its blocks fit on an SM.
+const MAX_PER_LANE: usize = 4;
 
 /// For token `t` (row `blockIdx.y`) and query head `h` (`blockIdx.x`):
 /// `out[t, h] = softmax(q[t, h] . K^T / sqrt(head_dim)) V` over the keys and values of the
@@ -21,7 +23,7 @@ const MAX_PER_LANE: usize = 8;
 /// maximum `m`, running sum `l`, output rescaled when `m` grows); at the end the warps' partial
 /// results meet in shared memory and are merged with the same rescaling.
 ///
-/// PRECONDITIONS: `head_dim <= 256`; `blockDim.x` a multiple of 32;
+/// PRECONDITIONS: `head_dim <= 128`; `blockDim.x` a multiple of 32;
 /// dynamic shared memory `n_warps * (head_dim + 2) * 4` bytes; the token's own key and value
 /// already written; every block-table entry it reads valid.
 ///
@@ -141,7 +143,7 @@ pub unsafe extern "gpu-kernel" fn attention_f32(
 /// lane `l` holding dimensions `l, l + 32, ...` of the head. A split past the token's
 /// position writes m = -inf, l = 0.
 ///
-/// PRECONDITIONS: `head_dim <= 256`; `blockDim.x == 32 * (n_heads / n_kv_heads)`;
+/// PRECONDITIONS: `head_dim <= 128`; `blockDim.x == 32 * (n_heads / n_kv_heads)`;
 /// `n_splits * split_len > positions[t]` for every token.
 ///
 /// # Safety
