@@ -90,7 +90,8 @@ struct Cli {
     #[arg(long)]
     seed: Option<u64>,
 
-    /// KV-cache size in blocks of 16 tokens (default: one full context, at most 4 GiB).
+    /// KV-cache size in blocks of 16 tokens (default: on the CPU one full context, at most
+    /// 4 GiB; on the GPU 90% of the free memory, at most 64 full contexts).
     #[arg(long, value_name = "N")]
     kv_blocks: Option<usize>,
 
