@@ -30,6 +30,7 @@ pub mod rope;
 pub mod runner;
 pub mod sampler;
 pub mod tokenizer;
+pub mod traffic;
 pub mod weights;
 
 pub use error::{Error, Result};

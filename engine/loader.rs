@@ -69,13 +69,25 @@ fn check_host_memory(w: &Weights) -> Result<()> {
         .values()
         .map(|t| t.shape.iter().product::<usize>())
         .sum();
-    let need = elements as u64 * 4;
+    fits(elements as u64 * 4)
+}
+
+/// Whether a model of this shape fits host memory as f32 (for synthetic weights).
+pub fn check_params_fit(c: &Config) -> Result<()> {
+    let per_layer =
+        c.dim * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.dim + 3 * c.dim * c.ffn_dim;
+    let head = if c.tie_embeddings { 1 } else { 2 };
+    let params = c.n_layers * per_layer + head * c.vocab_size * c.dim;
+    fits(params as u64 * 4)
+}
+
+fn fits(need: u64) -> Result<()> {
     if let Some(available) = available_memory()
         && need > available
     {
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         return Err(Error::Usage(format!(
-            "loading this model's weights as f32 needs {:.1} GiB of memory; {:.1} GiB is available",
+            "this model's weights as f32 need {:.1} GiB of memory; {:.1} GiB is available",
             gib(need),
             gib(available)
         )));

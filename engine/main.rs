@@ -137,6 +137,17 @@ struct ProfileCli {
     /// Redraw the table and the chart from a saved profile.json (no GPU needed).
     #[arg(long, value_name = "FILE")]
     from: Option<PathBuf>,
+
+    /// Profile the GPU kernels or the CPU reference backend (with the CPU's own ceilings;
+    /// pick a small --shape such as smollm2-135m, or --model).
+    #[arg(long, value_enum, default_value_t = ProfileDevice::Gpu)]
+    device: ProfileDevice,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ProfileDevice {
+    Cpu,
+    Gpu,
 }
 
 #[derive(Args, Debug)]
@@ -360,7 +371,10 @@ fn profile(p: &ProfileCli) -> Result<()> {
                 prompt_len: p.prompt_len,
                 steps: p.steps,
             };
-            let profile = collect::gpu(&args)?;
+            let profile = match p.device {
+                ProfileDevice::Gpu => collect::gpu(&args)?,
+                ProfileDevice::Cpu => collect::cpu(&args)?,
+            };
             std::fs::create_dir_all(&p.out).map_err(|e| Error::io(&p.out, e))?;
             profile.save(&p.out.join("profile.json"))?;
             profile

@@ -50,6 +50,48 @@ impl ModelWeights {
         self.lm_head.as_deref().unwrap_or(&self.embed)
     }
 
+    /// Random weights of `c`'s shape on the host (for profiling without a download): matrices
+    /// uniform in ±1/sqrt(fan_in), norms 1, no biases, from the same hash the GPU's generator
+    /// uses.
+    pub fn synthetic(c: &Config, seed: u32) -> ModelWeights {
+        let mut next = seed;
+        let mut matrix = |rows: usize, cols: usize| -> Vec<f32> {
+            next = next.wrapping_add(1);
+            let scale = 1.0 / (cols as f32).sqrt();
+            (0..rows * cols)
+                .into_par_iter()
+                .map(|i| {
+                    ((crate::cpu::ops::hash32(next, i as u32) >> 8) as f32 / 8_388_608.0 - 1.0)
+                        * scale
+                })
+                .collect()
+        };
+        let (dim, q, kv, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let layers = (0..c.n_layers)
+            .map(|_| LayerWeights {
+                attn_norm: vec![1.0; dim],
+                wq: matrix(q, dim),
+                wk: matrix(kv, dim),
+                wv: matrix(kv, dim),
+                bq: c.qkv_bias.then(|| vec![0.0; q]),
+                bk: c.qkv_bias.then(|| vec![0.0; kv]),
+                bv: c.qkv_bias.then(|| vec![0.0; kv]),
+                wo: matrix(dim, q),
+                ffn_norm: vec![1.0; dim],
+                w_gate: matrix(ffn, dim),
+                w_up: matrix(ffn, dim),
+                w_down: matrix(dim, ffn),
+            })
+            .collect();
+        ModelWeights {
+            embed: matrix(c.vocab_size, dim),
+            lm_head: (!c.tie_embeddings).then(|| matrix(c.vocab_size, dim)),
+            final_norm: vec![1.0; dim],
+            rope_freq_factors: None,
+            layers,
+        }
+    }
+
     /// Rounds every matrix to bf16 (norms and biases stay f32), as the GPU holds them: so the
     /// CPU reference can run exactly the GPU's weights.
     pub fn round_matrices_to_bf16(&mut self) {

@@ -96,6 +96,7 @@ impl Runner {
                     scratch: Scratch::new(&config, opts.max_batch_tokens),
                     rope,
                     weights,
+                    ops: Default::default(),
                 };
                 (Backend::Cpu(Box::new(cpu)), n_blocks)
             }
@@ -135,6 +136,14 @@ impl Runner {
             max_batch_tokens: opts.max_batch_tokens,
             config,
         })
+    }
+
+    /// The CPU backend, when this runner has one.
+    pub fn cpu_backend(&mut self) -> Option<&mut CpuBackend> {
+        match &mut self.backend {
+            Backend::Cpu(c) => Some(c),
+            Backend::Gpu(_) => None,
+        }
     }
 
     /// The GPU backend, when this runner has one.

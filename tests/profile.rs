@@ -1,5 +1,5 @@
 //! `rustle profile --from`: the table and the roofline chart from a saved profile, no GPU.
-//! (The counting formulas are unit-tested beside the launch wrappers, in `gpu::traffic`.)
+//! (The counting formulas are unit-tested in `rustle::traffic`.)
 
 use std::process::Command;
 
@@ -26,6 +26,10 @@ fn table_and_chart_from_a_saved_profile() {
     assert!(r.status.success(), "{stderr}");
     // The fixture's ceilings: 4 TB/s and 800 TFLOP/s, ridge at 200 FLOP/byte.
     assert!(stdout.contains("ridge 200.0 FLOP/byte"), "{stdout}");
+    assert!(
+        stdout.contains("memory 4.0 TB/s") && stdout.contains("compute 800.0 TFLOP/s"),
+        "{stdout}"
+    );
     let line = |kernel: &str| {
         stdout
             .lines()
@@ -33,10 +37,14 @@ fn table_and_chart_from_a_saved_profile() {
             .unwrap_or_else(|| panic!("{kernel}: {stdout}"))
             .to_string()
     };
-    // gemm_bf16: 16 TFLOP in 0.4 s = 40 TFLOP/s at 400 FLOP/byte: compute-bound, 5% of the roof.
+    // gemm_bf16: 16 TFLOP in 0.4 s = 40000 GFLOP/s at 400 FLOP/byte: compute-bound, 5% of
+    // the roof.
     let gemm = line("gemm_bf16");
     assert!(
-        gemm.contains("compute") && gemm.contains("40.00") && gemm.contains("5.0%"),
+        gemm.contains("compute")
+            && gemm.contains("40000.0")
+            && gemm.contains("400.00")
+            && gemm.contains("5.0%"),
         "{gemm}"
     );
     // gemv_bf16: 12 GB in 4 ms = 3000 GB/s at 1 FLOP/byte: memory-bound, 75% of the slope.
@@ -67,4 +75,64 @@ fn a_bad_profile_file_is_one_clear_line() {
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(err.contains("not a valid profile JSON file"), "{err}");
     assert!(!err.contains("panicked"));
+}
+
+/// The CPU profile end to end on the tiny Llama 3: every operation of the forward appears,
+/// with the CPU's own ceilings; decode's matmuls do far less arithmetic per byte than
+/// prefill's.
+#[test]
+fn cpu_profile_of_a_small_model() {
+    let out = std::env::temp_dir().join(format!("rustle-cpu-profile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let r = rustle(&[
+        "profile",
+        "--device",
+        "cpu",
+        "--model",
+        "tests/golden/tiny-llama3",
+        "--prompt-len",
+        "64",
+        "--steps",
+        "4",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&r.stdout),
+        String::from_utf8_lossy(&r.stderr),
+    );
+    assert!(r.status.success(), "{stderr}");
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("profile.json")).unwrap()).unwrap();
+    assert!(
+        p["ceilings"]["bytes_per_s"].as_f64().unwrap() > 1e8
+            && p["ceilings"]["flops_per_s"].as_f64().unwrap() > 1e8
+    );
+    let rows = p["rows"].as_array().unwrap();
+    let row = |k: &str, phase: &str| {
+        rows.iter()
+            .find(|r| r["kernel"] == k && r["phase"] == phase)
+            .unwrap_or_else(|| panic!("{k} {phase}: {stdout}"))
+    };
+    for k in [
+        "embedding_f32",
+        "rmsnorm_f32",
+        "matmul_f32",
+        "rope_f32",
+        "kv_write_f32",
+        "attention_f32",
+        "swiglu_f32",
+        "residual_add_f32",
+    ] {
+        row(k, "prefill");
+        row(k, "decode");
+    }
+    let intensity =
+        |r: &serde_json::Value| r["flops"].as_f64().unwrap() / r["bytes"].as_f64().unwrap();
+    assert!(
+        intensity(row("matmul_f32", "prefill")) > 10.0 * intensity(row("matmul_f32", "decode"))
+    );
+    // 2 layers x 7 matmuls + the head, per decode step.
+    assert_eq!(row("matmul_f32", "decode")["calls"], 4 * (2 * 7 + 1));
+    assert!(out.join("roofline.png").exists() && out.join("roofline.svg").exists());
 }

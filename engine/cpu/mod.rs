@@ -1,9 +1,11 @@
 //! The CPU reference backend: the forward pass in plain f32, top to bottom as the model
-//! computes it. Every step is a function in `ops`, the twin of a GPU kernel.
+//! computes it. Every step is a function in `ops`, the twin of a GPU kernel, called through
+//! `timed::Ops`, which times it when `rustle profile` asks.
 
 pub mod ops;
+pub mod timed;
 
-use ops::*;
+use timed::Ops;
 
 use crate::batch::Batch;
 use crate::config::Config;
@@ -65,6 +67,8 @@ pub struct CpuBackend {
     pub kv: KvCache,
     pub rope: RopeTables,
     pub scratch: Scratch,
+    /// The operations, timed while a profile is recorded.
+    pub ops: Ops,
 }
 
 impl CpuBackend {
@@ -75,6 +79,7 @@ impl CpuBackend {
             &self.rope,
             &mut self.kv,
             &mut self.scratch,
+            &mut self.ops,
             batch,
         )
     }
@@ -88,6 +93,7 @@ pub fn forward<'s>(
     rope: &RopeTables,
     kv: &mut KvCache,
     s: &'s mut Scratch,
+    o: &mut Ops,
     batch: &Batch,
 ) -> &'s [f32] {
     let n = batch.tokens.len();
@@ -102,14 +108,14 @@ pub fn forward<'s>(
     let up = &mut s.up[..n * ffn];
     let hidden = &mut s.hidden[..n * ffn];
 
-    embedding_f32(x, &w.embed, &batch.tokens, dim);
+    o.embedding_f32(x, &w.embed, &batch.tokens, dim);
     for (l, lw) in w.layers.iter().enumerate() {
         // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream.
-        rmsnorm_f32(xb, x, &lw.attn_norm, c.rms_eps);
-        matmul_f32(q, xb, &lw.wq, lw.bq.as_deref(), dim);
-        matmul_f32(k, xb, &lw.wk, lw.bk.as_deref(), dim);
-        matmul_f32(v, xb, &lw.wv, lw.bv.as_deref(), dim);
-        rope_f32(
+        o.rmsnorm_f32(xb, x, &lw.attn_norm, c.rms_eps);
+        o.matmul_f32(q, xb, &lw.wq, lw.bq.as_deref(), dim);
+        o.matmul_f32(k, xb, &lw.wk, lw.bk.as_deref(), dim);
+        o.matmul_f32(v, xb, &lw.wv, lw.bv.as_deref(), dim);
+        o.rope_f32(
             q,
             &batch.positions,
             &rope.cos,
@@ -117,7 +123,7 @@ pub fn forward<'s>(
             c.n_heads,
             c.head_dim,
         );
-        rope_f32(
+        o.rope_f32(
             k,
             &batch.positions,
             &rope.cos,
@@ -126,9 +132,9 @@ pub fn forward<'s>(
             c.head_dim,
         );
         let (k_cache, v_cache) = kv.layer_mut(l);
-        kv_write_f32(k_cache, v_cache, k, v, &batch.slots, kv_dim);
+        o.kv_write_f32(k_cache, v_cache, k, v, &batch.slots, kv_dim);
         let (k_cache, v_cache) = kv.layer(l);
-        attention_f32(
+        o.attention_f32(
             att,
             q,
             k_cache,
@@ -141,16 +147,16 @@ pub fn forward<'s>(
             c.n_kv_heads,
             c.head_dim,
         );
-        matmul_f32(xb, att, &lw.wo, None, q_dim);
-        residual_add_f32(x, xb);
+        o.matmul_f32(xb, att, &lw.wo, None, q_dim);
+        o.residual_add_f32(x, xb);
 
         // MLP: x += down(silu(gate(x)) * up(x)) over the normed stream.
-        rmsnorm_f32(xb, x, &lw.ffn_norm, c.rms_eps);
-        matmul_f32(gate, xb, &lw.w_gate, None, dim);
-        matmul_f32(up, xb, &lw.w_up, None, dim);
-        swiglu_f32(hidden, gate, up);
-        matmul_f32(xb, hidden, &lw.w_down, None, ffn);
-        residual_add_f32(x, xb);
+        o.rmsnorm_f32(xb, x, &lw.ffn_norm, c.rms_eps);
+        o.matmul_f32(gate, xb, &lw.w_gate, None, dim);
+        o.matmul_f32(up, xb, &lw.w_up, None, dim);
+        o.swiglu_f32(hidden, gate, up);
+        o.matmul_f32(xb, hidden, &lw.w_down, None, ffn);
+        o.residual_add_f32(x, xb);
     }
 
     // Only the rows that need logits go through the final norm and the (large) head.
@@ -158,9 +164,9 @@ pub fn forward<'s>(
     let head_in = &mut s.head_in[..rows * dim];
     for (dst, &r) in head_in.chunks_exact_mut(dim).zip(&batch.logit_rows) {
         let r = r as usize;
-        rmsnorm_f32(dst, &x[r * dim..(r + 1) * dim], &w.final_norm, c.rms_eps);
+        o.rmsnorm_f32(dst, &x[r * dim..(r + 1) * dim], &w.final_norm, c.rms_eps);
     }
     s.logits.resize(rows * c.vocab_size, 0.0);
-    matmul_f32(&mut s.logits, head_in, w.head(), None, dim);
+    o.matmul_f32(&mut s.logits, head_in, w.head(), None, dim);
     &s.logits
 }

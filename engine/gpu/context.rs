@@ -23,21 +23,7 @@ pub struct Gpu {
     profile: Arc<Mutex<Option<Vec<Pending>>>>,
 }
 
-/// What one launch must move and compute at the least, by the formula next to its wrapper:
-/// each input read once, each output written once.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Traffic {
-    pub bytes: u64,
-    pub flops: u64,
-}
-
-/// One profiled launch.
-#[derive(Clone, Debug)]
-pub struct KernelTime {
-    pub kernel: &'static str,
-    pub ms: f64,
-    pub traffic: Traffic,
-}
+pub use crate::traffic::{KernelTime, Traffic};
 
 struct Pending {
     kernel: &'static str,

@@ -11,9 +11,9 @@ use cudarc::driver::{
 };
 
 use super::context::Gpu;
-use super::traffic;
 use crate::block_manager::BLOCK_SIZE;
 use crate::error::{Error, Result};
+use crate::traffic;
 
 /// An input buffer on the device.
 pub type In<'a, T> = CudaView<'a, T>;

@@ -4,13 +4,11 @@
 //!
 //! - `context`: the device, its stream, and the loaded kernels
 //! - `kernels`: the typed kernel table and one checked launch wrapper per kernel
-//! - `traffic`: the bytes and FLOPs each launch must move and compute, for the profiler
 //! - `backend`: weights, KV cache and activations on the device, and the forward pass
 
 pub mod backend;
 pub mod context;
 pub mod kernels;
-pub mod traffic;
 
 pub use backend::GpuBackend;
 pub use context::Gpu;

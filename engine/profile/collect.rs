@@ -138,3 +138,155 @@ pub fn gpu(args: &ProfileArgs) -> Result<Profile> {
         rows,
     })
 }
+
+/// The same profile for the CPU reference backend: each operation of the forward pass timed,
+/// against the CPU's ceilings measured the same way (a copy far larger than the caches; the
+/// reference matmul on a prompt-sized problem).
+pub fn cpu(args: &ProfileArgs) -> Result<Profile> {
+    use crate::config::Config;
+    use crate::cpu::ops::matmul_f32;
+    use crate::model::ModelWeights;
+    use rayon::prelude::*;
+    use std::time::Instant;
+
+    let threads = rayon::current_num_threads();
+    let device = format!(
+        "{} ({threads} threads)",
+        cpu_name().unwrap_or_else(|| "CPU".into())
+    );
+    progress(&format!(
+        "on {device}: measuring memory bandwidth (a 1 GiB copy)"
+    ));
+    let n = 1usize << 27; // 512 MiB of f32 each way
+    let src: Vec<f32> = (0..n)
+        .into_par_iter()
+        .map(|i| (i % 1000) as f32 + 0.5)
+        .collect();
+    let mut dst = vec![0f32; n];
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = Instant::now();
+        dst.par_chunks_mut(1 << 20)
+            .zip(src.par_chunks(1 << 20))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    let bytes_per_s = 2.0 * (n * 4) as f64 / best;
+    drop((src, dst));
+    progress("measuring matrix throughput (the reference matmul, 256 x 2048 x 2048)");
+    let (m, k) = (256, 2048);
+    let x: Vec<f32> = (0..m * k)
+        .map(|i| ((i % 97) as f32 - 48.0) / 97.0)
+        .collect();
+    let w: Vec<f32> = (0..k * k)
+        .map(|i| ((i % 89) as f32 - 44.0) / 89.0)
+        .collect();
+    let mut out = vec![0f32; m * k];
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = Instant::now();
+        matmul_f32(&mut out, &x, &w, None, k);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    let flops_per_s = 2.0 * (m * k * k) as f64 / best;
+    let ceilings = Ceilings {
+        bytes_per_s,
+        flops_per_s,
+        bandwidth_source: "parallel copy of 512 MiB, read + write".into(),
+        compute_source: "rustle's reference matmul, 256 x 2048 x 2048".into(),
+        rustle_gemm_flops_per_s: None,
+    };
+
+    let opts = RunnerOptions {
+        kv_blocks: Some(crate::block_manager::blocks_for(args.prompt_len + args.steps + 1) + 1),
+        max_batch_tokens: args.prompt_len.clamp(1, 1024),
+    };
+    let (config, weights, model): (Config, ModelWeights, String) = match &args.model {
+        Some(path) => {
+            progress(&format!("loading {}", path.display()));
+            let m = loader::load(path)?;
+            let name = m.description.clone();
+            (m.config, m.weights, name)
+        }
+        None => {
+            let config = shape_config(&args.shape)?;
+            crate::loader::check_params_fit(&config)?;
+            progress(&format!(
+                "building {} weights in host memory (synthetic, f32)",
+                args.shape
+            ));
+            let w = ModelWeights::synthetic(&config, 1);
+            (config, w, format!("{} (synthetic)", args.shape))
+        }
+    };
+    let mut runner = Runner::new(config, weights, &opts, Device::Cpu)?;
+    let vocab = runner.config.vocab_size as u32;
+    let prompt: Vec<u32> = (0..args.prompt_len as u32)
+        .map(|i| (i * 7919 + 13) % vocab)
+        .collect();
+    progress(&format!(
+        "prefill of {} tokens and {} decode steps, every operation timed",
+        args.prompt_len, args.steps
+    ));
+    let mut seq = BlockTable::default();
+    runner
+        .cpu_backend()
+        .expect("a CPU runner")
+        .ops
+        .profile_start();
+    let mut token = runner.extend_greedy(&mut seq, &prompt)?;
+    let prefill = runner
+        .cpu_backend()
+        .expect("a CPU runner")
+        .ops
+        .profile_stop();
+    runner
+        .cpu_backend()
+        .expect("a CPU runner")
+        .ops
+        .profile_start();
+    for _ in 0..args.steps {
+        token = runner.extend_greedy(&mut seq, &[token])?;
+    }
+    let decode = runner
+        .cpu_backend()
+        .expect("a CPU runner")
+        .ops
+        .profile_stop();
+    runner.release(&mut seq);
+
+    let tag = |phase: Phase| {
+        move |k: KernelTime| {
+            (
+                k.kernel.to_string(),
+                phase,
+                k.ms * 1e-3,
+                k.traffic.bytes,
+                k.traffic.flops,
+            )
+        }
+    };
+    let rows = aggregate(
+        prefill
+            .into_iter()
+            .map(tag(Phase::Prefill))
+            .chain(decode.into_iter().map(tag(Phase::Decode))),
+    );
+    Ok(Profile {
+        device,
+        model,
+        workload: format!(
+            "prefill of {} tokens, then {} decode steps (batch 1)",
+            args.prompt_len, args.steps
+        ),
+        ceilings,
+        rows,
+    })
+}
+
+/// The processor's name, from /proc/cpuinfo where there is one.
+fn cpu_name() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("model name"))?;
+    Some(line.split_once(':')?.1.trim().to_owned())
+}

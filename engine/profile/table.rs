@@ -5,6 +5,15 @@ use std::fmt::Write;
 
 use super::report::{Phase, Profile};
 
+/// `x` with an SI prefix: 23.4 G, 755.4 T.
+fn si(x: f64) -> String {
+    let (v, p) = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+        .into_iter()
+        .find(|(scale, _)| x >= *scale)
+        .map_or((x, ""), |(scale, p)| (x / scale, p));
+    format!("{v:.1} {p}")
+}
+
 pub fn render(p: &Profile) -> String {
     let c = &p.ceilings;
     let mut s = String::new();
@@ -15,14 +24,14 @@ pub fn render(p: &Profile) -> String {
     );
     let _ = writeln!(
         s,
-        "  ceilings: memory {:.0} GB/s ({}); compute {:.1} TFLOP/s ({}){}; ridge {:.1} FLOP/byte",
-        c.bytes_per_s / 1e9,
+        "  ceilings: memory {}B/s ({}); compute {}FLOP/s ({}){}; ridge {:.1} FLOP/byte",
+        si(c.bytes_per_s),
         c.bandwidth_source,
-        c.flops_per_s / 1e12,
+        si(c.flops_per_s),
         c.compute_source,
         c.rustle_gemm_flops_per_s.map_or(String::new(), |r| format!(
-            "; rustle's GEMM {:.1} TFLOP/s",
-            r / 1e12
+            "; rustle's GEMM {}FLOP/s",
+            si(r)
         )),
         c.ridge()
     );
@@ -41,7 +50,7 @@ pub fn render(p: &Profile) -> String {
             "ms",
             "share",
             "GB/s",
-            "TFLOP/s",
+            "GFLOP/s",
             "FLOP/B",
             "of roof",
             "bound"
@@ -49,14 +58,14 @@ pub fn render(p: &Profile) -> String {
         for r in rows {
             let _ = writeln!(
                 s,
-                "  {:<22} {:<7} {:>6} {:>10.3} {:>5.1}% {:>8.0} {:>9.2} {:>9.2} {:>7.1}% {:>7}",
+                "  {:<22} {:<7} {:>6} {:>10.3} {:>5.1}% {:>8.0} {:>9.1} {:>9.2} {:>7.1}% {:>7}",
                 r.kernel,
                 phase.name(),
                 r.calls,
                 r.seconds * 1e3,
                 100.0 * r.seconds / total,
                 r.bytes_per_s() / 1e9,
-                r.flops_per_s() / 1e12,
+                r.flops_per_s() / 1e9,
                 r.intensity(),
                 100.0 * r.share_of_ceiling(c),
                 if r.memory_bound(c) {
@@ -80,14 +89,14 @@ pub fn render(p: &Profile) -> String {
             .sum();
         let _ = writeln!(
             s,
-            "  {:<22} {:<7} {:>6} {:>10.3} {:>6} {:>8.0} {:>9.2} {:>9.2}\n",
+            "  {:<22} {:<7} {:>6} {:>10.3} {:>6} {:>8.0} {:>9.1} {:>9.2}\n",
             "total",
             phase.name(),
             "",
             total * 1e3,
             "",
             bytes as f64 / total / 1e9,
-            flops as f64 / total / 1e12,
+            flops as f64 / total / 1e9,
             flops as f64 / bytes.max(1) as f64
         );
     }

@@ -1,10 +1,24 @@
-//! What each kernel launch must move and compute at the least: every input read once, every
-//! output written once, as a formula over the launch's arguments. The profiler divides these
-//! by measured times to place each kernel against the memory and compute ceilings.
+//! What each kernel launch (GPU) or reference operation (CPU) must move and compute at the
+//! least: every input read once, every output written once, as a formula over its arguments.
+//! The profiler divides these by measured times to place each kernel against the memory and
+//! compute ceilings.
 //!
 //! Sizes in elements; f32 and u32 are 4 bytes, bf16 2. FLOPs count a multiply-add as two.
 
-use super::context::Traffic;
+/// Bytes moved and floating-point operations done by one launch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub bytes: u64,
+    pub flops: u64,
+}
+
+/// One timed launch or operation.
+#[derive(Clone, Debug)]
+pub struct KernelTime {
+    pub kernel: &'static str,
+    pub ms: f64,
+    pub traffic: Traffic,
+}
 
 const F32: u64 = 4;
 const BF16: u64 = 2;
@@ -126,6 +140,21 @@ pub fn attention_combine_f32(
     )
 }
 
+/// The CPU's f32 linear layer: the f32 matrix once, the `n x n_in` input, the output.
+pub fn matmul_f32(n: usize, n_in: usize, n_out: usize, bias: bool) -> Traffic {
+    let (n, n_in, n_out) = (n as u64, n_in as u64, n_out as u64);
+    t(
+        n_out * n_in * F32 + n * (n_in + n_out) * F32 + bias as u64 * n_out * F32,
+        2 * n * n_in * n_out,
+    )
+}
+
+/// The CPU's embedding: `n` f32 rows read and written, the ids.
+pub fn embedding_f32(n: usize, dim: usize) -> Traffic {
+    let (n, dim) = (n as u64, dim as u64);
+    t(2 * n * dim * F32 + n * F32, 0)
+}
+
 /// Two inputs read, one output written.
 pub fn swiglu_f32(n: usize) -> Traffic {
     t(3 * n as u64 * F32, 6 * n as u64)
@@ -198,6 +227,13 @@ mod tests {
             t(1280 + 128 + 320, 1280)
         );
         assert_eq!(attention_combine_f32(1, 4, 8, 2), t(320 + 128, 128));
+    }
+
+    #[test]
+    fn cpu_counts() {
+        // 2 tokens, 4 -> 3 in f32: matrix 48 bytes, x 32, out 24; 48 FLOPs.
+        assert_eq!(matmul_f32(2, 4, 3, false), t(48 + 32 + 24, 48));
+        assert_eq!(embedding_f32(2, 4), t(64 + 8, 0));
     }
 
     #[test]
