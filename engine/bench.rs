@@ -70,7 +70,6 @@ pub struct BenchArgs {
     pub ctx: Vec<usize>,
     pub prompt_len: usize,
     pub steps: usize,
-    pub json: bool,
 }
 
 #[derive(Serialize)]

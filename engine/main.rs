@@ -342,7 +342,6 @@ fn bench(b: &BenchCli) -> Result<()> {
         ctx: b.ctx.clone(),
         prompt_len: b.prompt_len,
         steps: b.steps,
-        json: b.json,
     })?;
     if b.json {
         println!(
