@@ -78,39 +78,35 @@ impl Runner {
                 "the batch must hold at least one token".into(),
             ));
         }
-        let context = |n_blocks: usize| config.max_seq_len.min(n_blocks * BLOCK_SIZE);
-        let (backend, n_blocks) = match device {
-            Device::Cpu => {
-                let n_blocks = opts.kv_blocks.unwrap_or_else(|| {
-                    let affordable =
-                        DEFAULT_KV_BUDGET / (KvCache::bytes_per_token(&config) * BLOCK_SIZE);
-                    blocks_for(config.max_seq_len).min(affordable).max(1)
-                });
-                let rope = RopeTables::new(
-                    &config,
-                    context(n_blocks),
-                    weights.rope_freq_factors.as_deref(),
-                );
-                let cpu = CpuBackend {
-                    kv: KvCache::new(&config, n_blocks)?,
-                    scratch: Scratch::new(&config, opts.max_batch_tokens),
-                    rope,
-                    weights,
-                    ops: Default::default(),
-                };
-                (Backend::Cpu(Box::new(cpu)), n_blocks)
-            }
-            Device::Gpu(gpu) => {
-                let gw = GpuWeights::upload(&gpu, &weights)?;
-                let freq_factors = weights.rope_freq_factors.clone();
-                drop(weights);
-                return Runner::with_gpu_weights(config, *gpu, gw, freq_factors.as_deref(), opts);
-            }
+        if let Device::Gpu(gpu) = device {
+            let gpu_weights = GpuWeights::upload(&gpu, &weights)?;
+            let freq_factors = weights.rope_freq_factors.clone();
+            drop(weights); // the f32 copy on the host is no longer needed
+            return Runner::with_gpu_weights(
+                config,
+                *gpu,
+                gpu_weights,
+                freq_factors.as_deref(),
+                opts,
+            );
+        }
+        let n_blocks = opts.kv_blocks.unwrap_or_else(|| {
+            blocks_for(config.max_seq_len)
+                .min(DEFAULT_KV_BUDGET / block_bytes)
+                .max(1)
+        });
+        let max_context = config.max_seq_len.min(n_blocks * BLOCK_SIZE);
+        let cpu = CpuBackend {
+            kv: KvCache::new(&config, n_blocks)?,
+            scratch: Scratch::new(&config, opts.max_batch_tokens),
+            rope: RopeTables::new(&config, max_context, weights.rope_freq_factors.as_deref()),
+            weights,
+            ops: Default::default(),
         };
         Ok(Runner {
-            max_context: context(n_blocks),
+            max_context,
             blocks: BlockManager::new(n_blocks),
-            backend,
+            backend: Backend::Cpu(Box::new(cpu)),
             batch: Batch::default(),
             max_batch_tokens: opts.max_batch_tokens,
             config,
