@@ -205,34 +205,7 @@ pub fn run(args: &BenchArgs) -> Result<BenchReport> {
         kv_blocks: Some(kv_blocks),
         max_batch_tokens: args.prompt_len.clamp(1, 1024),
     };
-    let (mut runner, model) = match &args.model {
-        Some(path) => {
-            progress(&format!("loading {}", path.display()));
-            let m = loader::load(path)?;
-            let name = m.description.clone();
-            (
-                Runner::new(
-                    m.config,
-                    m.weights,
-                    &opts,
-                    Device::Gpu(Box::new(gpu.clone())),
-                )?,
-                name,
-            )
-        }
-        None => {
-            let config = shape_config(&args.shape)?;
-            progress(&format!(
-                "building {} weights on the GPU (synthetic, bf16)",
-                args.shape
-            ));
-            let weights = GpuWeights::synthetic(&gpu, &config, 1)?;
-            (
-                Runner::with_gpu_weights(config, gpu.clone(), weights, None, &opts)?,
-                format!("{} (synthetic)", args.shape),
-            )
-        }
-    };
+    let (mut runner, model) = gpu_runner(&gpu, &args.shape, args.model.as_deref(), &opts)?;
     let c = runner.config.clone();
     if max_ctx > runner.max_context() {
         return Err(Error::Usage(format!(
@@ -299,6 +272,50 @@ pub fn run(args: &BenchArgs) -> Result<BenchReport> {
         step_profiles,
         prefill,
     })
+}
+
+/// A GPU runner over `model` (a folder or file) or, without one, random weights of `shape`
+/// made on the device; and the model's name for reports.
+pub fn gpu_runner(
+    gpu: &Gpu,
+    shape: &str,
+    model: Option<&std::path::Path>,
+    opts: &RunnerOptions,
+) -> Result<(Runner, String)> {
+    match model {
+        Some(path) => {
+            progress(&format!("loading {}", path.display()));
+            let m = loader::load(path)?;
+            let name = m.description.clone();
+            Ok((
+                Runner::new(
+                    m.config,
+                    m.weights,
+                    opts,
+                    Device::Gpu(Box::new(gpu.clone())),
+                )?,
+                name,
+            ))
+        }
+        None => {
+            let config = shape_config(shape)?;
+            progress(&format!(
+                "building {shape} weights on the GPU (synthetic, bf16)"
+            ));
+            let weights = GpuWeights::synthetic(gpu, &config, 1)?;
+            Ok((
+                Runner::with_gpu_weights(config, gpu.clone(), weights, None, opts)?,
+                format!("{shape} (synthetic)"),
+            ))
+        }
+    }
+}
+
+/// A prompt of `n` token ids spread over a vocabulary of `vocab`, for timing runs.
+pub fn synthetic_prompt(n: usize, vocab: usize) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| (i * 7919 + 13) % vocab as u32)
+        .collect()
 }
 
 /// The KV pool filled with random values from the host, so attention reads real data.
@@ -389,9 +406,7 @@ fn profile_step(runner: &mut Runner, ctx: usize) -> Result<StepProfile> {
 }
 
 fn prefill_rate(runner: &mut Runner, n: usize) -> Result<PrefillResult> {
-    let prompt: Vec<u32> = (0..n as u32)
-        .map(|i| (i * 7919 + 13) % runner.config.vocab_size as u32)
-        .collect();
+    let prompt = synthetic_prompt(n, runner.config.vocab_size);
     // One untimed run first: module load and first-touch costs stay out of the figure.
     for timed in [false, true] {
         let mut seq = BlockTable::default();

@@ -2,17 +2,16 @@
 //! (decode steps run without graphs, since events cannot be recorded inside a replayed
 //! graph), with the bytes and FLOPs from the counting formulas beside the launch wrappers.
 
-use crate::bench::{measure_bandwidth, shape_config};
+use crate::bench::{gpu_runner, measure_bandwidth, shape_config, synthetic_prompt};
 use crate::block_manager::BlockTable;
 use crate::error::Result;
 use crate::gemv_bench::{cublas_gemm_flops, rustle_gemm_flops};
 use crate::gpu::Gpu;
-use crate::gpu::backend::GpuWeights;
 use crate::gpu::context::KernelTime;
 use crate::loader;
 use crate::runner::{Device, Runner, RunnerOptions};
 
-use super::report::{Ceilings, Phase, Profile, aggregate};
+use super::report::{Ceilings, Phase, Profile, Row, aggregate};
 
 pub struct ProfileArgs {
     pub shape: String,
@@ -56,41 +55,10 @@ pub fn gpu(args: &ProfileArgs) -> Result<Profile> {
         kv_blocks: Some(crate::block_manager::blocks_for(args.prompt_len + args.steps + 1) + 1),
         max_batch_tokens: args.prompt_len.clamp(1, 1024),
     };
-    let (mut runner, model) = match &args.model {
-        Some(path) => {
-            progress(&format!("loading {}", path.display()));
-            let m = loader::load(path)?;
-            let name = m.description.clone();
-            (
-                Runner::new(
-                    m.config,
-                    m.weights,
-                    &opts,
-                    Device::Gpu(Box::new(gpu.clone())),
-                )?,
-                name,
-            )
-        }
-        None => {
-            let config = shape_config(&args.shape)?;
-            progress(&format!(
-                "building {} weights on the GPU (synthetic, bf16)",
-                args.shape
-            ));
-            let weights = GpuWeights::synthetic(&gpu, &config, 1)?;
-            (
-                Runner::with_gpu_weights(config, gpu.clone(), weights, None, &opts)?,
-                format!("{} (synthetic)", args.shape),
-            )
-        }
-    };
+    let (mut runner, model) = gpu_runner(&gpu, &args.shape, args.model.as_deref(), &opts)?;
     runner.gpu_backend().expect("a GPU runner").use_graphs = false;
-    let vocab = runner.config.vocab_size as u32;
-    let prompt: Vec<u32> = (0..args.prompt_len as u32)
-        .map(|i| (i * 7919 + 13) % vocab)
-        .collect();
-
     // One untimed pass first, so module load and first touches stay out of the figures.
+    let prompt = synthetic_prompt(args.prompt_len, runner.config.vocab_size);
     let mut seq = BlockTable::default();
     runner.extend_greedy(&mut seq, &prompt)?;
     runner.release(&mut seq);
@@ -99,34 +67,12 @@ pub fn gpu(args: &ProfileArgs) -> Result<Profile> {
         "prefill of {} tokens and {} decode steps, every launch timed",
         args.prompt_len, args.steps
     ));
-    let mut seq = BlockTable::default();
-    gpu.profile_start();
-    let mut token = runner.extend_greedy(&mut seq, &prompt)?;
-    let prefill = gpu.profile_stop()?;
-    gpu.profile_start();
-    for _ in 0..args.steps {
-        token = runner.extend_greedy(&mut seq, &[token])?;
-    }
-    let decode = gpu.profile_stop()?;
-    runner.release(&mut seq);
-
-    let tag = |phase: Phase| {
-        move |k: KernelTime| {
-            (
-                k.kernel.to_string(),
-                phase,
-                k.ms * 1e-3,
-                k.traffic.bytes,
-                k.traffic.flops,
-            )
-        }
-    };
-    let rows = aggregate(
-        prefill
-            .into_iter()
-            .map(tag(Phase::Prefill))
-            .chain(decode.into_iter().map(tag(Phase::Decode))),
-    );
+    let rows = profile_phases(
+        &mut runner,
+        args,
+        |_| gpu.profile_start(),
+        |_| gpu.profile_stop(),
+    )?;
     Ok(Profile {
         device: gpu.description.clone(),
         model,
@@ -220,41 +166,47 @@ pub fn cpu(args: &ProfileArgs) -> Result<Profile> {
         }
     };
     let mut runner = Runner::new(config, weights, &opts, Device::Cpu)?;
-    let vocab = runner.config.vocab_size as u32;
-    let prompt: Vec<u32> = (0..args.prompt_len as u32)
-        .map(|i| (i * 7919 + 13) % vocab)
-        .collect();
     progress(&format!(
         "prefill of {} tokens and {} decode steps, every operation timed",
         args.prompt_len, args.steps
     ));
+    let rows = profile_phases(
+        &mut runner,
+        args,
+        |r| cpu_ops(r).profile_start(),
+        |r| Ok(cpu_ops(r).profile_stop()),
+    )?;
+    Ok(Profile {
+        device,
+        model,
+        workload: format!(
+            "prefill of {} tokens, then {} decode steps (batch 1)",
+            args.prompt_len, args.steps
+        ),
+        ceilings,
+        rows,
+    })
+}
+
+/// A prefill of `args.prompt_len` tokens, then `args.steps` greedy decode steps, each phase
+/// recorded between `start` and `stop`, summed into rows by kernel and phase.
+fn profile_phases(
+    runner: &mut Runner,
+    args: &ProfileArgs,
+    mut start: impl FnMut(&mut Runner),
+    mut stop: impl FnMut(&mut Runner) -> Result<Vec<KernelTime>>,
+) -> Result<Vec<Row>> {
+    let prompt = synthetic_prompt(args.prompt_len, runner.config.vocab_size);
     let mut seq = BlockTable::default();
-    runner
-        .cpu_backend()
-        .expect("a CPU runner")
-        .ops
-        .profile_start();
+    start(runner);
     let mut token = runner.extend_greedy(&mut seq, &prompt)?;
-    let prefill = runner
-        .cpu_backend()
-        .expect("a CPU runner")
-        .ops
-        .profile_stop();
-    runner
-        .cpu_backend()
-        .expect("a CPU runner")
-        .ops
-        .profile_start();
+    let prefill = stop(runner)?;
+    start(runner);
     for _ in 0..args.steps {
         token = runner.extend_greedy(&mut seq, &[token])?;
     }
-    let decode = runner
-        .cpu_backend()
-        .expect("a CPU runner")
-        .ops
-        .profile_stop();
+    let decode = stop(runner)?;
     runner.release(&mut seq);
-
     let tag = |phase: Phase| {
         move |k: KernelTime| {
             (
@@ -266,22 +218,16 @@ pub fn cpu(args: &ProfileArgs) -> Result<Profile> {
             )
         }
     };
-    let rows = aggregate(
+    Ok(aggregate(
         prefill
             .into_iter()
             .map(tag(Phase::Prefill))
             .chain(decode.into_iter().map(tag(Phase::Decode))),
-    );
-    Ok(Profile {
-        device,
-        model,
-        workload: format!(
-            "prefill of {} tokens, then {} decode steps (batch 1)",
-            args.prompt_len, args.steps
-        ),
-        ceilings,
-        rows,
-    })
+    ))
+}
+
+fn cpu_ops(r: &mut Runner) -> &mut crate::cpu::timed::Ops {
+    &mut r.cpu_backend().expect("a CPU runner").ops
 }
 
 /// The processor's name, from /proc/cpuinfo where there is one.
