@@ -221,18 +221,24 @@ pub fn cublas_gemm_flops(gpu: &Gpu, n: usize) -> Result<Option<f64>> {
     Ok(Some(2.0 * (n as f64).powi(3) / (ms * 1e-3)))
 }
 
-/// rustle's own prefill GEMM (f32 activations, bf16 weights) on `n` tokens of an
-/// `n x n` weight, in FLOP/s.
+/// rustle's own prefill GEMM (tensor cores, bf16 activations and weights, f32 sums) on `n`
+/// tokens of an `n x n` weight, in FLOP/s.
 pub fn rustle_gemm_flops(gpu: &Gpu, n: usize) -> Result<f64> {
     let mut w = gpu.zeros::<u16>(n * n, "the GEMM benchmark")?;
     gpu.fill_random_bf16(&mut w.as_view_mut(), 13, 1.0)?;
-    let mut x = gpu.zeros::<u16>(2 * n * n, "the GEMM benchmark")?;
+    let mut x = gpu.zeros::<u16>(n * n, "the GEMM benchmark")?;
     gpu.fill_random_bf16(&mut x.as_view_mut(), 14, 1.0)?;
-    // SAFETY: 2 n^2 bf16 read as n^2 f32 with bf16 upper halves: finite values.
-    let x = unsafe { x.transmute::<f32>(n * n) }.expect("length fits");
     let mut out = gpu.zeros::<f32>(n * n, "the GEMM benchmark")?;
     let ms = crate::bench::time_ms(gpu, 3, &mut || {
-        gpu.gemm_bf16(&mut out.as_view_mut(), &x, &w.as_view(), None, n, n, n)
+        gpu.gemm_mma_bf16(
+            &mut out.as_view_mut(),
+            &x.as_view(),
+            &w.as_view(),
+            None,
+            n,
+            n,
+            n,
+        )
     })?;
     Ok(2.0 * (n as f64).powi(3) / (ms * 1e-3))
 }

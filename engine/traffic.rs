@@ -68,6 +68,20 @@ pub fn gemm_bf16(n: usize, n_in: usize, n_out: usize, bias: bool) -> Traffic {
     )
 }
 
+/// As `gemm_bf16`, with the input in bf16 (2 bytes a value, not 4).
+pub fn gemm_mma_bf16(n: usize, n_in: usize, n_out: usize, bias: bool) -> Traffic {
+    let (n, n_in, n_out) = (n as u64, n_in as u64, n_out as u64);
+    t(
+        (n_out + n) * n_in * BF16 + n * n_out * F32 + bias as u64 * n_out * F32,
+        2 * n * n_in * n_out,
+    )
+}
+
+/// Each value read as f32 and written as bf16; the rounding is not counted as arithmetic.
+pub fn f32_to_bf16(len: usize) -> Traffic {
+    t(len as u64 * (F32 + BF16), 0)
+}
+
 /// `x` (`n x heads x head_dim`) read and written, the positions, a cos and a sin per pair;
 /// four multiplies and two adds per pair.
 pub fn rope_f32(n: usize, n_heads: usize, head_dim: usize) -> Traffic {
@@ -200,6 +214,10 @@ mod tests {
     fn gemm_counts() {
         // 2 tokens, 4 -> 3: matrix 12 bf16 = 24; x 8 f32 = 32; out 6 f32 = 24; 2*2*4*3 = 48.
         assert_eq!(gemm_bf16(2, 4, 3, false), t(24 + 32 + 24, 48));
+        // The same with x in bf16 (8 values = 16 bytes) and a bias of 3 f32 = 12 bytes.
+        assert_eq!(gemm_mma_bf16(2, 4, 3, true), t(24 + 16 + 24 + 12, 48));
+        // 10 values: 40 bytes read, 20 written.
+        assert_eq!(f32_to_bf16(10), t(60, 0));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use rustle::config::{Config, HfConfig};
 use rustle::cpu::ops;
 use rustle::gpu::Gpu;
 use rustle::gpu::backend::to_bf16;
+use rustle::gpu::kernels::{In, Out};
 use rustle::model::{LayerWeights, ModelWeights};
 use rustle::runner::{Device, Runner, RunnerOptions};
 
@@ -30,6 +31,8 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::gemv_bf16", gemv_bf16),
     ("kernel::gemv_swiglu_bf16", gemv_swiglu_bf16),
     ("kernel::gemm_bf16", gemm_bf16),
+    ("kernel::gemm_mma_bf16", gemm_mma_bf16),
+    ("kernel::f32_to_bf16", f32_to_bf16),
     ("kernel::rope_f32", rope_f32),
     ("kernel::qkv_rope_write_f32", qkv_rope_write_f32),
     ("kernel::kv_write_f32", kv_write_f32),
@@ -277,24 +280,40 @@ fn gemv_swiglu_bf16(g: &Gpu, rng: &mut StdRng) {
     }
 }
 
-fn gemm_bf16(g: &Gpu, rng: &mut StdRng) {
-    for (n, n_in, n_out, bias) in [
-        (2, 64, 64, false),
-        (7, 576, 192, true),
-        (65, 100, 130, false),
-        (128, 1536, 576, true),
-        (200, 8, 3, false),
-        (300, 4096, 1024, false),
-    ] {
-        let x = normal(rng, n * n_in, 1.0);
+/// A GPU GEMM and its CPU twin: `out [n, n_out] = x [n, n_in] . w^T + bias`, x of type X.
+type GemmGpu<X> = fn(
+    &Gpu,
+    &mut Out<f32>,
+    &In<X>,
+    &In<u16>,
+    Option<&In<f32>>,
+    usize,
+    usize,
+    usize,
+) -> rustle::Result<()>;
+type GemmCpu<X> = fn(&mut [f32], &[X], &[u16], Option<&[f32]>, usize);
+
+/// Shapes with tails on every side of the tiles (64 for the SIMT GEMM, 128 for the tensor
+/// cores), a deep reduction, and a bias or none.
+fn check_gemm<X: cudarc::driver::DeviceRepr>(
+    g: &Gpu,
+    rng: &mut StdRng,
+    gpu: GemmGpu<X>,
+    cpu: GemmCpu<X>,
+    input: fn(&mut StdRng, usize) -> Vec<X>,
+    shapes: &[(usize, usize, usize, bool)],
+) {
+    for &(n, n_in, n_out, bias) in shapes {
+        let x = input(rng, n * n_in);
         let w = bf16_weights(rng, n_out * n_in, 0.05);
         let b = bias.then(|| normal(rng, n_out, 1.0));
-        let mut cpu = vec![0.0; n * n_out];
-        ops::gemm_bf16(&mut cpu, &x, &w, b.as_deref(), n_in);
+        let mut expected = vec![0.0; n * n_out];
+        cpu(&mut expected, &x, &w, b.as_deref(), n_in);
         let mut out = poisoned(g, n * n_out);
         let b_dev = b.as_ref().map(|b| up(g, b));
         let b_view = b_dev.as_ref().map(|b| b.as_view());
-        g.gemm_bf16(
+        gpu(
+            g,
             &mut out.as_view_mut(),
             &up(g, &x).as_view(),
             &up(g, &w).as_view(),
@@ -307,9 +326,61 @@ fn gemm_bf16(g: &Gpu, rng: &mut StdRng) {
         assert_close(
             &format!("{n} tokens, {n_out} x {n_in}, bias {bias}"),
             &down(g, &out),
-            &cpu,
+            &expected,
             LONG_REDUCTION,
         );
+    }
+}
+
+fn gemm_bf16(g: &Gpu, rng: &mut StdRng) {
+    let shapes = [
+        (2, 64, 64, false),
+        (7, 576, 192, true),
+        (65, 100, 130, false),
+        (128, 1536, 576, true),
+        (200, 8, 3, false),
+        (300, 4096, 1024, false),
+    ];
+    let input = |rng: &mut StdRng, len| normal(rng, len, 1.0);
+    check_gemm(g, rng, Gpu::gemm_bf16, ops::gemm_bf16, input, &shapes);
+}
+
+/// Both sides take the same bf16 inputs, so they differ only in summation order.
+fn gemm_mma_bf16(g: &Gpu, rng: &mut StdRng) {
+    let shapes = [
+        (2, 64, 64, false),
+        (7, 576, 192, true),
+        (65, 104, 130, false),
+        (128, 1536, 576, true),
+        (200, 8, 3, false),
+        (257, 96, 385, true),
+        (300, 4096, 1024, false),
+        (512, 14336, 256, false),
+    ];
+    let input = |rng: &mut StdRng, len| bf16_weights(rng, len, 1.0);
+    check_gemm(
+        g,
+        rng,
+        Gpu::gemm_mma_bf16,
+        ops::gemm_mma_bf16,
+        input,
+        &shapes,
+    );
+}
+
+/// Rounding is exact arithmetic: the GPU and the CPU agree bit for bit, ties included.
+fn f32_to_bf16(g: &Gpu, rng: &mut StdRng) {
+    for len in [2, 1000, 4096 * 7] {
+        let mut x = normal(rng, len, 3.0);
+        // Values exactly halfway between two bf16, both ways round, and zeros.
+        x[0] = f32::from_bits(0x3f80_8000);
+        x[len - 1] = f32::from_bits(0x3f81_8000);
+        let mut cpu = vec![0u16; len];
+        ops::f32_to_bf16(&mut cpu, &x);
+        let mut out = up(g, &vec![0xffffu16; len]);
+        g.f32_to_bf16(&mut out.as_view_mut(), &up(g, &x).as_view())
+            .unwrap();
+        assert_eq!(down(g, &out), cpu, "{len} values");
     }
 }
 
@@ -607,11 +678,13 @@ fn greedy(r: &mut Runner, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<f32>) 
     (out, margins)
 }
 
-/// GPU and CPU (on the same bf16-rounded weights) must choose the same greedy tokens; they
-/// differ only in summation order (~1e-6 relative), so a divergence is accepted only where the
-/// CPU's best two logits were within `NEAR_TIE`, and the test says so.
+/// GPU and CPU (on the same bf16-rounded weights) must choose the same greedy tokens. Decode
+/// differs only in summation order (~1e-6 relative), but the GPU's prefill rounds its
+/// activations to bf16 for the tensor cores (~0.4% per value), which moves the logits by up
+/// to a few tenths; so a divergence is accepted only where the CPU's best two logits were
+/// within `NEAR_TIE`, and the test says so.
 fn same_tokens(cpu: &mut Runner, gpu: &mut Runner, prompts: &[Vec<u32>], steps: usize) {
-    const NEAR_TIE: f32 = 1e-3;
+    const NEAR_TIE: f32 = 0.5;
     for prompt in prompts {
         let (c, margins) = greedy(cpu, prompt, steps);
         let (gtok, _) = greedy(gpu, prompt, steps);
@@ -745,11 +818,13 @@ fn synthetic_llama3_gpu_matches_cpu(g: &Gpu, rng: &mut StdRng) {
     same_tokens(&mut cpu, &mut gpu, &prompts, 32);
 }
 
-/// bf16 weights move the logits by a few hundredths from transformers' f32 ones; steps
-/// whose best two logits are that close are near-ties.
+/// bf16 weights, and in prefill bf16 activations into the tensor cores (as a bf16 run of
+/// transformers would have), move these logits (about 20 wide) by up to a few tenths from
+/// transformers' f32 ones (0.26 seen); steps whose best two logits are that close are
+/// near-ties.
 const GPU_VS_TRANSFORMERS: common::Tolerance = common::Tolerance {
-    near_tie: 0.2,
-    logit: 0.25,
+    near_tie: 0.5,
+    logit: 0.5,
 };
 
 fn default_model_gpu_matches_transformers(g: &Gpu, _: &mut StdRng) {
@@ -821,7 +896,7 @@ fn profile_puts_decode_on_the_slope(_: &Gpu, _: &mut StdRng) {
             .unwrap_or_else(|| panic!("{k}"))
     };
     let (gemm, gemv) = (
-        row("gemm_bf16", Phase::Prefill),
+        row("gemm_mma_bf16", Phase::Prefill),
         row("gemv_bf16", Phase::Decode),
     );
     assert!(

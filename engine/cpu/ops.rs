@@ -151,6 +151,22 @@ pub fn gemm_bf16(out: &mut [f32], x: &[f32], w: &[u16], bias: Option<&[f32]>, n_
         .for_each(|(y, xr)| gemv_bf16(y, xr, w, bias, n_in, false));
 }
 
+/// As `gemm_bf16`, with the activations in bf16 too: the twin of the GPU's tensor-core
+/// prefill matmul.
+///
+/// - `x`: `[n, n_in]` bf16 bits (from `f32_to_bf16`)
+pub fn gemm_mma_bf16(out: &mut [f32], x: &[u16], w: &[u16], bias: Option<&[f32]>, n_in: usize) {
+    let x: Vec<f32> = x.iter().map(|&b| bf16_to_f32(b)).collect();
+    gemm_bf16(out, &x, w, bias, n_in);
+}
+
+/// `out[i] = bf16(x[i])`, rounded to nearest even, as bits.
+pub fn f32_to_bf16(out: &mut [u16], x: &[f32]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = half::bf16::from_f32(v).to_bits();
+    }
+}
+
 /// Rotate-half RoPE, in place: in each head, the pair `(x[i], x[i + d/2])` turns by the
 /// angle whose cos and sin are `cos[pos, i]`, `sin[pos, i]`.
 ///

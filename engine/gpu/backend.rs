@@ -40,9 +40,9 @@ pub fn check_supported(c: &Config) -> Result<()> {
             "{what}; run this model with --device cpu"
         )))
     };
-    if c.head_dim > MAX_HEAD_DIM {
+    if c.head_dim > MAX_HEAD_DIM || !c.head_dim.is_multiple_of(4) {
         return unsupported(format!(
-            "head_dim {} is over the attention kernels' {MAX_HEAD_DIM}",
+            "head_dim {} is not a multiple of 4 up to the attention kernels' {MAX_HEAD_DIM}",
             c.head_dim
         ));
     }
@@ -218,6 +218,7 @@ pub struct GpuBackend {
     gate: CudaSlice<f32>,       // [.., ffn_dim]
     up: CudaSlice<f32>,         // [.., ffn_dim]
     hidden: CudaSlice<f32>,     // [.., ffn_dim] silu(gate) * up
+    x_bf16: CudaSlice<u16>,     // [.., max(dim, q_dim, ffn_dim)] a GEMM's input, in bf16
     head_in: CudaSlice<f32>,    // [.., dim] final-normed rows whose logits are wanted
     logits: CudaSlice<f32>,     // [.., vocab]
     partial_o: CudaSlice<f32>,  // [PARTIAL_ROWS, head_dim] flash-decoding partial outputs
@@ -290,6 +291,10 @@ impl GpuBackend {
             gate: act(c.ffn_dim)?,
             up: act(c.ffn_dim)?,
             hidden: act(c.ffn_dim)?,
+            x_bf16: gpu.zeros(
+                max_tokens * c.dim.max(c.q_dim()).max(c.ffn_dim),
+                "activations",
+            )?,
             head_in: act(c.dim)?,
             logits: act(c.vocab_size)?,
             partial_o: gpu.zeros(PARTIAL_ROWS * c.head_dim, "attention scratch")?,
@@ -318,12 +323,14 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// One linear layer for `n` tokens: the GEMV kernel for one, the tiled GEMM for more.
+    /// One linear layer for `n` tokens: the GEMV kernel for one; for more, the input is
+    /// rounded to bf16 into `x_bf16` and goes through the tensor-core GEMM.
     #[allow(clippy::too_many_arguments)]
     fn matmul(
         gpu: &Gpu,
         out: &mut Out<f32>,
         x: &In<f32>,
+        x_bf16: &mut CudaSlice<u16>,
         w: &CudaSlice<u16>,
         bias: Option<&CudaSlice<f32>>,
         n: usize,
@@ -334,8 +341,25 @@ impl GpuBackend {
         if n == 1 {
             gpu.gemv_bf16(out, x, &w.as_view(), bias.as_ref(), n_in, n_out, false)
         } else {
-            gpu.gemm_bf16(out, x, &w.as_view(), bias.as_ref(), n, n_in, n_out)
+            gpu.f32_to_bf16(&mut x_bf16.slice_mut(..n * n_in), x)?;
+            Self::gemm(gpu, out, x_bf16, w, bias.as_ref(), n, n_in, n_out)
         }
+    }
+
+    /// The tensor-core GEMM on an input already in `x_bf16`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        gpu: &Gpu,
+        out: &mut Out<f32>,
+        x_bf16: &CudaSlice<u16>,
+        w: &CudaSlice<u16>,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+    ) -> Result<()> {
+        let x = x_bf16.slice(..n * n_in);
+        gpu.gemm_mma_bf16(out, &x, &w.as_view(), bias, n, n_in, n_out)
     }
 
     /// Runs `batch` and returns the logits of its `logit_rows`, `[rows, vocab]`, copied to the
@@ -499,6 +523,7 @@ impl GpuBackend {
         let (cos, sin) = (self.rope_cos.as_view(), self.rope_sin.as_view());
         let layer_len = self.k_cache.len() / c.n_layers;
         let w = &self.weights;
+        let head = w.lm_head.as_ref().unwrap_or(&w.embed);
 
         g.embedding_bf16(
             &mut self.x.slice_mut(..n * dim),
@@ -519,6 +544,7 @@ impl GpuBackend {
                 g,
                 &mut self.qkv.slice_mut(..n * qkv_dim),
                 &self.xb.slice(..n * dim),
+                &mut self.x_bf16,
                 &lw.wqkv,
                 lw.bqkv.as_ref(),
                 n,
@@ -601,6 +627,7 @@ impl GpuBackend {
                     g,
                     &mut self.xb.slice_mut(..n * dim),
                     &self.att.slice(..n * q_dim),
+                    &mut self.x_bf16,
                     &lw.wo,
                     None,
                     n,
@@ -637,21 +664,25 @@ impl GpuBackend {
                     true,
                 )?;
             } else {
-                let xb = self.xb.slice(..n * dim);
-                Self::matmul(
+                // Gate and up share one rounded input.
+                g.f32_to_bf16(
+                    &mut self.x_bf16.slice_mut(..n * dim),
+                    &self.xb.slice(..n * dim),
+                )?;
+                Self::gemm(
                     g,
                     &mut self.gate.slice_mut(..n * ffn),
-                    &xb,
+                    &self.x_bf16,
                     &lw.w_gate,
                     None,
                     n,
                     dim,
                     ffn,
                 )?;
-                Self::matmul(
+                Self::gemm(
                     g,
                     &mut self.up.slice_mut(..n * ffn),
-                    &xb,
+                    &self.x_bf16,
                     &lw.w_up,
                     None,
                     n,
@@ -667,6 +698,7 @@ impl GpuBackend {
                     g,
                     &mut self.xb.slice_mut(..n * dim),
                     &self.hidden.slice(..n * ffn),
+                    &mut self.x_bf16,
                     &lw.w_down,
                     None,
                     n,
@@ -689,11 +721,11 @@ impl GpuBackend {
                 dim,
             )?;
         }
-        let head = w.lm_head.as_ref().unwrap_or(&w.embed);
         Self::matmul(
             g,
             &mut self.logits.slice_mut(..rows * vocab),
             &self.head_in.slice(..rows * dim),
+            &mut self.x_bf16,
             head,
             None,
             rows,

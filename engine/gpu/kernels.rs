@@ -32,11 +32,13 @@ macro_rules! kernel_table {
             pub const NAMES: &[&str] = &[$(stringify!($name)),*];
 
             pub fn load(module: &Arc<CudaModule>) -> Result<Kernels> {
-                Ok(Kernels {
+                let kernels = Kernels {
                     $($name: module.load_function(stringify!($name)).map_err(|e| {
                         Error::Gpu(format!("kernel {} is not in the PTX: {e}", stringify!($name)))
                     })?,)*
-                })
+                };
+                kernels.raise_limits()?;
+                Ok(kernels)
             }
         }
     };
@@ -48,6 +50,8 @@ kernel_table!(
     gemv_bf16,
     gemv_swiglu_bf16,
     gemm_bf16,
+    gemm_mma_bf16,
+    f32_to_bf16,
     rope_f32,
     qkv_rope_write_f32,
     kv_write_f32,
@@ -60,6 +64,24 @@ kernel_table!(
     fill_random_bf16,
     read_probe_u32,
 );
+
+impl Kernels {
+    /// Kernels that need more than the default 48 KiB of dynamic shared memory ask for it
+    /// once, here.
+    fn raise_limits(&self) -> Result<()> {
+        use cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        self.gemm_mma_bf16
+            .set_attribute(
+                CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                MMA_SHARED_BYTES as i32,
+            )
+            .map_err(|e| {
+                Error::Gpu(format!(
+                    "gemm_mma_bf16 needs {MMA_SHARED_BYTES} bytes of shared memory per block: {e}"
+                ))
+            })
+    }
+}
 
 /// Whether a device buffer starts on a 16-byte boundary (the 16-byte loads need it).
 fn aligned16<T>(v: &In<T>, stream: &cudarc::driver::CudaStream) -> bool {
@@ -97,6 +119,13 @@ fn gemv_launch(n_out: usize) -> LaunchConfig {
         shared_mem_bytes: (GEMV_WARPS * 4) as u32,
     }
 }
+
+/// The tensor-core GEMM's block tile (tokens x features), threads and shared memory: the
+/// constants of `gpu-kernels/src/gemm_mma.rs`, which the kernel assumes.
+const MMA_BM: usize = 128;
+const MMA_BN: usize = 128;
+const MMA_THREADS: usize = 256;
+pub const MMA_SHARED_BYTES: usize = 4 * 2 * 128 * (32 + 8) * 2;
 
 /// Threads per block of RMSNorm: a whole row of up to 8192 in one round of loads.
 const ROW_THREADS: u32 = 1024;
@@ -267,6 +296,73 @@ impl Gpu {
         // SAFETY: shapes checked; block (16, 16), the grid covers the output in 64 x 64
         // tiles, and the two shared tiles get their 8320 bytes.
         self.timed("gemm_bf16", traffic, || unsafe { b.launch(cfg) })
+    }
+
+    /// Many tokens through a linear layer on tensor cores: out `[n, n_out]` f32,
+    /// x `[n, n_in]` bf16 (from `f32_to_bf16`), w `[n_out, n_in]` bf16, bias `[n_out]` or
+    /// none. The prefill path.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_mma_bf16(
+        &self,
+        out: &mut Out<f32>,
+        x: &In<u16>,
+        w: &In<u16>,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+    ) -> Result<()> {
+        assert!(
+            n_in.is_multiple_of(8),
+            "gemm_mma_bf16 moves 8 values at a time: n_in {n_in} must be a multiple of 8"
+        );
+        assert!(x.len() == n * n_in && out.len() == n * n_out && w.len() == n_out * n_in);
+        assert!(bias.is_none_or(|b| b.len() == n_out));
+        assert!(
+            aligned16(w, &self.stream) && aligned16(x, &self.stream),
+            "gemm_mma_bf16 needs 16-byte aligned w and x"
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (
+                n_out.div_ceil(MMA_BN) as u32,
+                u32_of(n.div_ceil(MMA_BM), "token tiles"),
+                1,
+            ),
+            block_dim: (MMA_THREADS as u32, 1, 1),
+            shared_mem_bytes: MMA_SHARED_BYTES as u32,
+        };
+        let (n, n_in, n_out) = (u32_of(n, "n"), u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
+        let null = 0u64;
+        let traffic =
+            traffic::gemm_mma_bf16(n as usize, n_in as usize, n_out as usize, bias.is_some());
+        let mut b = self.stream.launch_builder(&self.kernels.gemm_mma_bf16);
+        b.arg(out).arg(x).arg(w);
+        match bias {
+            Some(bias) => b.arg(bias),
+            None => b.arg(&null),
+        };
+        b.arg(&n).arg(&n_in).arg(&n_out);
+        // SAFETY: shapes and alignment checked; 256 threads, the grid covers the output in
+        // 128 x 128 tiles, the four stages of tiles get their shared memory (the limit was
+        // raised to it when the module loaded).
+        self.timed("gemm_mma_bf16", traffic, || unsafe { b.launch(cfg) })
+    }
+
+    /// `out = bf16(x)`, rounded to nearest even: out `[len]` bf16, x `[len]` f32.
+    pub fn f32_to_bf16(&self, out: &mut Out<u16>, x: &In<f32>) -> Result<()> {
+        let len = x.len();
+        assert!(
+            len.is_multiple_of(2) && out.len() == len,
+            "f32_to_bf16 converts pairs"
+        );
+        let cfg = linear(len / 2);
+        let traffic = traffic::f32_to_bf16(len);
+        let len = u32_of(len, "len");
+        let mut b = self.stream.launch_builder(&self.kernels.f32_to_bf16);
+        b.arg(out).arg(x).arg(&len);
+        // SAFETY: lengths checked and even; device allocations are aligned far beyond the
+        // 8 bytes a pair needs (views here always start at an even element).
+        self.timed("f32_to_bf16", traffic, || unsafe { b.launch(cfg) })
     }
 
     /// Rotate-half RoPE in place: x `[n, n_heads, head_dim]`, positions `[n]`, cos and sin
@@ -514,8 +610,19 @@ impl Gpu {
         let group = n_heads / n_kv_heads;
         assert!(
             head_dim <= super::backend::MAX_HEAD_DIM
+                && head_dim.is_multiple_of(4)
                 && n_heads.is_multiple_of(n_kv_heads)
                 && group <= 32
+        );
+        assert!(
+            aligned16(k_cache, &self.stream) && aligned16(v_cache, &self.stream),
+            "attention_split_f32 copies the cache 16 bytes at a time"
+        );
+        // The split's keys and values in shared memory, within the default 48 KiB.
+        let shared = 2 * split_len * head_dim * 4;
+        assert!(
+            shared <= 48 * 1024,
+            "attention_split_f32: split of {split_len} too long"
         );
         assert!(
             n_splits > 0
@@ -535,7 +642,7 @@ impl Gpu {
                 u32_of(n, "n"),
             ),
             block_dim: (32 * group as u32, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: shared as u32,
         };
         let (mb, nh, nkv, hd, sl) = (
             max_blocks as u32,
@@ -580,10 +687,19 @@ impl Gpu {
             n_splits <= 8192,
             "attention_combine_f32 keeps at most 8192 split weights in shared memory"
         );
+        // Groups of head_dim threads share the splits, each taking at least 8 (two rounds
+        // of four loads): many groups for a long context, up to the 1024 threads a block
+        // may have; one for a short one, where a wide block would only add barrier time.
+        let groups = (n_splits / 8).clamp(1, 1024 / head_dim);
+        let threads = (groups * head_dim).div_ceil(32) * 32;
+        assert!(
+            threads <= 1024,
+            "attention_combine_f32: head_dim {head_dim} over 1024"
+        );
         let cfg = LaunchConfig {
             grid_dim: (u32_of(n_heads, "n_heads"), u32_of(n, "n"), 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: (32 + u32_of(n_splits, "n_splits")) * 4,
+            block_dim: (threads as u32, 1, 1),
+            shared_mem_bytes: (32 + u32_of(n_splits, "n_splits") + threads as u32) * 4,
         };
         let (ns, hd) = (u32_of(n_splits, "n_splits"), u32_of(head_dim, "head_dim"));
         let traffic = traffic::attention_combine_f32(n, n_heads, head_dim, n_splits);
@@ -591,8 +707,9 @@ impl Gpu {
             .stream
             .launch_builder(&self.kernels.attention_combine_f32);
         b.arg(out).arg(partial_o).arg(partial_ml).arg(&ns).arg(&hd);
-        // SAFETY: shapes checked; 128 threads and 32 + n_splits floats of shared memory;
-        // split 0 always holds position 0, so every maximum is finite.
+        // SAFETY: shapes checked; a multiple of 32 threads, at least head_dim, and
+        // 32 + n_splits + threads floats of shared memory; split 0 always holds position 0,
+        // so every maximum is finite.
         self.timed("attention_combine_f32", traffic, || unsafe {
             b.launch(cfg)
         })

@@ -138,13 +138,17 @@ pub unsafe extern "gpu-kernel" fn attention_f32(
 /// - `q`: `[n, n_heads, head_dim]` f32; caches, tables, `token_seq`, `positions` as in
 ///   `attention_f32`
 ///
-/// Thread mapping: grid `(n_kv_heads, n_splits, n)`; block `32 * group` threads, warp `g`
-/// for query head `kv_head * group + g`; each warp walks its split's positions in order,
+/// Thread mapping: grid `(n_kv_heads, n_splits, n)`; block `32 * group` threads. First the
+/// whole block copies the split's keys and values into shared memory with asynchronous
+/// copies, every one in flight at once (up to 32 KiB): a single memory latency per block,
+/// where walking the keys from global memory waited one per step. Then warp `g`, for query
+/// head `kv_head * group + g`, walks the split's positions in shared memory, four at a time,
 /// lane `l` holding dimensions `l, l + 32, ...` of the head. A split past the token's
 /// position writes m = -inf, l = 0.
 ///
-/// PRECONDITIONS: `head_dim <= 128`; `blockDim.x == 32 * (n_heads / n_kv_heads)`;
-/// `n_splits * split_len > positions[t]` for every token.
+/// PRECONDITIONS: `head_dim <= 128` and `head_dim % 4 == 0`; the caches 16-byte aligned;
+/// `blockDim.x == 32 * (n_heads / n_kv_heads)`; `n_splits * split_len > positions[t]` for
+/// every token; dynamic shared memory `2 * split_len * head_dim * 4` bytes.
 ///
 /// # Safety
 /// The host's launch wrapper checks the preconditions.
@@ -165,7 +169,9 @@ pub unsafe extern "gpu-kernel" fn attention_split_f32(
     split_len: u32,
 ) {
     use crate::device::{block_idx_z, grid_dim_y};
+    use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, shared_addr};
     let (n_heads, n_kv_heads, head_dim) = (n_heads as usize, n_kv_heads as usize, head_dim as usize);
+    let split_len = split_len as usize;
     let (kv_head, split, t) = (block_idx_x(), block_idx_y(), block_idx_z());
     let n_splits = grid_dim_y();
     let (lane, warp) = (thread_idx_x() % WARP, thread_idx_x() / WARP);
@@ -173,11 +179,34 @@ pub unsafe extern "gpu-kernel" fn attention_split_f32(
     let kv_dim = n_kv_heads * head_dim;
     let kv_off = kv_head * head_dim;
     let scale = 1.0 / sqrt(head_dim as f32);
+    // Shared: k_s then v_s, [split_len][head_dim] f32 each.
+    let k_s = dynamic_shared::<f32>();
     // SAFETY (all accesses): t < n, h < n_heads, split < n_splits; dimensions checked against
-    // head_dim; positions and block tables valid (preconditions).
+    // head_dim; positions and block tables valid; shared memory as the launch gives it
+    // (preconditions).
     unsafe {
+        let v_s = k_s.add(split_len * head_dim);
         let pos = *positions.add(t) as usize;
         let table = block_tables.add(*token_seq.add(t) as usize * max_blocks as usize);
+        let start = split * split_len;
+        let end = (start + split_len).min(pos + 1);
+        let len = end.saturating_sub(start);
+
+        // Stage the split: chunk c of 16 bytes is key c / chunks_per_key, four dimensions.
+        let chunks_per_key = head_dim / 4;
+        let mut c = thread_idx_x();
+        while c < len * chunks_per_key {
+            let (j, d) = (c / chunks_per_key, 4 * (c % chunks_per_key));
+            let k = start + j;
+            let row = (*table.add(k / 16) as usize * 16 + k % 16) * kv_dim + kv_off + d;
+            let at = j * head_dim + d;
+            cp_async_16(shared_addr(k_s.add(at)), k_cache.add(row), true);
+            cp_async_16(shared_addr(v_s.add(at)), v_cache.add(row), true);
+            c += block_dim_x();
+        }
+        cp_async_commit();
+
+        // The query, pre-scaled, while the copies fly.
         let q_row = q.add((t * n_heads + h) * head_dim);
         let mut q_reg = [0.0f32; MAX_PER_LANE];
         for e in 0..MAX_PER_LANE {
@@ -185,41 +214,34 @@ pub unsafe extern "gpu-kernel" fn attention_split_f32(
                 q_reg[e] = *q_row.add(lane + WARP * e) * scale;
             }
         }
+        cp_async_wait::<0>();
+        sync_threads();
+
         let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
         let mut acc = [0.0f32; MAX_PER_LANE];
-        let start = split * split_len as usize;
-        let end = (start + split_len as usize).min(pos + 1);
-        // Keys four at a time: four independent loads and dot products in flight, one
-        // softmax update for all four. One key at a time, every step would wait a full memory
-        // latency for its key before it could ask for the next.
-        let mut p = start;
-        while p < end {
-            // Keys past `end` repeat the last one with weight zero: every lane runs the same
-            // straight-line code. The four keys are spelled out (not indexed arrays) so that
-            // they stay in registers.
-            let base = |j: usize| {
-                let k = (p + j).min(end - 1);
-                (*table.add(k / 16) as usize * 16 + k % 16) * kv_dim + kv_off
-            };
-            let (b0, b1, b2, b3) = (base(0), base(1), base(2), base(3));
-            // Every key and value of the four first, then the arithmetic: one memory
-            // latency per round instead of two.
+        // Keys four at a time, one softmax update for all four. Keys past the split's end
+        // repeat the last one with weight zero: every lane runs the same straight-line code.
+        // The four keys are spelled out (not indexed arrays) so that they stay in registers.
+        let mut j = 0;
+        while j < len {
+            let row = |i: usize| (j + i).min(len - 1) * head_dim;
+            let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
             let (mut k0, mut k1, mut k2, mut k3) = ([0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE]);
             let (mut v0, mut v1, mut v2, mut v3) = ([0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE]);
             for e in 0..MAX_PER_LANE {
                 let d = lane + WARP * e;
                 if d < head_dim {
-                    (k0[e], k1[e], k2[e], k3[e]) = (*k_cache.add(b0 + d), *k_cache.add(b1 + d), *k_cache.add(b2 + d), *k_cache.add(b3 + d));
-                    (v0[e], v1[e], v2[e], v3[e]) = (*v_cache.add(b0 + d), *v_cache.add(b1 + d), *v_cache.add(b2 + d), *v_cache.add(b3 + d));
+                    (k0[e], k1[e], k2[e], k3[e]) = (*k_s.add(r0 + d), *k_s.add(r1 + d), *k_s.add(r2 + d), *k_s.add(r3 + d));
+                    (v0[e], v1[e], v2[e], v3[e]) = (*v_s.add(r0 + d), *v_s.add(r1 + d), *v_s.add(r2 + d), *v_s.add(r3 + d));
                 }
             }
-            let score = |k: &[f32; MAX_PER_LANE], j: usize| {
+            let score = |k: &[f32; MAX_PER_LANE], i: usize| {
                 let mut partial = 0.0f32;
                 for e in 0..MAX_PER_LANE {
                     partial += q_reg[e] * k[e]; // q_reg is zero past head_dim
                 }
                 let s = warp_sum(partial);
-                if p + j < end { s } else { f32::NEG_INFINITY }
+                if j + i < len { s } else { f32::NEG_INFINITY }
             };
             let (s0, s1, s2, s3) = (score(&k0, 0), score(&k1, 1), score(&k2, 2), score(&k3, 3));
             let m_new = m.max(s0).max(s1).max(s2).max(s3);
@@ -230,7 +252,7 @@ pub unsafe extern "gpu-kernel" fn attention_split_f32(
                 acc[e] = acc[e] * rescale + w0 * v0[e] + w1 * v1[e] + w2 * v2[e] + w3 * v3[e];
             }
             m = m_new;
-            p += 4;
+            j += 4;
         }
         let at = (t * n_heads + h) * n_splits + split;
         for e in 0..MAX_PER_LANE {
@@ -253,12 +275,15 @@ pub unsafe extern "gpu-kernel" fn attention_split_f32(
 ///
 /// Thread mapping: one block per (head, token) (`blockIdx.x`, `blockIdx.y`). The threads
 /// first find `M` and each split's weight together (a block reduction; the weights go to
-/// shared memory), then stride over the head's dimensions, each summing over the splits with
-/// eight independent loads in flight.
+/// shared memory). Then the block is `groups = blockDim.x / head_dim` groups of `head_dim`
+/// threads: thread `d` of group `g` sums dimension `d` over the splits `g, g + groups, ...`
+/// with four independent loads in flight, and the groups' sums meet in shared memory. A
+/// long context has hundreds of splits; one thread per dimension walking all of them would
+/// wait on a memory latency for every eighth.
 ///
 /// PRECONDITIONS: split 0 of every (token, head) is non-empty (position 0 is always there),
-/// so `M` is finite; `blockDim.x` a multiple of 32; dynamic shared memory
-/// `(32 + n_splits) * 4` bytes.
+/// so `M` is finite; `blockDim.x` a multiple of 32 and at least `head_dim`; dynamic shared
+/// memory `(32 + n_splits + blockDim.x) * 4` bytes.
 ///
 /// # Safety
 /// Buffers as above, `n_splits` splits each.
@@ -271,17 +296,22 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32(
     head_dim: u32,
 ) {
     use crate::device::{block_sum, warp_max};
+    const IN_FLIGHT: usize = 4;
     let (n_splits, head_dim) = (n_splits as usize, head_dim as usize);
     let (h, t) = (block_idx_x(), block_idx_y());
     let n_heads = crate::device::grid_dim_x();
     let th = t * n_heads + h;
     let (tid, lane, warp) = (thread_idx_x(), thread_idx_x() % WARP, thread_idx_x() / WARP);
-    // Shared: [32] reduction scratch, then [n_splits] split weights e^(m_s - M) / denominator.
+    let groups = block_dim_x() / head_dim;
+    let (group, d) = (tid / head_dim, tid % head_dim);
+    // Shared: [32] reduction scratch, [n_splits] split weights e^(m_s - M), then
+    // [groups][head_dim] the groups' sums.
     let scratch = dynamic_shared::<f32>();
     // SAFETY: th < n * n_heads; s < n_splits; d < head_dim; shared memory holds 32 +
-    // n_splits floats (launch); every thread reaches every barrier.
+    // n_splits + blockDim.x floats (launch); every thread reaches every barrier.
     unsafe {
         let weights = scratch.add(WARP);
+        let sums = weights.add(n_splits);
         let ml = partial_ml.add(2 * th * n_splits);
         // The largest maximum, over the splits spread across the block.
         let mut m = f32::NEG_INFINITY;
@@ -309,26 +339,32 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32(
             part += *ml.add(2 * s + 1) * w;
             s += block_dim_x();
         }
+        // Its barriers also publish the weights.
         let denom = block_sum(part, scratch);
-        // Each output dimension: a weighted sum over the splits, eight loads in flight.
-        let o = partial_o.add(th * n_splits * head_dim);
-        let mut d = tid;
-        while d < head_dim {
-            let mut acc = [0.0f32; 8];
-            let mut s = 0;
-            while s + 8 <= n_splits {
-                for j in 0..8 {
-                    acc[j] += *o.add((s + j) * head_dim + d) * *weights.add(s + j);
+        if group < groups {
+            let o = partial_o.add(th * n_splits * head_dim + d);
+            let mut acc = [0.0f32; IN_FLIGHT];
+            let mut s = group;
+            while s + (IN_FLIGHT - 1) * groups < n_splits {
+                for (j, a) in acc.iter_mut().enumerate() {
+                    let sj = s + j * groups;
+                    *a += *o.add(sj * head_dim) * *weights.add(sj);
                 }
-                s += 8;
+                s += IN_FLIGHT * groups;
             }
-            let mut num = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
             while s < n_splits {
-                num += *o.add(s * head_dim + d) * *weights.add(s);
-                s += 1;
+                acc[0] += *o.add(s * head_dim) * *weights.add(s);
+                s += groups;
             }
-            *out.add(th * head_dim + d) = num / denom;
-            d += block_dim_x();
+            *sums.add(tid) = acc[0] + acc[1] + acc[2] + acc[3];
+        }
+        sync_threads();
+        if tid < head_dim {
+            let mut num = 0.0f32;
+            for g in 0..groups {
+                num += *sums.add(g * head_dim + tid);
+            }
+            *out.add(th * head_dim + tid) = num / denom;
         }
     }
 }

@@ -187,6 +187,25 @@ pub fn bf16x2_to_f32(pair: u32) -> (f32, f32) {
     (f32::from_bits(pair << 16), f32::from_bits(pair & 0xffff_0000))
 }
 
+/// Two f32 rounded to nearest-even bf16 and packed in a `u32`, `lo` in the low half (the
+/// lower address in memory): the inverse of `bf16x2_to_f32`, up to rounding.
+#[inline(always)]
+pub fn pack_bf16x2(lo: f32, hi: f32) -> u32 {
+    let out: u32;
+    // SAFETY: a register-only conversion. The instruction puts its first source in the
+    // upper half.
+    unsafe {
+        asm!(
+            "cvt.rn.bf16x2.f32 {o}, {h}, {l};",
+            o = out(reg32) out,
+            h = in(reg32) hi,
+            l = in(reg32) lo,
+            options(pure, nomem, nostack),
+        )
+    };
+    out
+}
+
 /// A 16-byte load through the read-only (non-coherent) cache path: `ld.global.nc.v4.u32`.
 /// One instruction where a struct deref would compile to two 8-byte loads.
 ///

@@ -1,0 +1,111 @@
+//! Tensor-core and asynchronous-copy instructions as thin wrappers over inline PTX, for the
+//! prefill GEMM and the split attention: what CUDA C reaches through `mma.h`,
+//! `cuda_pipeline.h` and `__cvta_*`.
+//!
+//! All of them exist since sm_80 (PTX 7.0), so the same PTX runs on Ampere, Ada and Hopper.
+//! Shared-memory operands are 32-bit addresses in the shared window (`shared_addr`), as
+//! the instructions want, not generic pointers.
+
+use core::arch::asm;
+
+/// The shared-window address of a generic pointer into shared memory
+/// (`__cvta_generic_to_shared`). Shared memory is at most 228 KiB, so 32 bits hold it.
+#[inline(always)]
+pub fn shared_addr<T>(p: *const T) -> u32 {
+    let a: u64;
+    // SAFETY: a register-only conversion; the callers pass pointers into shared memory.
+    unsafe { asm!("cvta.to.shared.u64 {a}, {p};", a = out(reg64) a, p = in(reg64) p, options(pure, nomem, nostack)) };
+    a as u32
+}
+
+/// Starts copying 16 bytes from global `src` to shared `dst` without passing through
+/// registers (`cp.async.cg`: cached in L2 only, not in L1: the data is used from shared
+/// memory). With
+/// `valid == false` nothing is read and the 16 bytes are zero-filled: the tile edges.
+///
+/// # Safety
+/// `dst` is a 16-byte aligned shared address with 16 bytes of room; when `valid`, `src` is
+/// 16-byte aligned and readable. The data is usable only after `cp_async_wait_all` and a
+/// barrier.
+#[inline(always)]
+pub unsafe fn cp_async_16<T>(dst: u32, src: *const T, valid: bool) {
+    let src_bytes: u32 = if valid { 16 } else { 0 };
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        asm!(
+            "cp.async.cg.shared.global [{d}], [{s}], 16, {n};",
+            d = in(reg32) dst,
+            s = in(reg64) src,
+            n = in(reg32) src_bytes,
+            options(nostack),
+        )
+    };
+}
+
+/// Closes the group of `cp_async_16` copies issued so far by this thread.
+#[inline(always)]
+pub fn cp_async_commit() {
+    // SAFETY: only marks a point in this thread's copy queue.
+    unsafe { asm!("cp.async.commit_group;", options(nostack)) };
+}
+
+/// Waits until at most `PENDING` of this thread's most recent copy groups are still in
+/// flight: the older ones have landed (other threads' copies need a barrier after it).
+#[inline(always)]
+pub fn cp_async_wait<const PENDING: u32>() {
+    // SAFETY: a wait; memory effects are the copies the caller asked for.
+    unsafe { asm!("cp.async.wait_group {n};", n = const PENDING, options(nostack)) };
+}
+
+/// `ldmatrix.x4`: the warp loads four 8 x 8 matrices of 16-bit values from shared memory,
+/// each lane naming one row (lanes 0-7 the rows of matrix 0, 8-15 of matrix 1, ...). Word
+/// `j` of the result holds, in lane `l`, row `l / 4`, columns `2 (l % 4)` and `+ 1` of
+/// matrix `j`: exactly the register layout `mma` wants for its operands.
+///
+/// # Safety
+/// All 32 lanes call it; `row` is a 16-byte aligned shared address with 16 bytes to read.
+#[inline(always)]
+pub unsafe fn ldmatrix_x4(row: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        asm!(
+            "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            a = out(reg32) a,
+            b = out(reg32) b,
+            c = out(reg32) c,
+            d = out(reg32) d,
+            p = in(reg32) row,
+            options(readonly, nostack),
+        )
+    };
+    [a, b, c, d]
+}
+
+/// One tensor-core step, `acc += a * b` for a 16 x 16 tile of `a` (bf16, row-major), a
+/// 16 x 8 tile of `b` (bf16, column-major) and a 16 x 8 tile of f32 accumulators, spread over
+/// the warp (`mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`). In lane `l`, with
+/// `g = l / 4` and `t = l % 4`: `a` holds (row g, cols 2t, 2t+1), (row g+8, same),
+/// (row g, cols 2t+8, 2t+9), (row g+8, same); `b` holds (k 2t, 2t+1; col g) and (k 2t+8,
+/// 2t+9; col g); `acc` holds (row g, cols 2t, 2t+1) and (row g+8, same).
+#[inline(always)]
+pub fn mma_bf16_16816(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+    // SAFETY: a register-only instruction; every lane of the warp executes it (callers run it
+    // in warp-uniform control flow).
+    unsafe {
+        asm!(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{d0}, {d1}, {d2}, {d3}}};",
+            d0 = inout(reg32) acc[0],
+            d1 = inout(reg32) acc[1],
+            d2 = inout(reg32) acc[2],
+            d3 = inout(reg32) acc[3],
+            a0 = in(reg32) a[0],
+            a1 = in(reg32) a[1],
+            a2 = in(reg32) a[2],
+            a3 = in(reg32) a[3],
+            b0 = in(reg32) b[0],
+            b1 = in(reg32) b[1],
+            options(pure, nomem, nostack),
+        )
+    };
+}
