@@ -570,12 +570,93 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
         )
         .unwrap();
         // The kernel's exp is ex2.approx (about 2 ulp).
-        assert_close(
-            &format!("head_dim {head_dim}, {n_heads} heads over {n_kv_heads}"),
-            &down(g, &out),
-            &cpu,
-            LONG_REDUCTION,
-        );
+        let what = format!("head_dim {head_dim}, {n_heads} heads over {n_kv_heads}");
+        assert_close(&what, &down(g, &out), &cpu, LONG_REDUCTION);
+
+        // Flash-decoding over the same batch: splits of 32 positions (and of 8, so that a
+        // split holds fewer keys than a round of four and its halves are uneven), each
+        // split's partials against the CPU twin's, then the combined output against the
+        // one-pass attention above. Splits past a token's position are empty.
+        for split_len in [32, 8] {
+            let n_splits = 704usize.div_ceil(split_len);
+            let rows = n * n_heads * n_splits;
+            let (mut po_cpu, mut ml_cpu) = (vec![0.0; rows * head_dim], vec![0.0; rows * 2]);
+            ops::attention_split_f32(
+                &mut po_cpu,
+                &mut ml_cpu,
+                &q,
+                &k_cache,
+                &v_cache,
+                &tables,
+                &token_seq,
+                &positions,
+                max_blocks,
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                split_len,
+            );
+            let (mut po, mut ml) = (poisoned(g, rows * head_dim), poisoned(g, rows * 2));
+            let (qd, td, sd, pd) = (
+                up(g, &q),
+                up(g, &tables),
+                up(g, &token_seq),
+                up(g, &positions),
+            );
+            g.attention_split_f32(
+                &mut po.as_view_mut(),
+                &mut ml.as_view_mut(),
+                &qd.as_view(),
+                &kd.as_view(),
+                &vd.as_view(),
+                &td.as_view(),
+                &sd.as_view(),
+                &pd.as_view(),
+                max_blocks,
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                split_len,
+                attended,
+            )
+            .unwrap();
+            let what = format!("{what}, splits of {split_len}");
+            assert_close(
+                &format!("{what}: partial outputs"),
+                &down(g, &po),
+                &po_cpu,
+                LONG_REDUCTION,
+            );
+            // The maxima of empty splits are -inf on both sides; the rest compare as numbers.
+            let (ml_gpu, finite) = (down(g, &ml), |v: &f32| v.is_finite());
+            assert_eq!(
+                ml_gpu.iter().map(finite).collect::<Vec<_>>(),
+                ml_cpu.iter().map(finite).collect::<Vec<_>>(),
+                "{what}: empty splits"
+            );
+            let keep = |v: &[f32]| v.iter().copied().filter(finite).collect::<Vec<_>>();
+            assert_close(
+                &format!("{what}: (m, l)"),
+                &keep(&ml_gpu),
+                &keep(&ml_cpu),
+                LONG_REDUCTION,
+            );
+            let mut combined = poisoned(g, q.len());
+            g.attention_combine_f32(
+                &mut combined.as_view_mut(),
+                &po.as_view(),
+                &ml.as_view(),
+                n_heads,
+                head_dim,
+            )
+            .unwrap();
+            assert_close(
+                &format!("{what}: combined"),
+                &down(g, &combined),
+                &cpu,
+                LONG_REDUCTION,
+            );
+        }
     }
 }
 

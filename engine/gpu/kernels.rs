@@ -120,12 +120,15 @@ fn gemv_launch(n_out: usize) -> LaunchConfig {
     }
 }
 
-/// The tensor-core GEMM's block tile (tokens x features), threads and shared memory: the
-/// constants of `gpu-kernels/src/gemm_mma.rs`, which the kernel assumes.
-const MMA_BM: usize = 128;
-const MMA_BN: usize = 128;
-const MMA_THREADS: usize = 256;
-pub const MMA_SHARED_BYTES: usize = 4 * 2 * 128 * (32 + 8) * 2;
+/// Launch shapes shared with the kernels: the same file, compiled into both.
+mod tiles {
+    #![allow(dead_code)]
+    include!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/gpu-kernels/src/tiles.rs"
+    ));
+}
+use tiles::{MMA_BM, MMA_BN, MMA_SHARED_BYTES, MMA_THREADS};
 
 /// Threads per block of RMSNorm: a whole row of up to 8192 in one round of loads.
 const ROW_THREADS: u32 = 1024;

@@ -143,7 +143,8 @@ pub unsafe extern "gpu-kernel" fn attention_f32(
 /// copies, every one in flight at once (up to 32 KiB): a single memory latency per block,
 /// where walking the keys from global memory waited one per step. Then warp `g`, for query
 /// head `kv_head * group + g`, walks the split's positions in shared memory, four at a time,
-/// lane `l` holding dimensions `l, l + 32, ...` of the head. A split past the token's
+/// lane `l` holding dimensions `l, l + 32, ...` of the head; it starts on the first half of
+/// the split as soon as that half has arrived. A split past the token's
 /// position writes m = -inf, l = 0.
 ///
 /// PRECONDITIONS: `head_dim <= 128` and `head_dim % 4 == 0`; the caches 16-byte aligned;
@@ -192,19 +193,26 @@ pub unsafe extern "gpu-kernel" fn attention_split_f32(
         let end = (start + split_len).min(pos + 1);
         let len = end.saturating_sub(start);
 
-        // Stage the split: chunk c of 16 bytes is key c / chunks_per_key, four dimensions.
+        // Stage the split in two halves, each its own group of copies, so that the warps
+        // work on the first while the second is still arriving. Chunk c of 16 bytes is key
+        // c / chunks_per_key, four dimensions.
+        let half = (len.div_ceil(8) * 4).min(len);
         let chunks_per_key = head_dim / 4;
-        let mut c = thread_idx_x();
-        while c < len * chunks_per_key {
-            let (j, d) = (c / chunks_per_key, 4 * (c % chunks_per_key));
-            let k = start + j;
-            let row = (*table.add(k / 16) as usize * 16 + k % 16) * kv_dim + kv_off + d;
-            let at = j * head_dim + d;
-            cp_async_16(shared_addr(k_s.add(at)), k_cache.add(row), true);
-            cp_async_16(shared_addr(v_s.add(at)), v_cache.add(row), true);
-            c += block_dim_x();
+        for part in 0..2 {
+            let first = part == 0;
+            let (lo, hi) = if first { (0, half) } else { (half, len) };
+            let mut c = lo * chunks_per_key + thread_idx_x();
+            while c < hi * chunks_per_key {
+                let (j, d) = (c / chunks_per_key, 4 * (c % chunks_per_key));
+                let k = start + j;
+                let row = (*table.add(k / 16) as usize * 16 + k % 16) * kv_dim + kv_off + d;
+                let at = j * head_dim + d;
+                cp_async_16(shared_addr(k_s.add(at)), k_cache.add(row), true);
+                cp_async_16(shared_addr(v_s.add(at)), v_cache.add(row), true);
+                c += block_dim_x();
+            }
+            cp_async_commit();
         }
-        cp_async_commit();
 
         // The query, pre-scaled, while the copies fly.
         let q_row = q.add((t * n_heads + h) * head_dim);
@@ -214,45 +222,56 @@ pub unsafe extern "gpu-kernel" fn attention_split_f32(
                 q_reg[e] = *q_row.add(lane + WARP * e) * scale;
             }
         }
-        cp_async_wait::<0>();
-        sync_threads();
 
         let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
         let mut acc = [0.0f32; MAX_PER_LANE];
-        // Keys four at a time, one softmax update for all four. Keys past the split's end
-        // repeat the last one with weight zero: every lane runs the same straight-line code.
-        // The four keys are spelled out (not indexed arrays) so that they stay in registers.
-        let mut j = 0;
-        while j < len {
-            let row = |i: usize| (j + i).min(len - 1) * head_dim;
-            let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
-            let (mut k0, mut k1, mut k2, mut k3) = ([0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE]);
-            let (mut v0, mut v1, mut v2, mut v3) = ([0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE]);
-            for e in 0..MAX_PER_LANE {
-                let d = lane + WARP * e;
-                if d < head_dim {
-                    (k0[e], k1[e], k2[e], k3[e]) = (*k_s.add(r0 + d), *k_s.add(r1 + d), *k_s.add(r2 + d), *k_s.add(r3 + d));
-                    (v0[e], v1[e], v2[e], v3[e]) = (*v_s.add(r0 + d), *v_s.add(r1 + d), *v_s.add(r2 + d), *v_s.add(r3 + d));
-                }
+        for part in 0..2 {
+            let first = part == 0;
+            let (lo, hi) = if first { (0, half) } else { (half, len) };
+            // The first half has landed when at most one group is pending; the second
+            // when none is. The barrier makes every thread's copies visible to all.
+            if first {
+                cp_async_wait::<1>();
+            } else {
+                cp_async_wait::<0>();
             }
-            let score = |k: &[f32; MAX_PER_LANE], i: usize| {
-                let mut partial = 0.0f32;
+            sync_threads();
+            // Keys four at a time, one softmax update for all four. Keys past the half's
+            // end repeat its last one with weight zero: every lane runs the same
+            // straight-line code. The four keys are spelled out (not indexed arrays) so that
+            // they stay in registers.
+            let mut j = lo;
+            while j < hi {
+                let row = |i: usize| (j + i).min(hi - 1) * head_dim;
+                let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
+                let (mut k0, mut k1, mut k2, mut k3) = ([0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE]);
+                let (mut v0, mut v1, mut v2, mut v3) = ([0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE]);
                 for e in 0..MAX_PER_LANE {
-                    partial += q_reg[e] * k[e]; // q_reg is zero past head_dim
+                    let d = lane + WARP * e;
+                    if d < head_dim {
+                        (k0[e], k1[e], k2[e], k3[e]) = (*k_s.add(r0 + d), *k_s.add(r1 + d), *k_s.add(r2 + d), *k_s.add(r3 + d));
+                        (v0[e], v1[e], v2[e], v3[e]) = (*v_s.add(r0 + d), *v_s.add(r1 + d), *v_s.add(r2 + d), *v_s.add(r3 + d));
+                    }
                 }
-                let s = warp_sum(partial);
-                if j + i < len { s } else { f32::NEG_INFINITY }
-            };
-            let (s0, s1, s2, s3) = (score(&k0, 0), score(&k1, 1), score(&k2, 2), score(&k3, 3));
-            let m_new = m.max(s0).max(s1).max(s2).max(s3);
-            let rescale = exp(m - m_new);
-            let (w0, w1, w2, w3) = (exp(s0 - m_new), exp(s1 - m_new), exp(s2 - m_new), exp(s3 - m_new));
-            l = l * rescale + w0 + w1 + w2 + w3;
-            for e in 0..MAX_PER_LANE {
-                acc[e] = acc[e] * rescale + w0 * v0[e] + w1 * v1[e] + w2 * v2[e] + w3 * v3[e];
+                let score = |k: &[f32; MAX_PER_LANE], i: usize| {
+                    let mut partial = 0.0f32;
+                    for e in 0..MAX_PER_LANE {
+                        partial += q_reg[e] * k[e]; // q_reg is zero past head_dim
+                    }
+                    let s = warp_sum(partial);
+                    if j + i < hi { s } else { f32::NEG_INFINITY }
+                };
+                let (s0, s1, s2, s3) = (score(&k0, 0), score(&k1, 1), score(&k2, 2), score(&k3, 3));
+                let m_new = m.max(s0).max(s1).max(s2).max(s3);
+                let rescale = exp(m - m_new);
+                let (w0, w1, w2, w3) = (exp(s0 - m_new), exp(s1 - m_new), exp(s2 - m_new), exp(s3 - m_new));
+                l = l * rescale + w0 + w1 + w2 + w3;
+                for e in 0..MAX_PER_LANE {
+                    acc[e] = acc[e] * rescale + w0 * v0[e] + w1 * v1[e] + w2 * v2[e] + w3 * v3[e];
+                }
+                m = m_new;
+                j += 4;
             }
-            m = m_new;
-            j += 4;
         }
         let at = (t * n_heads + h) * n_splits + split;
         for e in 0..MAX_PER_LANE {

@@ -8,27 +8,17 @@
 //! `ldmatrix` to bring tiles into the registers `mma` wants.
 
 use crate::device::{WARP, block_idx_x, block_idx_y, dynamic_shared, sync_threads, thread_idx_x};
+use crate::tiles::{MMA_BK, MMA_BM, MMA_BN, MMA_STAGES, MMA_STRIDE, MMA_THREADS};
 use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_bf16_16816, shared_addr};
 
-/// Tokens per block tile.
-pub const MMA_BM: usize = 128;
-/// Output features per block tile.
-pub const MMA_BN: usize = 128;
-/// Depth of one step along the reduction.
-const BK: usize = 32;
-/// Steps in shared memory at once: one being computed on, three arriving.
-const STAGES: usize = 4;
-/// Threads per block: 8 warps, as 2 (tokens) x 4 (features), each owning a 64 x 32 tile.
-pub const MMA_THREADS: usize = 256;
+const BK: usize = MMA_BK;
+const STAGES: usize = MMA_STAGES;
 /// Row length of a shared tile in bf16: 32 values and 8 of padding, 80 bytes. `ldmatrix`
 /// reads 16 bytes from each of 8 rows at once; at 80 bytes apart those 8 land in 8
 /// different 16-byte bank groups (at 64 bytes apart, four would collide).
-const STRIDE: usize = BK + 8;
+const STRIDE: usize = MMA_STRIDE;
 /// One operand tile in shared memory, in bytes: `[128][STRIDE]` bf16.
 const TILE_BYTES: usize = MMA_BM * STRIDE * 2;
-/// Dynamic shared memory of a launch: `STAGES` steps of two operand tiles (80 KiB, over the
-/// default 48 KiB: the host raises the kernel's limit once, at load).
-pub const MMA_SHARED_BYTES: usize = STAGES * 2 * TILE_BYTES;
 /// 16-byte chunks (8 values) along one row of a step.
 const CHUNKS: usize = BK / 8;
 
@@ -74,11 +64,11 @@ pub unsafe extern "gpu-kernel" fn gemm_mma_bf16(
     let w_tile = |s: usize| smem + ((2 * s + 1) * TILE_BYTES) as u32;
     let at = |tile: u32, row: usize, k: usize| tile + ((row * STRIDE + k) * 2) as u32;
 
-    // Requests step `t` into buffer `s`: each thread copies chunks `tid` and `tid + 256` of
-    // each operand's 128 x 4 chunks, four neighbouring threads covering a row's 64 bytes.
+    // Requests step `t` into buffer `s`: each thread copies chunks `tid`, `tid + 256`, ... of
+    // each operand's 128-row tile, neighbouring threads covering a row's consecutive bytes.
     let request = |s: usize, t: usize| {
         let k0 = t * BK;
-        for j in 0..2 {
+        for j in 0..MMA_BM * CHUNKS / MMA_THREADS {
             let c = tid + MMA_THREADS * j;
             let (row, k) = (c / CHUNKS, (c % CHUNKS) * 8);
             let in_k = k0 + k < n_in;

@@ -26,6 +26,8 @@ pub mod residual;
 pub mod rmsnorm;
 pub mod rope;
 pub mod swiglu;
+/// Launch shapes shared with the host, which compiles the same file (`include!`).
+pub mod tiles;
 
 /// A kernel cannot unwind and has nowhere to print: a panic (an out-of-bounds index, say)
 /// traps, which the host sees as a launch failure.
