@@ -242,3 +242,19 @@ pub fn rustle_gemm_flops(gpu: &Gpu, n: usize) -> Result<f64> {
     })?;
     Ok(2.0 * (n as f64).powi(3) / (ms * 1e-3))
 }
+
+/// The tensor-core instruction's own ceiling: `mma.sync` (what rustle's GEMM is built on, the
+/// tensor instruction sm_80 PTX has) on register operands, no memory, every SM full, in
+/// FLOP/s. cuBLAS on Hopper uses the newer `wgmma`, which this does not reach.
+pub fn mma_peak_flops(gpu: &Gpu) -> Result<f64> {
+    const ITERS: u32 = 4096;
+    // 8 blocks of 256 threads per SM: every scheduler has several warps to switch between.
+    let threads = gpu.sm_count * 8 * 256;
+    let mut out = gpu.zeros::<f32>(threads, "the tensor-core probe")?;
+    // a = b = 1/16 (bf16 0x3d80): each accumulator ends at ITERS / 16, exactly.
+    let ms = crate::bench::time_ms(gpu, 3, &mut || {
+        gpu.mma_probe_bf16(&mut out.as_view_mut(), 0x3d80, 0x3d80, ITERS)
+    })?;
+    let flops = crate::traffic::mma_probe_bf16(threads, ITERS as usize).flops as f64;
+    Ok(flops / (ms * 1e-3))
+}

@@ -33,6 +33,7 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::gemm_bf16", gemm_bf16),
     ("kernel::gemm_mma_bf16", gemm_mma_bf16),
     ("kernel::f32_to_bf16", f32_to_bf16),
+    ("kernel::mma_probe_bf16", mma_probe_bf16),
     ("kernel::rope_f32", rope_f32),
     ("kernel::qkv_rope_write_f32", qkv_rope_write_f32),
     ("kernel::kv_write_f32", kv_write_f32),
@@ -345,7 +346,9 @@ fn gemm_bf16(g: &Gpu, rng: &mut StdRng) {
     check_gemm(g, rng, Gpu::gemm_bf16, ops::gemm_bf16, input, &shapes);
 }
 
-/// Both sides take the same bf16 inputs, so they differ only in summation order.
+/// Both sides take the same bf16 inputs, so they differ only in summation order. The small
+/// grids with deep reductions (1024 and up) run split in two, one with an odd number of
+/// steps and a bias.
 fn gemm_mma_bf16(g: &Gpu, rng: &mut StdRng) {
     let shapes = [
         (2, 64, 64, false),
@@ -356,6 +359,7 @@ fn gemm_mma_bf16(g: &Gpu, rng: &mut StdRng) {
         (257, 96, 385, true),
         (300, 4096, 1024, false),
         (512, 14336, 256, false),
+        (33, 1032, 200, true),
     ];
     let input = |rng: &mut StdRng, len| bf16_weights(rng, len, 1.0);
     check_gemm(
@@ -366,6 +370,24 @@ fn gemm_mma_bf16(g: &Gpu, rng: &mut StdRng) {
         input,
         &shapes,
     );
+}
+
+/// Powers of two keep every sum exact: the GPU and the CPU agree bit for bit.
+fn mma_probe_bf16(g: &Gpu, _: &mut StdRng) {
+    // (a, b, iters): 1/16 * 1/16, 1 * 2, -0.5 * 4.
+    for (a, b, iters) in [
+        (0x3d80, 0x3d80, 10),
+        (0x3f80, 0x4000, 3),
+        (0xbf00, 0x4080, 7),
+    ] {
+        let n = 512;
+        let mut cpu = vec![0.0; n];
+        ops::mma_probe_bf16(&mut cpu, a, b, iters);
+        let mut out = poisoned(g, n);
+        g.mma_probe_bf16(&mut out.as_view_mut(), a, b, iters)
+            .unwrap();
+        assert_eq!(down(g, &out), cpu, "a {a:#x} b {b:#x} iters {iters}");
+    }
 }
 
 /// Rounding is exact arithmetic: the GPU and the CPU agree bit for bit, ties included.

@@ -160,6 +160,13 @@ pub fn gemm_mma_bf16(out: &mut [f32], x: &[u16], w: &[u16], bias: Option<&[f32]>
     gemm_bf16(out, &x, w, bias, n_in);
 }
 
+/// The tensor-core probe's result: every thread's 64 accumulators end at
+/// `iters * 16 * a * b`, and it writes their sum. The twin of `mma_probe_bf16`.
+pub fn mma_probe_bf16(out: &mut [f32], a_bits: u16, b_bits: u16, iters: u32) {
+    let (a, b) = (bf16_to_f32(a_bits), bf16_to_f32(b_bits));
+    out.fill(64.0 * iters as f32 * 16.0 * a * b);
+}
+
 /// `out[i] = bf16(x[i])`, rounded to nearest even, as bits.
 pub fn f32_to_bf16(out: &mut [u16], x: &[f32]) {
     for (o, &v) in out.iter_mut().zip(x) {

@@ -19,6 +19,8 @@ pub struct Gpu {
     pub kernels: Kernels,
     /// "NVIDIA H200 (sm_90, 139.8 GiB)"
     pub description: String,
+    /// Streaming multiprocessors: how many blocks run at once, times what fits on one.
+    pub sm_count: usize,
     /// While profiling: every launch with events around it (shared by all clones).
     profile: Arc<Mutex<Option<Vec<Pending>>>>,
 }
@@ -67,12 +69,16 @@ impl Gpu {
             .map_err(gpu_err("compute capability"))?;
         let name = ctx.name().unwrap_or_else(|_| "GPU".into());
         let total = ctx.total_mem().unwrap_or(0);
+        let sm_count = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(gpu_err("multiprocessor count"))? as usize;
         Ok(Gpu {
             profile: Arc::new(Mutex::new(None)),
             description: format!(
                 "{name} (sm_{major}{minor}, {:.1} GiB)",
                 total as f64 / (1u64 << 30) as f64
             ),
+            sm_count,
             ctx,
             stream,
             kernels,

@@ -52,6 +52,7 @@ kernel_table!(
     gemm_bf16,
     gemm_mma_bf16,
     f32_to_bf16,
+    mma_probe_bf16,
     rope_f32,
     qkv_rope_write_f32,
     kv_write_f32,
@@ -325,11 +326,25 @@ impl Gpu {
             aligned16(w, &self.stream) && aligned16(x, &self.stream),
             "gemm_mma_bf16 needs 16-byte aligned w and x"
         );
+        // Two blocks of this kernel fit on an SM. Too few tiles to fill them all (a short
+        // prompt through a narrow matrix, like o_proj or down) and a deep enough reduction:
+        // split the reduction in two, summed into a zeroed output.
+        let tiles = n_out.div_ceil(MMA_BN) * n.div_ceil(MMA_BM);
+        let k_splits = if tiles < 2 * self.sm_count && n_in >= 1024 {
+            2
+        } else {
+            1
+        };
+        if k_splits > 1 {
+            self.stream
+                .memset_zeros(out)
+                .map_err(|e| Error::Gpu(format!("zeroing a GEMM output: {e}")))?;
+        }
         let cfg = LaunchConfig {
             grid_dim: (
                 n_out.div_ceil(MMA_BN) as u32,
                 u32_of(n.div_ceil(MMA_BM), "token tiles"),
-                1,
+                k_splits,
             ),
             block_dim: (MMA_THREADS as u32, 1, 1),
             shared_mem_bytes: MMA_SHARED_BYTES as u32,
@@ -346,9 +361,32 @@ impl Gpu {
         };
         b.arg(&n).arg(&n_in).arg(&n_out);
         // SAFETY: shapes and alignment checked; 256 threads, the grid covers the output in
-        // 128 x 128 tiles, the four stages of tiles get their shared memory (the limit was
-        // raised to it when the module loaded).
+        // 128 x 128 tiles (the output zeroed when the reduction is split), the four stages of
+        // tiles get their shared memory (the limit was raised to it when the module loaded).
         self.timed("gemm_mma_bf16", traffic, || unsafe { b.launch(cfg) })
+    }
+
+    /// The tensor-core probe: `out.len()` threads in blocks of 256 (a multiple of 256),
+    /// each `iters` rounds of 16 `mma.sync` on register operands `a_bits`, `b_bits` (bf16).
+    pub fn mma_probe_bf16(
+        &self,
+        out: &mut Out<f32>,
+        a_bits: u16,
+        b_bits: u16,
+        iters: u32,
+    ) -> Result<()> {
+        assert!(!out.is_empty() && out.len().is_multiple_of(256));
+        let cfg = LaunchConfig {
+            grid_dim: (u32_of(out.len() / 256, "blocks"), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let traffic = traffic::mma_probe_bf16(out.len(), iters as usize);
+        let (a, b) = (a_bits as u32, b_bits as u32);
+        let mut l = self.stream.launch_builder(&self.kernels.mma_probe_bf16);
+        l.arg(out).arg(&a).arg(&b).arg(&iters);
+        // SAFETY: one float of `out` per thread of the launch; 256 threads, whole warps.
+        self.timed("mma_probe_bf16", traffic, || unsafe { l.launch(cfg) })
     }
 
     /// `out = bf16(x)`, rounded to nearest even: out `[len]` bf16, x `[len]` f32.

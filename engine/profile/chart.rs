@@ -105,6 +105,22 @@ where
             c.flops_per_s / 1e12
         ))
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(3)));
+    // The tensor instruction rustle's GEMM is written with has its own, lower roof on GPUs
+    // whose reference GEMM uses a newer one (wgmma on Hopper).
+    if let Some(peak) = c.mma_peak_flops_per_s.filter(|&p| p < c.flops_per_s) {
+        let grey = RGBColor(120, 120, 120);
+        let from = peak / c.bytes_per_s;
+        chart
+            .draw_series(LineSeries::new(
+                [(from, peak), (hi_i, peak)],
+                grey.stroke_width(2),
+            ))
+            .map_err(e)?
+            .label(format!("mma.sync peak: {:.0} TFLOP/s", peak / 1e12))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], grey.stroke_width(2))
+            });
+    }
     for (phase, color) in [
         (Phase::Prefill, RGBColor(31, 119, 180)),
         (Phase::Decode, RGBColor(255, 127, 14)),

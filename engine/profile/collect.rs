@@ -5,7 +5,7 @@
 use crate::bench::{gpu_runner, measure_bandwidth, shape_config, synthetic_prompt};
 use crate::block_manager::BlockTable;
 use crate::error::Result;
-use crate::gemv_bench::{cublas_gemm_flops, rustle_gemm_flops};
+use crate::gemv_bench::{cublas_gemm_flops, mma_peak_flops, rustle_gemm_flops};
 use crate::gpu::Gpu;
 use crate::gpu::context::KernelTime;
 use crate::loader;
@@ -35,10 +35,11 @@ pub fn gpu(args: &ProfileArgs) -> Result<Profile> {
     ));
     let bw = measure_bandwidth(&gpu)?;
     progress(&format!(
-        "measuring matrix throughput (bf16 GEMM {GEMM_N}^3, cuBLAS and rustle)"
+        "measuring matrix throughput (bf16 GEMM {GEMM_N}^3, cuBLAS and rustle; the mma.sync peak)"
     ));
     let cublas = cublas_gemm_flops(&gpu, GEMM_N)?;
     let ours = rustle_gemm_flops(&gpu, GEMM_N)?;
+    let mma_peak = mma_peak_flops(&gpu)?;
     let (flops_per_s, compute_source) = match cublas {
         Some(f) => (f, format!("cuBLAS bf16 GEMM {GEMM_N}^3")),
         None => (ours, format!("rustle's GEMM {GEMM_N}^3 (cuBLAS not found)")),
@@ -49,6 +50,7 @@ pub fn gpu(args: &ProfileArgs) -> Result<Profile> {
         bandwidth_source: "device copy, read + write".into(),
         compute_source,
         rustle_gemm_flops_per_s: Some(ours),
+        mma_peak_flops_per_s: Some(mma_peak),
     };
 
     let opts = RunnerOptions {
@@ -141,6 +143,7 @@ pub fn cpu(args: &ProfileArgs) -> Result<Profile> {
         bandwidth_source: "parallel copy of 512 MiB, read + write".into(),
         compute_source: "rustle's reference matmul, 256 x 2048 x 2048".into(),
         rustle_gemm_flops_per_s: None,
+        mma_peak_flops_per_s: None,
     };
 
     let opts = RunnerOptions {

@@ -32,6 +32,10 @@ pub struct Ceilings {
     pub compute_source: String,
     /// rustle's own GEMM on the same shape, FLOP per second, beside the reference.
     pub rustle_gemm_flops_per_s: Option<f64>,
+    /// The peak of the tensor instruction rustle's GEMM uses (`mma.sync`), FLOP per second:
+    /// the ceiling for that GEMM, below the reference's on GPUs with newer instructions.
+    #[serde(default)]
+    pub mma_peak_flops_per_s: Option<f64>,
 }
 
 impl Ceilings {
@@ -162,6 +166,7 @@ mod tests {
             bandwidth_source: "test".into(),
             compute_source: "test".into(),
             rustle_gemm_flops_per_s: None,
+            mma_peak_flops_per_s: None,
         }
     }
 

@@ -32,6 +32,9 @@ pub fn render(p: &Profile) -> String {
         c.rustle_gemm_flops_per_s.map_or(String::new(), |r| format!(
             "; rustle's GEMM {}FLOP/s",
             si(r)
+        )) + &c.mma_peak_flops_per_s.map_or(String::new(), |m| format!(
+            " (mma.sync peak {}FLOP/s, the ceiling of the instruction it uses)",
+            si(m)
         )),
         c.ridge()
     );

@@ -50,6 +50,13 @@ pub fn grid_dim_y() -> usize {
     unsafe { nvptx::_grid_dim_y() as usize }
 }
 
+/// `gridDim.z`.
+#[inline(always)]
+pub fn grid_dim_z() -> usize {
+    // SAFETY: reads a special register; always defined inside a kernel.
+    unsafe { nvptx::_grid_dim_z() as usize }
+}
+
 /// `blockDim.x`: threads per block along x.
 #[inline(always)]
 pub fn block_dim_x() -> usize {

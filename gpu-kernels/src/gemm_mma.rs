@@ -7,9 +7,9 @@
 //! registers), several steps in flight while the tensor cores work on the oldest, and
 //! `ldmatrix` to bring tiles into the registers `mma` wants.
 
-use crate::device::{WARP, block_idx_x, block_idx_y, dynamic_shared, sync_threads, thread_idx_x};
+use crate::device::{WARP, block_idx_x, block_idx_y, block_idx_z, dynamic_shared, grid_dim_z, sync_threads, thread_idx_x};
 use crate::tiles::{MMA_BK, MMA_BM, MMA_BN, MMA_STAGES, MMA_STRIDE, MMA_THREADS};
-use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_bf16_16816, shared_addr};
+use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_bf16_16816, red_add_f32, shared_addr};
 
 const BK: usize = MMA_BK;
 const STAGES: usize = MMA_STAGES;
@@ -37,9 +37,13 @@ const CHUNKS: usize = BK / 8;
 /// operands sit in shared memory as `[row][k]` and both go through the same non-transposing
 /// `ldmatrix`. Past `n`, `n_in` or `n_out` the tiles hold zeros, and nothing is stored.
 ///
+/// A launch with too few tiles to fill the GPU twice over (a short prompt through a narrow
+/// matrix) splits the reduction in two: `gridDim.z == 2`, each block summing half of the
+/// steps and adding its result (and block 0 the bias) into an output the host has zeroed.
+///
 /// PRECONDITIONS: `n_in % 8 == 0`; `x` and `w` 16-byte aligned; block `(256)`; grid
-/// `(ceil(n_out / 128), ceil(n / 128))`; `MMA_SHARED_BYTES` (81920) of dynamic shared
-/// memory.
+/// `(ceil(n_out / 128), ceil(n / 128), 1 or 2)`, and `out` zeroed when 2;
+/// `MMA_SHARED_BYTES` (81920) of dynamic shared memory.
 ///
 /// # Safety
 /// The host's launch wrapper checks the preconditions.
@@ -64,10 +68,17 @@ pub unsafe extern "gpu-kernel" fn gemm_mma_bf16(
     let w_tile = |s: usize| smem + ((2 * s + 1) * TILE_BYTES) as u32;
     let at = |tile: u32, row: usize, k: usize| tile + ((row * STRIDE + k) * 2) as u32;
 
-    // Requests step `t` into buffer `s`: each thread copies chunks `tid`, `tid + 256`, ... of
+    // This block's share of the reduction: steps `first..first + steps` of `BK` each (all
+    // of them unless the reduction is split across `gridDim.z` blocks).
+    let all_steps = n_in.div_ceil(BK);
+    let per_split = all_steps.div_ceil(grid_dim_z());
+    let first = (block_idx_z() * per_split).min(all_steps);
+    let steps = per_split.min(all_steps - first);
+
+    // Requests step `t` (of this block's) into buffer `s`: each thread copies chunks `tid`, `tid + 256`, ... of
     // each operand's 128-row tile, neighbouring threads covering a row's consecutive bytes.
     let request = |s: usize, t: usize| {
-        let k0 = t * BK;
+        let k0 = (first + t) * BK;
         for j in 0..MMA_BM * CHUNKS / MMA_THREADS {
             let c = tid + MMA_THREADS * j;
             let (row, k) = (c / CHUNKS, (c % CHUNKS) * 8);
@@ -118,7 +129,6 @@ pub unsafe extern "gpu-kernel" fn gemm_mma_bf16(
 
     // The pipeline. Every thread commits one copy group per step, empty or not, so that
     // "all but the newest STAGES - 2 groups have landed" always means "step t has".
-    let steps = n_in.div_ceil(BK);
     for t in 0..STAGES - 1 {
         if t < steps {
             request(t, t);
@@ -141,26 +151,35 @@ pub unsafe extern "gpu-kernel" fn gemm_mma_bf16(
 
     // Each lane holds, per tile, rows g and g + 8, columns 2t and 2t + 1.
     let (g, t2) = (lane / 4, 2 * (lane % 4));
+    // Split in two, each block adds its half into the zeroed output: 0 + a + b and
+    // 0 + b + a are the same float, so the result does not depend on which lands first.
+    let split = grid_dim_z() > 1;
+    let add_bias = !bias.is_null() && block_idx_z() == 0;
     let store = |row: usize, col: usize, v: f32| {
         if row < n && col < n_out {
             // SAFETY: in bounds by the guard; bias, when present, holds n_out floats.
             unsafe {
-                let b = if bias.is_null() { 0.0 } else { *bias.add(col) };
-                *out.add(row * n_out + col) = v + b;
+                let v = if add_bias { v + *bias.add(col) } else { v };
+                let at = out.add(row * n_out + col);
+                if split { red_add_f32(at, v) } else { *at = v }
             }
         }
     };
-    let store_tiles = |i: usize, tiles: [[f32; 4]; 4]| {
-        for (j, [c0, c1, c2, c3]) in tiles.into_iter().enumerate() {
-            let (row, col) = (m0 + warp_m + 16 * i + g, n0 + warp_n + 8 * j + t2);
-            store(row, col, c0);
-            store(row, col + 1, c1);
-            store(row + 8, col, c2);
-            store(row + 8, col + 1, c3);
-        }
+    let store_tile = |i: usize, j: usize, [c0, c1, c2, c3]: [f32; 4]| {
+        let (row, col) = (m0 + warp_m + 16 * i + g, n0 + warp_n + 8 * j + t2);
+        store(row, col, c0);
+        store(row, col + 1, c1);
+        store(row + 8, col, c2);
+        store(row + 8, col + 1, c3);
     };
-    // Four calls, not a loop: with constant indices the accumulators stay in registers
-    // (a loop over `i` that the compiler keeps rolled would index them, through memory).
+    let store_tiles = |i: usize, [j0, j1, j2, j3]: [[f32; 4]; 4]| {
+        store_tile(i, 0, j0);
+        store_tile(i, 1, j1);
+        store_tile(i, 2, j2);
+        store_tile(i, 3, j3);
+    };
+    // Calls with constant indices, not loops: the accumulators stay in registers (a loop
+    // the compiler keeps rolled would index them, through memory).
     store_tiles(0, acc[0]);
     store_tiles(1, acc[1]);
     store_tiles(2, acc[2]);
@@ -186,4 +205,37 @@ pub unsafe extern "gpu-kernel" fn f32_to_bf16(out: *mut u16, x: *const f32, len:
         // SAFETY: i + 1 < len (len is even); the pair is aligned by the preconditions.
         unsafe { *(out.add(i) as *mut u32) = crate::device::pack_bf16x2(*x.add(i), *x.add(i + 1)) };
     }
+}
+
+/// The tensor-core probe: how fast this GPU runs `mma.sync` (the instruction `gemm_mma_bf16`
+/// is built on) when nothing else limits it, the ceiling a GEMM written with it can approach.
+/// Each warp keeps 16 independent 16 x 8 accumulator tiles (as the GEMM's warps do) and
+/// adds `a * b` into each, `iters` times, with operands in registers: no memory traffic.
+/// Every element of `a` is the bf16 `a_bits` and of `b` `b_bits`, so every accumulator ends
+/// at `iters * 16 * a * b` (exact for powers of two), and each thread writes the sum of its
+/// 64: `out[thread] = 64 * iters * 16 * a * b`.
+///
+/// - `out`: `[gridDim.x * blockDim.x]` f32
+///
+/// PRECONDITIONS: `blockDim.x` a multiple of 32.
+///
+/// # Safety
+/// `out` holds a float per thread of the launch.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn mma_probe_bf16(out: *mut f32, a_bits: u32, b_bits: u32, iters: u32) {
+    let pair = |bits: u32| (bits & 0xffff) | (bits << 16);
+    let (a, b) = (pair(a_bits), pair(b_bits));
+    let (a, b) = ([a; 4], [b; 2]);
+    let mut acc = [[0.0f32; 4]; 16];
+    for _ in 0..iters {
+        for tile in acc.iter_mut() {
+            mma_bf16_16816(tile, a, b);
+        }
+    }
+    let mut sum = 0.0f32;
+    for tile in acc {
+        sum += tile[0] + tile[1] + tile[2] + tile[3];
+    }
+    // SAFETY: one float per thread (precondition).
+    unsafe { *out.add(crate::device::global_idx_x()) = sum };
 }

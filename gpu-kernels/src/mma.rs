@@ -109,3 +109,13 @@ pub fn mma_bf16_16816(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
         )
     };
 }
+
+/// `*p += v` in global memory, atomically, with no result returned (`red.global.add.f32`).
+///
+/// # Safety
+/// `p` is a valid, 4-byte aligned global address.
+#[inline(always)]
+pub unsafe fn red_add_f32(p: *mut f32, v: f32) {
+    // SAFETY: the caller's guarantee.
+    unsafe { asm!("red.global.add.f32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack)) };
+}
