@@ -12,8 +12,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// PTX for sm_80 JIT-compiles on Ampere, Ada and Hopper.
-const TARGET_CPU: &str = "sm_80";
+/// The kernels are built twice: for sm_80, whose PTX JIT-compiles on Ampere, Ada and Hopper,
+/// and for sm_90 (PTX 7.8), where Hopper's programmatic dependent launch
+/// (`griddepcontrol`) lets a kernel start while the one before it drains. The engine loads
+/// the newest one the GPU runs.
+const TARGET_CPUS: &[&str] = &["sm_80", "sm_90"];
 
 /// Variables the outer cargo/rustup set that would leak into the inner build: the outer
 /// `RUSTUP_TOOLCHAIN` beats toolchain files, and the rest describe the host build.
@@ -39,10 +42,13 @@ fn main() {
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
     let toolchain = pinned_toolchain(&kernels);
     ensure_toolchain(&kernels, &toolchain);
-    let ptx = build_ptx(&kernels, &out_dir, &toolchain);
-    fs::copy(&ptx, out_dir.join("kernels.ptx")).unwrap_or_else(|e| {
-        fail(&format!("cannot copy {}: {e}", ptx.display()));
-    });
+    for cpu in TARGET_CPUS {
+        let ptx = build_ptx(&kernels, &out_dir, &toolchain, cpu);
+        let dest = out_dir.join(format!("kernels_{cpu}.ptx"));
+        fs::copy(&ptx, &dest).unwrap_or_else(|e| {
+            fail(&format!("cannot copy {}: {e}", ptx.display()));
+        });
+    }
 }
 
 /// The `channel = "..."` line of `gpu-kernels/rust-toolchain.toml`: one place names the nightly.
@@ -90,15 +96,15 @@ fn ensure_toolchain(kernels: &Path, toolchain: &str) {
     }
 }
 
-fn build_ptx(kernels: &Path, out_dir: &Path, toolchain: &str) -> PathBuf {
-    let target_dir = out_dir.join("gpu-kernels-target");
+fn build_ptx(kernels: &Path, out_dir: &Path, toolchain: &str, cpu: &str) -> PathBuf {
+    let target_dir = out_dir.join(format!("gpu-kernels-target-{cpu}"));
     let output = rustup()
         .current_dir(kernels)
         .args(["run", toolchain, "cargo", "rustc", "--release"])
         .args(["--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
         .args(["--", "--emit=asm", "-Zno-link"])
         .env("CARGO_TARGET_DIR", &target_dir)
-        .env("RUSTFLAGS", format!("-C target-cpu={TARGET_CPU}"))
+        .env("RUSTFLAGS", format!("-C target-cpu={cpu}"))
         .output()
         .unwrap_or_else(|e| fail(&format!("cannot run cargo for the kernels: {e}")));
     if !output.status.success() {

@@ -21,6 +21,9 @@ pub struct Gpu {
     pub description: String,
     /// Streaming multiprocessors: how many blocks run at once, times what fits on one.
     pub sm_count: usize,
+    /// Launch kernels with programmatic dependent launch (sm_90 and later): each may be
+    /// placed on the GPU while the one before it drains; it waits for it on its first line.
+    pub pdl: bool,
     /// While profiling: every launch with events around it (shared by all clones).
     profile: Arc<Mutex<Option<Vec<Pending>>>>,
 }
@@ -60,13 +63,24 @@ impl Gpu {
         let stream = ctx
             .new_stream()
             .map_err(gpu_err("cannot create a stream"))?;
-        let module = ctx.load_module(Ptx::from_src(super::PTX)).map_err(gpu_err(
-            "cannot load the kernels' PTX (the driver may be too old for PTX 7.0 / sm_80)",
-        ))?;
-        let kernels = Kernels::load(&module)?;
         let (major, minor) = ctx
             .compute_capability()
             .map_err(gpu_err("compute capability"))?;
+        // Hopper and later get the build whose kernels wait on the one before them, and the
+        // launches that let them start early (programmatic dependent launch).
+        // RUSTLE_PDL=0 turns it off, to measure what it brings.
+        let pdl = major >= 9 && std::env::var("RUSTLE_PDL").map_or(true, |v| v != "0");
+        let (ptx, target) = if pdl {
+            (super::PTX_SM90, "PTX 7.8 / sm_90")
+        } else {
+            (super::PTX_SM80, "PTX 7.0 / sm_80")
+        };
+        let module = ctx.load_module(Ptx::from_src(ptx)).map_err(|e| {
+            Error::Gpu(format!(
+                "cannot load the kernels' PTX (the driver may be too old for {target}): {e}"
+            ))
+        })?;
+        let kernels = Kernels::load(&module)?;
         let name = ctx.name().unwrap_or_else(|_| "GPU".into());
         let total = ctx.total_mem().unwrap_or(0);
         let sm_count = ctx
@@ -79,6 +93,7 @@ impl Gpu {
                 total as f64 / (1u64 << 30) as f64
             ),
             sm_count,
+            pdl,
             ctx,
             stream,
             kernels,

@@ -6,11 +6,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaFunction, CudaModule, CudaView, CudaViewMut, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaFunction, CudaModule, CudaView, CudaViewMut, LaunchConfig};
 
 use super::context::Gpu;
+use super::launch::Launch;
 use crate::block_manager::BLOCK_SIZE;
 use crate::error::{Error, Result};
 use crate::traffic;
@@ -141,6 +140,12 @@ fn u32_of(n: usize, what: &str) -> u32 {
 }
 
 impl Gpu {
+    /// A launch of `func` on the stream, overlapping the kernel before it where the GPU
+    /// supports it.
+    fn launcher<'a>(&'a self, func: &'a CudaFunction) -> Launch<'a> {
+        Launch::new(&self.stream, func, self.pdl)
+    }
+
     /// `out[t, :] = table[tokens[t], :]`: out `[n, dim]` f32, table `[vocab, dim]` bf16,
     /// tokens `[n]`.
     pub fn embedding_bf16(
@@ -159,7 +164,7 @@ impl Gpu {
         };
         let dim = u32_of(dim, "dim");
         let traffic = traffic::embedding_bf16(n, dim as usize);
-        let mut b = self.stream.launch_builder(&self.kernels.embedding_bf16);
+        let mut b = self.launcher(&self.kernels.embedding_bf16);
         b.arg(out).arg(table).arg(tokens).arg(&dim);
         // SAFETY: shapes checked above; every token id is below the vocabulary size (the
         // runner checks ids on the host before they reach the device).
@@ -184,7 +189,7 @@ impl Gpu {
         };
         let dim = u32_of(dim, "dim");
         let traffic = traffic::rmsnorm_f32(rows, dim as usize);
-        let mut b = self.stream.launch_builder(&self.kernels.rmsnorm_f32);
+        let mut b = self.launcher(&self.kernels.rmsnorm_f32);
         b.arg(out).arg(x).arg(weight).arg(&eps).arg(&dim);
         // SAFETY: shapes checked; 1024 threads (a multiple of 32) and 32 floats of shared memory.
         self.timed("rmsnorm_f32", traffic, || unsafe { b.launch(cfg) })
@@ -221,7 +226,7 @@ impl Gpu {
         );
         let null = 0u64;
         let traffic = traffic::gemv_bf16(n_in as usize, n_out as usize, accumulate, bias.is_some());
-        let mut b = self.stream.launch_builder(&self.kernels.gemv_bf16);
+        let mut b = self.launcher(&self.kernels.gemv_bf16);
         b.arg(out).arg(x).arg(w);
         match bias {
             Some(bias) => b.arg(bias),
@@ -255,7 +260,7 @@ impl Gpu {
         let cfg = gemv_launch(n_out);
         let (n_in, n_out) = (u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
         let traffic = traffic::gemv_swiglu_bf16(n_in as usize, n_out as usize);
-        let mut b = self.stream.launch_builder(&self.kernels.gemv_swiglu_bf16);
+        let mut b = self.launcher(&self.kernels.gemv_swiglu_bf16);
         b.arg(out)
             .arg(x)
             .arg(w_gate)
@@ -290,7 +295,7 @@ impl Gpu {
         let (n, n_in, n_out) = (u32_of(n, "n"), u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
         let null = 0u64;
         let traffic = traffic::gemm_bf16(n as usize, n_in as usize, n_out as usize, bias.is_some());
-        let mut b = self.stream.launch_builder(&self.kernels.gemm_bf16);
+        let mut b = self.launcher(&self.kernels.gemm_bf16);
         b.arg(out).arg(x).arg(w);
         match bias {
             Some(bias) => b.arg(bias),
@@ -353,7 +358,7 @@ impl Gpu {
         let null = 0u64;
         let traffic =
             traffic::gemm_mma_bf16(n as usize, n_in as usize, n_out as usize, bias.is_some());
-        let mut b = self.stream.launch_builder(&self.kernels.gemm_mma_bf16);
+        let mut b = self.launcher(&self.kernels.gemm_mma_bf16);
         b.arg(out).arg(x).arg(w);
         match bias {
             Some(bias) => b.arg(bias),
@@ -383,7 +388,7 @@ impl Gpu {
         };
         let traffic = traffic::mma_probe_bf16(out.len(), iters as usize);
         let (a, b) = (a_bits as u32, b_bits as u32);
-        let mut l = self.stream.launch_builder(&self.kernels.mma_probe_bf16);
+        let mut l = self.launcher(&self.kernels.mma_probe_bf16);
         l.arg(out).arg(&a).arg(&b).arg(&iters);
         // SAFETY: one float of `out` per thread of the launch; 256 threads, whole warps.
         self.timed("mma_probe_bf16", traffic, || unsafe { l.launch(cfg) })
@@ -399,7 +404,7 @@ impl Gpu {
         let cfg = linear(len / 2);
         let traffic = traffic::f32_to_bf16(len);
         let len = u32_of(len, "len");
-        let mut b = self.stream.launch_builder(&self.kernels.f32_to_bf16);
+        let mut b = self.launcher(&self.kernels.f32_to_bf16);
         b.arg(out).arg(x).arg(&len);
         // SAFETY: lengths checked and even; device allocations are aligned far beyond the
         // 8 bytes a pair needs (views here always start at an even element).
@@ -431,7 +436,7 @@ impl Gpu {
             u32_of(n, "n"),
         );
         let traffic = traffic::rope_f32(n as usize, n_heads as usize, head_dim as usize);
-        let mut b = self.stream.launch_builder(&self.kernels.rope_f32);
+        let mut b = self.launcher(&self.kernels.rope_f32);
         b.arg(x)
             .arg(positions)
             .arg(cos)
@@ -461,7 +466,7 @@ impl Gpu {
         let cfg = linear(n * kv_dim);
         let (kv_dim, n) = (u32_of(kv_dim, "kv_dim"), u32_of(n, "n"));
         let traffic = traffic::kv_write_f32(n as usize, kv_dim as usize);
-        let mut b = self.stream.launch_builder(&self.kernels.kv_write_f32);
+        let mut b = self.launcher(&self.kernels.kv_write_f32);
         b.arg(k_cache)
             .arg(v_cache)
             .arg(k)
@@ -522,7 +527,7 @@ impl Gpu {
             head_dim as u32,
         );
         let traffic = traffic::attention_f32(attended, n, n_heads, n_kv_heads, head_dim);
-        let mut b = self.stream.launch_builder(&self.kernels.attention_f32);
+        let mut b = self.launcher(&self.kernels.attention_f32);
         b.arg(out)
             .arg(q)
             .arg(k_cache)
@@ -542,7 +547,7 @@ impl Gpu {
         assert!(up.len() == n && out.len() == n);
         let nn = u32_of(n, "n");
         let traffic = traffic::swiglu_f32(n);
-        let mut b = self.stream.launch_builder(&self.kernels.swiglu_f32);
+        let mut b = self.launcher(&self.kernels.swiglu_f32);
         b.arg(out).arg(gate).arg(up).arg(&nn);
         // SAFETY: all three hold n floats.
         self.timed("swiglu_f32", traffic, || unsafe { b.launch(linear(n)) })
@@ -554,7 +559,7 @@ impl Gpu {
         assert!(x.len() == n);
         let nn = u32_of(n, "n");
         let traffic = traffic::residual_add_f32(n);
-        let mut b = self.stream.launch_builder(&self.kernels.residual_add_f32);
+        let mut b = self.launcher(&self.kernels.residual_add_f32);
         b.arg(x).arg(delta).arg(&nn);
         // SAFETY: both hold n floats and are different buffers.
         self.timed("residual_add_f32", traffic, || unsafe {
@@ -573,7 +578,7 @@ impl Gpu {
         };
         let nn = u32_of(n, "n");
         let traffic = traffic::argmax_f32(n);
-        let mut b = self.stream.launch_builder(&self.kernels.argmax_f32);
+        let mut b = self.launcher(&self.kernels.argmax_f32);
         b.arg(out).arg(logits).arg(&nn);
         // SAFETY: one block of 1024 threads with 2 words per warp of shared memory; n >= 1.
         self.timed("argmax_f32", traffic, || unsafe { b.launch(cfg) })
@@ -610,7 +615,7 @@ impl Gpu {
             u32_of(n, "n"),
         );
         let traffic = traffic::qkv_rope_write_f32(n, n_heads, n_kv_heads, head_dim);
-        let mut b = self.stream.launch_builder(&self.kernels.qkv_rope_write_f32);
+        let mut b = self.launcher(&self.kernels.qkv_rope_write_f32);
         b.arg(q_out)
             .arg(k_cache)
             .arg(v_cache)
@@ -694,9 +699,7 @@ impl Gpu {
         );
         let traffic =
             traffic::attention_split_f32(attended, n, n_heads, n_kv_heads, head_dim, n_splits);
-        let mut b = self
-            .stream
-            .launch_builder(&self.kernels.attention_split_f32);
+        let mut b = self.launcher(&self.kernels.attention_split_f32);
         b.arg(partial_o)
             .arg(partial_ml)
             .arg(q)
@@ -744,9 +747,7 @@ impl Gpu {
         };
         let (ns, hd) = (u32_of(n_splits, "n_splits"), u32_of(head_dim, "head_dim"));
         let traffic = traffic::attention_combine_f32(n, n_heads, head_dim, n_splits);
-        let mut b = self
-            .stream
-            .launch_builder(&self.kernels.attention_combine_f32);
+        let mut b = self.launcher(&self.kernels.attention_combine_f32);
         b.arg(out).arg(partial_o).arg(partial_ml).arg(&ns).arg(&hd);
         // SAFETY: shapes checked; a multiple of 32 threads, at least head_dim, and
         // 32 + n_splits + threads floats of shared memory; split 0 always holds position 0,
@@ -765,7 +766,7 @@ impl Gpu {
             shared_mem_bytes: 0,
         };
         let traffic = traffic::fill_random_bf16(n as usize);
-        let mut b = self.stream.launch_builder(&self.kernels.fill_random_bf16);
+        let mut b = self.launcher(&self.kernels.fill_random_bf16);
         b.arg(out).arg(&n).arg(&seed).arg(&scale);
         // SAFETY: a grid-stride loop over exactly `out`'s elements.
         self.timed("fill_random_bf16", traffic, || unsafe { b.launch(cfg) })
@@ -784,7 +785,7 @@ impl Gpu {
         };
         let n_vec4 = (data.len() / 4) as u64;
         let traffic = traffic::read_probe_u32(data.len(), partial.len());
-        let mut b = self.stream.launch_builder(&self.kernels.read_probe_u32);
+        let mut b = self.launcher(&self.kernels.read_probe_u32);
         b.arg(partial).arg(data).arg(&n_vec4);
         // SAFETY: 256 threads with 256 words of shared memory; data is 16-byte aligned and a
         // whole number of 16-byte vectors.

@@ -26,6 +26,7 @@ fn better(v: f32, i: u32, ov: f32, oi: u32) -> (f32, u32) {
 /// The host's launch wrapper checks the preconditions.
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn argmax_f32(out: *mut u32, logits: *const f32, n: u32) {
+    crate::device::wait_for_previous_kernel();
     let n = n as usize;
     let (tid, lane, warp) = (thread_idx_x(), thread_idx_x() % WARP, thread_idx_x() / WARP);
     let (mut v, mut idx) = (f32::NEG_INFINITY, u32::MAX);

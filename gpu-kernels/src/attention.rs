@@ -43,6 +43,7 @@ pub unsafe extern "gpu-kernel" fn attention_f32(
     n_kv_heads: u32,
     head_dim: u32,
 ) {
+    crate::device::wait_for_previous_kernel();
     let (n_heads, n_kv_heads, head_dim) = (n_heads as usize, n_kv_heads as usize, head_dim as usize);
     let (h, t) = (block_idx_x(), block_idx_y());
     let (lane, warp, n_warps) = (thread_idx_x() % WARP, thread_idx_x() / WARP, block_dim_x() / WARP);
@@ -169,6 +170,7 @@ pub unsafe extern "gpu-kernel" fn attention_split_f32(
     head_dim: u32,
     split_len: u32,
 ) {
+    crate::device::wait_for_previous_kernel();
     use crate::device::{block_idx_z, grid_dim_y};
     use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, shared_addr};
     let (n_heads, n_kv_heads, head_dim) = (n_heads as usize, n_kv_heads as usize, head_dim as usize);
@@ -314,6 +316,7 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32(
     n_splits: u32,
     head_dim: u32,
 ) {
+    crate::device::wait_for_previous_kernel();
     use crate::device::{block_sum, warp_max};
     const IN_FLIGHT: usize = 4;
     let (n_splits, head_dim) = (n_splits as usize, head_dim as usize);

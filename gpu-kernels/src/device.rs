@@ -236,6 +236,22 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// The start of every kernel: wait until the kernel before it in the stream has finished and
+/// its writes are visible (`griddepcontrol.wait`), then let the next one start launching
+/// (`griddepcontrol.launch_dependents`). With programmatic dependent launch (sm_90 and
+/// later, when the host asks for it) the next kernel's blocks are then placed on the SMs
+/// while this one drains, instead of after it ends, and wait here; without it both are
+/// no-ops, and the sm_80 build leaves them out.
+#[inline(always)]
+pub fn wait_for_previous_kernel() {
+    #[cfg(target_feature = "sm_90")]
+    // SAFETY: waits on the previous grid; orders memory like a barrier (no `nomem`).
+    unsafe {
+        asm!("griddepcontrol.wait;", options(nostack));
+        asm!("griddepcontrol.launch_dependents;", options(nostack));
+    }
+}
+
 /// The sum of `v` over the whole block, returned to every thread.
 ///
 /// # Safety

@@ -26,6 +26,7 @@ pub fn hash(seed: u32, i: u32) -> u32 {
 /// `out` holds `n` elements.
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn fill_random_bf16(out: *mut u16, n: u64, seed: u32, scale: f32) {
+    crate::device::wait_for_previous_kernel();
     let mut i = global_idx_x() as u64;
     let stride = (grid_dim_x() * block_dim_x()) as u64;
     while i < n {
@@ -54,6 +55,7 @@ pub unsafe extern "gpu-kernel" fn fill_random_bf16(out: *mut u16, n: u64, seed: 
 /// `data` holds `n_vec4` 16-byte vectors; `partial` holds `gridDim.x` words.
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn read_probe_u32(partial: *mut u32, data: *const u32, n_vec4: u64) {
+    crate::device::wait_for_previous_kernel();
     use crate::device::{dynamic_shared, ld_nc_v4, sync_threads, thread_idx_x};
     let stride = (grid_dim_x() * block_dim_x()) as u64;
     let mut i = global_idx_x() as u64;

@@ -44,6 +44,7 @@ pub unsafe extern "gpu-kernel" fn gemm_bf16(
     n_in: u32,
     n_out: u32,
 ) {
+    crate::device::wait_for_previous_kernel();
     let (n, n_in, n_out) = (n as usize, n_in as usize, n_out as usize);
     let (tx, ty) = (thread_idx_x(), thread_idx_y());
     let tid = ty * 16 + tx;

@@ -57,6 +57,7 @@ pub unsafe extern "gpu-kernel" fn gemm_mma_bf16(
     n_in: u32,
     n_out: u32,
 ) {
+    crate::device::wait_for_previous_kernel();
     let (n, n_in, n_out) = (n as usize, n_in as usize, n_out as usize);
     let tid = thread_idx_x();
     let (lane, warp) = (tid % WARP, tid / WARP);
@@ -200,6 +201,7 @@ pub unsafe extern "gpu-kernel" fn gemm_mma_bf16(
 /// The host's launch wrapper checks the preconditions.
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn f32_to_bf16(out: *mut u16, x: *const f32, len: u32) {
+    crate::device::wait_for_previous_kernel();
     let i = 2 * crate::device::global_idx_x();
     if i < len as usize {
         // SAFETY: i + 1 < len (len is even); the pair is aligned by the preconditions.
@@ -223,6 +225,7 @@ pub unsafe extern "gpu-kernel" fn f32_to_bf16(out: *mut u16, x: *const f32, len:
 /// `out` holds a float per thread of the launch.
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn mma_probe_bf16(out: *mut f32, a_bits: u32, b_bits: u32, iters: u32) {
+    crate::device::wait_for_previous_kernel();
     let pair = |bits: u32| (bits & 0xffff) | (bits << 16);
     let (a, b) = (pair(a_bits), pair(b_bits));
     let (a, b) = ([a; 4], [b; 2]);

@@ -128,6 +128,7 @@ pub unsafe extern "gpu-kernel" fn gemv_bf16(
     n_out: u32,
     accumulate: u32,
 ) {
+    crate::device::wait_for_previous_kernel();
     let (n_in, n_out) = (n_in as usize, n_out as usize);
     let lane = thread_idx_x() % WARP;
     let (row, _, start, end) = row_part(n_in);
@@ -171,6 +172,7 @@ pub unsafe extern "gpu-kernel" fn gemv_swiglu_bf16(
     n_in: u32,
     n_out: u32,
 ) {
+    crate::device::wait_for_previous_kernel();
     let (n_in, n_out) = (n_in as usize, n_out as usize);
     let lane = thread_idx_x() % WARP;
     let (row, _, start, end) = row_part(n_in);

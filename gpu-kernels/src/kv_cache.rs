@@ -26,6 +26,7 @@ pub unsafe extern "gpu-kernel" fn kv_write_f32(
     kv_dim: u32,
     n: u32,
 ) {
+    crate::device::wait_for_previous_kernel();
     let kv_dim = kv_dim as usize;
     let idx = global_idx_x();
     if idx >= n as usize * kv_dim {

@@ -15,6 +15,7 @@ use crate::device::global_idx_x;
 /// The caller (the host's launch wrapper) guarantees the preconditions.
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn residual_add_f32(x: *mut f32, delta: *const f32, n: u32) {
+    crate::device::wait_for_previous_kernel();
     let i = global_idx_x();
     if i < n as usize {
         // SAFETY: i < n and both buffers hold n elements (preconditions).

@@ -25,6 +25,7 @@ pub unsafe extern "gpu-kernel" fn rope_f32(
     head_dim: u32,
     n: u32,
 ) {
+    crate::device::wait_for_previous_kernel();
     let (n_heads, head_dim) = (n_heads as usize, head_dim as usize);
     let half = head_dim / 2;
     let idx = global_idx_x();
@@ -75,6 +76,7 @@ pub unsafe extern "gpu-kernel" fn qkv_rope_write_f32(
     head_dim: u32,
     n: u32,
 ) {
+    crate::device::wait_for_previous_kernel();
     let (head_dim, half) = (head_dim as usize, head_dim as usize / 2);
     let (q_dim, kv_dim) = (n_heads as usize * head_dim, n_kv_heads as usize * head_dim);
     let units = q_dim / 2 + kv_dim / 2 + kv_dim;
