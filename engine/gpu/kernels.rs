@@ -224,14 +224,9 @@ impl Gpu {
             u32_of(n_out, "n_out"),
             accumulate as u32,
         );
-        let null = 0u64;
         let traffic = traffic::gemv_bf16(n_in as usize, n_out as usize, accumulate, bias.is_some());
         let mut b = self.launcher(&self.kernels.gemv_bf16);
-        b.arg(out).arg(x).arg(w);
-        match bias {
-            Some(bias) => b.arg(bias),
-            None => b.arg(&null),
-        };
+        b.arg(out).arg(x).arg(w).arg_or_null(bias);
         b.arg(&n_in).arg(&n_out).arg(&acc);
         // SAFETY: shapes and alignment checked; the launch gives 8 warps and a float of
         // shared memory per warp; the weights are not written during the launch
@@ -293,14 +288,9 @@ impl Gpu {
             shared_mem_bytes: 2 * 16 * 65 * 4,
         };
         let (n, n_in, n_out) = (u32_of(n, "n"), u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
-        let null = 0u64;
         let traffic = traffic::gemm_bf16(n as usize, n_in as usize, n_out as usize, bias.is_some());
         let mut b = self.launcher(&self.kernels.gemm_bf16);
-        b.arg(out).arg(x).arg(w);
-        match bias {
-            Some(bias) => b.arg(bias),
-            None => b.arg(&null),
-        };
+        b.arg(out).arg(x).arg(w).arg_or_null(bias);
         b.arg(&n).arg(&n_in).arg(&n_out);
         // SAFETY: shapes checked; block (16, 16), the grid covers the output in 64 x 64
         // tiles, and the two shared tiles get their 8320 bytes.
@@ -355,15 +345,10 @@ impl Gpu {
             shared_mem_bytes: MMA_SHARED_BYTES as u32,
         };
         let (n, n_in, n_out) = (u32_of(n, "n"), u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
-        let null = 0u64;
         let traffic =
             traffic::gemm_mma_bf16(n as usize, n_in as usize, n_out as usize, bias.is_some());
         let mut b = self.launcher(&self.kernels.gemm_mma_bf16);
-        b.arg(out).arg(x).arg(w);
-        match bias {
-            Some(bias) => b.arg(bias),
-            None => b.arg(&null),
-        };
+        b.arg(out).arg(x).arg(w).arg_or_null(bias);
         b.arg(&n).arg(&n_in).arg(&n_out);
         // SAFETY: shapes and alignment checked; 256 threads, the grid covers the output in
         // 128 x 128 tiles (the output zeroed when the reduction is split), the four stages of

@@ -84,6 +84,12 @@ impl<'a> Launch<'a> {
         self
     }
 
+    /// An optional buffer argument (a bias): its address, or a null pointer for none.
+    pub fn arg_or_null(&mut self, a: Option<&impl KernelArg>) -> &mut Self {
+        self.slots.push(a.map_or(0, |a| a.slot(self.stream)));
+        self
+    }
+
     /// Submits the launch to the stream.
     ///
     /// # Safety
