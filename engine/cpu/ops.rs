@@ -138,7 +138,7 @@ pub fn gemv_swiglu_bf16(out: &mut [f32], x: &[f32], w_gate: &[u16], w_up: &[u16]
 }
 
 /// `out[t, o] = sum_i x[t, i] * w[o, i] + bias[o]` for many tokens, weights in bf16: the
-/// twin of the GPU's prefill matmul.
+/// twin of the GPU's SIMT GEMM (the prefill runs `gemm_mma_bf16`, below).
 ///
 /// - `out`: `[n, n_out]`
 /// - `x`: `[n, n_in]`

@@ -1,5 +1,7 @@
-//! GEMM: many tokens' activations times a bf16 weight matrix (the prompt's prefill), tiled
-//! through shared memory so each weight loaded from memory serves 64 tokens.
+//! GEMM: many tokens' activations times a bf16 weight matrix, tiled through shared memory so
+//! each weight loaded from memory serves 64 tokens. The first step of the lesson, in plain
+//! SIMT arithmetic (16 TFLOP/s on an H200); the prefill runs `gemm_mma_bf16`, its
+//! tensor-core successor, about fifteen times faster.
 
 use crate::device::{bf16_to_f32, block_idx_x, block_idx_y, dynamic_shared, sync_threads, thread_idx_x, thread_idx_y};
 
