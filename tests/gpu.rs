@@ -394,7 +394,8 @@ fn mma_probe_bf16(g: &Gpu, _: &mut StdRng) {
 fn f32_to_bf16(g: &Gpu, rng: &mut StdRng) {
     for len in [2, 1000, 4096 * 7] {
         let mut x = normal(rng, len, 3.0);
-        // Values exactly halfway between two bf16, both ways round, and zeros.
+        // Values exactly halfway between two bf16: 1.00390625 rounds down to the even 1.0,
+        // 1.01171875 up to the even 1.015625.
         x[0] = f32::from_bits(0x3f80_8000);
         x[len - 1] = f32::from_bits(0x3f81_8000);
         let mut cpu = vec![0u16; len];

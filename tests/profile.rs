@@ -8,22 +8,25 @@ fn rustle(args: &[&str]) -> std::process::Output {
     Command::new(bin).args(args).output().unwrap()
 }
 
+/// Runs `rustle profile <args> --out DIR` into a fresh temporary `DIR` named by `tag`;
+/// returns the folder and stdout, after checking the run succeeded.
+fn profile_into(tag: &str, args: &[&str]) -> (std::path::PathBuf, String) {
+    let out = std::env::temp_dir().join(format!("rustle-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let mut all = vec!["profile"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--out", out.to_str().unwrap()]);
+    let r = rustle(&all);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    (out, String::from_utf8_lossy(&r.stdout).into_owned())
+}
+
 #[test]
 fn table_and_chart_from_a_saved_profile() {
-    let out = std::env::temp_dir().join(format!("rustle-profile-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let r = rustle(&[
+    let (out, stdout) = profile_into(
         "profile",
-        "--from",
-        "tests/fixtures/profile-example.json",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&r.stdout),
-        String::from_utf8_lossy(&r.stderr),
+        &["--from", "tests/fixtures/profile-example.json"],
     );
-    assert!(r.status.success(), "{stderr}");
     // The fixture's ceilings: 4 TB/s and 800 TFLOP/s, ridge at 200 FLOP/byte.
     assert!(stdout.contains("ridge 200.0 FLOP/byte"), "{stdout}");
     assert!(
@@ -82,26 +85,19 @@ fn a_bad_profile_file_is_one_clear_line() {
 /// prefill's.
 #[test]
 fn cpu_profile_of_a_small_model() {
-    let out = std::env::temp_dir().join(format!("rustle-cpu-profile-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let r = rustle(&[
-        "profile",
-        "--device",
-        "cpu",
-        "--model",
-        "tests/golden/tiny-llama3",
-        "--prompt-len",
-        "64",
-        "--steps",
-        "4",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&r.stdout),
-        String::from_utf8_lossy(&r.stderr),
+    let (out, stdout) = profile_into(
+        "cpu-profile",
+        &[
+            "--device",
+            "cpu",
+            "--model",
+            "tests/golden/tiny-llama3",
+            "--prompt-len",
+            "64",
+            "--steps",
+            "4",
+        ],
     );
-    assert!(r.status.success(), "{stderr}");
     let p: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("profile.json")).unwrap()).unwrap();
     assert!(
@@ -135,4 +131,33 @@ fn cpu_profile_of_a_small_model() {
     // 2 layers x 7 matmuls + the head, per decode step.
     assert_eq!(row("matmul_f32", "decode")["calls"], 4 * (2 * 7 + 1));
     assert!(out.join("roofline.png").exists() && out.join("roofline.svg").exists());
+}
+
+/// A profile that measured the `mma.sync` peak (GPU profiles do; older files and CPU ones
+/// have none): the table names it beside rustle's GEMM, and the chart draws it as a second,
+/// lower roof.
+#[test]
+fn the_tensor_instruction_peak_is_shown_when_measured() {
+    let mut p: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string("tests/fixtures/profile-example.json").unwrap(),
+    )
+    .unwrap();
+    p["ceilings"]["mma_peak_flops_per_s"] = serde_json::json!(600e12);
+    let file = std::env::temp_dir().join(format!("rustle-mma-{}.json", std::process::id()));
+    std::fs::write(&file, p.to_string()).unwrap();
+    let (out, stdout) = profile_into("mma-profile", &["--from", file.to_str().unwrap()]);
+    assert!(stdout.contains("mma.sync peak 600.0 TFLOP/s"), "{stdout}");
+    let svg = std::fs::read_to_string(out.join("roofline.svg")).unwrap();
+    assert!(svg.contains("mma.sync peak: 600 TFLOP/s"));
+    // Without the field (the fixture as saved), neither appears.
+    let (out, stdout) = profile_into(
+        "no-mma-profile",
+        &["--from", "tests/fixtures/profile-example.json"],
+    );
+    assert!(!stdout.contains("mma.sync"), "{stdout}");
+    assert!(
+        !std::fs::read_to_string(out.join("roofline.svg"))
+            .unwrap()
+            .contains("mma.sync")
+    );
 }
