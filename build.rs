@@ -12,11 +12,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The kernels are built twice: for sm_80, whose PTX JIT-compiles on Ampere, Ada and Hopper,
-/// and for sm_90 (PTX 7.8), where Hopper's programmatic dependent launch
-/// (`griddepcontrol`) lets a kernel start while the one before it drains. The engine loads
-/// the newest one the GPU runs.
-const TARGET_CPUS: &[&str] = &["sm_80", "sm_90"];
+/// The kernels are built three times: for sm_80, whose PTX JIT-compiles on Ampere, Ada and
+/// later; for sm_90 (PTX 7.8), where Hopper's programmatic dependent launch
+/// (`griddepcontrol`) lets a kernel start while the one before it drains; and for sm_90a
+/// (PTX 8.0), which adds the warpgroup GEMM (`wgmma`, Hopper alone: PTX for an "a" target
+/// runs on that compute capability only). The engine loads the newest one the GPU runs.
+const TARGET_CPUS: &[&str] = &["sm_80", "sm_90", "sm_90a"];
 
 /// Variables the outer cargo/rustup set that would leak into the inner build: the outer
 /// `RUSTUP_TOOLCHAIN` beats toolchain files, and the rest describe the host build.

@@ -132,6 +132,8 @@ pub struct BenchReport {
     pub weight_bytes_per_token: usize,
     pub bandwidth: Bandwidth,
     pub gemv: Vec<crate::gemv_bench::GemvResult>,
+    /// The prefill matmuls alone, at the prompt length.
+    pub gemm: Vec<crate::gemm_bench::GemmResult>,
     pub decode: Vec<DecodeResult>,
     pub step_profiles: Vec<StepProfile>,
     pub prefill: PrefillResult,
@@ -220,6 +222,11 @@ pub fn run(args: &BenchArgs) -> Result<BenchReport> {
         .bytes_per_token(&c);
     progress("decode matmuls alone, rustle against cuBLAS");
     let gemv = crate::gemv_bench::run(&gpu, &c)?;
+    progress(&format!(
+        "prefill matmuls alone on {} tokens, rustle against cuBLAS",
+        args.prompt_len
+    ));
+    let gemm = crate::gemm_bench::run(&gpu, &c, args.prompt_len)?;
     fill_kv_with_noise(&mut runner)?;
 
     let kv_bytes_per_pos = 2 * c.n_layers * c.kv_dim() * size_of::<f32>();
@@ -268,6 +275,7 @@ pub fn run(args: &BenchArgs) -> Result<BenchReport> {
         weight_bytes_per_token: weight_bytes,
         bandwidth,
         gemv,
+        gemm,
         decode,
         step_profiles,
         prefill,
@@ -456,6 +464,7 @@ pub fn print(r: &BenchReport) {
             ratio
         );
     }
+    crate::gemm_bench::print(&r.gemm);
     println!(
         "  {:>7} {:>5} {:>9} {:>9} {:>8} {:>8} {:>8} {:>13}",
         "context", "graph", "tok/s", "GB/token", "GB/s", "of copy", "of read", "ceiling tok/s"

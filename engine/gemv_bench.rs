@@ -108,7 +108,7 @@ pub fn run(gpu: &Gpu, c: &Config) -> Result<Vec<GemvResult>> {
                     for _ in 0..BATCH {
                         turn = (turn + 1) % k;
                         for w in &weights[turn * mats..(turn + 1) * mats] {
-                            cublas_gemv(gpu, blas, &mut out, w, &x, n_in, n_out)?;
+                            cublas_linear(gpu, blas, &mut out, w, &x, 1, n_in, n_out)?;
                         }
                     }
                     Ok(())
@@ -129,14 +129,17 @@ pub fn run(gpu: &Gpu, c: &Config) -> Result<Vec<GemvResult>> {
     Ok(results)
 }
 
-/// y = W x through cuBLAS: W `[n_out, n_in]` row-major bf16 is column-major `[n_in, n_out]`,
-/// so y = op(A) x with A transposed; x bf16, y f32, f32 accumulation.
-fn cublas_gemv(
+/// `out = x W^T` through cuBLAS, `n` tokens: W `[n_out, n_in]` row-major bf16 is
+/// column-major `[n_in, n_out]`, so out^T = op(A) x^T with A transposed; x `[n, n_in]` bf16,
+/// out `[n, n_out]` f32, f32 accumulation. With `n == 1`, the decode's GEMV.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn cublas_linear(
     gpu: &Gpu,
     blas: &CudaBlas,
     out: &mut CudaSlice<f32>,
     w: &CudaSlice<u16>,
     x: &CudaSlice<u16>,
+    n: usize,
     n_in: usize,
     n_out: usize,
 ) -> Result<()> {
@@ -151,7 +154,7 @@ fn cublas_gemv(
             cublasOperation_t::CUBLAS_OP_T,
             cublasOperation_t::CUBLAS_OP_N,
             n_out as i32,
-            1,
+            n as i32,
             n_in as i32,
             (&alpha) as *const f32 as *const _,
             a as *const _,
@@ -221,8 +224,8 @@ pub fn cublas_gemm_flops(gpu: &Gpu, n: usize) -> Result<Option<f64>> {
     Ok(Some(2.0 * (n as f64).powi(3) / (ms * 1e-3)))
 }
 
-/// rustle's own prefill GEMM (tensor cores, bf16 activations and weights, f32 sums) on `n`
-/// tokens of an `n x n` weight, in FLOP/s.
+/// rustle's own prefill GEMM (`Gpu::prefill_gemm`: tensor cores, bf16 activations and
+/// weights, f32 sums) on `n` tokens of an `n x n` weight, in FLOP/s.
 pub fn rustle_gemm_flops(gpu: &Gpu, n: usize) -> Result<f64> {
     let mut w = gpu.zeros::<u16>(n * n, "the GEMM benchmark")?;
     gpu.fill_random_bf16(&mut w.as_view_mut(), 13, 1.0)?;
@@ -230,7 +233,7 @@ pub fn rustle_gemm_flops(gpu: &Gpu, n: usize) -> Result<f64> {
     gpu.fill_random_bf16(&mut x.as_view_mut(), 14, 1.0)?;
     let mut out = gpu.zeros::<f32>(n * n, "the GEMM benchmark")?;
     let ms = crate::bench::time_ms(gpu, 3, &mut || {
-        gpu.gemm_mma_bf16(
+        gpu.prefill_gemm(
             &mut out.as_view_mut(),
             &x.as_view(),
             &w.as_view(),

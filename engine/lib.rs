@@ -19,6 +19,7 @@ pub mod config;
 pub mod cpu;
 pub mod default_model;
 pub mod error;
+pub mod gemm_bench;
 pub mod gemv_bench;
 pub mod generate;
 pub mod gpu;

@@ -77,6 +77,12 @@ pub fn gemm_mma_bf16(n: usize, n_in: usize, n_out: usize, bias: bool) -> Traffic
     )
 }
 
+/// The same matmul as `gemm_mma_bf16`, on Hopper's warpgroup instructions: the same bytes
+/// and arithmetic.
+pub fn gemm_wgmma_bf16(n: usize, n_in: usize, n_out: usize, bias: bool) -> Traffic {
+    gemm_mma_bf16(n, n_in, n_out, bias)
+}
+
 /// The tensor-core probe: each warp runs `iters x 16` m16n8k16 steps (2 x 16 x 8 x 16
 /// FLOP each) and each thread writes one float.
 pub fn mma_probe_bf16(threads: usize, iters: usize) -> Traffic {
@@ -226,6 +232,7 @@ mod tests {
         assert_eq!(gemm_bf16(2, 4, 3, false), t(24 + 32 + 24, 48));
         // The same with x in bf16 (8 values = 16 bytes) and a bias of 3 f32 = 12 bytes.
         assert_eq!(gemm_mma_bf16(2, 4, 3, true), t(24 + 16 + 24 + 12, 48));
+        assert_eq!(gemm_wgmma_bf16(2, 4, 3, true), t(24 + 16 + 24 + 12, 48));
         // One warp, one round: 16 steps of 4096 FLOP; 32 floats written.
         assert_eq!(mma_probe_bf16(32, 1), t(128, 16 * 4096));
         // 10 values: 40 bytes read, 20 written.

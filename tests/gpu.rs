@@ -32,6 +32,7 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::gemv_swiglu_bf16", gemv_swiglu_bf16),
     ("kernel::gemm_bf16", gemm_bf16),
     ("kernel::gemm_mma_bf16", gemm_mma_bf16),
+    ("kernel::gemm_wgmma_bf16", gemm_wgmma_bf16),
     ("kernel::f32_to_bf16", f32_to_bf16),
     ("kernel::mma_probe_bf16", mma_probe_bf16),
     ("kernel::rope_f32", rope_f32),
@@ -88,6 +89,12 @@ fn main() {
             let gpu = gpu.clone();
             Trial::ignorable_test(name, move || match gpu {
                 Err(reason) => Ok(Completion::ignored_with(reason)),
+                Ok(g) if name.contains("wgmma") && !g.has_wgmma() => {
+                    Ok(Completion::ignored_with(format!(
+                        "wgmma needs compute capability 9.0; this is {}",
+                        g.description
+                    )))
+                }
                 Ok(g) => {
                     test(&g, &mut StdRng::seed_from_u64(seed + i as u64));
                     Ok(Completion::Completed)
@@ -350,27 +357,33 @@ fn gemm_bf16(g: &Gpu, rng: &mut StdRng) {
 /// grids with deep reductions (1024 and up) run split in two, one with an odd number of
 /// steps and a bias.
 fn gemm_mma_bf16(g: &Gpu, rng: &mut StdRng) {
-    let shapes = [
-        (2, 64, 64, false),
-        (7, 576, 192, true),
-        (65, 104, 130, false),
-        (128, 1536, 576, true),
-        (200, 8, 3, false),
-        (257, 96, 385, true),
-        (300, 4096, 1024, false),
-        (512, 14336, 256, false),
-        (33, 1032, 200, true),
-    ];
     let input = |rng: &mut StdRng, len| bf16_weights(rng, len, 1.0);
-    check_gemm(
-        g,
-        rng,
-        Gpu::gemm_mma_bf16,
-        ops::gemm_mma_bf16,
-        input,
-        &shapes,
-    );
+    let (gpu, cpu) = (Gpu::gemm_mma_bf16, ops::gemm_mma_bf16);
+    check_gemm(g, rng, gpu, cpu, input, &TENSOR_GEMM_SHAPES);
 }
+
+/// The same shapes as `gemm_mma_bf16`: tails on every side (rows past a tile, a reduction
+/// that ends inside a 64-wide step, features past a tile), split and unsplit.
+fn gemm_wgmma_bf16(g: &Gpu, rng: &mut StdRng) {
+    let input = |rng: &mut StdRng, len| bf16_weights(rng, len, 1.0);
+    let (gpu, cpu) = (Gpu::gemm_wgmma_bf16, ops::gemm_wgmma_bf16);
+    check_gemm(g, rng, gpu, cpu, input, &TENSOR_GEMM_SHAPES);
+}
+
+/// (tokens, n_in, n_out, bias) for the tensor-core GEMMs.
+const TENSOR_GEMM_SHAPES: [(usize, usize, usize, bool); 11] = [
+    (2, 64, 64, false),
+    (7, 576, 192, true),
+    (65, 104, 130, false),
+    (128, 1536, 576, true),
+    (200, 8, 3, false),
+    (257, 96, 385, true),
+    (300, 4096, 1024, false),
+    (512, 14336, 256, false),
+    (33, 1032, 200, true),
+    (1000, 2048, 2048, false),
+    (1100, 1536, 2100, true),
+];
 
 /// Powers of two keep every sum exact: the GPU and the CPU agree bit for bit.
 fn mma_probe_bf16(g: &Gpu, _: &mut StdRng) {
@@ -979,7 +992,7 @@ fn profile_times_every_launch_of_a_step(g: &Gpu, _: &mut StdRng) {
 
 /// `rustle profile`'s collection on a small shape: decode's kernels are memory-bound, and the
 /// prefill GEMM does far more arithmetic per byte than the decode GEMV.
-fn profile_puts_decode_on_the_slope(_: &Gpu, _: &mut StdRng) {
+fn profile_puts_decode_on_the_slope(g: &Gpu, _: &mut StdRng) {
     use rustle::profile::{Phase, collect};
     let args = collect::ProfileArgs {
         shape: "smollm2-135m".into(),
@@ -1000,7 +1013,14 @@ fn profile_puts_decode_on_the_slope(_: &Gpu, _: &mut StdRng) {
             .unwrap_or_else(|| panic!("{k}"))
     };
     let (gemm, gemv) = (
-        row("gemm_mma_bf16", Phase::Prefill),
+        row(
+            if g.has_wgmma() {
+                "gemm_wgmma_bf16"
+            } else {
+                "gemm_mma_bf16"
+            },
+            Phase::Prefill,
+        ),
         row("gemv_bf16", Phase::Decode),
     );
     assert!(

@@ -160,6 +160,11 @@ pub fn gemm_mma_bf16(out: &mut [f32], x: &[u16], w: &[u16], bias: Option<&[f32]>
     gemm_bf16(out, &x, w, bias, n_in);
 }
 
+/// The twin of the GPU's warpgroup (Hopper) GEMM: the same product as `gemm_mma_bf16`.
+pub fn gemm_wgmma_bf16(out: &mut [f32], x: &[u16], w: &[u16], bias: Option<&[f32]>, n_in: usize) {
+    gemm_mma_bf16(out, x, w, bias, n_in);
+}
+
 /// The tensor-core probe's result: every thread's 64 accumulators end at
 /// `iters * 16 * a * b`, and it writes their sum. The twin of `mma_probe_bf16`.
 pub fn mma_probe_bf16(out: &mut [f32], a_bits: u16, b_bits: u16, iters: u32) {

@@ -346,7 +346,7 @@ impl GpuBackend {
         }
     }
 
-    /// The tensor-core GEMM on an input already in `x_bf16`.
+    /// The tensor-core GEMM (`Gpu::prefill_gemm`) on an input already in `x_bf16`.
     #[allow(clippy::too_many_arguments)]
     fn gemm(
         gpu: &Gpu,
@@ -359,7 +359,7 @@ impl GpuBackend {
         n_out: usize,
     ) -> Result<()> {
         let x = x_bf16.slice(..n * n_in);
-        gpu.gemm_mma_bf16(out, &x, &w.as_view(), bias, n, n_in, n_out)
+        gpu.prefill_gemm(out, &x, &w.as_view(), bias, n, n_in, n_out)
     }
 
     /// Runs `batch` and returns the logits of its `logit_rows`, `[rows, vocab]`, copied to the

@@ -22,7 +22,8 @@ pub struct Gpu {
     /// Streaming multiprocessors: how many blocks run at once, times what fits on one.
     pub sm_count: usize,
     /// Launch kernels with programmatic dependent launch (sm_90 and later): each may be
-    /// placed on the GPU while the one before it drains; it waits for it on its first line.
+    /// placed on the GPU while the one before it drains; it waits for it on its first line
+    /// (an instruction that does nothing when the launch did not ask for it).
     pub pdl: bool,
     /// While profiling: every launch with events around it (shared by all clones).
     profile: Arc<Mutex<Option<Vec<Pending>>>>,
@@ -66,15 +67,10 @@ impl Gpu {
         let (major, minor) = ctx
             .compute_capability()
             .map_err(gpu_err("compute capability"))?;
-        // Hopper and later get the build whose kernels wait on the one before them, and the
-        // launches that let them start early (programmatic dependent launch).
-        // RUSTLE_PDL=0 turns it off, to measure what it brings.
+        let (ptx, target) = super::ptx_for(major, minor);
+        // Programmatic dependent launch (Hopper and later): each kernel may start while the
+        // one before it drains. RUSTLE_PDL=0 turns it off, to measure what it brings.
         let pdl = major >= 9 && std::env::var("RUSTLE_PDL").map_or(true, |v| v != "0");
-        let (ptx, target) = if pdl {
-            (super::PTX_SM90, "PTX 7.8 / sm_90")
-        } else {
-            (super::PTX_SM80, "PTX 7.0 / sm_80")
-        };
         let module = ctx.load_module(Ptx::from_src(ptx)).map_err(|e| {
             Error::Gpu(format!(
                 "cannot load the kernels' PTX (the driver may be too old for {target}): {e}"

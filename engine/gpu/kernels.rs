@@ -12,7 +12,7 @@ use super::context::Gpu;
 use super::launch::Launch;
 use crate::block_manager::BLOCK_SIZE;
 use crate::error::{Error, Result};
-use crate::traffic;
+use crate::traffic::{self, Traffic};
 
 /// An input buffer on the device.
 pub type In<'a, T> = CudaView<'a, T>;
@@ -20,14 +20,17 @@ pub type In<'a, T> = CudaView<'a, T>;
 pub type Out<'a, T> = CudaViewMut<'a, T>;
 
 macro_rules! kernel_table {
-    ($($name:ident),* $(,)?) => {
-        /// Every kernel of the PTX module, looked up by name once, when the module loads.
+    ($($name:ident),* $(,)?; optional: $($opt:ident),* $(,)?) => {
+        /// Every kernel of the PTX module, looked up by name once, when the module loads;
+        /// the optional ones are in some builds only (see `ptx_for`).
         #[derive(Clone)]
         pub struct Kernels {
             $(pub $name: CudaFunction,)*
+            $(pub $opt: Option<CudaFunction>,)*
         }
 
         impl Kernels {
+            /// The kernels every build has.
             pub const NAMES: &[&str] = &[$(stringify!($name)),*];
 
             pub fn load(module: &Arc<CudaModule>) -> Result<Kernels> {
@@ -35,6 +38,7 @@ macro_rules! kernel_table {
                     $($name: module.load_function(stringify!($name)).map_err(|e| {
                         Error::Gpu(format!("kernel {} is not in the PTX: {e}", stringify!($name)))
                     })?,)*
+                    $($opt: module.load_function(stringify!($opt)).ok(),)*
                 };
                 kernels.raise_limits()?;
                 Ok(kernels)
@@ -62,24 +66,32 @@ kernel_table!(
     residual_add_f32,
     argmax_f32,
     fill_random_bf16,
-    read_probe_u32,
+    read_probe_u32;
+    optional: gemm_wgmma_bf16,
 );
 
 impl Kernels {
     /// Kernels that need more than the default 48 KiB of dynamic shared memory ask for it
     /// once, here.
     fn raise_limits(&self) -> Result<()> {
-        use cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-        self.gemm_mma_bf16
-            .set_attribute(
-                CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                MMA_SHARED_BYTES as i32,
-            )
-            .map_err(|e| {
+        let big = [
+            (Some(&self.gemm_mma_bf16), "gemm_mma_bf16", MMA_SHARED_BYTES),
+            (
+                self.gemm_wgmma_bf16.as_ref(),
+                "gemm_wgmma_bf16",
+                WGMMA_SHARED_BYTES,
+            ),
+        ];
+        for (func, name, bytes) in big {
+            use cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_SHARED;
+            let Some(func) = func else { continue };
+            func.set_attribute(MAX_SHARED, bytes as i32).map_err(|e| {
                 Error::Gpu(format!(
-                    "gemm_mma_bf16 needs {MMA_SHARED_BYTES} bytes of shared memory per block: {e}"
+                    "{name} needs {bytes} bytes of shared memory per block: {e}"
                 ))
-            })
+            })?;
+        }
+        Ok(())
     }
 }
 
@@ -128,7 +140,39 @@ mod tiles {
         "/gpu-kernels/src/tiles.rs"
     ));
 }
-use tiles::{MMA_BM, MMA_BN, MMA_SHARED_BYTES, MMA_THREADS};
+use tiles::{
+    MMA_BM, MMA_BN, MMA_SHARED_BYTES, MMA_THREADS, WGMMA_BM, WGMMA_BN, WGMMA_SHARED_BYTES,
+    WGMMA_THREADS,
+};
+
+/// What the two tensor-core GEMMs' launches differ in.
+struct TensorGemm {
+    name: &'static str,
+    /// (tokens, features) of the output tile a block computes.
+    tile: (usize, usize),
+    threads: usize,
+    /// Dynamic shared memory per block.
+    shared: usize,
+    traffic: fn(usize, usize, usize, bool) -> Traffic,
+}
+
+/// `gemm_mma_bf16`.
+const MMA_GEMM: TensorGemm = TensorGemm {
+    name: "gemm_mma_bf16",
+    tile: (MMA_BM, MMA_BN),
+    threads: MMA_THREADS,
+    shared: MMA_SHARED_BYTES,
+    traffic: traffic::gemm_mma_bf16,
+};
+
+/// `gemm_wgmma_bf16`.
+const WGMMA_GEMM: TensorGemm = TensorGemm {
+    name: "gemm_wgmma_bf16",
+    tile: (WGMMA_BM, WGMMA_BN),
+    threads: WGMMA_THREADS,
+    shared: WGMMA_SHARED_BYTES,
+    traffic: traffic::gemm_wgmma_bf16,
+};
 
 /// Threads per block of RMSNorm: a whole row of up to 8192 in one round of loads.
 const ROW_THREADS: u32 = 1024;
@@ -297,9 +341,9 @@ impl Gpu {
         self.timed("gemm_bf16", traffic, || unsafe { b.launch(cfg) })
     }
 
-    /// Many tokens through a linear layer on tensor cores: out `[n, n_out]` f32,
-    /// x `[n, n_in]` bf16 (from `f32_to_bf16`), w `[n_out, n_in]` bf16, bias `[n_out]` or
-    /// none. The prefill path.
+    /// Many tokens through a linear layer on tensor cores (`mma.sync`, any GPU from sm_80):
+    /// out `[n, n_out]` f32, x `[n, n_in]` bf16 (from `f32_to_bf16`), w `[n_out, n_in]`
+    /// bf16, bias `[n_out]` or none.
     #[allow(clippy::too_many_arguments)]
     pub fn gemm_mma_bf16(
         &self,
@@ -311,21 +355,93 @@ impl Gpu {
         n_in: usize,
         n_out: usize,
     ) -> Result<()> {
+        let func = &self.kernels.gemm_mma_bf16;
+        self.tensor_gemm(func, &MMA_GEMM, out, x, w, bias, n, n_in, n_out)
+    }
+
+    /// As `gemm_mma_bf16`, on Hopper's warpgroup tensor cores (`wgmma`): an error on a GPU
+    /// without them (the kernel is in the sm_90a build only).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_wgmma_bf16(
+        &self,
+        out: &mut Out<f32>,
+        x: &In<u16>,
+        w: &In<u16>,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+    ) -> Result<()> {
+        let func = self.kernels.gemm_wgmma_bf16.as_ref().ok_or_else(|| {
+            Error::Gpu(format!(
+                "gemm_wgmma_bf16 needs a GPU of compute capability 9.0 (Hopper); this is {}",
+                self.description
+            ))
+        })?;
+        self.tensor_gemm(func, &WGMMA_GEMM, out, x, w, bias, n, n_in, n_out)
+    }
+
+    /// Whether this GPU runs `gemm_wgmma_bf16`.
+    pub fn has_wgmma(&self) -> bool {
+        self.kernels.gemm_wgmma_bf16.is_some()
+    }
+
+    /// The prefill's matmul: `gemm_wgmma_bf16` where the GPU has it, else `gemm_mma_bf16`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn prefill_gemm(
+        &self,
+        out: &mut Out<f32>,
+        x: &In<u16>,
+        w: &In<u16>,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+    ) -> Result<()> {
+        if self.has_wgmma() {
+            self.gemm_wgmma_bf16(out, x, w, bias, n, n_in, n_out)
+        } else {
+            self.gemm_mma_bf16(out, x, w, bias, n, n_in, n_out)
+        }
+    }
+
+    /// The launch both tensor-core GEMMs share: same arguments, same checks, a grid of
+    /// output tiles, the reduction split in two when the tiles are too few to fill the GPU.
+    #[allow(clippy::too_many_arguments)]
+    fn tensor_gemm(
+        &self,
+        func: &CudaFunction,
+        k: &TensorGemm,
+        out: &mut Out<f32>,
+        x: &In<u16>,
+        w: &In<u16>,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+    ) -> Result<()> {
+        let name = k.name;
         assert!(
             n_in.is_multiple_of(8),
-            "gemm_mma_bf16 moves 8 values at a time: n_in {n_in} must be a multiple of 8"
+            "{name} moves 8 values at a time: n_in {n_in} must be a multiple of 8"
         );
         assert!(x.len() == n * n_in && out.len() == n * n_out && w.len() == n_out * n_in);
         assert!(bias.is_none_or(|b| b.len() == n_out));
         assert!(
             aligned16(w, &self.stream) && aligned16(x, &self.stream),
-            "gemm_mma_bf16 needs 16-byte aligned w and x"
+            "{name} needs 16-byte aligned w and x"
         );
-        // Two blocks of this kernel fit on an SM. Too few tiles to fill them all (a short
-        // prompt through a narrow matrix, like o_proj or down) and a deep enough reduction:
-        // split the reduction in two, summed into a zeroed output.
-        let tiles = n_out.div_ceil(MMA_BN) * n.div_ceil(MMA_BM);
-        let k_splits = if tiles < 2 * self.sm_count && n_in >= 1024 {
+        // So few tiles that even twice as many blocks fit on the GPU at once (a short
+        // prompt through a narrow matrix, like o_proj or down), and a deep enough
+        // reduction: split the reduction in two, summed into a zeroed output. Not when
+        // the halves would need a second wave: that costs more than the idle SMs (measured
+        // in BENCHMARKS.md, round 13).
+        let (bm, bn) = k.tile;
+        let tiles = n_out.div_ceil(bn) * n.div_ceil(bm);
+        let per_sm = func
+            .occupancy_max_active_blocks_per_multiprocessor(k.threads as u32, k.shared, None)
+            .map_err(|e| Error::Gpu(format!("{name}'s occupancy: {e}")))?;
+        let k_splits = if 2 * tiles <= per_sm as usize * self.sm_count && n_in >= 1024 {
             2
         } else {
             1
@@ -337,23 +453,22 @@ impl Gpu {
         }
         let cfg = LaunchConfig {
             grid_dim: (
-                n_out.div_ceil(MMA_BN) as u32,
-                u32_of(n.div_ceil(MMA_BM), "token tiles"),
+                n_out.div_ceil(bn) as u32,
+                u32_of(n.div_ceil(bm), "token tiles"),
                 k_splits,
             ),
-            block_dim: (MMA_THREADS as u32, 1, 1),
-            shared_mem_bytes: MMA_SHARED_BYTES as u32,
+            block_dim: (k.threads as u32, 1, 1),
+            shared_mem_bytes: k.shared as u32,
         };
+        let traffic = (k.traffic)(n, n_in, n_out, bias.is_some());
         let (n, n_in, n_out) = (u32_of(n, "n"), u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
-        let traffic =
-            traffic::gemm_mma_bf16(n as usize, n_in as usize, n_out as usize, bias.is_some());
-        let mut b = self.launcher(&self.kernels.gemm_mma_bf16);
+        let mut b = self.launcher(func);
         b.arg(out).arg(x).arg(w).arg_or_null(bias);
         b.arg(&n).arg(&n_in).arg(&n_out);
-        // SAFETY: shapes and alignment checked; 256 threads, the grid covers the output in
-        // 128 x 128 tiles (the output zeroed when the reduction is split), the four stages of
-        // tiles get their shared memory (the limit was raised to it when the module loaded).
-        self.timed("gemm_mma_bf16", traffic, || unsafe { b.launch(cfg) })
+        // SAFETY: shapes and alignment checked; the block size and shared memory the kernel
+        // documents (its limit raised to that when the module loaded), the grid covers the
+        // output in tiles, and the output is zeroed when the reduction is split.
+        self.timed(name, traffic, || unsafe { b.launch(cfg) })
     }
 
     /// The tensor-core probe: `out.len()` threads in blocks of 256 (a multiple of 256),

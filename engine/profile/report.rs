@@ -32,8 +32,9 @@ pub struct Ceilings {
     pub compute_source: String,
     /// rustle's own GEMM on the same shape, FLOP per second, beside the reference.
     pub rustle_gemm_flops_per_s: Option<f64>,
-    /// The peak of the tensor instruction rustle's GEMM uses (`mma.sync`), FLOP per second:
-    /// the ceiling for that GEMM, below the reference's on GPUs with newer instructions.
+    /// The peak of the tensor instruction of rustle's Ampere-style GEMM (`mma.sync`), FLOP
+    /// per second: that GEMM's ceiling, below the reference's on GPUs with newer
+    /// instructions (Hopper's `wgmma`, which `gemm_wgmma_bf16` uses).
     #[serde(default)]
     pub mma_peak_flops_per_s: Option<f64>,
 }

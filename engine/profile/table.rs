@@ -33,7 +33,7 @@ pub fn render(p: &Profile) -> String {
             "; rustle's GEMM {}FLOP/s",
             si(r)
         )) + &c.mma_peak_flops_per_s.map_or(String::new(), |m| format!(
-            " (mma.sync peak {}FLOP/s, the ceiling of the instruction it uses)",
+            " (mma.sync peak {}FLOP/s, the ceiling of an Ampere-style GEMM)",
             si(m)
         )),
         c.ridge()

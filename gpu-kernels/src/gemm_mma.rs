@@ -1,4 +1,5 @@
-//! GEMM on tensor cores: the prompt's prefill matmuls at the speed of the matrix units.
+//! GEMM on tensor cores with `mma.sync`: the prompt's matmuls on Ampere and Ada (Hopper runs
+//! `gemm_wgmma_bf16`, which builds on this one).
 //!
 //! The SIMT `gemm_bf16` does one multiply-add per thread per instruction; here one warp-wide
 //! `mma` instruction does 16 x 8 x 16 = 2048 of them. The kernel is the classic Ampere

@@ -19,6 +19,8 @@ pub mod embedding;
 pub mod fill;
 pub mod gemm;
 pub mod gemm_mma;
+#[cfg(target_feature = "sm_90a")]
+pub mod gemm_wgmma;
 pub mod gemv;
 pub mod kv_cache;
 pub mod mma;
@@ -28,6 +30,8 @@ pub mod rope;
 pub mod swiglu;
 /// Launch shapes shared with the host, which compiles the same file (`include!`).
 pub mod tiles;
+#[cfg(target_feature = "sm_90a")]
+pub mod wgmma;
 
 /// A kernel cannot unwind and has nowhere to print: a panic (an out-of-bounds index, say)
 /// traps, which the host sees as a launch failure.

@@ -20,3 +20,21 @@ pub const MMA_STRIDE: usize = MMA_BK + 8;
 /// `[128][MMA_STRIDE]` bf16 tiles (80 KiB: over the default 48 KiB, so the host raises the
 /// kernel's limit when the module loads).
 pub const MMA_SHARED_BYTES: usize = MMA_STAGES * 2 * MMA_BM * MMA_STRIDE * 2;
+
+/// Warpgroup GEMM (sm_90a): tokens per block tile, 64 per warpgroup.
+pub const WGMMA_BM: usize = 128;
+/// Warpgroup GEMM: output features per block tile, one `m64n256` product wide. 128 works
+/// too (`m64n128`, half the accumulators) and was measured slower: each step then copies
+/// 32 KiB for half the arithmetic of the 48 KiB a 256-wide one copies.
+pub const WGMMA_BN: usize = 256;
+/// Warpgroup GEMM: depth of one step along the reduction: 64 bf16, one 128-byte swizzled row.
+pub const WGMMA_BK: usize = 64;
+/// Warpgroup GEMM: steps in shared memory at once (one being multiplied, one whose products
+/// may still be running, two arriving).
+pub const WGMMA_STAGES: usize = 4;
+/// Warpgroup GEMM: threads per block, 2 warpgroups of 128.
+pub const WGMMA_THREADS: usize = 256;
+/// Warpgroup GEMM: dynamic shared memory of a launch, `WGMMA_STAGES` steps of a
+/// `[WGMMA_BM][64]` and a `[WGMMA_BN][64]` bf16 tile, and 1 KiB to align them to the
+/// swizzle's 1024-byte period (193 KiB: one block per SM).
+pub const WGMMA_SHARED_BYTES: usize = WGMMA_STAGES * (WGMMA_BM + WGMMA_BN) * WGMMA_BK * 2 + 1024;

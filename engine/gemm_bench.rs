@@ -1,0 +1,135 @@
+//! The prefill matmuls alone: rustle's tensor-core GEMMs against cuBLAS on a model's shapes
+//! for a prompt of `n` tokens, timed with CUDA events over back-to-back launches.
+
+use cudarc::cublas::CudaBlas;
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::gemv_bench::cublas_linear;
+use crate::gpu::Gpu;
+
+#[derive(Serialize)]
+pub struct GemmResult {
+    /// "qkv", "o_proj", "gate (and up)", "down"
+    pub name: String,
+    pub n: usize,
+    pub n_in: usize,
+    pub n_out: usize,
+    /// `gemm_wgmma_bf16`, on GPUs that have it.
+    pub wgmma_us: Option<f64>,
+    /// `gemm_mma_bf16`.
+    pub mma_us: f64,
+    /// None when cuBLAS could not be loaded.
+    pub cublas_us: Option<f64>,
+}
+
+impl GemmResult {
+    /// FLOP of one launch.
+    pub fn flops(&self) -> f64 {
+        2.0 * (self.n * self.n_in * self.n_out) as f64
+    }
+
+    /// The prefill's kernel (`Gpu::prefill_gemm`): the warpgroup one where there is one.
+    pub fn rustle_us(&self) -> f64 {
+        self.wgmma_us.unwrap_or(self.mma_us)
+    }
+}
+
+/// A prompt's matmul shapes for `c`: (name, input width, output width).
+pub fn prefill_shapes(c: &Config) -> Vec<(&'static str, usize, usize)> {
+    vec![
+        ("qkv", c.dim, c.q_dim() + 2 * c.kv_dim()),
+        ("o_proj", c.q_dim(), c.dim),
+        ("gate (and up)", c.dim, c.ffn_dim),
+        ("down", c.ffn_dim, c.dim),
+    ]
+}
+
+/// Each of `c`'s prefill matmuls on `n` tokens, through each GEMM.
+pub fn run(gpu: &Gpu, c: &Config, n: usize) -> Result<Vec<GemmResult>> {
+    const BATCH: usize = 10;
+    let time_us = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        let ms = crate::bench::time_ms(gpu, 5, &mut || (0..BATCH).try_for_each(|_| f()))?;
+        Ok(ms * 1e3 / BATCH as f64)
+    };
+    // SAFETY: only asks whether libcublas can be loaded.
+    let blas = if unsafe { cudarc::cublas::sys::is_culib_present() } {
+        Some(CudaBlas::new(gpu.stream.clone()).map_err(|e| Error::Gpu(format!("cuBLAS: {e}")))?)
+    } else {
+        None
+    };
+    let mut results = vec![];
+    for (name, n_in, n_out) in prefill_shapes(c) {
+        let mut w = gpu.zeros::<u16>(n_out * n_in, "the GEMM benchmark")?;
+        let scale = 1.0 / (n_in as f32).sqrt();
+        gpu.fill_random_bf16(&mut w.as_view_mut(), 200, scale)?;
+        let mut x = gpu.zeros::<u16>(n * n_in, "the GEMM benchmark")?;
+        gpu.fill_random_bf16(&mut x.as_view_mut(), 201, 1.0)?;
+        let mut out = gpu.zeros::<f32>(n * n_out, "the GEMM benchmark")?;
+        let (xv, wv) = (x.as_view(), w.as_view());
+        let wgmma_us = match gpu.has_wgmma() {
+            false => None,
+            true => Some(time_us(&mut || {
+                let o = &mut out.as_view_mut();
+                gpu.gemm_wgmma_bf16(o, &xv, &wv, None, n, n_in, n_out)
+            })?),
+        };
+        let mma_us = time_us(&mut || {
+            let o = &mut out.as_view_mut();
+            gpu.gemm_mma_bf16(o, &xv, &wv, None, n, n_in, n_out)
+        })?;
+        let cublas_us = match &blas {
+            None => None,
+            Some(blas) => Some(time_us(&mut || {
+                cublas_linear(gpu, blas, &mut out, &w, &x, n, n_in, n_out)
+            })?),
+        };
+        results.push(GemmResult {
+            name: name.into(),
+            n,
+            n_in,
+            n_out,
+            wgmma_us,
+            mma_us,
+            cublas_us,
+        });
+    }
+    Ok(results)
+}
+
+/// The table `rustle bench` prints: each shape's time and TFLOP/s per kernel, and cuBLAS's
+/// time over rustle's (above 1: rustle is faster).
+pub fn print(results: &[GemmResult]) {
+    println!(
+        "  {:<14} {:>6} {:>6} {:>6} {:>18} {:>18} {:>18} {:>12}",
+        "prefill matmul",
+        "tokens",
+        "in",
+        "out",
+        "wgmma us (TF/s)",
+        "mma.sync us (TF/s)",
+        "cuBLAS us (TF/s)",
+        "cuBLAS/ours"
+    );
+    for g in results {
+        let cell = |us: Option<f64>| match us {
+            None => "-".to_string(),
+            Some(us) => format!("{us:.1} ({:.0})", g.flops() / (us * 1e-6) / 1e12),
+        };
+        let ratio = g
+            .cublas_us
+            .map_or("no cuBLAS".into(), |c| format!("{:.2}", c / g.rustle_us()));
+        println!(
+            "  {:<14} {:>6} {:>6} {:>6} {:>18} {:>18} {:>18} {:>12}",
+            g.name,
+            g.n,
+            g.n_in,
+            g.n_out,
+            cell(g.wgmma_us),
+            cell(Some(g.mma_us)),
+            cell(g.cublas_us),
+            ratio
+        );
+    }
+}

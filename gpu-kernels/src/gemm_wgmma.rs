@@ -1,0 +1,210 @@
+//! GEMM on Hopper's warpgroup tensor cores: the prefill matmuls at the speed cuBLAS reaches.
+//!
+//! `gemm_mma_bf16` is the Ampere shape: every warp loads its operands from shared memory into
+//! registers (`ldmatrix`) and multiplies them (`mma.sync`), and those loads compete with the
+//! products for the warp's issue slots. Here each warpgroup (4 warps) names its operand
+//! tiles in shared memory by descriptor and the tensor cores read them themselves
+//! (`wgmma.mma_async`, see `wgmma.rs`): one instruction per 64 x 256 x 16 product, issued
+//! without waiting, so the threads spend the time requesting the next tiles instead.
+//!
+//! The tiles are laid out as the descriptor's 128-byte swizzle wants them (see
+//! `wgmma::swizzle_128b`); `cp.async` copies each 16-byte chunk straight to its place.
+
+use crate::device::{block_idx_x, block_idx_y, block_idx_z, dynamic_shared, grid_dim_z, sync_threads, thread_idx_x};
+use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, red_add_f32, shared_addr};
+use crate::tiles::{WGMMA_BK, WGMMA_BM, WGMMA_BN, WGMMA_STAGES, WGMMA_THREADS};
+use crate::wgmma::{self, Accumulators, descriptor_sw128, swizzle_128b};
+
+/// Bytes of one stage: the `[WGMMA_BM][64]` bf16 tile of `x`, then the `[WGMMA_BN][64]` tile
+/// of `w`.
+const X_BYTES: usize = WGMMA_BM * WGMMA_BK * 2;
+const STAGE_BYTES: usize = X_BYTES + WGMMA_BN * WGMMA_BK * 2;
+/// One thread's accumulators: a 64 x `WGMMA_BN` product over 128 threads.
+type Acc = [f32; WGMMA_BN / 2];
+/// Batches of products (steps) a warpgroup leaves running when it reaches the next step's
+/// barrier: with 1, the tensor cores never wait for the barrier; with 0, one more buffer is
+/// free for the copies (measured slower: BENCHMARKS.md, round 13).
+const LAG: usize = 1;
+/// Steps requested ahead of the one being multiplied: every buffer but that one's and the
+/// LAG ones still being read.
+const AHEAD: usize = WGMMA_STAGES - 1 - LAG;
+/// 16-byte chunks along one row of a step (64 bf16).
+const CHUNKS: usize = WGMMA_BK / 8;
+
+/// `out[t, o] = sum_i x[t, i] * w[o, i] + bias[o]`, bf16 inputs, products summed in f32: the
+/// same contract as `gemm_mma_bf16`, on sm_90a.
+///
+/// - `out`: `[n, n_out]` f32
+/// - `x`: `[n, n_in]` bf16 (as `u16` bits): the activations, rounded by `f32_to_bf16`
+/// - `w`: `[n_out, n_in]` bf16
+/// - `bias`: `[n_out]` f32, or null for none
+///
+/// Thread mapping: block `(256)` = two warpgroups computes a 128-token x 256-feature tile
+/// (`WGMMA_BM` x `WGMMA_BN`); warpgroup `h` owns tokens `64 h .. 64 h + 64` against all 256
+/// features, one `m64n256` product per 16 of the reduction, 128 f32 accumulators per
+/// thread. Each step of 64 along the reduction copies a `128 x 64` slice of `x` and a
+/// `256 x 64` slice of `w` into one of `WGMMA_STAGES` shared buffers; while step `t` is
+/// multiplied, step `t - 1`'s products may still be running and steps `t + 1` and `t + 2`
+/// are arriving. Past `n`, `n_in` or `n_out` the tiles hold zeros, and nothing is stored.
+///
+/// As in `gemm_mma_bf16`, `gridDim.z == 2` splits the reduction in two halves, each added
+/// into an output the host has zeroed.
+///
+/// PRECONDITIONS: `n_in % 8 == 0`; `x` and `w` 16-byte aligned; block `(256)`; grid
+/// `(ceil(n_out / WGMMA_BN), ceil(n / WGMMA_BM), 1 or 2)`, and `out` zeroed when 2;
+/// `WGMMA_SHARED_BYTES` of dynamic shared memory.
+///
+/// # Safety
+/// The host's launch wrapper checks the preconditions.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn gemm_wgmma_bf16(
+    out: *mut f32,
+    x: *const u16,
+    w: *const u16,
+    bias: *const f32,
+    n: u32,
+    n_in: u32,
+    n_out: u32,
+) {
+    crate::device::wait_for_previous_kernel();
+    let (n, n_in, n_out) = (n as usize, n_in as usize, n_out as usize);
+    let tid = thread_idx_x();
+    let group = tid / 128;
+    let (m0, n0) = (block_idx_y() * WGMMA_BM, block_idx_x() * WGMMA_BN);
+    // The swizzle repeats every 1024 bytes and the hardware reads it from the address bits:
+    // the buffers start on a 1024-byte boundary (the launch asks for 1 KiB to spare).
+    let smem = (shared_addr(dynamic_shared::<u8>()) + 1023) & !1023;
+    let x_tile = |s: usize| smem + (s * STAGE_BYTES) as u32;
+    let w_tile = |s: usize| smem + (s * STAGE_BYTES + X_BYTES) as u32;
+
+    // This block's share of the reduction, as in `gemm_mma_bf16`.
+    let all_steps = n_in.div_ceil(WGMMA_BK);
+    let per_split = all_steps.div_ceil(grid_dim_z());
+    let first = (block_idx_z() * per_split).min(all_steps);
+    let steps = per_split.min(all_steps - first);
+
+    // Copies the 16-byte chunks `tid`, `tid + 256`, ... of a `rows x 64` slice of `src`
+    // (row `r0` on, `valid_rows` of them inside the matrix) from column `k0` into the
+    // swizzled tile at `tile`: neighbouring threads cover a row's 128 bytes.
+    let copy = |tile: u32, src: *const u16, r0: usize, valid_rows: usize, rows: usize, k0: usize| {
+        for j in 0..rows * CHUNKS / WGMMA_THREADS {
+            let c = tid + WGMMA_THREADS * j;
+            let (row, chunk) = (c / CHUNKS, c % CHUNKS);
+            let k = k0 + 8 * chunk;
+            let ok = k < n_in && row < valid_rows;
+            // SAFETY: the source is read only when valid: inside its matrix, and 16-byte
+            // aligned (the base is, and n_in % 8 == 0); otherwise the base is named and the
+            // 16 bytes are zero-filled. The destination is inside the tile.
+            unsafe {
+                let from = if ok { src.add((r0 + row) * n_in + k) } else { src };
+                cp_async_16(tile + swizzle_128b(row, chunk) as u32, from, ok);
+            }
+        }
+    };
+    // Requests step `t` into buffer `s`.
+    let request = |s: usize, t: usize| {
+        let k0 = (first + t) * WGMMA_BK;
+        copy(x_tile(s), x, m0, n.saturating_sub(m0), WGMMA_BM, k0);
+        copy(w_tile(s), w, n0, n_out.saturating_sub(n0), WGMMA_BN, k0);
+    };
+
+    // The four products of one step: along k, 16 values (32 bytes) into the swizzled rows
+    // at a time; this warpgroup's 64 rows of x start 64 rows (8 KiB) into the tile. Four
+    // calls with constant offsets, not a loop: a loop the compiler keeps rolled would index
+    // the accumulators, through memory.
+    let multiply = |s: usize, acc: &mut Acc| {
+        let x_rows = x_tile(s) + (group * 64 * 128) as u32;
+        let product = |k_bytes: u32, acc: &mut Acc| {
+            let a = descriptor_sw128(x_rows + k_bytes);
+            let b = descriptor_sw128(w_tile(s) + k_bytes);
+            // SAFETY: the whole warpgroup is here, the descriptors name 1024-byte-aligned
+            // swizzled tiles in this block's shared memory, and `fence` came first.
+            unsafe { acc.mma_bf16(a, b) };
+        };
+        product(0, acc);
+        product(32, acc);
+        product(64, acc);
+        product(96, acc);
+    };
+
+    // The pipeline. Every thread commits one copy group per step, empty or not, so that
+    // "all but the newest AHEAD - 1 groups have landed" always means "step t has".
+    for t in 0..AHEAD {
+        if t < steps {
+            request(t, t);
+        }
+        cp_async_commit();
+    }
+    // SAFETY: all-zero bits are 0.0. (`[0.0; 128]` would be a store loop the compiler keeps
+    // rolled, which puts the accumulators in local memory; zeroed() is a memset it resolves.)
+    let mut acc: Acc = unsafe { core::mem::zeroed() };
+    for t in 0..steps {
+        cp_async_wait::<{ (AHEAD - 1) as u32 }>();
+        wgmma::fence_proxy_async_shared();
+        // Step t is in shared memory for everyone; and both warpgroups are done with step
+        // t - 1 - LAG (each waited for it at the end of step t - 1), whose buffer is
+        // refilled below.
+        // SAFETY: all threads run the same number of steps.
+        unsafe { sync_threads() };
+        // The accumulators are ready for the products (zeroed, on the first step).
+        wgmma::fence();
+        multiply(t % WGMMA_STAGES, &mut acc);
+        wgmma::commit_group();
+        let ahead = t + AHEAD;
+        if ahead < steps {
+            request(ahead % WGMMA_STAGES, ahead);
+        }
+        cp_async_commit();
+        // All but the newest LAG batches of products are done.
+        wgmma::wait_group::<{ LAG as u32 }>();
+    }
+    wgmma::wait_group::<0>();
+    acc.pin();
+
+    // Thread t of the warpgroup holds rows 16 (t / 32) + g (+ 8), columns 8 j + c (+ 1).
+    let lane = tid % 128;
+    let row0 = m0 + 64 * group + 16 * (lane / 32) + lane % 32 / 4;
+    let col0 = n0 + 2 * (lane % 4);
+    let split = grid_dim_z() > 1;
+    let add_bias = !bias.is_null() && block_idx_z() == 0;
+    // Two neighbouring columns at a time: one 8-byte store where both are inside and the
+    // row's start keeps them 8-byte aligned (an even n_out).
+    let pairs = n_out % 2 == 0;
+    let store = |row: usize, col: usize, [a, b]: [f32; 2]| {
+        if row >= n || col >= n_out {
+            return;
+        }
+        // SAFETY: in bounds by the guards; bias, when present, holds n_out floats; the
+        // 8-byte store is aligned (out is, n_out and col are even).
+        unsafe {
+            let both = col + 1 < n_out;
+            let (a, b) = match add_bias {
+                true => (a + *bias.add(col), if both { b + *bias.add(col + 1) } else { b }),
+                false => (a, b),
+            };
+            let at = out.add(row * n_out + col);
+            if split {
+                red_add_f32(at, a);
+                if both {
+                    red_add_f32(at.add(1), b);
+                }
+            } else if both && pairs {
+                *(at as *mut Pair) = Pair([a, b]);
+            } else {
+                *at = a;
+                if both {
+                    *at.add(1) = b;
+                }
+            }
+        }
+    };
+    acc.for_each_block(|j, [a, b, c, d]| {
+        let col = col0 + 8 * j;
+        store(row0, col, [a, b]);
+        store(row0 + 8, col, [c, d]);
+    });
+}
+
+/// Two floats the compiler may store as one 8-byte `st.global.v2.f32`.
+#[repr(C, align(8))]
+struct Pair([f32; 2]);
