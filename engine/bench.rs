@@ -70,6 +70,8 @@ pub struct BenchArgs {
     pub ctx: Vec<usize>,
     pub prompt_len: usize,
     pub steps: usize,
+    /// Time every plan of the warpgroup GEMM too.
+    pub gemm_plans: bool,
 }
 
 #[derive(Serialize)]
@@ -226,7 +228,7 @@ pub fn run(args: &BenchArgs) -> Result<BenchReport> {
         "prefill matmuls alone on {} tokens, rustle against cuBLAS",
         args.prompt_len
     ));
-    let gemm = crate::gemm_bench::run(&gpu, &c, args.prompt_len)?;
+    let gemm = crate::gemm_bench::run(&gpu, &c, args.prompt_len, args.gemm_plans)?;
     fill_kv_with_noise(&mut runner)?;
 
     let kv_bytes_per_pos = 2 * c.n_layers * c.kv_dim() * size_of::<f32>();

@@ -8,6 +8,8 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::gemv_bench::cublas_linear;
 use crate::gpu::Gpu;
+use crate::gpu::gemm_plan::GemmPlan;
+use crate::gpu::tiles::WGMMA_WIDTHS;
 
 #[derive(Serialize)]
 pub struct GemmResult {
@@ -22,6 +24,10 @@ pub struct GemmResult {
     pub mma_us: f64,
     /// None when cuBLAS could not be loaded.
     pub cublas_us: Option<f64>,
+    /// The plan `gemm_wgmma_bf16` chose, on GPUs that have it.
+    pub wgmma_plan: Option<GemmPlan>,
+    /// Every plan of `gemm_wgmma_bf16` and its time, when asked for.
+    pub plans: Vec<(GemmPlan, f64)>,
 }
 
 impl GemmResult {
@@ -46,8 +52,9 @@ pub fn prefill_shapes(c: &Config) -> Vec<(&'static str, usize, usize)> {
     ]
 }
 
-/// Each of `c`'s prefill matmuls on `n` tokens, through each GEMM.
-pub fn run(gpu: &Gpu, c: &Config, n: usize) -> Result<Vec<GemmResult>> {
+/// Each of `c`'s prefill matmuls on `n` tokens, through each GEMM; with `all_plans`, through
+/// every tile width and split of the warpgroup one too.
+pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmResult>> {
     const BATCH: usize = 10;
     let time_us = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
         let ms = crate::bench::time_ms(gpu, 5, &mut || (0..BATCH).try_for_each(|_| f()))?;
@@ -79,11 +86,28 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize) -> Result<Vec<GemmResult>> {
             let o = &mut out.as_view_mut();
             gpu.gemm_mma_bf16(o, &xv, &wv, None, n, n_in, n_out)
         })?;
+        let mut plans = vec![];
+        if all_plans && gpu.has_wgmma() {
+            for tile_n in WGMMA_WIDTHS {
+                for k_splits in [1, 2] {
+                    let plan = GemmPlan { tile_n, k_splits };
+                    let us = time_us(&mut || {
+                        let o = &mut out.as_view_mut();
+                        gpu.gemm_wgmma_planned(plan, o, &xv, &wv, None, n, n_in, n_out)
+                    })?;
+                    plans.push((plan, us));
+                }
+            }
+        }
         let cublas_us = match &blas {
             None => None,
             Some(blas) => Some(time_us(&mut || {
                 cublas_linear(gpu, blas, &mut out, &w, &x, n, n_in, n_out)
             })?),
+        };
+        let wgmma_plan = match gpu.has_wgmma() {
+            true => Some(gpu.wgmma_plan(n, n_in, n_out)?),
+            false => None,
         };
         results.push(GemmResult {
             name: name.into(),
@@ -93,6 +117,8 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize) -> Result<Vec<GemmResult>> {
             wgmma_us,
             mma_us,
             cublas_us,
+            wgmma_plan,
+            plans,
         });
     }
     Ok(results)
@@ -102,11 +128,12 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize) -> Result<Vec<GemmResult>> {
 /// time over rustle's (above 1: rustle is faster).
 pub fn print(results: &[GemmResult]) {
     println!(
-        "  {:<14} {:>6} {:>6} {:>6} {:>18} {:>18} {:>18} {:>12}",
+        "  {:<14} {:>6} {:>6} {:>6} {:>9} {:>18} {:>18} {:>18} {:>12}",
         "prefill matmul",
         "tokens",
         "in",
         "out",
+        "plan",
         "wgmma us (TF/s)",
         "mma.sync us (TF/s)",
         "cuBLAS us (TF/s)",
@@ -120,16 +147,34 @@ pub fn print(results: &[GemmResult]) {
         let ratio = g
             .cublas_us
             .map_or("no cuBLAS".into(), |c| format!("{:.2}", c / g.rustle_us()));
+        let plan = g.wgmma_plan.map_or("-".into(), plan_name);
         println!(
-            "  {:<14} {:>6} {:>6} {:>6} {:>18} {:>18} {:>18} {:>12}",
+            "  {:<14} {:>6} {:>6} {:>6} {:>9} {:>18} {:>18} {:>18} {:>12}",
             g.name,
             g.n,
             g.n_in,
             g.n_out,
+            plan,
             cell(g.wgmma_us),
             cell(Some(g.mma_us)),
             cell(g.cublas_us),
             ratio
         );
+    }
+    for g in results.iter().filter(|g| !g.plans.is_empty()) {
+        let times: Vec<String> = g
+            .plans
+            .iter()
+            .map(|&(p, us)| format!("{} {us:.1}", plan_name(p)))
+            .collect();
+        println!("    {} every plan (us): {}", g.name, times.join(", "));
+    }
+}
+
+/// "224" for a tile 224 wide, "256 x2" for 256 wide with the reduction split in two.
+fn plan_name(p: GemmPlan) -> String {
+    match p.k_splits {
+        1 => format!("{}", p.tile_n),
+        k => format!("{} x{k}", p.tile_n),
     }
 }

@@ -173,6 +173,11 @@ struct BenchCli {
     #[arg(long, default_value_t = 64)]
     steps: usize,
 
+    /// Also time every tile width and split of the warpgroup GEMM on each prefill matmul
+    /// (Hopper): the measurements behind `gemm_plan`'s cost table.
+    #[arg(long)]
+    gemm_plans: bool,
+
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -342,6 +347,7 @@ fn bench(b: &BenchCli) -> Result<()> {
         ctx: b.ctx.clone(),
         prompt_len: b.prompt_len,
         steps: b.steps,
+        gemm_plans: b.gemm_plans,
     })?;
     if b.json {
         println!(

@@ -77,6 +77,11 @@ pub fn gemm_mma_bf16(n: usize, n_in: usize, n_out: usize, bias: bool) -> Traffic
     )
 }
 
+/// Zeroing `len` floats (the output a split GEMM adds its halves into): written once.
+pub fn zero_f32(len: usize) -> Traffic {
+    t(len as u64 * F32, 0)
+}
+
 /// The same matmul as `gemm_mma_bf16`, on Hopper's warpgroup instructions: the same bytes
 /// and arithmetic.
 pub fn gemm_wgmma_bf16(n: usize, n_in: usize, n_out: usize, bias: bool) -> Traffic {
@@ -233,6 +238,8 @@ mod tests {
         // The same with x in bf16 (8 values = 16 bytes) and a bias of 3 f32 = 12 bytes.
         assert_eq!(gemm_mma_bf16(2, 4, 3, true), t(24 + 16 + 24 + 12, 48));
         assert_eq!(gemm_wgmma_bf16(2, 4, 3, true), t(24 + 16 + 24 + 12, 48));
+        // The split GEMM's zeroed output: 6 floats written, no arithmetic.
+        assert_eq!(zero_f32(6), t(24, 0));
         // One warp, one round: 16 steps of 4096 FLOP; 32 floats written.
         assert_eq!(mma_probe_bf16(32, 1), t(128, 16 * 4096));
         // 10 values: 40 bytes read, 20 written.

@@ -19,6 +19,7 @@ use rustle::config::{Config, HfConfig};
 use rustle::cpu::ops;
 use rustle::gpu::Gpu;
 use rustle::gpu::backend::to_bf16;
+use rustle::gpu::gemm_plan::GemmPlan;
 use rustle::gpu::kernels::{In, Out};
 use rustle::model::{LayerWeights, ModelWeights};
 use rustle::runner::{Device, Runner, RunnerOptions};
@@ -289,7 +290,8 @@ fn gemv_swiglu_bf16(g: &Gpu, rng: &mut StdRng) {
 }
 
 /// A GPU GEMM and its CPU twin: `out [n, n_out] = x [n, n_in] . w^T + bias`, x of type X.
-type GemmGpu<X> = fn(
+trait GemmGpu<X>:
+    Fn(
     &Gpu,
     &mut Out<f32>,
     &In<X>,
@@ -298,7 +300,22 @@ type GemmGpu<X> = fn(
     usize,
     usize,
     usize,
-) -> rustle::Result<()>;
+) -> rustle::Result<()>
+{
+}
+impl<X, F> GemmGpu<X> for F where
+    F: Fn(
+        &Gpu,
+        &mut Out<f32>,
+        &In<X>,
+        &In<u16>,
+        Option<&In<f32>>,
+        usize,
+        usize,
+        usize,
+    ) -> rustle::Result<()>
+{
+}
 type GemmCpu<X> = fn(&mut [f32], &[X], &[u16], Option<&[f32]>, usize);
 
 /// Shapes with tails on every side of the tiles (64 for the SIMT GEMM, 128 for the tensor
@@ -306,7 +323,7 @@ type GemmCpu<X> = fn(&mut [f32], &[X], &[u16], Option<&[f32]>, usize);
 fn check_gemm<X: cudarc::driver::DeviceRepr>(
     g: &Gpu,
     rng: &mut StdRng,
-    gpu: GemmGpu<X>,
+    gpu: impl GemmGpu<X>,
     cpu: GemmCpu<X>,
     input: fn(&mut StdRng, usize) -> Vec<X>,
     shapes: &[(usize, usize, usize, bool)],
@@ -362,12 +379,30 @@ fn gemm_mma_bf16(g: &Gpu, rng: &mut StdRng) {
     check_gemm(g, rng, gpu, cpu, input, &TENSOR_GEMM_SHAPES);
 }
 
-/// The same shapes as `gemm_mma_bf16`: tails on every side (rows past a tile, a reduction
-/// that ends inside a 64-wide step, features past a tile), split and unsplit.
+/// The same shapes as `gemm_mma_bf16`, with the plans `gemm_plan` picks; then every tile
+/// width, split and unsplit, over tails on every side (rows past a tile, a reduction that
+/// ends inside a 64-wide step, features past a tile).
 fn gemm_wgmma_bf16(g: &Gpu, rng: &mut StdRng) {
     let input = |rng: &mut StdRng, len| bf16_weights(rng, len, 1.0);
     let (gpu, cpu) = (Gpu::gemm_wgmma_bf16, ops::gemm_wgmma_bf16);
     check_gemm(g, rng, gpu, cpu, input, &TENSOR_GEMM_SHAPES);
+    for tile_n in [128, 192, 224, 256] {
+        for k_splits in [1, 2] {
+            let plan = GemmPlan { tile_n, k_splits };
+            let shapes = [(130, 1096, 500, true), (64, 2048, 224, false)];
+            let planned = move |g: &Gpu,
+                                o: &mut Out<f32>,
+                                x: &In<u16>,
+                                w: &In<u16>,
+                                b: Option<&In<f32>>,
+                                n,
+                                n_in,
+                                n_out| {
+                g.gemm_wgmma_planned(plan, o, x, w, b, n, n_in, n_out)
+            };
+            check_gemm(g, rng, planned, cpu, input, &shapes);
+        }
+    }
 }
 
 /// (tokens, n_in, n_out, bias) for the tensor-core GEMMs.

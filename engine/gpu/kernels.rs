@@ -9,6 +9,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaModule, CudaView, CudaViewMut, LaunchConfig};
 
 use super::context::Gpu;
+use super::gemm_plan::{self, GemmPlan};
 use super::launch::Launch;
 use crate::block_manager::BLOCK_SIZE;
 use crate::error::{Error, Result};
@@ -132,24 +133,16 @@ fn gemv_launch(n_out: usize) -> LaunchConfig {
     }
 }
 
-/// Launch shapes shared with the kernels: the same file, compiled into both.
-mod tiles {
-    #![allow(dead_code)]
-    include!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/gpu-kernels/src/tiles.rs"
-    ));
-}
-use tiles::{
-    MMA_BM, MMA_BN, MMA_SHARED_BYTES, MMA_THREADS, WGMMA_BM, WGMMA_BN, WGMMA_SHARED_BYTES,
-    WGMMA_THREADS,
+use super::tiles::{
+    MMA_BM, MMA_SHARED_BYTES, MMA_THREADS, WGMMA_BM, WGMMA_SHARED_BYTES, WGMMA_THREADS,
+    WGMMA_WIDTHS,
 };
 
 /// What the two tensor-core GEMMs' launches differ in.
 struct TensorGemm {
     name: &'static str,
-    /// (tokens, features) of the output tile a block computes.
-    tile: (usize, usize),
+    /// Tokens of the output tile a block computes.
+    tile_m: usize,
     threads: usize,
     /// Dynamic shared memory per block.
     shared: usize,
@@ -159,7 +152,7 @@ struct TensorGemm {
 /// `gemm_mma_bf16`.
 const MMA_GEMM: TensorGemm = TensorGemm {
     name: "gemm_mma_bf16",
-    tile: (MMA_BM, MMA_BN),
+    tile_m: MMA_BM,
     threads: MMA_THREADS,
     shared: MMA_SHARED_BYTES,
     traffic: traffic::gemm_mma_bf16,
@@ -168,7 +161,7 @@ const MMA_GEMM: TensorGemm = TensorGemm {
 /// `gemm_wgmma_bf16`.
 const WGMMA_GEMM: TensorGemm = TensorGemm {
     name: "gemm_wgmma_bf16",
-    tile: (WGMMA_BM, WGMMA_BN),
+    tile_m: WGMMA_BM,
     threads: WGMMA_THREADS,
     shared: WGMMA_SHARED_BYTES,
     traffic: traffic::gemm_wgmma_bf16,
@@ -356,7 +349,8 @@ impl Gpu {
         n_out: usize,
     ) -> Result<()> {
         let func = &self.kernels.gemm_mma_bf16;
-        self.tensor_gemm(func, &MMA_GEMM, out, x, w, bias, n, n_in, n_out)
+        let plan = gemm_plan::mma(n, n_in, n_out, self.slots(func, &MMA_GEMM)?);
+        self.tensor_gemm(func, &MMA_GEMM, plan, out, x, w, bias, n, n_in, n_out)
     }
 
     /// As `gemm_mma_bf16`, on Hopper's warpgroup tensor cores (`wgmma`): an error on a GPU
@@ -372,13 +366,52 @@ impl Gpu {
         n_in: usize,
         n_out: usize,
     ) -> Result<()> {
-        let func = self.kernels.gemm_wgmma_bf16.as_ref().ok_or_else(|| {
+        let plan = self.wgmma_plan(n, n_in, n_out)?;
+        self.gemm_wgmma_planned(plan, out, x, w, bias, n, n_in, n_out)
+    }
+
+    /// The tile width and split `gemm_wgmma_bf16` runs `n` tokens through an
+    /// `n_out x n_in` matrix with on this GPU.
+    pub fn wgmma_plan(&self, n: usize, n_in: usize, n_out: usize) -> Result<GemmPlan> {
+        let slots = self.slots(self.wgmma_kernel()?, &WGMMA_GEMM)?;
+        Ok(gemm_plan::wgmma(n, n_in, n_out, slots))
+    }
+
+    /// `gemm_wgmma_bf16` with the tile width and split chosen by the caller (one of
+    /// `WGMMA_WIDTHS`, 1 or 2), not by `gemm_plan::wgmma`: for measuring the plans.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_wgmma_planned(
+        &self,
+        plan: GemmPlan,
+        out: &mut Out<f32>,
+        x: &In<u16>,
+        w: &In<u16>,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+    ) -> Result<()> {
+        assert!(WGMMA_WIDTHS.contains(&plan.tile_n) && (1..=2).contains(&plan.k_splits));
+        let func = self.wgmma_kernel()?;
+        self.tensor_gemm(func, &WGMMA_GEMM, plan, out, x, w, bias, n, n_in, n_out)
+    }
+
+    fn wgmma_kernel(&self) -> Result<&CudaFunction> {
+        self.kernels.gemm_wgmma_bf16.as_ref().ok_or_else(|| {
             Error::Gpu(format!(
                 "gemm_wgmma_bf16 needs a GPU of compute capability 9.0 (Hopper); this is {}",
                 self.description
             ))
-        })?;
-        self.tensor_gemm(func, &WGMMA_GEMM, out, x, w, bias, n, n_in, n_out)
+        })
+    }
+
+    /// Blocks of a tensor-core GEMM that run at once: per SM (shared memory and registers
+    /// allowing) times SMs.
+    fn slots(&self, func: &CudaFunction, k: &TensorGemm) -> Result<usize> {
+        let per_sm = func
+            .occupancy_max_active_blocks_per_multiprocessor(k.threads as u32, k.shared, None)
+            .map_err(|e| Error::Gpu(format!("{}'s occupancy: {e}", k.name)))?;
+        Ok(per_sm as usize * self.sm_count)
     }
 
     /// Whether this GPU runs `gemm_wgmma_bf16`.
@@ -406,12 +439,14 @@ impl Gpu {
     }
 
     /// The launch both tensor-core GEMMs share: same arguments, same checks, a grid of
-    /// output tiles, the reduction split in two when the tiles are too few to fill the GPU.
+    /// output tiles as `plan` says (and the tile width as a last argument to the warpgroup
+    /// kernel, which takes several).
     #[allow(clippy::too_many_arguments)]
     fn tensor_gemm(
         &self,
         func: &CudaFunction,
         k: &TensorGemm,
+        plan: GemmPlan,
         out: &mut Out<f32>,
         x: &In<u16>,
         w: &In<u16>,
@@ -431,43 +466,35 @@ impl Gpu {
             aligned16(w, &self.stream) && aligned16(x, &self.stream),
             "{name} needs 16-byte aligned w and x"
         );
-        // So few tiles that even twice as many blocks fit on the GPU at once (a short
-        // prompt through a narrow matrix, like o_proj or down), and a deep enough
-        // reduction: split the reduction in two, summed into a zeroed output. Not when
-        // the halves would need a second wave: that costs more than the idle SMs (measured
-        // in BENCHMARKS.md, round 13).
-        let (bm, bn) = k.tile;
-        let tiles = n_out.div_ceil(bn) * n.div_ceil(bm);
-        let per_sm = func
-            .occupancy_max_active_blocks_per_multiprocessor(k.threads as u32, k.shared, None)
-            .map_err(|e| Error::Gpu(format!("{name}'s occupancy: {e}")))?;
-        let k_splits = if 2 * tiles <= per_sm as usize * self.sm_count && n_in >= 1024 {
-            2
-        } else {
-            1
-        };
-        if k_splits > 1 {
-            self.stream
-                .memset_zeros(out)
-                .map_err(|e| Error::Gpu(format!("zeroing a GEMM output: {e}")))?;
+        if plan.k_splits > 1 {
+            // Timed like a kernel, so that a profile counts what the split costs.
+            let traffic = traffic::zero_f32(out.len());
+            self.timed("zero_f32 (split GEMM)", traffic, || {
+                self.stream.memset_zeros(out)
+            })?;
         }
         let cfg = LaunchConfig {
             grid_dim: (
-                n_out.div_ceil(bn) as u32,
-                u32_of(n.div_ceil(bm), "token tiles"),
-                k_splits,
+                n_out.div_ceil(plan.tile_n) as u32,
+                u32_of(n.div_ceil(k.tile_m), "token tiles"),
+                plan.k_splits as u32,
             ),
             block_dim: (k.threads as u32, 1, 1),
             shared_mem_bytes: k.shared as u32,
         };
         let traffic = (k.traffic)(n, n_in, n_out, bias.is_some());
         let (n, n_in, n_out) = (u32_of(n, "n"), u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
+        let tile_n = plan.tile_n as u32;
         let mut b = self.launcher(func);
         b.arg(out).arg(x).arg(w).arg_or_null(bias);
         b.arg(&n).arg(&n_in).arg(&n_out);
+        if k.name == WGMMA_GEMM.name {
+            b.arg(&tile_n);
+        }
         // SAFETY: shapes and alignment checked; the block size and shared memory the kernel
         // documents (its limit raised to that when the module loaded), the grid covers the
-        // output in tiles, and the output is zeroed when the reduction is split.
+        // output in tiles of the width the kernel is told, and the output is zeroed when the
+        // reduction is split.
         self.timed(name, traffic, || unsafe { b.launch(cfg) })
     }
 

@@ -4,13 +4,24 @@
 //!
 //! - `context`: the device, its stream, and the loaded kernels
 //! - `kernels`: the typed kernel table and one checked launch wrapper per kernel
+//! - `gemm_plan`: the tile width and reduction split of a tensor-core GEMM launch
 //! - `launch`: the launch itself, with programmatic dependent launch where the GPU has it
 //! - `backend`: weights, KV cache and activations on the device, and the forward pass
 
 pub mod backend;
 pub mod context;
+pub mod gemm_plan;
 pub mod kernels;
 pub mod launch;
+
+/// Launch shapes shared with the kernels: the same file, compiled into both.
+pub(crate) mod tiles {
+    #![allow(dead_code)]
+    include!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/gpu-kernels/src/tiles.rs"
+    ));
+}
 
 pub use backend::GpuBackend;
 pub use context::Gpu;

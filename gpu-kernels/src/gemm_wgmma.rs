@@ -4,23 +4,22 @@
 //! registers (`ldmatrix`) and multiplies them (`mma.sync`), and those loads compete with the
 //! products for the warp's issue slots. Here each warpgroup (4 warps) names its operand
 //! tiles in shared memory by descriptor and the tensor cores read them themselves
-//! (`wgmma.mma_async`, see `wgmma.rs`): one instruction per 64 x 256 x 16 product, issued
-//! without waiting, so the threads spend the time requesting the next tiles instead.
+//! (`wgmma.mma_async`, see `wgmma.rs`): one instruction per 64 x 256 x 16 product (or 224,
+//! 192, 128 wide), issued without waiting, so the threads spend the time requesting the next
+//! tiles instead.
 //!
 //! The tiles are laid out as the descriptor's 128-byte swizzle wants them (see
 //! `wgmma::swizzle_128b`); `cp.async` copies each 16-byte chunk straight to its place.
 
 use crate::device::{block_idx_x, block_idx_y, block_idx_z, dynamic_shared, grid_dim_z, sync_threads, thread_idx_x};
 use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, red_add_f32, shared_addr};
-use crate::tiles::{WGMMA_BK, WGMMA_BM, WGMMA_BN, WGMMA_STAGES, WGMMA_THREADS};
+use crate::tiles::{WGMMA_BK, WGMMA_BM, WGMMA_MAX_BN, WGMMA_STAGES, WGMMA_THREADS};
 use crate::wgmma::{self, Accumulators, descriptor_sw128, swizzle_128b};
 
-/// Bytes of one stage: the `[WGMMA_BM][64]` bf16 tile of `x`, then the `[WGMMA_BN][64]` tile
-/// of `w`.
+/// Bytes of one stage: the `[WGMMA_BM][64]` bf16 tile of `x`, then room for the widest
+/// `[WGMMA_MAX_BN][64]` tile of `w`.
 const X_BYTES: usize = WGMMA_BM * WGMMA_BK * 2;
-const STAGE_BYTES: usize = X_BYTES + WGMMA_BN * WGMMA_BK * 2;
-/// One thread's accumulators: a 64 x `WGMMA_BN` product over 128 threads.
-type Acc = [f32; WGMMA_BN / 2];
+const STAGE_BYTES: usize = X_BYTES + WGMMA_MAX_BN * WGMMA_BK * 2;
 /// Batches of products (steps) a warpgroup leaves running when it reaches the next step's
 /// barrier: with 1, the tensor cores never wait for the barrier; with 0, one more buffer is
 /// free for the copies (measured slower: BENCHMARKS.md, round 13).
@@ -39,11 +38,14 @@ const CHUNKS: usize = WGMMA_BK / 8;
 /// - `w`: `[n_out, n_in]` bf16
 /// - `bias`: `[n_out]` f32, or null for none
 ///
-/// Thread mapping: block `(256)` = two warpgroups computes a 128-token x 256-feature tile
-/// (`WGMMA_BM` x `WGMMA_BN`); warpgroup `h` owns tokens `64 h .. 64 h + 64` against all 256
-/// features, one `m64n256` product per 16 of the reduction, 128 f32 accumulators per
+/// - `tile_n`: the width of a block's tile of output features, 128, 192, 224 or 256 (what
+///   fills the GPU best for this `n_out` is the host's choice)
+///
+/// Thread mapping: block `(256)` = two warpgroups computes a 128-token x `tile_n`-feature
+/// tile; warpgroup `h` owns tokens `64 h .. 64 h + 64` against all of its features, one
+/// `m64n{tile_n}` product per 16 of the reduction, `tile_n / 2` f32 accumulators per
 /// thread. Each step of 64 along the reduction copies a `128 x 64` slice of `x` and a
-/// `256 x 64` slice of `w` into one of `WGMMA_STAGES` shared buffers; while step `t` is
+/// `tile_n x 64` slice of `w` into one of `WGMMA_STAGES` shared buffers; while step `t` is
 /// multiplied, step `t - 1`'s products may still be running and steps `t + 1` and `t + 2`
 /// are arriving. Past `n`, `n_in` or `n_out` the tiles hold zeros, and nothing is stored.
 ///
@@ -51,7 +53,7 @@ const CHUNKS: usize = WGMMA_BK / 8;
 /// into an output the host has zeroed.
 ///
 /// PRECONDITIONS: `n_in % 8 == 0`; `x` and `w` 16-byte aligned; block `(256)`; grid
-/// `(ceil(n_out / WGMMA_BN), ceil(n / WGMMA_BM), 1 or 2)`, and `out` zeroed when 2;
+/// `(ceil(n_out / tile_n), ceil(n / WGMMA_BM), 1 or 2)`, and `out` zeroed when 2;
 /// `WGMMA_SHARED_BYTES` of dynamic shared memory.
 ///
 /// # Safety
@@ -65,12 +67,38 @@ pub unsafe extern "gpu-kernel" fn gemm_wgmma_bf16(
     n: u32,
     n_in: u32,
     n_out: u32,
+    tile_n: u32,
 ) {
     crate::device::wait_for_previous_kernel();
     let (n, n_in, n_out) = (n as usize, n_in as usize, n_out as usize);
+    // SAFETY: the same preconditions, passed on; the accumulators' type fixes the width.
+    unsafe {
+        match tile_n {
+            128 => gemm::<[f32; 64]>(out, x, w, bias, n, n_in, n_out),
+            192 => gemm::<[f32; 96]>(out, x, w, bias, n, n_in, n_out),
+            224 => gemm::<[f32; 112]>(out, x, w, bias, n, n_in, n_out),
+            _ => gemm::<[f32; 128]>(out, x, w, bias, n, n_in, n_out),
+        }
+    }
+}
+
+/// `gemm_wgmma_bf16` with tiles `A::N` features wide.
+///
+/// # Safety
+/// As `gemm_wgmma_bf16`.
+#[inline(always)]
+unsafe fn gemm<A: Accumulators>(
+    out: *mut f32,
+    x: *const u16,
+    w: *const u16,
+    bias: *const f32,
+    n: usize,
+    n_in: usize,
+    n_out: usize,
+) {
     let tid = thread_idx_x();
     let group = tid / 128;
-    let (m0, n0) = (block_idx_y() * WGMMA_BM, block_idx_x() * WGMMA_BN);
+    let (m0, n0) = (block_idx_y() * WGMMA_BM, block_idx_x() * A::N);
     // The swizzle repeats every 1024 bytes and the hardware reads it from the address bits:
     // the buffers start on a 1024-byte boundary (the launch asks for 1 KiB to spare).
     let smem = (shared_addr(dynamic_shared::<u8>()) + 1023) & !1023;
@@ -105,16 +133,16 @@ pub unsafe extern "gpu-kernel" fn gemm_wgmma_bf16(
     let request = |s: usize, t: usize| {
         let k0 = (first + t) * WGMMA_BK;
         copy(x_tile(s), x, m0, n.saturating_sub(m0), WGMMA_BM, k0);
-        copy(w_tile(s), w, n0, n_out.saturating_sub(n0), WGMMA_BN, k0);
+        copy(w_tile(s), w, n0, n_out.saturating_sub(n0), A::N, k0);
     };
 
     // The four products of one step: along k, 16 values (32 bytes) into the swizzled rows
     // at a time; this warpgroup's 64 rows of x start 64 rows (8 KiB) into the tile. Four
     // calls with constant offsets, not a loop: a loop the compiler keeps rolled would index
     // the accumulators, through memory.
-    let multiply = |s: usize, acc: &mut Acc| {
+    let multiply = |s: usize, acc: &mut A| {
         let x_rows = x_tile(s) + (group * 64 * 128) as u32;
-        let product = |k_bytes: u32, acc: &mut Acc| {
+        let product = |k_bytes: u32, acc: &mut A| {
             let a = descriptor_sw128(x_rows + k_bytes);
             let b = descriptor_sw128(w_tile(s) + k_bytes);
             // SAFETY: the whole warpgroup is here, the descriptors name 1024-byte-aligned
@@ -135,9 +163,7 @@ pub unsafe extern "gpu-kernel" fn gemm_wgmma_bf16(
         }
         cp_async_commit();
     }
-    // SAFETY: all-zero bits are 0.0. (`[0.0; 128]` would be a store loop the compiler keeps
-    // rolled, which puts the accumulators in local memory; zeroed() is a memset it resolves.)
-    let mut acc: Acc = unsafe { core::mem::zeroed() };
+    let mut acc = A::zeros();
     for t in 0..steps {
         cp_async_wait::<{ (AHEAD - 1) as u32 }>();
         wgmma::fence_proxy_async_shared();

@@ -23,10 +23,13 @@ pub const MMA_SHARED_BYTES: usize = MMA_STAGES * 2 * MMA_BM * MMA_STRIDE * 2;
 
 /// Warpgroup GEMM (sm_90a): tokens per block tile, 64 per warpgroup.
 pub const WGMMA_BM: usize = 128;
-/// Warpgroup GEMM: output features per block tile, one `m64n256` product wide. 128 works
-/// too (`m64n128`, half the accumulators) and was measured slower: each step then copies
-/// 32 KiB for half the arithmetic of the 48 KiB a 256-wide one copies.
-pub const WGMMA_BN: usize = 256;
+/// Warpgroup GEMM: the widths a block tile of output features can have, one `m64nN` product
+/// wide. The host picks the one that fills the GPU best: wider tiles do more arithmetic
+/// per byte copied (a step copies `(128 + N) x 64` bf16 for `128 x N x 64` products), so
+/// 256 unless a narrower one packs the SMs more evenly.
+pub const WGMMA_WIDTHS: [usize; 4] = [128, 192, 224, 256];
+/// Warpgroup GEMM: the widest of `WGMMA_WIDTHS`, which sizes the shared buffers.
+pub const WGMMA_MAX_BN: usize = 256;
 /// Warpgroup GEMM: depth of one step along the reduction: 64 bf16, one 128-byte swizzled row.
 pub const WGMMA_BK: usize = 64;
 /// Warpgroup GEMM: steps in shared memory at once (one being multiplied, one whose products
@@ -35,6 +38,7 @@ pub const WGMMA_STAGES: usize = 4;
 /// Warpgroup GEMM: threads per block, 2 warpgroups of 128.
 pub const WGMMA_THREADS: usize = 256;
 /// Warpgroup GEMM: dynamic shared memory of a launch, `WGMMA_STAGES` steps of a
-/// `[WGMMA_BM][64]` and a `[WGMMA_BN][64]` bf16 tile, and 1 KiB to align them to the
+/// `[WGMMA_BM][64]` and a `[WGMMA_MAX_BN][64]` bf16 tile, and 1 KiB to align them to the
 /// swizzle's 1024-byte period (193 KiB: one block per SM).
-pub const WGMMA_SHARED_BYTES: usize = WGMMA_STAGES * (WGMMA_BM + WGMMA_BN) * WGMMA_BK * 2 + 1024;
+pub const WGMMA_SHARED_BYTES: usize =
+    WGMMA_STAGES * (WGMMA_BM + WGMMA_MAX_BN) * WGMMA_BK * 2 + 1024;

@@ -73,12 +73,23 @@ pub fn wait_group<const PENDING: u32>() {
 }
 
 /// The f32 accumulators of one warpgroup's `m64nN` product, N / 2 per thread, and the
-/// product itself for that N (`[f32; 64]`: N = 128; `[f32; 128]`: N = 256).
+/// product itself for that N: `[f32; 64]` is N = 128, `[f32; 96]` 192, `[f32; 112]` 224,
+/// `[f32; 128]` 256 (the widths `gemm_wgmma_bf16` can run).
 ///
 /// In thread `t` of the warpgroup, with warp `w = t / 32`, `g = t % 32 / 4` and
 /// `c = 2 (t % 4)`, word `4 j + 2 h + e` is row `16 w + g + 8 h`, column `8 j + c + e`: the
 /// `mma.sync` accumulator layout, once per 8 columns.
-pub trait Accumulators {
+pub trait Accumulators: Sized {
+    /// N: the product's width, in columns.
+    const N: usize;
+
+    /// All zeros. (An array literal `[0.0; 128]` becomes a store loop the compiler keeps
+    /// rolled, which puts the accumulators in local memory; this is a memset it resolves.)
+    fn zeros() -> Self {
+        // SAFETY: all-zero bits are 0.0, and Self is an array of f32.
+        unsafe { core::mem::zeroed() }
+    }
+
     /// `acc += a * b` for a 64 x 16 tile `a` and a 16 x N tile `b` (bf16, both K-major in
     /// shared memory, as described by `a` and `b`), asynchronously: the accumulators must not
     /// be read or written until a `wait_group` covers this product.
@@ -100,9 +111,13 @@ pub trait Accumulators {
     fn for_each_block(&self, f: impl FnMut(usize, [f32; 4]));
 }
 
+/// `accumulators!(N, N / 2, [registers but the last], last, [8-column blocks])`: the product
+/// spelled out for one N, every register named (inline assembly has no arrays).
 macro_rules! accumulators {
     ($n:literal, $len:literal, [$($i:literal)*], $last:literal, [$($j:literal)*]) => {
         impl Accumulators for [f32; $len] {
+            const N: usize = $n;
+
             #[inline(always)]
             unsafe fn mma_bf16(&mut self, a: u64, b: u64) {
                 // SAFETY: the caller's guarantee.
@@ -151,10 +166,32 @@ macro_rules! accumulators {
 
 accumulators!(
     128, 64,
-    [ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
-     32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61 62],
+    [ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 22 23
+     24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47
+     48 49 50 51 52 53 54 55 56 57 58 59 60 61 62],
     63,
-    [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15]
+    [ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15]
+);
+
+accumulators!(
+    192, 96,
+    [ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 22 23
+     24 25 26 27 28 29 30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47
+     48 49 50 51 52 53 54 55 56 57 58 59 60 61 62 63 64 65 66 67 68 69 70 71
+     72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93 94],
+    95,
+    [ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 22 23]
+);
+
+accumulators!(
+    224, 112,
+    [  0   1   2   3   4   5   6   7   8   9  10  11  12  13  14  15  16  17  18  19  20  21  22  23
+      24  25  26  27  28  29  30  31  32  33  34  35  36  37  38  39  40  41  42  43  44  45  46  47
+      48  49  50  51  52  53  54  55  56  57  58  59  60  61  62  63  64  65  66  67  68  69  70  71
+      72  73  74  75  76  77  78  79  80  81  82  83  84  85  86  87  88  89  90  91  92  93  94  95
+      96  97  98  99 100 101 102 103 104 105 106 107 108 109 110],
+    111,
+    [ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27]
 );
 
 accumulators!(
@@ -166,5 +203,5 @@ accumulators!(
       96  97  98  99 100 101 102 103 104 105 106 107 108 109 110 111 112 113 114 115 116 117 118 119
      120 121 122 123 124 125 126],
     127,
-    [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31]
+    [ 0  1  2  3  4  5  6  7  8  9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31]
 );

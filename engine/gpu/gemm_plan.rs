@@ -1,0 +1,125 @@
+//! How a tensor-core GEMM covers its output: the width of a block's tile and whether the
+//! reduction is split, chosen so that the blocks fill the GPU's SMs evenly.
+//!
+//! A GEMM's blocks run in *waves* of as many as fit on the GPU at once (`slots`). A last
+//! wave that is half full costs as much as a full one: 224 tiles on 132 SMs take two waves,
+//! the second 70% idle. Narrower tiles or a split reduction change the count; wider tiles
+//! do more arithmetic per byte they copy, so each step of theirs is cheaper per column.
+//! The plan is the cheapest by that count.
+
+use super::tiles::{MMA_BM, MMA_BN, WGMMA_BM};
+
+/// Tile and split of one tensor-core GEMM launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct GemmPlan {
+    /// Output features per block tile.
+    pub tile_n: usize,
+    /// 1, or 2: each half of the reduction in its own block, both added into a zeroed output.
+    pub k_splits: usize,
+}
+
+/// The widths `gemm_wgmma_bf16` runs, with the time of one 64-deep step of a block relative
+/// to a 256-wide one's, measured on the H200 (`rustle bench --gemm-plans`, BENCHMARKS.md
+/// round 14): narrower tiles copy more bytes per product, so a column costs more.
+const WGMMA_STEP_COST: [(usize, f64); 4] = [(128, 0.75), (192, 0.85), (224, 0.94), (256, 1.0)];
+
+/// What a split reduction adds to each block, in steps of its width: zeroing the output and
+/// adding both halves into it with `red.add` (measured, round 14: 20 to 27 us on 8B's
+/// o_proj and down, about 30 steps). The halves themselves take half the steps each.
+const SPLIT_STEPS: f64 = 32.0;
+
+/// Reductions shallower than this are not split: each half would be a few steps.
+const MIN_SPLIT_DEPTH: usize = 1024;
+
+/// `gemm_mma_bf16`'s plan: its one tile width, split when even the halves fit in one wave
+/// of `slots` blocks (a second wave costs more than the idle SMs: round 13).
+pub fn mma(n: usize, n_in: usize, n_out: usize, slots: usize) -> GemmPlan {
+    let tiles = n_out.div_ceil(MMA_BN) * n.div_ceil(MMA_BM);
+    let split = 2 * tiles <= slots && n_in >= MIN_SPLIT_DEPTH;
+    GemmPlan {
+        tile_n: MMA_BN,
+        k_splits: if split { 2 } else { 1 },
+    }
+}
+
+/// `gemm_wgmma_bf16`'s plan: the width and split of least estimated time for `n` tokens
+/// through an `n_out x n_in` matrix, `slots` blocks at once. Ties go to the wider tile, then
+/// to no split.
+pub fn wgmma(n: usize, n_in: usize, n_out: usize, slots: usize) -> GemmPlan {
+    let steps = n_in.div_ceil(64) as f64;
+    let mut best = (
+        f64::INFINITY,
+        GemmPlan {
+            tile_n: 256,
+            k_splits: 1,
+        },
+    );
+    for &(tile_n, step_cost) in WGMMA_STEP_COST.iter().rev() {
+        for k_splits in [1, 2] {
+            if k_splits == 2 && n_in < MIN_SPLIT_DEPTH {
+                continue;
+            }
+            let blocks = n_out.div_ceil(tile_n) * n.div_ceil(WGMMA_BM) * k_splits;
+            let waves = blocks.div_ceil(slots) as f64;
+            let split_steps = if k_splits == 2 { SPLIT_STEPS } else { 0.0 };
+            let time = waves * (steps / k_splits as f64 + split_steps) * step_cost;
+            if time < best.0 * 0.999 {
+                best = (time, GemmPlan { tile_n, k_splits });
+            }
+        }
+    }
+    best.1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::tiles::WGMMA_WIDTHS;
+
+    fn plan(tile_n: usize, k_splits: usize) -> GemmPlan {
+        GemmPlan { tile_n, k_splits }
+    }
+
+    #[test]
+    fn every_width_the_kernel_runs_has_a_cost() {
+        let costed: Vec<usize> = WGMMA_STEP_COST.iter().map(|&(w, _)| w).collect();
+        assert_eq!(costed, WGMMA_WIDTHS);
+    }
+
+    #[test]
+    fn big_grids_take_the_widest_tile_unsplit() {
+        // 2048 tokens of Llama 3 8B's gate: 16 x 56 = 896 tiles of 256, 6.8 waves.
+        assert_eq!(wgmma(2048, 4096, 14336, 132), plan(256, 1));
+        assert_eq!(wgmma(8192, 8192, 8192, 132), plan(256, 1));
+    }
+
+    #[test]
+    fn the_mma_kernel_splits_only_what_fits_one_wave() {
+        // 4 x 32 = 128 tiles: halves would need two waves of 132.
+        assert_eq!(mma(512, 4096, 4096, 264), plan(128, 2));
+        assert_eq!(mma(512, 4096, 4096, 132), plan(128, 1));
+        assert_eq!(mma(512, 512, 4096, 264), plan(128, 1));
+    }
+
+    /// Llama 3 8B's prefill matmuls on 512 tokens, 132 SMs: the plans `rustle bench
+    /// --gemm-plans` measured fastest of the eight on the H200 (round 14).
+    #[test]
+    fn the_measured_fastest_plans_for_a_short_prompt() {
+        // qkv (6144 wide): 96 tiles of 256 leave 36 SMs idle; 128 of 192 fill all but 4.
+        assert_eq!(wgmma(512, 4096, 6144, 132), plan(192, 1));
+        // o_proj: 128 tiles of 128 in one wave beat 64 of 256, split or not.
+        assert_eq!(wgmma(512, 4096, 4096, 132), plan(128, 1));
+        // gate (14336): 224 tiles of 256 are two waves, the second 70% full; 256 of 224
+        // fill both.
+        assert_eq!(wgmma(512, 4096, 14336, 132), plan(224, 1));
+        // down: a 14336-deep reduction; 64 tiles of 256 split in two fill one wave.
+        assert_eq!(wgmma(512, 14336, 4096, 132), plan(256, 2));
+    }
+
+    #[test]
+    fn shallow_reductions_are_never_split() {
+        for n_out in [64, 1000, 4096] {
+            assert_eq!(wgmma(64, 512, n_out, 132).k_splits, 1);
+        }
+    }
+}
