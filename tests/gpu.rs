@@ -290,21 +290,15 @@ fn gemv_swiglu_bf16(g: &Gpu, rng: &mut StdRng) {
 }
 
 /// A GPU GEMM and its CPU twin: `out [n, n_out] = x [n, n_in] . w^T + bias`, x of type X.
-trait GemmGpu<X>:
-    Fn(
-    &Gpu,
-    &mut Out<f32>,
-    &In<X>,
-    &In<u16>,
-    Option<&In<f32>>,
-    usize,
-    usize,
-    usize,
-) -> rustle::Result<()>
-{
-}
-impl<X, F> GemmGpu<X> for F where
-    F: Fn(
+/// The GPU one is `Gpu::gemm_*`, or a closure around one with its launch plan fixed.
+type GemmCpu<X> = fn(&mut [f32], &[X], &[u16], Option<&[f32]>, usize);
+
+/// Shapes with tails on every side of the tiles (64 for the SIMT GEMM, 128 for the tensor
+/// cores), a deep reduction, and a bias or none.
+fn check_gemm<X: cudarc::driver::DeviceRepr>(
+    g: &Gpu,
+    rng: &mut StdRng,
+    gpu: impl Fn(
         &Gpu,
         &mut Out<f32>,
         &In<X>,
@@ -313,17 +307,7 @@ impl<X, F> GemmGpu<X> for F where
         usize,
         usize,
         usize,
-    ) -> rustle::Result<()>
-{
-}
-type GemmCpu<X> = fn(&mut [f32], &[X], &[u16], Option<&[f32]>, usize);
-
-/// Shapes with tails on every side of the tiles (64 for the SIMT GEMM, 128 for the tensor
-/// cores), a deep reduction, and a bias or none.
-fn check_gemm<X: cudarc::driver::DeviceRepr>(
-    g: &Gpu,
-    rng: &mut StdRng,
-    gpu: impl GemmGpu<X>,
+    ) -> rustle::Result<()>,
     cpu: GemmCpu<X>,
     input: fn(&mut StdRng, usize) -> Vec<X>,
     shapes: &[(usize, usize, usize, bool)],
