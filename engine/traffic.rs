@@ -145,6 +145,37 @@ pub fn attention_f32(
     )
 }
 
+/// The prompt attention on tensor cores, for a batch of one sequence at `positions`: each
+/// block of 64 (token, query head) rows of a KV group reads that head's keys and values up
+/// to its last token's position, once for all its rows; the queries and the output once.
+/// The arithmetic counted is the causal part, as for `attention_f32` (the masked half of
+/// the diagonal tiles is computed and thrown away).
+pub fn attention_mma_bf16(
+    positions: &[u32],
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+) -> Traffic {
+    let (n, group) = (positions.len(), n_heads / n_kv_heads);
+    let rows_per_block = crate::gpu::tiles::ATTN_MMA_ROWS;
+    let keys_read: u64 = (0..(n * group).div_ceil(rows_per_block))
+        .map(|b| {
+            let first = b * rows_per_block / group;
+            let last = ((b + 1) * rows_per_block - 1).min(n * group - 1) / group;
+            positions[first..=last]
+                .iter()
+                .max()
+                .map_or(0, |&p| p as u64 + 1)
+        })
+        .sum();
+    let attended: u64 = positions.iter().map(|&p| p as u64 + 1).sum();
+    let (hd, q) = (head_dim as u64, (n * n_heads * head_dim) as u64);
+    t(
+        2 * keys_read * n_kv_heads as u64 * hd * F32 + 2 * q * F32,
+        4 * attended * n_heads as u64 * hd,
+    )
+}
+
 /// As `attention_f32`, with the partial results written instead of the output.
 pub fn attention_split_f32(
     attended: usize,
@@ -240,6 +271,26 @@ mod tests {
         assert_eq!(gemm_wgmma_bf16(2, 4, 3, true), t(24 + 16 + 24 + 12, 48));
         // The split GEMM's zeroed output: 6 floats written, no arithmetic.
         assert_eq!(zero_f32(6), t(24, 0));
+    }
+
+    #[test]
+    fn prompt_attention_counts() {
+        // 3 tokens at positions 5, 6, 7; 4 query heads on 2 KV heads (groups of 2), head 16:
+        // 6 rows per KV head, one block, which reads keys 0..=7 of its KV head: 8 keys x 16
+        // floats x 4 bytes x (k, v) x 2 KV heads = 2048. q and out: 3 x 4 x 16 floats each
+        // = 768 bytes. Arithmetic: (6 + 7 + 8) positions x 4 heads x 4 x 16 = 5376.
+        assert_eq!(
+            attention_mma_bf16(&[5, 6, 7], 4, 2, 16),
+            t(2048 + 2 * 768, 5376)
+        );
+        // 40 tokens, one head per KV head: blocks of 64 rows hold all 40; with 16 query
+        // heads per KV head, 4 tokens a block, each block reading up to its own last token.
+        let positions: Vec<u32> = (0..40).collect();
+        let one = attention_mma_bf16(&positions, 1, 1, 16).bytes;
+        assert_eq!(one, 2 * 40 * 16 * 4 + 2 * 40 * 16 * 4);
+        let grouped = attention_mma_bf16(&positions, 16, 1, 16).bytes;
+        let keys: u64 = (0..10).map(|b| 4 * b + 4).sum();
+        assert_eq!(grouped, 2 * keys * 16 * 4 + 2 * 40 * 16 * 16 * 4);
         // One warp, one round: 16 steps of 4096 FLOP; 32 floats written.
         assert_eq!(mma_probe_bf16(32, 1), t(128, 16 * 4096));
         // 10 values: 40 bytes read, 20 written.

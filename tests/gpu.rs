@@ -40,6 +40,7 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::qkv_rope_write_f32", qkv_rope_write_f32),
     ("kernel::kv_write_f32", kv_write_f32),
     ("kernel::attention_f32 (and split + combine)", attention_f32),
+    ("kernel::attention_mma_bf16", attention_mma_bf16),
     ("kernel::swiglu_f32", swiglu_f32),
     ("kernel::residual_add_f32", residual_add_f32),
     ("kernel::argmax_f32", argmax_f32),
@@ -154,6 +155,9 @@ fn rel_err(a: &[f32], b: &[f32]) -> f64 {
 const ELEMENTWISE: f64 = 1e-6;
 const REDUCTION: f64 = 1e-5;
 const LONG_REDUCTION: f64 = 5e-5;
+/// The tensor-core attention rounds its softmax weights to bf16 (2^-9 relative), its twin
+/// does not.
+const BF16_WEIGHTS: f64 = 5e-3;
 const APPROX_EXP: f64 = 5e-6;
 
 fn assert_close(what: &str, gpu: &[f32], cpu: &[f32], tol: f64) {
@@ -559,6 +563,63 @@ fn kv_write_f32(g: &Gpu, rng: &mut StdRng) {
         .unwrap();
         assert_close("keys", &down(g, &kd), &kc, 0.0);
         assert_close("values", &down(g, &vd), &vc, 0.0);
+    }
+}
+
+/// One sequence per batch (the kernel's precondition), its blocks scattered over the pool,
+/// the batch a chunk that starts at 0 or deep into the sequence; heads of 64 and 128; GQA
+/// groups of 1, 3, 4, 7 (a group that does not divide a block's 64 rows) and 8; a single
+/// token; the sequence is the second row of the block table.
+fn attention_mma_bf16(g: &Gpu, rng: &mut StdRng) {
+    // (head_dim, n_heads, n_kv_heads, first position, tokens)
+    for (head_dim, n_heads, n_kv_heads, p0, n) in [
+        (64, 9, 3, 0usize, 40usize),
+        (128, 32, 8, 0, 200),
+        (128, 28, 4, 100, 77),
+        (64, 8, 8, 0, 1),
+        (128, 8, 1, 500, 130),
+        (64, 32, 4, 37, 300),
+    ] {
+        let blocks = (p0 + n).div_ceil(16);
+        let n_blocks = blocks + 7;
+        let max_blocks = blocks + 1;
+        let mut pool: Vec<u32> = (0..n_blocks as u32).collect();
+        for i in (1..pool.len()).rev() {
+            pool.swap(i, rng.random_range(0..=i));
+        }
+        // Row 0 of the table is another sequence's; this batch's is row 1.
+        let mut tables = vec![0u32; 2 * max_blocks];
+        tables[max_blocks..max_blocks + blocks].copy_from_slice(&pool[..blocks]);
+        tables[..3].copy_from_slice(&pool[blocks..blocks + 3]);
+        let token_seq = vec![1u32; n];
+        let positions: Vec<u32> = (p0 as u32..(p0 + n) as u32).collect();
+        let kv_len = n_blocks * 16 * n_kv_heads * head_dim;
+        let (k_cache, v_cache) = (normal(rng, kv_len, 1.0), normal(rng, kv_len, 1.0));
+        let q = normal(rng, n * n_heads * head_dim, 1.0);
+        let mut cpu = vec![0.0; q.len()];
+        ops::attention_mma_bf16(
+            &mut cpu, &q, &k_cache, &v_cache, &tables, &token_seq, &positions, max_blocks, n_heads,
+            n_kv_heads, head_dim, n,
+        );
+        let mut out = poisoned(g, q.len());
+        g.attention_mma_bf16(
+            &mut out.as_view_mut(),
+            &up(g, &q).as_view(),
+            &up(g, &k_cache).as_view(),
+            &up(g, &v_cache).as_view(),
+            &up(g, &tables).as_view(),
+            &up(g, &token_seq).as_view(),
+            &up(g, &positions).as_view(),
+            max_blocks,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            &positions,
+        )
+        .unwrap();
+        let what =
+            format!("head_dim {head_dim}, {n_heads} heads over {n_kv_heads}, {n} tokens from {p0}");
+        assert_close(&what, &down(g, &out), &cpu, BF16_WEIGHTS);
     }
 }
 

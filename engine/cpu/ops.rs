@@ -329,6 +329,52 @@ pub fn attention_f32(
         });
 }
 
+/// The twin of `attention_mma_bf16`: `attention_f32` with the query (scaled by
+/// log2(e) / sqrt(head_dim), as the kernel takes its softmax in powers of two), the keys and
+/// the values rounded to bf16, as the tensor cores take them. (The kernel also rounds the
+/// softmax weights before multiplying them by the values; this twin keeps them in f32, a
+/// difference of about 2^-9 per weight that the tests allow for.) `n` is the number of
+/// tokens, as the kernel takes it.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_mma_bf16(
+    out: &mut [f32],
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    block_tables: &[u32],
+    token_seq: &[u32],
+    positions: &[u32],
+    max_blocks: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    n: usize,
+) {
+    assert_eq!(n, positions.len());
+    let round = |x: f32| half::bf16::from_f32(x).to_f32();
+    let scale = std::f32::consts::LOG2_E / (head_dim as f32).sqrt();
+    let q: Vec<f32> = q.iter().map(|&x| round(x * scale)).collect();
+    let k: Vec<f32> = k_cache.iter().map(|&x| round(x)).collect();
+    let v: Vec<f32> = v_cache.iter().map(|&x| round(x)).collect();
+    // attention_f32 scales by 1 / sqrt(head_dim) and takes powers of e: undo both, so that
+    // its weights are 2^(q . k) with q as rounded here.
+    let unscale = (head_dim as f32).sqrt() * std::f32::consts::LN_2;
+    let q: Vec<f32> = q.iter().map(|&x| x * unscale).collect();
+    attention_f32(
+        out,
+        &q,
+        &k,
+        &v,
+        block_tables,
+        token_seq,
+        positions,
+        max_blocks,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    );
+}
+
 /// Flash-decoding's first half: for each token, query head and split of `split_len`
 /// positions, the unnormalised attention over that split: running maximum `m`, sum `l` of
 /// `e^(score - m)`, and the weighted sum of values. The twin of `attention_split_f32`.

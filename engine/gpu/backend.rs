@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use cudarc::driver::{CudaGraph, CudaSlice};
 
 use super::context::Gpu;
-use super::kernels::{In, Out};
+use super::kernels::{self, In, Out};
 use crate::batch::Batch;
 use crate::block_manager::{BLOCK_SIZE, blocks_for};
 use crate::config::Config;
@@ -66,9 +66,31 @@ pub fn check_supported(c: &Config) -> Result<()> {
     Ok(())
 }
 
-/// Keys the batch attends to: the sum over its tokens of position + 1 (for the profiler).
-fn attended(batch: &Batch) -> usize {
-    batch.positions.iter().map(|&p| p as usize + 1).sum()
+/// How a pass attends: flash-decoding's split count, or for a prompt the positions (when
+/// it can run on tensor cores) and the keys attended (for the profiler).
+#[derive(Clone, Copy)]
+enum Attention<'b> {
+    /// `attention_split_f32` + `attention_combine_f32`: this many splits, and the keys
+    /// attended.
+    Split(usize, usize),
+    /// `attention_mma_bf16`: one sequence, a head of 64 or 128; the batch's positions.
+    TensorCores(&'b [u32]),
+    /// `attention_f32`, the keys attended: the sum over tokens of position + 1.
+    PerHead(usize),
+}
+
+impl<'b> Attention<'b> {
+    fn of(c: &Config, batch: &'b Batch, splits: Option<usize>) -> Attention<'b> {
+        let one_sequence = batch.token_seq.windows(2).all(|w| w[0] == w[1]);
+        let attended = batch.positions.iter().map(|&p| p as usize + 1).sum();
+        match splits {
+            Some(n) => Attention::Split(n, attended),
+            None if one_sequence && kernels::attention_mma_supports(c.head_dim) => {
+                Attention::TensorCores(&batch.positions)
+            }
+            None => Attention::PerHead(attended),
+        }
+    }
 }
 
 /// bf16 bits of each value, rounded to nearest even.
@@ -372,8 +394,7 @@ impl GpuBackend {
             c,
             batch.tokens.len(),
             &batch.logit_rows,
-            splits,
-            attended(batch),
+            Attention::of(c, batch, splits),
         )?;
         let n = rows * c.vocab_size;
         self.logits_host.resize(n, 0.0);
@@ -411,8 +432,7 @@ impl GpuBackend {
                     c,
                     batch.tokens.len(),
                     &batch.logit_rows,
-                    splits,
-                    attended(batch),
+                    Attention::of(c, batch, splits),
                 )?;
                 self.argmax_rows(c, rows)?;
             }
@@ -435,7 +455,7 @@ impl GpuBackend {
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(cap_err)?;
         let recorded = self
-            .launch(c, 1, &[0], Some(n_splits), 0)
+            .launch(c, 1, &[0], Attention::Split(n_splits, 0))
             .and_then(|_| self.argmax_rows(c, 1));
         let graph = self
             .gpu
@@ -498,15 +518,13 @@ impl GpuBackend {
     }
 
     /// Every kernel of the forward pass for `n` uploaded tokens, up to the logits of
-    /// `logit_rows`, left on the device. `n_splits`: flash-decoding's split count, or `None`
-    /// for the one-block-per-head attention.
+    /// `logit_rows`, left on the device, attending as `attention` says.
     fn launch(
         &mut self,
         c: &Config,
         n: usize,
         logit_rows: &[u32],
-        n_splits: Option<usize>,
-        attended: usize,
+        attention: Attention,
     ) -> Result<()> {
         let (dim, q_dim, kv_dim, ffn, vocab) =
             (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.vocab_size);
@@ -570,11 +588,35 @@ impl GpuBackend {
                 self.k_cache.slice(layer.clone()),
                 self.v_cache.slice(layer),
             );
-            if let Some(n_splits) = n_splits {
-                let rows = n * c.n_heads * n_splits;
-                g.attention_split_f32(
-                    &mut self.partial_o.slice_mut(..rows * c.head_dim),
-                    &mut self.partial_ml.slice_mut(..rows * 2),
+            match attention {
+                Attention::Split(n_splits, attended) => {
+                    let rows = n * c.n_heads * n_splits;
+                    g.attention_split_f32(
+                        &mut self.partial_o.slice_mut(..rows * c.head_dim),
+                        &mut self.partial_ml.slice_mut(..rows * 2),
+                        &q,
+                        &k_cache,
+                        &v_cache,
+                        &tables,
+                        &token_seq,
+                        &positions,
+                        max_blocks,
+                        c.n_heads,
+                        c.n_kv_heads,
+                        c.head_dim,
+                        SPLIT_LEN,
+                        attended,
+                    )?;
+                    g.attention_combine_f32(
+                        &mut self.att.slice_mut(..n * q_dim),
+                        &self.partial_o.slice(..rows * c.head_dim),
+                        &self.partial_ml.slice(..rows * 2),
+                        c.n_heads,
+                        c.head_dim,
+                    )?;
+                }
+                Attention::TensorCores(positions_host) => g.attention_mma_bf16(
+                    &mut self.att.slice_mut(..n * q_dim),
                     &q,
                     &k_cache,
                     &v_cache,
@@ -585,18 +627,9 @@ impl GpuBackend {
                     c.n_heads,
                     c.n_kv_heads,
                     c.head_dim,
-                    SPLIT_LEN,
-                    attended,
-                )?;
-                g.attention_combine_f32(
-                    &mut self.att.slice_mut(..n * q_dim),
-                    &self.partial_o.slice(..rows * c.head_dim),
-                    &self.partial_ml.slice(..rows * 2),
-                    c.n_heads,
-                    c.head_dim,
-                )?;
-            } else {
-                g.attention_f32(
+                    positions_host,
+                )?,
+                Attention::PerHead(attended) => g.attention_f32(
                     &mut self.att.slice_mut(..n * q_dim),
                     &q,
                     &k_cache,
@@ -609,7 +642,7 @@ impl GpuBackend {
                     c.n_kv_heads,
                     c.head_dim,
                     attended,
-                )?;
+                )?,
             }
             if n == 1 {
                 // The residual add rides on the output projection.

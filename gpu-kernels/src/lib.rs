@@ -14,6 +14,7 @@
 
 pub mod argmax;
 pub mod attention;
+pub mod attention_mma;
 pub mod device;
 pub mod embedding;
 pub mod fill;

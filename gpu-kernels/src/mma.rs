@@ -82,6 +82,31 @@ pub unsafe fn ldmatrix_x4(row: u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// `ldmatrix.x4.trans`: as `ldmatrix_x4`, each 8 x 8 matrix transposed on the way: word `j`
+/// holds, in lane `l`, rows `2 (l % 4)` and `+ 1` of column `l / 4` of matrix `j`. For an
+/// operand stored with the reduction along rows (attention's values, `[key][dim]`), this is
+/// the layout `mma`'s `b` wants.
+///
+/// # Safety
+/// As `ldmatrix_x4`.
+#[inline(always)]
+pub unsafe fn ldmatrix_x4_trans(row: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        asm!(
+            "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            a = out(reg32) a,
+            b = out(reg32) b,
+            c = out(reg32) c,
+            d = out(reg32) d,
+            p = in(reg32) row,
+            options(readonly, nostack),
+        )
+    };
+    [a, b, c, d]
+}
+
 /// One tensor-core step, `acc += a * b` for a 16 x 16 tile of `a` (bf16, row-major), a
 /// 16 x 8 tile of `b` (bf16, column-major) and a 16 x 8 tile of f32 accumulators, spread over
 /// the warp (`mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`). In lane `l`, with

@@ -42,3 +42,10 @@ pub const WGMMA_THREADS: usize = 256;
 /// swizzle's 1024-byte period (193 KiB: one block per SM).
 pub const WGMMA_SHARED_BYTES: usize =
     WGMMA_STAGES * (WGMMA_BM + WGMMA_MAX_BN) * WGMMA_BK * 2 + 1024;
+
+/// Prompt attention on tensor cores: (token, query head) rows per block, 16 per warp.
+pub const ATTN_MMA_ROWS: usize = 64;
+/// Prompt attention on tensor cores: keys staged per step.
+pub const ATTN_MMA_KEYS: usize = 64;
+/// Prompt attention on tensor cores: threads per block, 4 warps.
+pub const ATTN_MMA_THREADS: usize = 128;

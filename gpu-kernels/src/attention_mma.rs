@@ -1,0 +1,311 @@
+//! Causal attention for a prompt on tensor cores: flash attention with `mma.sync`.
+//!
+//! `attention_f32` gives each (token, head) its own block and walks the keys one at a time,
+//! every key read from memory once per query head and token: a memory-bound kernel, half of
+//! a 512-token prefill. Here a block takes 64 (token, query head) rows of one KV group and
+//! walks the keys 64 at a time: each step stages a tile of keys and values in shared memory
+//! (rounded to bf16) once for all 64 rows, multiplies the rows' queries by the keys on the
+//! tensor cores (`S = Q K^T`, 16 rows per warp), takes the softmax of `S` online (running
+//! maximum and sum per row, earlier output rescaled when the maximum grows), and multiplies
+//! the weights by the values (`O += P V`), the weights going from the first product's output
+//! registers straight into the second's input registers.
+
+use crate::device::{WARP, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp2_approx, ld_nc_v4, pack_bf16x2, shfl_xor, shfl_xor_u32, sqrt, sync_threads, thread_idx_x};
+use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, mma_bf16_16816, shared_addr};
+use crate::tiles::{ATTN_MMA_KEYS, ATTN_MMA_ROWS};
+
+/// `i = 0, 1, ..., n - 1` (n at most 16) as that many copies of the body, `i` a constant in
+/// each: the fragments below are arrays of registers, and a loop the compiler kept rolled
+/// would index them through local memory.
+macro_rules! unroll {
+    ($i:ident < $n:expr => $body:block) => {
+        unroll!(@ $i, $n, $body, [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15])
+    };
+    (@ $i:ident, $n:expr, $body:block, [$($k:literal)*]) => {
+        $(
+            if $k < $n {
+                let $i: usize = $k;
+                $body
+            }
+        )*
+    };
+}
+
+/// For each (token, query head) row: `out = softmax(q . K^T / sqrt(head_dim)) V` over the keys
+/// and values of the token's sequence at positions `0..=positions[t]`, read from KV head
+/// `h / (n_heads / n_kv_heads)` through the sequence's block table. The same result as
+/// `attention_f32`, with q (scaled), keys, values and the softmax weights rounded to bf16 for
+/// the tensor cores, sums in f32.
+///
+/// - `out`, `q`: `[n, n_heads, head_dim]` f32
+/// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads, head_dim]` f32
+/// - `block_tables`: `[n_seqs, max_blocks]` u32; `token_seq`, `positions`: `[n]` u32
+///
+/// Thread mapping: block `(128)` = 4 warps; grid `(ceil(n * group / 64), n_kv_heads)` with
+/// `group = n_heads / n_kv_heads`. Block `(x, y)` takes rows `64 x .. 64 x + 64` of KV head
+/// `y`'s `n * group` (token, query head) rows, row `r` being token `r / group`, query head
+/// `y * group + r % group`: the heads that share a KV head share its tiles. Warp `w` owns
+/// 16 of the rows; in the `mma` layouts each lane holds two of them (`g = lane / 4` and
+/// `g + 8`). Each step stages keys `64 s .. 64 s + 64` up to the block's last position.
+///
+/// PRECONDITIONS: `head_dim` 64 or 128; the tokens of a block (rows `64 x .. 64 x + 64`) in
+/// one sequence; their keys and values written; every block-table entry they read valid;
+/// block `(128)`; `2 * 64 * (head_dim + 8) * 2` bytes of dynamic shared memory.
+///
+/// # Safety
+/// The host's launch wrapper checks the preconditions it can; the caller, that the batch is
+/// one sequence.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn attention_mma_bf16(
+    out: *mut f32,
+    q: *const f32,
+    k_cache: *const f32,
+    v_cache: *const f32,
+    block_tables: *const u32,
+    token_seq: *const u32,
+    positions: *const u32,
+    max_blocks: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+    n: u32,
+) {
+    crate::device::wait_for_previous_kernel();
+    let args = Args {
+        out,
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        token_seq,
+        positions,
+        max_blocks: max_blocks as usize,
+        n_heads: n_heads as usize,
+        n_kv_heads: n_kv_heads as usize,
+        n: n as usize,
+    };
+    // SAFETY: the preconditions, passed on; the head width becomes a constant.
+    unsafe {
+        if head_dim == 64 {
+            attend::<4, 8>(args)
+        } else {
+            attend::<8, 16>(args)
+        }
+    }
+}
+
+struct Args {
+    out: *mut f32,
+    q: *const f32,
+    k_cache: *const f32,
+    v_cache: *const f32,
+    block_tables: *const u32,
+    token_seq: *const u32,
+    positions: *const u32,
+    max_blocks: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    n: usize,
+}
+
+/// The kernel for `head_dim = 16 KC = 8 NT`: `KC` 16-wide chunks of a head (the reduction
+/// of `Q K^T`), `NT` 8-wide tiles of the output.
+///
+/// # Safety
+/// As `attention_mma_bf16`.
+#[inline(always)]
+unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
+    let head_dim = 16 * KC;
+    let group = a.n_heads / a.n_kv_heads;
+    let kv_dim = a.n_kv_heads * head_dim;
+    let kv_head = block_idx_y();
+    let r0 = block_idx_x() * ATTN_MMA_ROWS;
+    let tid = thread_idx_x();
+    let (lane, warp) = (tid % WARP, tid / WARP);
+    let (g, c) = (lane / 4, 2 * (lane % 4));
+
+    // This lane's two rows (h = 0, 1): their tokens, whether they exist, their positions.
+    let row = |h: usize| r0 + 16 * warp + g + 8 * h;
+    let token = |h: usize| row(h) / group;
+    let exists = |h: usize| token(h) < a.n;
+    // A row past the end attends to key 0 alone (its result is not stored), so that every
+    // row has a finite maximum.
+    // SAFETY: token(h) < n.
+    let pos = [0, 1].map(|h| if exists(h) { unsafe { *a.positions.add(token(h)) as usize } } else { 0 });
+    let row_offset = |h: usize| (token(h) * a.n_heads + kv_head * group + row(h) % group) * head_dim;
+
+    // The block's last position: every thread reads one token of the block's (at most 64),
+    // then a warp maximum, then the four warps' maxima through shared memory.
+    let first = r0 / group;
+    let last = ((r0 + ATTN_MMA_ROWS - 1) / group).min(a.n - 1);
+    // SAFETY: first + tid <= last < n.
+    let mut max_pos = if first + tid <= last { unsafe { *a.positions.add(first + tid) } } else { 0 };
+    for mask in [16, 8, 4, 2, 1] {
+        max_pos = max_pos.max(shfl_xor_u32(max_pos, mask));
+    }
+    // Shared memory: keys [64][head_dim + 8] bf16, values the same, then 4 u32.
+    let stride = head_dim + 8;
+    let tile_bytes = ATTN_MMA_KEYS * stride * 2;
+    let smem = dynamic_shared::<u8>();
+    let maxima = unsafe { smem.add(2 * tile_bytes) } as *mut u32;
+    if lane == 0 {
+        // SAFETY: 4 u32 past the two tiles (the launch's shared memory).
+        unsafe { *maxima.add(warp) = max_pos };
+    }
+    // SAFETY: every thread reaches it.
+    unsafe { sync_threads() };
+    // SAFETY: written above.
+    let max_pos = unsafe { (*maxima).max(*maxima.add(1)).max(*maxima.add(2)).max(*maxima.add(3)) } as usize;
+    // SAFETY: first < n; the sequence's row of the table.
+    let table = unsafe { a.block_tables.add(*a.token_seq.add(first) as usize * a.max_blocks) };
+
+    let (k_tile, v_tile) = (shared_addr(smem), shared_addr(smem) + tile_bytes as u32);
+    let k_ptr = smem as *mut u32;
+    // SAFETY: the values' tile follows the keys'.
+    let v_ptr = unsafe { smem.add(tile_bytes) } as *mut u32;
+    let at = |tile: u32, key: usize, d: usize| tile + ((key * stride + d) * 2) as u32;
+
+    // q as the `a` operand of `mma`, scaled by log2(e) / sqrt(head_dim) (the softmax is taken
+    // in powers of two) and rounded to bf16: chunk kc holds (row g, dims 16 kc + c, + 1),
+    // (row g + 8, same), (row g, + 8), (row g + 8, + 8).
+    let scale = core::f32::consts::LOG2_E / sqrt(head_dim as f32);
+    let q_pair = |h: usize, d: usize| -> u32 {
+        if !exists(h) {
+            return 0;
+        }
+        // SAFETY: the row is inside q; d + 1 < head_dim.
+        let p = unsafe { a.q.add(row_offset(h) + d) };
+        unsafe { pack_bf16x2(*p * scale, *p.add(1) * scale) }
+    };
+    let mut qf = [[0u32; 4]; KC];
+    unroll!(kc < KC => {
+        let d = 16 * kc + c;
+        qf[kc] = [q_pair(0, d), q_pair(1, d), q_pair(0, d + 8), q_pair(1, d + 8)];
+    });
+
+    // The online softmax's state per row (h = 0, 1) and the output, `mma` accumulator layout:
+    // o[j] holds (row g, dims 8 j + c, + 1), (row g + 8, same).
+    let (mut m, mut l) = ([f32::NEG_INFINITY; 2], [0.0f32; 2]);
+    let mut o = [[0.0f32; 4]; NT];
+    // 16-byte pieces of a key's head (4 floats each).
+    let per_key = head_dim / 4;
+
+    for k0 in (0..=max_pos).step_by(ATTN_MMA_KEYS) {
+        // Everyone is done with the previous tile.
+        // SAFETY: every thread runs the same steps.
+        unsafe { sync_threads() };
+        // Stage keys and values k0 .. k0 + 64 as bf16; past the last position, zeros. A
+        // plain loop, kept rolled by its trip count from blockDim: unrolled, the compiler
+        // would issue all of its loads first and hold them in 128 registers.
+        let mut piece = tid;
+        while piece < ATTN_MMA_KEYS * per_key {
+            let (key, part) = (piece / per_key, piece % per_key);
+            let p = k0 + key;
+            let (kv, vv) = if p <= max_pos {
+                // SAFETY: p is a position of the sequence: its table entry is valid, and
+                // the 16 bytes lie inside its slot's head (aligned: head_dim % 4 == 0).
+                unsafe {
+                    let slot = *table.add(p / 16) as usize * 16 + p % 16;
+                    let at = slot * kv_dim + kv_head * head_dim + 4 * part;
+                    (ld_nc_v4(a.k_cache.add(at) as *const u32), ld_nc_v4(a.v_cache.add(at) as *const u32))
+                }
+            } else {
+                ([0; 4], [0; 4])
+            };
+            let bf = |v: [u32; 4]| {
+                let f = v.map(f32::from_bits);
+                [pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3])]
+            };
+            let word = (key * stride + 4 * part) / 2;
+            // SAFETY: inside the tiles; 8-byte aligned (stride and 4 part are multiples of 4).
+            unsafe {
+                *(k_ptr.add(word) as *mut [u32; 2]) = bf(kv);
+                *(v_ptr.add(word) as *mut [u32; 2]) = bf(vv);
+            }
+            piece += block_dim_x();
+        }
+        // SAFETY: every thread runs the same steps.
+        unsafe { sync_threads() };
+
+        // S = Q K^T: s[j] holds (row g, keys k0 + 8 j + c, + 1), (row g + 8, same). The keys'
+        // tile is `[key][dim]`, the `b` operand's column-major layout, as `w` is in the GEMM.
+        let mut s = [[0.0f32; 4]; 8];
+        unroll!(kc < KC => {
+            unroll!(pair < 4 => {
+                let key = 16 * pair + lane % 8 + 8 * (lane / 16);
+                // SAFETY: inside the keys' tile; the whole warp is here.
+                let b = unsafe { ldmatrix_x4(at(k_tile, key, 16 * kc + 8 * (lane / 8 % 2))) };
+                mma_bf16_16816(&mut s[2 * pair], qf[kc], [b[0], b[1]]);
+                mma_bf16_16816(&mut s[2 * pair + 1], qf[kc], [b[2], b[3]]);
+            });
+        });
+
+        // Causal mask, then the online softmax of each row (its 16 values across a quad of
+        // lanes: the maximum and sum take two shuffles).
+        let mut step_max = m;
+        unroll!(j < 8 => {
+            unroll!(e < 4 => {
+                let h = e / 2;
+                if k0 + 8 * j + c + e % 2 > pos[h] {
+                    s[j][e] = f32::NEG_INFINITY;
+                }
+                step_max[h] = step_max[h].max(s[j][e]);
+            });
+        });
+        let mut rescale = [0.0f32; 2];
+        unroll!(h < 2 => {
+            step_max[h] = step_max[h].max(shfl_xor(step_max[h], 1));
+            step_max[h] = step_max[h].max(shfl_xor(step_max[h], 2));
+            // Key 0 is in every row's range, so the maximum is finite from the first step;
+            // 2^-inf = 0 for the first step's empty history.
+            rescale[h] = exp2_approx(m[h] - step_max[h]);
+        });
+        let mut sum = [0.0f32; 2];
+        unroll!(j < 8 => {
+            unroll!(e < 4 => {
+                let h = e / 2;
+                s[j][e] = exp2_approx(s[j][e] - step_max[h]);
+                sum[h] += s[j][e];
+            });
+        });
+        unroll!(h < 2 => {
+            sum[h] += shfl_xor(sum[h], 1);
+            sum[h] += shfl_xor(sum[h], 2);
+            l[h] = l[h] * rescale[h] + sum[h];
+            m[h] = step_max[h];
+        });
+        unroll!(j < NT => {
+            o[j] = [o[j][0] * rescale[0], o[j][1] * rescale[0], o[j][2] * rescale[1], o[j][3] * rescale[1]];
+        });
+
+        // O += P V. The weights of keys 16 kc2 .. + 16 are, in s's layout, exactly the `a`
+        // operand's; the values' tile `[key][dim]` is the `b` operand transposed, which
+        // `ldmatrix.trans` undoes.
+        unroll!(kc2 < 4 => {
+            let (lo, hi) = (s[2 * kc2], s[2 * kc2 + 1]);
+            let p = [pack_bf16x2(lo[0], lo[1]), pack_bf16x2(lo[2], lo[3]), pack_bf16x2(hi[0], hi[1]), pack_bf16x2(hi[2], hi[3])];
+            unroll!(dp < NT / 2 => {
+                let key = 16 * kc2 + lane % 8 + 8 * (lane / 8 % 2);
+                // SAFETY: inside the values' tile; the whole warp is here.
+                let b = unsafe { ldmatrix_x4_trans(at(v_tile, key, 16 * dp + 8 * (lane / 16))) };
+                mma_bf16_16816(&mut o[2 * dp], p, [b[0], b[1]]);
+                mma_bf16_16816(&mut o[2 * dp + 1], p, [b[2], b[3]]);
+            });
+        });
+    }
+
+    unroll!(h < 2 => {
+        if exists(h) {
+            let inv = 1.0 / l[h];
+            // SAFETY: the row is inside out.
+            let out_row = unsafe { a.out.add(row_offset(h)) };
+            unroll!(j < NT => {
+                // SAFETY: 8 j + c + 1 < head_dim.
+                unsafe {
+                    *out_row.add(8 * j + c) = o[j][2 * h] * inv;
+                    *out_row.add(8 * j + c + 1) = o[j][2 * h + 1] * inv;
+                }
+            });
+        }
+    });
+}
