@@ -83,6 +83,11 @@ impl Kernels {
                 "gemm_wgmma_bf16",
                 WGMMA_SHARED_BYTES,
             ),
+            (
+                Some(&self.attention_mma_bf16),
+                "attention_mma_bf16",
+                attn_mma_shared_bytes(128),
+            ),
         ];
         for (func, name, bytes) in big {
             use cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_SHARED;
@@ -135,8 +140,8 @@ fn gemv_launch(n_out: usize) -> LaunchConfig {
 }
 
 use super::tiles::{
-    ATTN_MMA_KEYS, ATTN_MMA_ROWS, ATTN_MMA_THREADS, MMA_BM, MMA_SHARED_BYTES, MMA_THREADS,
-    WGMMA_BM, WGMMA_SHARED_BYTES, WGMMA_THREADS, WGMMA_WIDTHS,
+    ATTN_MMA_ROWS, ATTN_MMA_THREADS, MMA_BM, MMA_SHARED_BYTES, MMA_THREADS, WGMMA_BM,
+    WGMMA_SHARED_BYTES, WGMMA_THREADS, WGMMA_WIDTHS, attn_mma_shared_bytes,
 };
 
 /// Whether `attention_mma_bf16` takes heads of this width.
@@ -720,7 +725,7 @@ impl Gpu {
                 1,
             ),
             block_dim: (ATTN_MMA_THREADS as u32, 1, 1),
-            shared_mem_bytes: (2 * ATTN_MMA_KEYS * (head_dim + 8) * 2 + 16) as u32,
+            shared_mem_bytes: attn_mma_shared_bytes(head_dim) as u32,
         };
         let traffic = traffic::attention_mma_bf16(positions_host, n_heads, n_kv_heads, head_dim);
         let (mb, nh, nkv, hd, nn) = (
@@ -739,8 +744,8 @@ impl Gpu {
             .arg(token_seq)
             .arg(positions);
         b.arg(&mb).arg(&nh).arg(&nkv).arg(&hd).arg(&nn);
-        // SAFETY: shapes checked; 128 threads and the two bf16 tiles plus 16 bytes of shared
-        // memory; the caller's batch is one sequence whose block tables cover every position
+        // SAFETY: shapes checked; 128 threads and the shared memory the kernel documents (its
+        // limit raised to the most it takes when the module loaded); the caller's batch is one sequence whose block tables cover every position
         // up to each token's own, whose key and value were written before.
         self.timed("attention_mma_bf16", traffic, || unsafe { b.launch(cfg) })
     }

@@ -4,14 +4,14 @@
 //! every key read from memory once per query head and token: a memory-bound kernel, half of
 //! a 512-token prefill. Here a block takes 64 (token, query head) rows of one KV group and
 //! walks the keys 64 at a time: each step stages a tile of keys and values in shared memory
-//! (rounded to bf16) once for all 64 rows, multiplies the rows' queries by the keys on the
+//! (rounded to bf16) once for all 64 rows, the next tile arriving by `cp.async` meanwhile, multiplies the rows' queries by the keys on the
 //! tensor cores (`S = Q K^T`, 16 rows per warp), takes the softmax of `S` online (running
 //! maximum and sum per row, earlier output rescaled when the maximum grows), and multiplies
 //! the weights by the values (`O += P V`), the weights going from the first product's output
 //! registers straight into the second's input registers.
 
-use crate::device::{WARP, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp2_approx, ld_nc_v4, pack_bf16x2, shfl_xor, shfl_xor_u32, sqrt, sync_threads, thread_idx_x};
-use crate::mma::{ldmatrix_x4, ldmatrix_x4_trans, mma_bf16_16816, shared_addr};
+use crate::device::{WARP, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp2_approx, pack_bf16x2, shfl_xor, shfl_xor_u32, sqrt, sync_threads, thread_idx_x};
+use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_bf16_16816, shared_addr};
 use crate::tiles::{ATTN_MMA_KEYS, ATTN_MMA_ROWS};
 
 /// `i = 0, 1, ..., n - 1` (n at most 16) as that many copies of the body, `i` a constant in
@@ -50,7 +50,7 @@ macro_rules! unroll {
 ///
 /// PRECONDITIONS: `head_dim` 64 or 128; the tokens of a block (rows `64 x .. 64 x + 64`) in
 /// one sequence; their keys and values written; every block-table entry they read valid;
-/// block `(128)`; `2 * 64 * (head_dim + 8) * 2` bytes of dynamic shared memory.
+/// block `(128)`; `attn_mma_shared_bytes(head_dim)` of dynamic shared memory.
 ///
 /// # Safety
 /// The host's launch wrapper checks the preconditions it can; the caller, that the batch is
@@ -143,11 +143,16 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
     for mask in [16, 8, 4, 2, 1] {
         max_pos = max_pos.max(shfl_xor_u32(max_pos, mask));
     }
-    // Shared memory: keys [64][head_dim + 8] bf16, values the same, then 4 u32.
+    // Shared memory: keys [64][head_dim + 8] bf16 and values the same (what the tensor cores
+    // read), keys [64][head_dim] f32 and values the same (where the next tile arrives), 4 u32.
     let stride = head_dim + 8;
     let tile_bytes = ATTN_MMA_KEYS * stride * 2;
+    let staging_bytes = ATTN_MMA_KEYS * head_dim * 4;
     let smem = dynamic_shared::<u8>();
-    let maxima = unsafe { smem.add(2 * tile_bytes) } as *mut u32;
+    // SAFETY (these four): offsets inside the launch's shared memory.
+    let k_staging = unsafe { smem.add(2 * tile_bytes) } as *mut [u32; 4];
+    let v_staging = unsafe { smem.add(2 * tile_bytes + staging_bytes) } as *mut [u32; 4];
+    let maxima = unsafe { smem.add(2 * tile_bytes + 2 * staging_bytes) } as *mut u32;
     if lane == 0 {
         // SAFETY: 4 u32 past the two tiles (the launch's shared memory).
         unsafe { *maxima.add(warp) = max_pos };
@@ -190,28 +195,45 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
     // 16-byte pieces of a key's head (4 floats each).
     let per_key = head_dim / 4;
 
-    for k0 in (0..=max_pos).step_by(ATTN_MMA_KEYS) {
-        // Everyone is done with the previous tile.
-        // SAFETY: every thread runs the same steps.
-        unsafe { sync_threads() };
-        // Stage keys and values k0 .. k0 + 64 as bf16; past the last position, zeros. A
-        // plain loop, kept rolled by its trip count from blockDim: unrolled, the compiler
-        // would issue all of its loads first and hold them in 128 registers.
+    // Requests keys and values k0 .. k0 + 64 into the staging buffers, 16 bytes (4 floats)
+    // a copy, without waiting for them; past the last position, zeros. Thread `tid` takes
+    // pieces `tid`, `tid + 128`, ... (a loop kept rolled by its trip count from blockDim:
+    // the copies need no registers, the addresses would).
+    let request = |k0: usize| {
         let mut piece = tid;
         while piece < ATTN_MMA_KEYS * per_key {
             let (key, part) = (piece / per_key, piece % per_key);
             let p = k0 + key;
-            let (kv, vv) = if p <= max_pos {
-                // SAFETY: p is a position of the sequence: its table entry is valid, and
-                // the 16 bytes lie inside its slot's head (aligned: head_dim % 4 == 0).
-                unsafe {
+            let valid = p <= max_pos;
+            // SAFETY: p is a position of the sequence when valid: its table entry is valid,
+            // and the 16 bytes lie inside its slot's head (aligned: head_dim % 4 == 0);
+            // otherwise nothing is read and zeros land. Destinations inside the staging.
+            unsafe {
+                let at = if valid {
                     let slot = *table.add(p / 16) as usize * 16 + p % 16;
-                    let at = slot * kv_dim + kv_head * head_dim + 4 * part;
-                    (ld_nc_v4(a.k_cache.add(at) as *const u32), ld_nc_v4(a.v_cache.add(at) as *const u32))
-                }
-            } else {
-                ([0; 4], [0; 4])
-            };
+                    slot * kv_dim + kv_head * head_dim + 4 * part
+                } else {
+                    0
+                };
+                cp_async_16(shared_addr(k_staging.add(piece)), a.k_cache.add(at), valid);
+                cp_async_16(shared_addr(v_staging.add(piece)), a.v_cache.add(at), valid);
+            }
+            piece += block_dim_x();
+        }
+        cp_async_commit();
+    };
+
+    request(0);
+    for k0 in (0..=max_pos).step_by(ATTN_MMA_KEYS) {
+        // This thread's copies of the tile have landed; after the barrier, everyone's, and
+        // everyone is done with the previous tile's bf16 keys and values.
+        cp_async_wait::<0>();
+        // SAFETY: every thread runs the same steps.
+        unsafe { sync_threads() };
+        // Round the tile to bf16 into the tensor cores' tiles, each thread its own pieces.
+        let mut piece = tid;
+        while piece < ATTN_MMA_KEYS * per_key {
+            let (key, part) = (piece / per_key, piece % per_key);
             let bf = |v: [u32; 4]| {
                 let f = v.map(f32::from_bits);
                 [pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3])]
@@ -219,13 +241,17 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
             let word = (key * stride + 4 * part) / 2;
             // SAFETY: inside the tiles; 8-byte aligned (stride and 4 part are multiples of 4).
             unsafe {
-                *(k_ptr.add(word) as *mut [u32; 2]) = bf(kv);
-                *(v_ptr.add(word) as *mut [u32; 2]) = bf(vv);
+                *(k_ptr.add(word) as *mut [u32; 2]) = bf(*k_staging.add(piece));
+                *(v_ptr.add(word) as *mut [u32; 2]) = bf(*v_staging.add(piece));
             }
             piece += block_dim_x();
         }
         // SAFETY: every thread runs the same steps.
         unsafe { sync_threads() };
+        // The staging is free: the next tile arrives while this one is multiplied.
+        if k0 + ATTN_MMA_KEYS <= max_pos {
+            request(k0 + ATTN_MMA_KEYS);
+        }
 
         // S = Q K^T: s[j] holds (row g, keys k0 + 8 j + c, + 1), (row g + 8, same). The keys'
         // tile is `[key][dim]`, the `b` operand's column-major layout, as `w` is in the GEMM.
