@@ -154,7 +154,7 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
     let v_staging = unsafe { smem.add(2 * tile_bytes + staging_bytes) } as *mut [u32; 4];
     let maxima = unsafe { smem.add(2 * tile_bytes + 2 * staging_bytes) } as *mut u32;
     if lane == 0 {
-        // SAFETY: 4 u32 past the two tiles (the launch's shared memory).
+        // SAFETY: 4 u32 past the tiles and the staging (the launch's shared memory).
         unsafe { *maxima.add(warp) = max_pos };
     }
     // SAFETY: every thread reaches it.
