@@ -3,7 +3,8 @@
 //! the CPU's, with the decode step's fusions: q, k and v in one matmul followed by one
 //! RoPE-and-cache-write kernel; the residual adds folded into the output matmuls; gate, up and
 //! SwiGLU in one kernel; attention split over the context (flash-decoding); greedy decoding's
-//! argmax on the device.
+//! argmax on the device. A prompt's matmuls and (for one sequence) its attention run on
+//! tensor cores.
 
 use std::collections::HashMap;
 

@@ -38,8 +38,8 @@ const CHUNKS: usize = BK / 8;
 /// operands sit in shared memory as `[row][k]` and both go through the same non-transposing
 /// `ldmatrix`. Past `n`, `n_in` or `n_out` the tiles hold zeros, and nothing is stored.
 ///
-/// A launch with too few tiles to fill the GPU twice over (a short prompt through a narrow
-/// matrix) splits the reduction in two: `gridDim.z == 2`, each block summing half of the
+/// A launch with so few tiles that twice as many blocks still run at once (a short prompt
+/// through a narrow matrix; the host's `gemm_plan::mma`) splits the reduction in two: `gridDim.z == 2`, each block summing half of the
 /// steps and adding its result (and block 0 the bias) into an output the host has zeroed.
 ///
 /// PRECONDITIONS: `n_in % 8 == 0`; `x` and `w` 16-byte aligned; block `(256)`; grid
