@@ -67,6 +67,17 @@ pub fn check_supported(c: &Config) -> Result<()> {
     Ok(())
 }
 
+/// Flash-decoding's split count for this batch, or `None` when its scratch cannot hold
+/// every (token, head, split) (a long prompt): then the prompt attention walks the whole
+/// context (`Attention::of`).
+fn splits_needed(c: &Config, batch: &Batch) -> Option<usize> {
+    let longest = batch.positions.iter().max().map_or(1, |&p| p as usize + 1);
+    let n_splits = longest.div_ceil(SPLIT_LEN);
+    let bucket = n_splits.next_power_of_two();
+    (batch.tokens.len() * c.n_heads * bucket <= PARTIAL_ROWS && bucket <= MAX_SPLITS)
+        .then_some(n_splits)
+}
+
 /// How a pass attends: flash-decoding's split count, or for a prompt the positions (when
 /// it can run on tensor cores) and the keys attended (for the profiler).
 #[derive(Clone, Copy)]
@@ -389,7 +400,7 @@ impl GpuBackend {
     /// host.
     pub fn forward(&mut self, c: &Config, batch: &Batch) -> Result<&[f32]> {
         self.upload(batch)?;
-        let splits = self.splits_needed(c, batch);
+        let splits = splits_needed(c, batch);
         let rows = batch.logit_rows.len();
         self.launch(
             c,
@@ -414,7 +425,7 @@ impl GpuBackend {
     pub fn forward_greedy(&mut self, c: &Config, batch: &Batch) -> Result<&[u32]> {
         self.upload(batch)?;
         let rows = batch.logit_rows.len();
-        let splits = self.splits_needed(c, batch);
+        let splits = splits_needed(c, batch);
         match splits {
             Some(needed) if self.use_graphs && batch.tokens.len() == 1 && rows == 1 => {
                 // Round the split count up to a power of two: a handful of graphs covers every
@@ -476,17 +487,6 @@ impl GpuBackend {
             )?;
         }
         Ok(())
-    }
-
-    /// Flash-decoding's split count for this batch, or `None` when its scratch cannot hold
-    /// every (token, head, split) (a long prompt): then one block per (token, head) walks
-    /// the whole context.
-    fn splits_needed(&self, c: &Config, batch: &Batch) -> Option<usize> {
-        let longest = batch.positions.iter().max().map_or(1, |&p| p as usize + 1);
-        let n_splits = longest.div_ceil(SPLIT_LEN);
-        let bucket = n_splits.next_power_of_two();
-        (batch.tokens.len() * c.n_heads * bucket <= PARTIAL_ROWS && bucket <= MAX_SPLITS)
-            .then_some(n_splits)
     }
 
     /// Copies the batch description to the device, block tables at a fixed row stride (so
@@ -767,5 +767,52 @@ impl GpuBackend {
             vocab,
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `count` tokens of sequence `seq` from position `first`.
+    fn batch(first: u32, count: u32, seqs: &[u32]) -> Batch {
+        let n = (count as usize) * seqs.len();
+        Batch {
+            tokens: vec![1; n],
+            positions: seqs.iter().flat_map(|_| first..first + count).collect(),
+            token_seq: seqs.iter().flat_map(|&s| vec![s; count as usize]).collect(),
+            slots: vec![0; n],
+            block_tables: vec![0; seqs.len() * 128],
+            max_blocks: 128,
+            logit_rows: vec![n as u32 - 1],
+        }
+    }
+
+    fn kind(a: Attention) -> &'static str {
+        match a {
+            Attention::Split(..) => "split",
+            Attention::TensorCores(_) => "tensor cores",
+            Attention::PerHead(_) => "per head",
+        }
+    }
+
+    /// Which attention kernels `tests/gpu.rs`'s synthetic Llama 3 (8 heads of 128) takes:
+    /// the GPU tests rely on its 1300-token prompt reaching the tensor-core one.
+    #[test]
+    fn long_prompts_take_the_tensor_cores_and_decode_the_splits() {
+        let mut c = crate::bench::shape_config("llama3-8b").unwrap();
+        c.n_heads = 8;
+        c.n_kv_heads = 2;
+        let of = |c: &Config, b: &Batch| kind(Attention::of(c, b, splits_needed(c, b)));
+        // One decode token deep in the context; a 256-token chunk of a 300-token prompt.
+        assert_eq!(of(&c, &batch(1299, 1, &[0])), "split");
+        assert_eq!(of(&c, &batch(0, 256, &[0])), "split");
+        // The chunk at 1024..1280 of a 1300-token prompt: 256 x 8 x 64 rows of scratch.
+        assert_eq!(of(&c, &batch(1024, 256, &[0])), "tensor cores");
+        // The same from two sequences: the per-head kernel.
+        assert_eq!(of(&c, &batch(1024, 128, &[0, 1])), "per head");
+        // Heads the tensor-core kernel does not take.
+        c.head_dim = 96;
+        assert_eq!(of(&c, &batch(1024, 256, &[0])), "per head");
     }
 }
