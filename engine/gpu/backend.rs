@@ -26,7 +26,7 @@ pub const MAX_HEAD_DIM: usize = 128;
 /// Positions per flash-decoding split.
 pub const SPLIT_LEN: usize = 32;
 /// (token, head, split) rows of the flash-decoding scratch; a batch that needs more (a long
-/// prompt) uses the one-block-per-head attention kernel instead.
+/// prompt) takes the prompt attention instead (`Attention::of`).
 const PARTIAL_ROWS: usize = 1 << 16;
 /// Most splits the combine kernel's shared memory holds (one float each, under 48 KiB).
 const MAX_SPLITS: usize = 8192;

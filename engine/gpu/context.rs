@@ -7,7 +7,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
-use super::kernels::Kernels;
+use super::kernels::{GemmSlots, Kernels};
 use crate::error::{Error, Result};
 
 /// Cloning shares the context, stream and module.
@@ -21,6 +21,8 @@ pub struct Gpu {
     pub description: String,
     /// Streaming multiprocessors: how many blocks run at once, times what fits on one.
     pub sm_count: usize,
+    /// Blocks of each tensor-core GEMM that run at once.
+    pub gemm_slots: GemmSlots,
     /// Launch kernels with programmatic dependent launch (sm_90 and later): each may be
     /// placed on the GPU while the one before it drains; it waits for it on its first line
     /// (an instruction that does nothing when the launch did not ask for it).
@@ -82,6 +84,7 @@ impl Gpu {
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(gpu_err("multiprocessor count"))? as usize;
+        let gemm_slots = kernels.gemm_slots(sm_count)?;
         Ok(Gpu {
             profile: Arc::new(Mutex::new(None)),
             description: format!(
@@ -89,6 +92,7 @@ impl Gpu {
                 total as f64 / (1u64 << 30) as f64
             ),
             sm_count,
+            gemm_slots,
             pdl,
             ctx,
             stream,

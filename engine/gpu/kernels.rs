@@ -157,7 +157,37 @@ struct TensorGemm {
     threads: usize,
     /// Dynamic shared memory per block.
     shared: usize,
+    /// Whether the kernel takes the tile width as its last argument.
+    takes_tile_n: bool,
     traffic: fn(usize, usize, usize, bool) -> Traffic,
+}
+
+/// Blocks of each tensor-core GEMM that run at once on this GPU (per SM, as shared memory
+/// and registers allow, times SMs): what `gemm_plan` counts waves in. Measured once, when the
+/// module loads.
+#[derive(Clone, Copy, Debug)]
+pub struct GemmSlots {
+    pub mma: usize,
+    /// 0 without `gemm_wgmma_bf16`.
+    pub wgmma: usize,
+}
+
+impl Kernels {
+    pub(super) fn gemm_slots(&self, sm_count: usize) -> Result<GemmSlots> {
+        let slots = |func: &CudaFunction, k: &TensorGemm| -> Result<usize> {
+            let per_sm = func
+                .occupancy_max_active_blocks_per_multiprocessor(k.threads as u32, k.shared, None)
+                .map_err(|e| Error::Gpu(format!("{}'s occupancy: {e}", k.name)))?;
+            Ok(per_sm as usize * sm_count)
+        };
+        Ok(GemmSlots {
+            mma: slots(&self.gemm_mma_bf16, &MMA_GEMM)?,
+            wgmma: match &self.gemm_wgmma_bf16 {
+                Some(func) => slots(func, &WGMMA_GEMM)?,
+                None => 0,
+            },
+        })
+    }
 }
 
 /// `gemm_mma_bf16`.
@@ -166,6 +196,7 @@ const MMA_GEMM: TensorGemm = TensorGemm {
     tile_m: MMA_BM,
     threads: MMA_THREADS,
     shared: MMA_SHARED_BYTES,
+    takes_tile_n: false,
     traffic: traffic::gemm_mma_bf16,
 };
 
@@ -175,6 +206,7 @@ const WGMMA_GEMM: TensorGemm = TensorGemm {
     tile_m: WGMMA_BM,
     threads: WGMMA_THREADS,
     shared: WGMMA_SHARED_BYTES,
+    takes_tile_n: true,
     traffic: traffic::gemm_wgmma_bf16,
 };
 
@@ -360,7 +392,7 @@ impl Gpu {
         n_out: usize,
     ) -> Result<()> {
         let func = &self.kernels.gemm_mma_bf16;
-        let plan = gemm_plan::mma(n, n_in, n_out, self.slots(func, &MMA_GEMM)?);
+        let plan = gemm_plan::mma(n, n_in, n_out, self.gemm_slots.mma);
         self.tensor_gemm(func, &MMA_GEMM, plan, out, x, w, bias, n, n_in, n_out)
     }
 
@@ -384,8 +416,8 @@ impl Gpu {
     /// The tile width and split `gemm_wgmma_bf16` runs `n` tokens through an
     /// `n_out x n_in` matrix with on this GPU.
     pub fn wgmma_plan(&self, n: usize, n_in: usize, n_out: usize) -> Result<GemmPlan> {
-        let slots = self.slots(self.wgmma_kernel()?, &WGMMA_GEMM)?;
-        Ok(gemm_plan::wgmma(n, n_in, n_out, slots))
+        self.wgmma_kernel()?;
+        Ok(gemm_plan::wgmma(n, n_in, n_out, self.gemm_slots.wgmma))
     }
 
     /// `gemm_wgmma_bf16` with the tile width and split chosen by the caller (one of
@@ -414,15 +446,6 @@ impl Gpu {
                 self.description
             ))
         })
-    }
-
-    /// Blocks of a tensor-core GEMM that run at once: per SM (shared memory and registers
-    /// allowing) times SMs.
-    fn slots(&self, func: &CudaFunction, k: &TensorGemm) -> Result<usize> {
-        let per_sm = func
-            .occupancy_max_active_blocks_per_multiprocessor(k.threads as u32, k.shared, None)
-            .map_err(|e| Error::Gpu(format!("{}'s occupancy: {e}", k.name)))?;
-        Ok(per_sm as usize * self.sm_count)
     }
 
     /// Whether this GPU runs `gemm_wgmma_bf16`.
@@ -499,7 +522,7 @@ impl Gpu {
         let mut b = self.launcher(func);
         b.arg(out).arg(x).arg(w).arg_or_null(bias);
         b.arg(&n).arg(&n_in).arg(&n_out);
-        if k.name == WGMMA_GEMM.name {
+        if k.takes_tile_n {
             b.arg(&tile_n);
         }
         // SAFETY: shapes and alignment checked; the block size and shared memory the kernel

@@ -29,7 +29,7 @@ pub const WGMMA_BM: usize = 128;
 /// 256 unless a narrower one packs the SMs more evenly.
 pub const WGMMA_WIDTHS: [usize; 4] = [128, 192, 224, 256];
 /// Warpgroup GEMM: the widest of `WGMMA_WIDTHS`, which sizes the shared buffers.
-pub const WGMMA_MAX_BN: usize = 256;
+pub const WGMMA_MAX_BN: usize = WGMMA_WIDTHS[WGMMA_WIDTHS.len() - 1];
 /// Warpgroup GEMM: depth of one step along the reduction: 64 bf16, one 128-byte swizzled row.
 pub const WGMMA_BK: usize = 64;
 /// Warpgroup GEMM: steps in shared memory at once (one being multiplied, one whose products
