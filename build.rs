@@ -42,7 +42,7 @@ fn main() {
     }
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
     let toolchain = pinned_toolchain(&kernels);
-    ensure_toolchain(&kernels, &toolchain);
+    ensure_toolchain(&kernels, &toolchain, &out_dir);
     for cpu in TARGET_CPUS {
         let ptx = build_ptx(&kernels, &out_dir, &toolchain, cpu);
         let dest = out_dir.join(format!("kernels_{cpu}.ptx"));
@@ -73,7 +73,7 @@ fn rustup() -> Command {
     cmd
 }
 
-fn ensure_toolchain(kernels: &Path, toolchain: &str) {
+fn ensure_toolchain(kernels: &Path, toolchain: &str, out_dir: &Path) {
     let sysroot = rustup()
         .args(["run", toolchain, "rustc", "--print", "sysroot"])
         .output()
@@ -95,6 +95,12 @@ fn ensure_toolchain(kernels: &Path, toolchain: &str) {
     if !status.success() {
         fail(&format!("`rustup toolchain install {toolchain}` failed"));
     }
+    // Cargo shows a build script's warnings again on every build until the script next
+    // runs. A file written now, newer than this run's start, makes the next build run it
+    // once more: it finds the toolchain, says nothing, and the notice is gone.
+    let marker = out_dir.join("toolchain-installed");
+    fs::write(&marker, toolchain).unwrap_or_else(|e| fail(&format!("{}: {e}", marker.display())));
+    println!("cargo:rerun-if-changed={}", marker.display());
 }
 
 fn build_ptx(kernels: &Path, out_dir: &Path, toolchain: &str, cpu: &str) -> PathBuf {
