@@ -165,6 +165,49 @@ pub fn gemm_wgmma_bf16(out: &mut [f32], x: &[u16], w: &[u16], bias: Option<&[f32
     gemm_mma_bf16(out, x, w, bias, n_in);
 }
 
+/// `out[t, o] = (accumulate ? out[t, o] : 0) + sum_i x[t, i] * w[o, i] + bias[o]`, bf16
+/// activations and weights: the twin of the GPU's matmul for a few tokens (batched decode),
+/// whatever split of the reduction its launch takes.
+///
+/// - `out`: `[n, n_out]`
+/// - `x`: `[n, n_in]` bf16 bits
+/// - `w`: `[n_out, n_in]` bf16 bits
+/// - `bias`: `[n_out]` or none
+pub fn gemm_skinny_bf16(
+    out: &mut [f32],
+    x: &[u16],
+    w: &[u16],
+    bias: Option<&[f32]>,
+    n_in: usize,
+    accumulate: bool,
+) {
+    let n_out = w.len() / n_in;
+    let x: Vec<f32> = x.iter().map(|&b| bf16_to_f32(b)).collect();
+    out.par_chunks_mut(n_out)
+        .zip(x.par_chunks(n_in))
+        .for_each(|(y, xr)| gemv_bf16(y, xr, w, bias, n_in, accumulate));
+}
+
+/// `out[i] = (accumulate ? out[i] : 0) + sum over s of parts[s, i] + bias[i % n_out]`: the
+/// twin of the second half of a split skinny matmul.
+///
+/// - `out`: `[len]`
+/// - `parts`: `[splits, len]`
+/// - `bias`: `[n_out]` or none
+pub fn gemm_skinny_reduce_f32(
+    out: &mut [f32],
+    parts: &[f32],
+    bias: Option<&[f32]>,
+    n_out: usize,
+    accumulate: bool,
+) {
+    let len = out.len();
+    for (i, y) in out.iter_mut().enumerate() {
+        let sum: f32 = parts.iter().skip(i).step_by(len).sum();
+        *y = if accumulate { *y } else { 0.0 } + sum + bias.map_or(0.0, |b| b[i % n_out]);
+    }
+}
+
 /// The tensor-core probe's result: every thread's 64 accumulators end at
 /// `iters * 16 * a * b`, and it writes their sum. The twin of `mma_probe_bf16`.
 pub fn mma_probe_bf16(out: &mut [f32], a_bits: u16, b_bits: u16, iters: u32) {

@@ -20,6 +20,7 @@ pub mod embedding;
 pub mod fill;
 pub mod gemm;
 pub mod gemm_mma;
+pub mod gemm_skinny;
 #[cfg(target_feature = "sm_90a")]
 pub mod gemm_wgmma;
 pub mod gemv;

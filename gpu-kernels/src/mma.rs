@@ -144,3 +144,25 @@ pub unsafe fn red_add_f32(p: *mut f32, v: f32) {
     // SAFETY: the caller's guarantee.
     unsafe { asm!("red.global.add.f32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack)) };
 }
+
+/// A 16-byte load from shared memory into four registers (`ld.shared.v4.u32`).
+///
+/// # Safety
+/// `addr` is a 16-byte aligned shared address with 16 bytes to read.
+#[inline(always)]
+pub unsafe fn ld_shared_v4(addr: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        asm!(
+            "ld.shared.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+            a = out(reg32) a,
+            b = out(reg32) b,
+            c = out(reg32) c,
+            d = out(reg32) d,
+            p = in(reg32) addr,
+            options(readonly, nostack),
+        )
+    };
+    [a, b, c, d]
+}

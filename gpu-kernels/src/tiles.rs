@@ -56,3 +56,34 @@ pub const ATTN_MMA_THREADS: usize = 128;
 pub const fn attn_mma_shared_bytes(head_dim: usize) -> usize {
     2 * ATTN_MMA_KEYS * (head_dim + 8) * 2 + 2 * ATTN_MMA_KEYS * head_dim * 4 + 16
 }
+
+/// Skinny GEMM (a few to 128 tokens): output features per block, 16 per warp.
+pub const SKINNY_FEATURES: usize = 128;
+/// Skinny GEMM: threads per block, 8 warps.
+pub const SKINNY_THREADS: usize = 256;
+/// Skinny GEMM: depth of one chunk of the reduction (four 32-wide steps).
+pub const SKINNY_KC: usize = 128;
+/// Skinny GEMM: most tiles of 8 tokens a launch holds (128 tokens).
+pub const SKINNY_MAX_TILES: usize = 16;
+/// Skinny GEMM: row length of the activations' shared buffer in bf16, the chunk and 32 of
+/// padding (320 bytes): the 8 lanes that share a phase of a 16-byte shared load read two
+/// rows, which then fall in different halves of the 128-byte bank window.
+pub const SKINNY_STRIDE: usize = SKINNY_KC + 32;
+
+/// Skinny GEMM: the tiles of 8 tokens the kernel computes for `n` tokens (1, 2, 4, 8 or 16:
+/// one compiled body each).
+pub const fn skinny_tiles(n: usize) -> usize {
+    match n.div_ceil(8) {
+        0..=1 => 1,
+        2 => 2,
+        3..=4 => 4,
+        5..=8 => 8,
+        _ => SKINNY_MAX_TILES,
+    }
+}
+
+/// Skinny GEMM: dynamic shared memory of a launch for `n` tokens, two buffers of
+/// `[8 * skinny_tiles(n)][SKINNY_STRIDE]` bf16 (80 KiB at 128 tokens).
+pub const fn skinny_shared_bytes(n: usize) -> usize {
+    2 * 8 * skinny_tiles(n) * SKINNY_STRIDE * 2
+}
