@@ -2,7 +2,7 @@
 //! read them. A prompt chunk (prefill), a single decode token and a mix of sequences are all
 //! the same thing here: rows of tokens, each with its position, its sequence and its slot.
 
-use crate::block_manager::{BLOCK_SIZE, BlockTable};
+use crate::kv::block_manager::{BLOCK_SIZE, BlockTable};
 
 #[derive(Default)]
 pub struct Batch {
@@ -73,10 +73,12 @@ mod tests {
         let a = BlockTable {
             blocks: vec![3, 5],
             len: 15,
+            chain: vec![],
         };
         let b = BlockTable {
             blocks: vec![1],
             len: 0,
+            chain: vec![],
         };
         let mut batch = Batch::default();
         batch.fill(

@@ -10,11 +10,11 @@ use std::time::Instant;
 use cudarc::driver::sys::CUevent_flags;
 use serde::Serialize;
 
-use crate::block_manager::{BlockTable, blocks_for};
 use crate::config::{Config, HfConfig};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::gpu::backend::GpuWeights;
+use crate::kv::block_manager::{BlockTable, blocks_for};
 use crate::loader;
 use crate::runner::{Device, Runner, RunnerOptions};
 

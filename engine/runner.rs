@@ -4,13 +4,14 @@
 //! stay a fixed size.
 
 use crate::batch::{Batch, SeqChunk};
-use crate::block_manager::{BLOCK_SIZE, BlockManager, BlockTable, blocks_for};
+
 use crate::config::Config;
 use crate::cpu::ops::argmax_f32;
 use crate::cpu::{CpuBackend, Scratch};
 use crate::error::{Error, Result};
 use crate::gpu::backend::GpuWeights;
 use crate::gpu::{Gpu, GpuBackend};
+use crate::kv::block_manager::{BLOCK_SIZE, BlockManager, BlockTable, blocks_for};
 use crate::kv_cache::KvCache;
 use crate::model::ModelWeights;
 use crate::rope::RopeTables;
@@ -105,7 +106,7 @@ impl Runner {
         };
         Ok(Runner {
             max_context,
-            blocks: BlockManager::new(n_blocks),
+            blocks: BlockManager::new(n_blocks, false),
             backend: Backend::Cpu(Box::new(cpu)),
             batch: Batch::default(),
             max_batch_tokens: opts.max_batch_tokens,
@@ -126,7 +127,7 @@ impl Runner {
         g.set_rope(&RopeTables::new(&config, max_context, rope_freq_factors))?;
         Ok(Runner {
             max_context,
-            blocks: BlockManager::new(g.n_blocks),
+            blocks: BlockManager::new(g.n_blocks, false),
             backend: Backend::Gpu(Box::new(g)),
             batch: Batch::default(),
             max_batch_tokens: opts.max_batch_tokens,

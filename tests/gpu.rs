@@ -14,13 +14,13 @@ use cudarc::driver::CudaSlice;
 use libtest_mimic::{Arguments, Completion, Trial};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rustle::block_manager::BlockTable;
 use rustle::config::{Config, HfConfig};
 use rustle::cpu::ops;
 use rustle::gpu::Gpu;
 use rustle::gpu::backend::to_bf16;
 use rustle::gpu::gemm_plan::GemmPlan;
 use rustle::gpu::kernels::{In, Out};
+use rustle::kv::block_manager::BlockTable;
 use rustle::model::{LayerWeights, ModelWeights};
 use rustle::runner::{Device, Runner, RunnerOptions};
 

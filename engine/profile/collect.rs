@@ -3,11 +3,11 @@
 //! graph), with the bytes and FLOPs from the counting formulas beside the launch wrappers.
 
 use crate::bench::{gpu_runner, measure_bandwidth, shape_config, synthetic_prompt};
-use crate::block_manager::BlockTable;
 use crate::error::Result;
 use crate::gemv_bench::{cublas_gemm_flops, mma_peak_flops, rustle_gemm_flops};
 use crate::gpu::Gpu;
 use crate::gpu::context::KernelTime;
+use crate::kv::block_manager::BlockTable;
 use crate::loader;
 use crate::runner::{Device, Runner, RunnerOptions};
 
@@ -54,7 +54,7 @@ pub fn gpu(args: &ProfileArgs) -> Result<Profile> {
     };
 
     let opts = RunnerOptions {
-        kv_blocks: Some(crate::block_manager::blocks_for(args.prompt_len + args.steps + 1) + 1),
+        kv_blocks: Some(crate::kv::block_manager::blocks_for(args.prompt_len + args.steps + 1) + 1),
         max_batch_tokens: args.prompt_len.clamp(1, 1024),
     };
     let (mut runner, model) = gpu_runner(&gpu, &args.shape, args.model.as_deref(), &opts)?;
@@ -147,7 +147,7 @@ pub fn cpu(args: &ProfileArgs) -> Result<Profile> {
     };
 
     let opts = RunnerOptions {
-        kv_blocks: Some(crate::block_manager::blocks_for(args.prompt_len + args.steps + 1) + 1),
+        kv_blocks: Some(crate::kv::block_manager::blocks_for(args.prompt_len + args.steps + 1) + 1),
         max_batch_tokens: args.prompt_len.clamp(1, 1024),
     };
     let (config, weights, model): (Config, ModelWeights, String) = match &args.model {

@@ -3,8 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses its own part
 
-use rustle::block_manager::BlockTable;
 use rustle::cpu::ops::argmax_f32;
+use rustle::kv::block_manager::BlockTable;
 use rustle::loader;
 use rustle::runner::{Device, Runner, RunnerOptions};
 use rustle::tokenizer::Tokenizer;
