@@ -7,8 +7,10 @@
 //! - `model`: the weights by role; `loader` opens a model folder or file
 //! - `kv` (block manager, prefix cache), `kv_cache`: the paged KV cache (blocks of 16 tokens)
 //! - `batch`, `cpu`, `runner`: one forward pass over a batch of tokens, on the CPU
-//!   reference backend
-//! - `sampler`, `generate`: choosing tokens, the generation loop
+//!   reference backend or the GPU
+//! - `sampler`: choosing tokens, per request
+//! - `serve`: sequences, the scheduler and the engine loop that serve many requests at once
+//! - `generate`: one prompt through the engine, streamed as text (the CLI)
 //! - `gpu`: the PTX the kernels compiled to (the GPU backend comes next)
 
 pub mod batch;
@@ -30,6 +32,7 @@ pub mod profile;
 pub mod rope;
 pub mod runner;
 pub mod sampler;
+pub mod serve;
 pub mod tokenizer;
 pub mod traffic;
 pub mod weights;

@@ -7,7 +7,6 @@ use crate::error::Result;
 use crate::gemv_bench::{cublas_gemm_flops, mma_peak_flops, rustle_gemm_flops};
 use crate::gpu::Gpu;
 use crate::gpu::context::KernelTime;
-use crate::kv::block_manager::BlockTable;
 use crate::loader;
 use crate::runner::{Device, Runner, RunnerOptions};
 
@@ -61,9 +60,9 @@ pub fn gpu(args: &ProfileArgs) -> Result<Profile> {
     runner.gpu_backend().expect("a GPU runner").use_graphs = false;
     // One untimed pass first, so module load and first touches stay out of the figures.
     let prompt = synthetic_prompt(args.prompt_len, runner.config.vocab_size);
-    let mut seq = BlockTable::default();
+    let mut seq = runner.solo();
     runner.extend_greedy(&mut seq, &prompt)?;
-    runner.release(&mut seq);
+    seq.release();
 
     progress(&format!(
         "prefill of {} tokens and {} decode steps, every launch timed",
@@ -200,7 +199,7 @@ fn profile_phases(
     mut stop: impl FnMut(&mut Runner) -> Result<Vec<KernelTime>>,
 ) -> Result<Vec<Row>> {
     let prompt = synthetic_prompt(args.prompt_len, runner.config.vocab_size);
-    let mut seq = BlockTable::default();
+    let mut seq = runner.solo();
     start(runner);
     let mut token = runner.extend_greedy(&mut seq, &prompt)?;
     let prefill = stop(runner)?;
@@ -209,7 +208,7 @@ fn profile_phases(
         token = runner.extend_greedy(&mut seq, &[token])?;
     }
     let decode = stop(runner)?;
-    runner.release(&mut seq);
+    seq.release();
     let tag = |phase: Phase| {
         move |k: KernelTime| {
             (
