@@ -4,7 +4,7 @@
 
 use crate::kv::block_manager::{BLOCK_SIZE, BlockTable};
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Batch {
     /// `[n]` token ids
     pub tokens: Vec<u32>,

@@ -55,6 +55,8 @@ pub struct Runner {
     batch: Batch,
     /// `[rows]` greedy choices on the CPU.
     ids: Vec<u32>,
+    /// A batch that wants no logits, given one row for the GPU (`with_a_logits_row`).
+    gpu_batch: Batch,
     max_batch_tokens: usize,
     max_context: usize,
 }
@@ -82,7 +84,8 @@ pub trait Forward {
     fn limits(&self) -> Limits;
 
     /// Runs `batch`, writing its keys and values into the cache, and returns the logits of
-    /// its `logit_rows`, `[rows, vocab]`.
+    /// its `logit_rows`, `[rows, vocab]`. A batch that asks for none may get one row anyway
+    /// (the GPU's), which callers ignore.
     fn forward(&mut self, batch: &Batch) -> Result<&[f32]>;
 
     /// As `forward`, but returns only the most likely token of each logits row, `[rows]`: on
@@ -143,6 +146,7 @@ impl Runner {
             backend: Backend::Cpu(Box::new(cpu)),
             batch: Batch::default(),
             ids: vec![],
+            gpu_batch: Batch::default(),
             max_batch_tokens: opts.max_batch_tokens,
             config,
         })
@@ -164,6 +168,7 @@ impl Runner {
             backend: Backend::Gpu(Box::new(g)),
             batch: Batch::default(),
             ids: vec![],
+            gpu_batch: Batch::default(),
             max_batch_tokens: opts.max_batch_tokens,
             config,
         })
@@ -331,7 +336,10 @@ impl Forward for Runner {
     fn forward(&mut self, batch: &Batch) -> Result<&[f32]> {
         match &mut self.backend {
             Backend::Cpu(cpu) => Ok(cpu.forward(&self.config, batch)),
-            Backend::Gpu(gpu) => gpu.forward(&self.config, batch),
+            Backend::Gpu(gpu) => {
+                let batch = with_a_logits_row(&mut self.gpu_batch, batch);
+                gpu.forward(&self.config, batch)
+            }
         }
     }
 
@@ -344,9 +352,24 @@ impl Forward for Runner {
                 self.ids.extend(logits.chunks_exact(vocab).map(argmax_f32));
                 Ok(&self.ids)
             }
-            Backend::Gpu(gpu) => gpu.forward_greedy(&self.config, batch),
+            Backend::Gpu(gpu) => {
+                let batch = with_a_logits_row(&mut self.gpu_batch, batch);
+                gpu.forward_greedy(&self.config, batch)
+            }
         }
     }
+}
+
+/// `batch`, or, when it wants no logits at all (every chunk a prompt chunk short of its
+/// prompt's end), a copy in `spare` that asks for its last row's: the GPU's head launches
+/// assume at least one row. The caller ignores the extra row.
+fn with_a_logits_row<'b>(spare: &'b mut Batch, batch: &'b Batch) -> &'b Batch {
+    if !batch.logit_rows.is_empty() || batch.tokens.is_empty() {
+        return batch;
+    }
+    spare.clone_from(batch);
+    spare.logit_rows.push(batch.tokens.len() as u32 - 1);
+    spare
 }
 
 /// One sequence driven straight through a runner, outside the serving engine: golden tests,
@@ -381,5 +404,22 @@ impl Solo {
     /// Blocks not held by this sequence.
     pub fn n_free(&self) -> usize {
         self.blocks.n_free()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_without_logits_gets_its_last_row_for_the_gpu() {
+        let mut spare = Batch::default();
+        let mut b = Batch {
+            tokens: vec![5, 6, 7],
+            ..Default::default()
+        };
+        assert_eq!(with_a_logits_row(&mut spare, &b).logit_rows, vec![2]);
+        b.logit_rows = vec![0];
+        assert_eq!(with_a_logits_row(&mut spare, &b).logit_rows, vec![0]);
     }
 }
