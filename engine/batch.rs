@@ -2,9 +2,9 @@
 //! read them. A prompt chunk (prefill), a single decode token and a mix of sequences are all
 //! the same thing here: rows of tokens, each with its position, its sequence and its slot.
 
-use crate::block_manager::{BLOCK_SIZE, BlockTable};
+use crate::kv::block_manager::{BLOCK_SIZE, BlockTable};
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Batch {
     /// `[n]` token ids
     pub tokens: Vec<u32>,
@@ -17,7 +17,7 @@ pub struct Batch {
     /// `[n_seqs, max_blocks]` each sequence's block table, padded with zeros
     pub block_tables: Vec<u32>,
     pub max_blocks: usize,
-    /// Rows whose logits are wanted: the last of each sequence, or every row
+    /// Rows whose logits are wanted: the last of each chunk that asks for them, or every row
     pub logit_rows: Vec<u32>,
 }
 
@@ -26,10 +26,14 @@ pub struct Batch {
 pub struct SeqChunk<'a> {
     pub table: &'a BlockTable,
     pub tokens: &'a [u32],
+    /// Whether the last token's logits are wanted: a prompt chunk that stops short of the
+    /// prompt's end needs none (its next token is already known).
+    pub logits: bool,
 }
 
 impl Batch {
-    /// Refills the batch in place (no allocation once the vectors have grown).
+    /// Refills the batch in place (no allocation once the vectors have grown). `all_logits`:
+    /// every row's logits (for tests and scoring), whatever the chunks ask.
     pub fn fill(&mut self, chunks: &[SeqChunk], all_logits: bool) {
         self.tokens.clear();
         self.positions.clear();
@@ -47,7 +51,7 @@ impl Batch {
             debug_assert!(chunk.table.blocks.len() * BLOCK_SIZE >= start + chunk.tokens.len());
             for (i, &tok) in chunk.tokens.iter().enumerate() {
                 let pos = start + i;
-                if all_logits || i + 1 == chunk.tokens.len() {
+                if all_logits || (chunk.logits && i + 1 == chunk.tokens.len()) {
                     self.logit_rows.push(self.tokens.len() as u32);
                 }
                 self.tokens.push(tok);
@@ -73,10 +77,17 @@ mod tests {
         let a = BlockTable {
             blocks: vec![3, 5],
             len: 15,
+            chain: vec![],
         };
         let b = BlockTable {
             blocks: vec![1],
             len: 0,
+            chain: vec![],
+        };
+        let c = BlockTable {
+            blocks: vec![2],
+            len: 4,
+            chain: vec![],
         };
         let mut batch = Batch::default();
         batch.fill(
@@ -84,19 +95,30 @@ mod tests {
                 SeqChunk {
                     table: &a,
                     tokens: &[7, 8],
+                    logits: true,
                 },
                 SeqChunk {
                     table: &b,
                     tokens: &[9],
+                    logits: true,
+                },
+                // A prompt chunk short of the prompt's end: no logits.
+                SeqChunk {
+                    table: &c,
+                    tokens: &[4, 4],
+                    logits: false,
                 },
             ],
             false,
         );
-        assert_eq!(batch.tokens, vec![7, 8, 9]);
-        assert_eq!(batch.positions, vec![15, 16, 0]);
-        assert_eq!(batch.token_seq, vec![0, 0, 1]);
-        assert_eq!(batch.slots, vec![3 * 16 + 15, 5 * 16, 16]);
-        assert_eq!(batch.block_tables, vec![3, 5, 1, 0]);
+        assert_eq!(batch.tokens, vec![7, 8, 9, 4, 4]);
+        assert_eq!(batch.positions, vec![15, 16, 0, 4, 5]);
+        assert_eq!(batch.token_seq, vec![0, 0, 1, 2, 2]);
+        assert_eq!(
+            batch.slots,
+            vec![3 * 16 + 15, 5 * 16, 16, 2 * 16 + 4, 2 * 16 + 5]
+        );
+        assert_eq!(batch.block_tables, vec![3, 5, 1, 0, 2, 0]);
         assert_eq!(batch.max_blocks, 2);
         assert_eq!(batch.logit_rows, vec![1, 2]);
     }

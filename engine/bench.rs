@@ -10,11 +10,11 @@ use std::time::Instant;
 use cudarc::driver::sys::CUevent_flags;
 use serde::Serialize;
 
-use crate::block_manager::{BlockTable, blocks_for};
 use crate::config::{Config, HfConfig};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::gpu::backend::GpuWeights;
+use crate::kv::block_manager::blocks_for;
 use crate::loader;
 use crate::runner::{Device, Runner, RunnerOptions};
 
@@ -352,9 +352,9 @@ fn fill_kv_with_noise(runner: &mut Runner) -> Result<()> {
 fn decode_rate(runner: &mut Runner, ctx: usize, steps: usize) -> Result<f64> {
     const WARM_UP: usize = 3;
     let start_len = ctx.saturating_sub(steps + WARM_UP);
-    let mut seq = BlockTable::default();
-    runner.blocks.reserve(&mut seq, start_len.max(1))?;
-    seq.len = start_len; // the context's keys and values: the noise already in those blocks
+    let mut seq = runner.solo();
+    seq.reserve(start_len.max(1))?;
+    seq.table.len = start_len; // the context's keys and values: the noise already in those blocks
     let mut token = 1u32;
     for _ in 0..WARM_UP {
         token = runner.extend_greedy(&mut seq, &[token])?; // first graph captures, caches
@@ -364,17 +364,17 @@ fn decode_rate(runner: &mut Runner, ctx: usize, steps: usize) -> Result<f64> {
         token = runner.extend_greedy(&mut seq, &[token])?;
     }
     let secs = start.elapsed().as_secs_f64();
-    runner.release(&mut seq);
+    seq.release();
     Ok(steps as f64 / secs)
 }
 
 /// One decode step with every launch timed (graphs off: events cannot be recorded inside a
 /// replayed graph), summed by kernel.
 fn profile_step(runner: &mut Runner, ctx: usize) -> Result<StepProfile> {
-    let mut seq = BlockTable::default();
+    let mut seq = runner.solo();
     let start_len = ctx.saturating_sub(2);
-    runner.blocks.reserve(&mut seq, start_len.max(1))?;
-    seq.len = start_len;
+    seq.reserve(start_len.max(1))?;
+    seq.table.len = start_len;
     let gpu = runner.gpu_backend().expect("a GPU runner");
     gpu.use_graphs = false;
     let gpu = gpu.gpu.clone();
@@ -385,7 +385,7 @@ fn profile_step(runner: &mut Runner, ctx: usize) -> Result<StepProfile> {
     let step_us = t.elapsed().as_secs_f64() * 1e6;
     let launches = gpu.profile_stop()?;
     result?;
-    runner.release(&mut seq);
+    seq.release();
     runner.gpu_backend().expect("a GPU runner").use_graphs = true;
     let mut kernels: Vec<KernelRow> = vec![];
     for l in launches {
@@ -419,11 +419,11 @@ fn prefill_rate(runner: &mut Runner, n: usize) -> Result<PrefillResult> {
     let prompt = synthetic_prompt(n, runner.config.vocab_size);
     // One untimed run first: module load and first-touch costs stay out of the figure.
     for timed in [false, true] {
-        let mut seq = BlockTable::default();
+        let mut seq = runner.solo();
         let start = Instant::now();
         runner.extend_greedy(&mut seq, &prompt)?;
         let secs = start.elapsed().as_secs_f64();
-        runner.release(&mut seq);
+        seq.release();
         if timed {
             return Ok(PrefillResult {
                 tokens: n,

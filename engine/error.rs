@@ -57,6 +57,10 @@ pub enum Error {
     #[error("the prompt is empty: give some text with -p or -f")]
     EmptyPrompt,
 
+    /// A request the serving engine refuses up front (the OpenAI server's 400).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+
     #[error(
         "KV cache full: {wanted} more blocks of {block_size} tokens wanted, {free} free of {total} (raise --kv-blocks)"
     )]

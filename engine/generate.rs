@@ -1,17 +1,16 @@
-//! The generation loop: prefill the prompt, then sample and decode one token at a time,
-//! streaming text as it becomes printable.
+//! One prompt through the serving engine (the CLI's path): a single request, stepped until
+//! it ends, its text streamed as it becomes printable.
 
 use std::time::{Duration, Instant};
 
-use crate::block_manager::BlockTable;
 use crate::error::Result;
-use crate::runner::Runner;
-use crate::sampler::Sampler;
+use crate::runner::Forward;
+use crate::serve::{Engine, FinishReason, RequestParams};
 use crate::tokenizer::Tokenizer;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
-    /// The model produced an end-of-sequence token.
+    /// The model produced an end-of-sequence (or stop) token.
     Eos,
     /// `max_tokens` were generated.
     Length,
@@ -43,92 +42,64 @@ impl Stats {
     }
 }
 
-/// Generates up to `max_tokens` after `prompt`. `on_text` receives each printable piece of
-/// text and returns false to stop early. Returns the new token ids and the timings.
-pub fn generate(
-    runner: &mut Runner,
+/// Generates up to `params.max_tokens` after `prompt`, as one request of `engine` (which
+/// should have no other work). `on_text` receives each printable piece of text and returns
+/// false to stop early. A request that would run past the context is cut short to fit, and
+/// then stops with `StopReason::Context`. Returns the new token ids and the timings.
+pub fn generate<M: Forward>(
+    engine: &mut Engine<M>,
     tokenizer: &Tokenizer,
-    sampler: &mut Sampler,
     prompt: &[u32],
-    max_tokens: usize,
-    on_text: &mut dyn FnMut(&str) -> bool,
-) -> Result<(Vec<u32>, Stats)> {
-    let mut seq = BlockTable::default();
-    let result = generate_in(
-        runner, &mut seq, tokenizer, sampler, prompt, max_tokens, on_text,
-    );
-    runner.release(&mut seq);
-    result
-}
-
-fn generate_in(
-    runner: &mut Runner,
-    seq: &mut BlockTable,
-    tokenizer: &Tokenizer,
-    sampler: &mut Sampler,
-    prompt: &[u32],
-    max_tokens: usize,
+    mut params: RequestParams,
     on_text: &mut dyn FnMut(&str) -> bool,
 ) -> Result<(Vec<u32>, Stats)> {
     let start = Instant::now();
-    let greedy = sampler.is_greedy();
-    // `[vocab]`: the sampler edits logits in place, so it works on a copy.
-    let mut logits = vec![];
-    // The next token: picked by the backend when decoding is greedy, else sampled here.
-    let mut step = |runner: &mut Runner,
-                    seq: &mut BlockTable,
-                    input: &[u32],
-                    history: &[u32]|
-     -> Result<u32> {
-        if greedy {
-            return runner.extend_greedy(seq, input);
-        }
-        logits.clear();
-        logits.extend_from_slice(runner.extend(seq, input)?);
-        Ok(sampler.sample(&mut logits, history))
-    };
-    let mut history = prompt.to_vec();
-    let mut token = step(runner, seq, prompt, &history)?;
-    let first_token_at = Instant::now();
+    // The last token generated needs no room in the cache: the context holds the prompt and
+    // all but one of them.
+    let room = (engine.max_context() + 1).saturating_sub(prompt.len());
+    let cut_short = params.max_tokens > room && room > 0;
+    if cut_short {
+        params.max_tokens = room;
+    }
+    let id = engine.add_request(prompt.to_vec(), params)?;
+    let mut first_token_at = None;
     let mut generated = vec![];
     let mut stream = TextStream::default();
-    let mut stop = StopReason::Length;
-    while generated.len() < max_tokens {
-        if tokenizer.eos_tokens.contains(&token) {
-            stop = StopReason::Eos;
-            break;
+    let mut stop = None;
+    while stop.is_none() && engine.has_work() {
+        for out in engine.step()? {
+            debug_assert_eq!(out.id, id, "the engine runs this request alone");
+            first_token_at.get_or_insert_with(Instant::now);
+            if let Some(token) = out.token {
+                generated.push(token);
+                let text = stream.push(tokenizer, token)?;
+                if !text.is_empty() && !on_text(&text) {
+                    engine.abort(id);
+                    stop = Some(StopReason::Sink);
+                    break;
+                }
+            }
+            stop = match out.finish {
+                None | Some(FinishReason::Abort) => stop,
+                Some(FinishReason::Stop) => Some(StopReason::Eos),
+                Some(FinishReason::Length) if cut_short => Some(StopReason::Context),
+                Some(FinishReason::Length) => Some(StopReason::Length),
+            };
         }
-        generated.push(token);
-        history.push(token);
-        let text = stream.push(tokenizer, token)?;
-        if !text.is_empty() && !on_text(&text) {
-            stop = StopReason::Sink;
-            break;
-        }
-        if generated.len() == max_tokens {
-            break;
-        }
-        if seq.len >= runner.max_context() {
-            stop = StopReason::Context;
-            break;
-        }
-        token = step(runner, seq, &[token], &history)?;
     }
     let rest = stream.finish(tokenizer)?;
     if !rest.is_empty() {
         on_text(&rest);
     }
-    let first = first_token_at;
-    Ok((
-        generated.clone(),
-        Stats {
-            prompt_tokens: prompt.len(),
-            generated_tokens: generated.len(),
-            time_to_first_token: first - start,
-            decode_time: first.elapsed(),
-            stop,
-        },
-    ))
+    let first = first_token_at.unwrap_or_else(Instant::now);
+    let stats = Stats {
+        prompt_tokens: prompt.len(),
+        generated_tokens: generated.len(),
+        time_to_first_token: first - start,
+        decode_time: first.elapsed(),
+        stop: stop.unwrap_or(StopReason::Length),
+    };
+    Ok((generated, stats))
 }
 
 /// Turns tokens into text as they arrive. A token can end in the middle of a UTF-8

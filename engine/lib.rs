@@ -5,15 +5,16 @@
 //! - `weights`: safetensors and GGUF files, tensors taken by name, dtype and shape
 //! - `tokenizer`, `chat`: text to tokens and back; chat templates
 //! - `model`: the weights by role; `loader` opens a model folder or file
-//! - `block_manager`, `kv_cache`: the paged KV cache (blocks of 16 tokens)
+//! - `kv` (block manager, prefix cache), `kv_cache`: the paged KV cache (blocks of 16 tokens)
 //! - `batch`, `cpu`, `runner`: one forward pass over a batch of tokens, on the CPU
-//!   reference backend
-//! - `sampler`, `generate`: choosing tokens, the generation loop
+//!   reference backend or the GPU
+//! - `sampler`: choosing tokens, per request
+//! - `serve`: sequences, the scheduler and the engine loop that serve many requests at once
+//! - `generate`: one prompt through the engine, streamed as text (the CLI)
 //! - `gpu`: the PTX the kernels compiled to (the GPU backend comes next)
 
 pub mod batch;
 pub mod bench;
-pub mod block_manager;
 pub mod chat;
 pub mod config;
 pub mod cpu;
@@ -23,6 +24,7 @@ pub mod gemm_bench;
 pub mod gemv_bench;
 pub mod generate;
 pub mod gpu;
+pub mod kv;
 pub mod kv_cache;
 pub mod loader;
 pub mod model;
@@ -30,8 +32,13 @@ pub mod profile;
 pub mod rope;
 pub mod runner;
 pub mod sampler;
+pub mod serve;
 pub mod tokenizer;
 pub mod traffic;
 pub mod weights;
 
 pub use error::{Error, Result};
+
+/// The block manager's old path, for code written before it moved into `kv` (branches not
+/// merged yet: `gpu/`, `kv_cache.rs`). Remove once nothing imports it.
+pub use kv::block_manager;

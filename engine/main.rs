@@ -14,7 +14,9 @@ use rustle::gpu::Gpu;
 use rustle::gpu::backend::check_supported;
 use rustle::loader;
 use rustle::runner::{Device, Runner, RunnerOptions};
-use rustle::sampler::{Sampler, SamplerConfig};
+use rustle::sampler::SamplingParams;
+use rustle::serve::engine::DEFAULT_TOKEN_BUDGET;
+use rustle::serve::{Engine, EngineOptions, RequestParams};
 
 /// rustle: run a Llama-family language model on a prompt.
 ///
@@ -95,9 +97,14 @@ struct Cli {
     #[arg(long, value_name = "N")]
     kv_blocks: Option<usize>,
 
-    /// Most prompt tokens in one forward pass; longer prompts run in chunks.
-    #[arg(long, default_value_t = 256, value_name = "N")]
-    prefill_chunk: usize,
+    /// Most tokens in one forward pass (decode tokens first, then prompt chunks); longer
+    /// prompts run in chunks.
+    #[arg(long, alias = "prefill-chunk", default_value_t = DEFAULT_TOKEN_BUDGET, value_name = "N")]
+    token_budget: usize,
+
+    /// Do not keep full KV blocks for reuse by prompts that share a prefix.
+    #[arg(long)]
+    no_prefix_cache: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -218,15 +225,25 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let sampling = SamplerConfig {
+    let sampling = SamplingParams {
         temperature: cli.temperature,
         top_k: cli.top_k,
         top_p: cli.top_p,
         min_p: cli.min_p,
         repeat_penalty: cli.repeat_penalty,
         seed: cli.seed.unwrap_or_else(clock_seed),
+        ..Default::default()
     };
-    sampling.validate().map_err(Error::Usage)?;
+    // The parameter as its flag is spelled: "--top-p must be in (0, 1], got 0".
+    sampling
+        .validate()
+        .map_err(|e| Error::Usage(format!("--{} {}", e.name.replace('_', "-"), e.reason)))?;
+    if cli.max_tokens == 0 {
+        return Err(Error::Usage("--max-tokens must be at least 1".into()));
+    }
+    if cli.token_budget == 0 {
+        return Err(Error::Usage("--token-budget must be at least 1".into()));
+    }
     let text = match (&cli.prompt, &cli.prompt_file) {
         (Some(p), _) => p.clone(),
         (None, Some(path)) => {
@@ -291,16 +308,29 @@ fn run(cli: Cli) -> Result<()> {
         model.tokenizer.encode(&text, true)?
     };
     let tokenizer = model.tokenizer;
-    let mut runner = Runner::new(
+    let runner = Runner::new(
         model.config,
         model.weights,
         &RunnerOptions {
             kv_blocks: cli.kv_blocks,
-            max_batch_tokens: cli.prefill_chunk,
+            max_batch_tokens: cli.token_budget,
         },
         device,
     )?;
-    let mut sampler = Sampler::new(sampling);
+    let mut engine = Engine::new(
+        runner,
+        EngineOptions {
+            token_budget: cli.token_budget,
+            prefix_cache: !cli.no_prefix_cache,
+            eos: tokenizer.eos_tokens.clone(),
+            ..Default::default()
+        },
+    )?;
+    let params = RequestParams {
+        sampling,
+        max_tokens: cli.max_tokens,
+        ..Default::default()
+    };
     let mut stdout = std::io::stdout().lock();
     // A closed stdout (`rustle ... | head`) ends generation quietly.
     let mut sink = |piece: &str| {
@@ -309,14 +339,7 @@ fn run(cli: Cli) -> Result<()> {
             .and_then(|_| stdout.flush())
             .is_ok()
     };
-    let (_, stats) = generate(
-        &mut runner,
-        &tokenizer,
-        &mut sampler,
-        &prompt,
-        cli.max_tokens,
-        &mut sink,
-    )?;
+    let (_, stats) = generate(&mut engine, &tokenizer, &prompt, params, &mut sink)?;
     let _ = writeln!(stdout);
     let stop = match stats.stop {
         StopReason::Eos => "end of sequence",
@@ -330,7 +353,7 @@ fn run(cli: Cli) -> Result<()> {
         stats.generated_tokens,
         stats.time_to_first_token.as_secs_f64() * 1e3,
         stats.decode_tok_per_s(),
-        runner.device_name()
+        engine.model().device_name()
     );
     Ok(())
 }

@@ -1,16 +1,17 @@
 //! The model runner: owns a backend (the CPU reference or the GPU) with its weights, KV
-//! cache and activations, and the block manager that hands out KV blocks. Long prompts are
-//! split into chunks of at most `max_batch_tokens` tokens (chunked prefill), so activations
-//! stay a fixed size.
+//! cache and activations, and runs one forward pass over a `Batch`. It owns no blocks: which
+//! blocks a sequence's tokens go to is decided before the batch reaches it (the serving
+//! scheduler's block manager, or a `Solo` sequence's own).
 
 use crate::batch::{Batch, SeqChunk};
-use crate::block_manager::{BLOCK_SIZE, BlockManager, BlockTable, blocks_for};
 use crate::config::Config;
 use crate::cpu::ops::argmax_f32;
 use crate::cpu::{CpuBackend, Scratch};
 use crate::error::{Error, Result};
 use crate::gpu::backend::GpuWeights;
+use crate::gpu::backend::MAX_SEQS;
 use crate::gpu::{Gpu, GpuBackend};
+use crate::kv::block_manager::{BLOCK_SIZE, BlockManager, BlockTable, blocks_for};
 use crate::kv_cache::KvCache;
 use crate::model::ModelWeights;
 use crate::rope::RopeTables;
@@ -25,7 +26,8 @@ pub struct RunnerOptions {
     /// KV-cache blocks of `BLOCK_SIZE` tokens; `None`: on the CPU enough for one full
     /// context, up to `DEFAULT_KV_BUDGET` bytes; on the GPU most of the free memory.
     pub kv_blocks: Option<usize>,
-    /// Tokens in one forward pass (the prefill chunk size).
+    /// Most tokens in one forward pass: the activations are sized for it (the serving
+    /// engine's token budget must not exceed it).
     pub max_batch_tokens: usize,
 }
 
@@ -48,11 +50,47 @@ enum Backend {
 
 pub struct Runner {
     pub config: Config,
-    pub blocks: BlockManager,
     backend: Backend,
+    /// A `Solo` sequence's batch, refilled each pass.
     batch: Batch,
+    /// `[rows]` greedy choices on the CPU.
+    ids: Vec<u32>,
+    /// A batch that wants no logits, given one row for the GPU (`with_a_logits_row`).
+    gpu_batch: Batch,
     max_batch_tokens: usize,
     max_context: usize,
+}
+
+/// What a runner can take, for the scheduler and the engine's request checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub vocab_size: usize,
+    /// The model's context (`max_position_embeddings`).
+    pub model_context: usize,
+    /// The longest sequence the runner can hold: the model's context, or the KV pool's size
+    /// if that is smaller.
+    pub max_context: usize,
+    /// KV-cache blocks of `BLOCK_SIZE` tokens.
+    pub n_blocks: usize,
+    /// Most tokens in one forward pass.
+    pub max_batch_tokens: usize,
+    /// Most sequences in one forward pass.
+    pub max_batch_seqs: usize,
+}
+
+/// One forward pass over a batch: what the serving engine needs from a runner (the `Runner`,
+/// or a fake model in tests).
+pub trait Forward {
+    fn limits(&self) -> Limits;
+
+    /// Runs `batch`, writing its keys and values into the cache, and returns the logits of
+    /// its `logit_rows`, `[rows, vocab]`. A batch that asks for none may get one row anyway
+    /// (the GPU's), which callers ignore.
+    fn forward(&mut self, batch: &Batch) -> Result<&[f32]>;
+
+    /// As `forward`, but returns only the most likely token of each logits row, `[rows]`: on
+    /// the GPU the argmax runs on the device and the logits never leave it.
+    fn forward_greedy(&mut self, batch: &Batch) -> Result<&[u32]>;
 }
 
 impl Runner {
@@ -105,9 +143,10 @@ impl Runner {
         };
         Ok(Runner {
             max_context,
-            blocks: BlockManager::new(n_blocks),
             backend: Backend::Cpu(Box::new(cpu)),
             batch: Batch::default(),
+            ids: vec![],
+            gpu_batch: Batch::default(),
             max_batch_tokens: opts.max_batch_tokens,
             config,
         })
@@ -126,9 +165,10 @@ impl Runner {
         g.set_rope(&RopeTables::new(&config, max_context, rope_freq_factors))?;
         Ok(Runner {
             max_context,
-            blocks: BlockManager::new(g.n_blocks),
             backend: Backend::Gpu(Box::new(g)),
             batch: Batch::default(),
+            ids: vec![],
+            gpu_batch: Batch::default(),
             max_batch_tokens: opts.max_batch_tokens,
             config,
         })
@@ -158,56 +198,58 @@ impl Runner {
         }
     }
 
-    /// The longest sequence this runner can hold: the model's context, or the KV pool's
-    /// size if that is smaller.
+    /// The longest sequence this runner can hold: the model's context, or the KV pool's size
+    /// if that is smaller.
     pub fn max_context(&self) -> usize {
         self.max_context
     }
 
-    /// Ends a sequence, returning its KV blocks to the pool.
-    pub fn release(&mut self, seq: &mut BlockTable) {
-        self.blocks.release(seq);
+    /// KV-cache blocks in the pool.
+    pub fn n_blocks(&self) -> usize {
+        match &self.backend {
+            Backend::Cpu(c) => c.kv.n_blocks,
+            Backend::Gpu(g) => g.n_blocks,
+        }
     }
 
-    /// Appends `tokens` to `seq`, runs them through the model, and returns the logits of
-    /// the last one, `[vocab]`.
-    pub fn extend(&mut self, seq: &mut BlockTable, tokens: &[u32]) -> Result<&[f32]> {
-        self.check_fits(seq, tokens)?;
-        let max = self.max_batch_tokens;
-        let (head, last) = tokens.split_at((tokens.len() - 1) / max * max);
-        for chunk in head.chunks(max) {
-            self.run(seq, chunk, false)?;
+    /// A sequence to run straight through this runner (`extend`), outside the engine.
+    pub fn solo(&self) -> Solo {
+        Solo {
+            table: BlockTable::default(),
+            blocks: BlockManager::new(self.n_blocks(), false),
         }
+    }
+
+    /// Appends `tokens` to `seq`, runs them through the model in chunks of at most
+    /// `max_batch_tokens`, and returns the logits of the last one, `[vocab]`.
+    pub fn extend(&mut self, seq: &mut Solo, tokens: &[u32]) -> Result<&[f32]> {
+        let last = self.extend_head(seq, tokens)?;
         self.run(seq, last, false)
     }
 
     /// As `extend`, but returns only the most likely next token: on the GPU the argmax runs
     /// on the device and the logits never leave it.
-    pub fn extend_greedy(&mut self, seq: &mut BlockTable, tokens: &[u32]) -> Result<u32> {
-        self.check_fits(seq, tokens)?;
-        let max = self.max_batch_tokens;
-        let (head, last) = tokens.split_at((tokens.len() - 1) / max * max);
-        for chunk in head.chunks(max) {
-            self.run(seq, chunk, false)?;
-        }
-        self.blocks.reserve(seq, seq.len + last.len())?;
+    pub fn extend_greedy(&mut self, seq: &mut Solo, tokens: &[u32]) -> Result<u32> {
+        let last = self.extend_head(seq, tokens)?;
+        seq.reserve(seq.table.len + last.len())?;
         self.batch.fill(
             &[SeqChunk {
-                table: seq,
+                table: &seq.table,
                 tokens: last,
+                logits: true,
             }],
             false,
         );
-        seq.len += last.len();
-        match &mut self.backend {
-            Backend::Cpu(cpu) => Ok(argmax_f32(cpu.forward(&self.config, &self.batch))),
-            Backend::Gpu(gpu) => Ok(gpu.forward_greedy(&self.config, &self.batch)?[0]),
-        }
+        seq.table.len += last.len();
+        let batch = std::mem::take(&mut self.batch);
+        let id = self.forward_greedy(&batch).map(|ids| ids[0]);
+        self.batch = batch;
+        id
     }
 
     /// As `extend`, but returns the logits of every token, `[tokens.len(), vocab]`: for tests
     /// and scoring, not the generation loop.
-    pub fn extend_all_logits(&mut self, seq: &mut BlockTable, tokens: &[u32]) -> Result<Vec<f32>> {
+    pub fn extend_all_logits(&mut self, seq: &mut Solo, tokens: &[u32]) -> Result<Vec<f32>> {
         self.check_fits(seq, tokens)?;
         let mut all = Vec::with_capacity(tokens.len() * self.config.vocab_size);
         for chunk in tokens.chunks(self.max_batch_tokens) {
@@ -216,11 +258,23 @@ impl Runner {
         Ok(all)
     }
 
-    fn check_fits(&self, seq: &BlockTable, tokens: &[u32]) -> Result<()> {
+    /// Runs all but the last chunk of `tokens` (whose logits nobody wants) and returns that
+    /// last chunk.
+    fn extend_head<'t>(&mut self, seq: &mut Solo, tokens: &'t [u32]) -> Result<&'t [u32]> {
+        self.check_fits(seq, tokens)?;
+        let max = self.max_batch_tokens;
+        let (head, last) = tokens.split_at((tokens.len() - 1) / max * max);
+        for chunk in head.chunks(max) {
+            self.run(seq, chunk, false)?;
+        }
+        Ok(last)
+    }
+
+    fn check_fits(&self, seq: &Solo, tokens: &[u32]) -> Result<()> {
         if tokens.is_empty() {
             return Err(Error::EmptyPrompt);
         }
-        let total = seq.len + tokens.len();
+        let total = seq.table.len + tokens.len();
         if total > self.max_context {
             return Err(Error::PromptTooLong {
                 tokens: total,
@@ -245,14 +299,127 @@ impl Runner {
     }
 
     /// One forward pass over at most `max_batch_tokens` tokens of one sequence.
-    fn run(&mut self, seq: &mut BlockTable, tokens: &[u32], all_logits: bool) -> Result<&[f32]> {
-        self.blocks.reserve(seq, seq.len + tokens.len())?;
-        self.batch
-            .fill(&[SeqChunk { table: seq, tokens }], all_logits);
-        seq.len += tokens.len();
+    fn run(&mut self, seq: &mut Solo, tokens: &[u32], all_logits: bool) -> Result<&[f32]> {
+        seq.reserve(seq.table.len + tokens.len())?;
+        self.batch.fill(
+            &[SeqChunk {
+                table: &seq.table,
+                tokens,
+                logits: true,
+            }],
+            all_logits,
+        );
+        seq.table.len += tokens.len();
         match &mut self.backend {
             Backend::Cpu(cpu) => Ok(cpu.forward(&self.config, &self.batch)),
             Backend::Gpu(gpu) => gpu.forward(&self.config, &self.batch),
         }
+    }
+}
+
+impl Forward for Runner {
+    fn limits(&self) -> Limits {
+        Limits {
+            vocab_size: self.config.vocab_size,
+            model_context: self.config.max_seq_len,
+            max_context: self.max_context,
+            n_blocks: self.n_blocks(),
+            max_batch_tokens: self.max_batch_tokens,
+            max_batch_seqs: match &self.backend {
+                // Every sequence in a batch brings at least one token.
+                Backend::Cpu(_) => self.max_batch_tokens,
+                Backend::Gpu(_) => MAX_SEQS.min(self.max_batch_tokens),
+            },
+        }
+    }
+
+    fn forward(&mut self, batch: &Batch) -> Result<&[f32]> {
+        match &mut self.backend {
+            Backend::Cpu(cpu) => Ok(cpu.forward(&self.config, batch)),
+            Backend::Gpu(gpu) => {
+                let batch = with_a_logits_row(&mut self.gpu_batch, batch);
+                gpu.forward(&self.config, batch)
+            }
+        }
+    }
+
+    fn forward_greedy(&mut self, batch: &Batch) -> Result<&[u32]> {
+        match &mut self.backend {
+            Backend::Cpu(cpu) => {
+                let vocab = self.config.vocab_size;
+                let logits = cpu.forward(&self.config, batch);
+                self.ids.clear();
+                self.ids.extend(logits.chunks_exact(vocab).map(argmax_f32));
+                Ok(&self.ids)
+            }
+            Backend::Gpu(gpu) => {
+                let batch = with_a_logits_row(&mut self.gpu_batch, batch);
+                gpu.forward_greedy(&self.config, batch)
+            }
+        }
+    }
+}
+
+/// `batch`, or, when it wants no logits at all (every chunk a prompt chunk short of its
+/// prompt's end), a copy in `spare` that asks for its last row's: the GPU's head launches
+/// assume at least one row. The caller ignores the extra row.
+fn with_a_logits_row<'b>(spare: &'b mut Batch, batch: &'b Batch) -> &'b Batch {
+    if !batch.logit_rows.is_empty() || batch.tokens.is_empty() {
+        return batch;
+    }
+    spare.clone_from(batch);
+    spare.logit_rows.push(batch.tokens.len() as u32 - 1);
+    spare
+}
+
+/// One sequence driven straight through a runner, outside the serving engine: golden tests,
+/// benchmarks and profiles. It carries its own block manager over the runner's whole pool,
+/// so use one at a time per runner.
+pub struct Solo {
+    pub table: BlockTable,
+    blocks: BlockManager,
+}
+
+impl Solo {
+    /// Tokens in the cache.
+    pub fn len(&self) -> usize {
+        self.table.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.table.len == 0
+    }
+
+    /// Takes blocks for `new_len` tokens without computing them (benchmarks that decode
+    /// over a context of noise).
+    pub fn reserve(&mut self, new_len: usize) -> Result<()> {
+        self.blocks.reserve(&mut self.table, new_len)
+    }
+
+    /// Returns the blocks: the sequence starts again empty.
+    pub fn release(&mut self) {
+        self.blocks.release(&mut self.table);
+    }
+
+    /// Blocks not held by this sequence.
+    pub fn n_free(&self) -> usize {
+        self.blocks.n_free()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_without_logits_gets_its_last_row_for_the_gpu() {
+        let mut spare = Batch::default();
+        let mut b = Batch {
+            tokens: vec![5, 6, 7],
+            ..Default::default()
+        };
+        assert_eq!(with_a_logits_row(&mut spare, &b).logit_rows, vec![2]);
+        b.logit_rows = vec![0];
+        assert_eq!(with_a_logits_row(&mut spare, &b).logit_rows, vec![0]);
     }
 }

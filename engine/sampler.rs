@@ -1,16 +1,19 @@
-//! Choosing the next token from the logits.
+//! Choosing the next token from the logits, per request.
 //!
-//! In order, as Hugging Face applies them: the repetition penalty, then (unless greedy) the
-//! temperature, top-k, top-p and min-p filters, then a draw from what remains. A seed makes
-//! a sampled run repeatable.
+//! In order, as vLLM applies them: the repetition penalty (over the prompt and the tokens
+//! generated so far, as Hugging Face defines it), the frequency and presence penalties (over
+//! the generated tokens, as OpenAI defines them), then (unless greedy) the temperature, top-k,
+//! top-p and min-p filters, then a draw from what remains. Each request carries its own
+//! parameters and its own seeded generator, so a seeded request draws the same tokens
+//! whatever else shares its batch.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::cpu::ops::argmax_f32;
 
-#[derive(Clone, Debug)]
-pub struct SamplerConfig {
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
     /// 0 = greedy.
     pub temperature: f32,
     /// Keep the k most likely tokens; 0 = all.
@@ -19,94 +22,153 @@ pub struct SamplerConfig {
     pub top_p: f32,
     /// Drop tokens less likely than `min_p` times the most likely; 0 = none.
     pub min_p: f32,
-    /// Divide positive (multiply negative) logits of tokens already seen; 1 = off.
+    /// Divide positive (multiply negative) logits of tokens already seen, prompt included;
+    /// 1 = off.
     pub repeat_penalty: f32,
+    /// Subtracted from the logit of every token generated at least once; 0 = off.
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per time it was generated; 0 = off.
+    pub frequency_penalty: f32,
     pub seed: u64,
 }
 
-impl Default for SamplerConfig {
+impl Default for SamplingParams {
     fn default() -> Self {
-        SamplerConfig {
+        SamplingParams {
             temperature: 0.0,
             top_k: 0,
             top_p: 1.0,
             min_p: 0.0,
             repeat_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
             seed: 0,
         }
     }
 }
 
-impl SamplerConfig {
-    /// Checks the ranges, so a bad flag is a message and not a strange result.
-    pub fn validate(&self) -> Result<(), String> {
+/// A parameter out of its range: `name` as the field is called (`top_p`), `reason` the rest
+/// of the sentence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidParam {
+    pub name: &'static str,
+    pub reason: String,
+}
+
+impl std::fmt::Display for InvalidParam {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.name, self.reason)
+    }
+}
+
+impl SamplingParams {
+    /// Checks the ranges, so a bad parameter is a message and not a strange result.
+    pub fn validate(&self) -> Result<(), InvalidParam> {
+        let bad = |name, reason: String| Err(InvalidParam { name, reason });
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            return Err(format!(
-                "--temperature must be 0 or more, got {}",
-                self.temperature
-            ));
+            return bad(
+                "temperature",
+                format!("must be 0 or more, got {}", self.temperature),
+            );
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(format!("--top-p must be in (0, 1], got {}", self.top_p));
+            return bad("top_p", format!("must be in (0, 1], got {}", self.top_p));
         }
         if !(0.0..=1.0).contains(&self.min_p) {
-            return Err(format!("--min-p must be in [0, 1], got {}", self.min_p));
+            return bad("min_p", format!("must be in [0, 1], got {}", self.min_p));
         }
         if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
-            return Err(format!(
-                "--repeat-penalty must be above 0, got {}",
-                self.repeat_penalty
-            ));
+            return bad(
+                "repeat_penalty",
+                format!("must be above 0, got {}", self.repeat_penalty),
+            );
+        }
+        for (name, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                return bad(name, format!("must be in [-2, 2], got {v}"));
+            }
         }
         Ok(())
     }
+
+    /// Whether every choice is the most likely token.
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+
+    /// Whether the choice is the most likely token of the raw logits (greedy, no penalty):
+    /// then the backend can pick it itself and never send the logits back.
+    pub fn is_plain_greedy(&self) -> bool {
+        self.is_greedy()
+            && self.repeat_penalty == 1.0
+            && self.presence_penalty == 0.0
+            && self.frequency_penalty == 0.0
+    }
 }
 
-pub struct Sampler {
-    pub config: SamplerConfig,
-    rng: StdRng,
-    /// `[vocab]` (probability, token) pairs, reused every step.
+/// Buffers every request's sampling shares (one request is sampled at a time), grown to the
+/// vocabulary once.
+#[derive(Default)]
+pub struct SamplerScratch {
+    /// `[vocab]` (probability, token) pairs.
     candidates: Vec<(f32, u32)>,
-    /// `[vocab]`: whether a token has appeared, for the repetition penalty.
-    seen: Vec<bool>,
+    /// `[vocab]` how often each token appears; all zeros between calls.
+    counts: Vec<u32>,
+}
+
+/// One request's sampling: its parameters and its own generator.
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    pub params: SamplingParams,
+    rng: StdRng,
 }
 
 impl Sampler {
-    pub fn new(config: SamplerConfig) -> Sampler {
-        let rng = StdRng::seed_from_u64(config.seed);
-        Sampler {
-            config,
-            rng,
-            candidates: vec![],
-            seen: vec![],
+    pub fn new(params: SamplingParams) -> Sampler {
+        let rng = StdRng::seed_from_u64(params.seed);
+        Sampler { params, rng }
+    }
+
+    /// Picks a token from `logits` (`[vocab]`, modified in place). `prompt` and `generated`:
+    /// the request's tokens so far, for the penalties.
+    pub fn sample(
+        &mut self,
+        scratch: &mut SamplerScratch,
+        logits: &mut [f32],
+        prompt: &[u32],
+        generated: &[u32],
+    ) -> u32 {
+        let c = &self.params;
+        let vocab = logits.len();
+        let counts = &mut scratch.counts;
+        counts.resize(vocab, 0);
+        // Token ids as indices, those outside the vocabulary skipped.
+        fn in_vocab(t: &[u32], vocab: usize) -> impl Iterator<Item = usize> + '_ {
+            t.iter().map(|&t| t as usize).filter(move |&t| t < vocab)
         }
-    }
-
-    /// Whether every choice is simply the most likely token (no temperature, no penalty):
-    /// then the backend can pick it itself and skip sending the logits back.
-    pub fn is_greedy(&self) -> bool {
-        self.config.temperature == 0.0 && self.config.repeat_penalty == 1.0
-    }
-
-    /// Picks a token from `logits` (`[vocab]`, modified in place). `history`: the tokens of
-    /// the sequence so far, prompt included, for the repetition penalty.
-    pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
-        let c = &self.config;
+        let ids = |t| in_vocab(t, vocab);
         if c.repeat_penalty != 1.0 {
-            self.seen.clear();
-            self.seen.resize(logits.len(), false);
-            for &t in history {
-                if let Some(s) = self.seen.get_mut(t as usize) {
-                    *s = true;
+            // Once per distinct token of the prompt and the output: marked, then applied and
+            // unmarked at its first occurrence.
+            let p = c.repeat_penalty;
+            let seen = || ids(prompt).chain(ids(generated));
+            seen().for_each(|t| counts[t] = 1);
+            for t in seen() {
+                if std::mem::take(&mut counts[t]) == 1 {
+                    let l = &mut logits[t];
+                    *l = if *l > 0.0 { *l / p } else { *l * p };
                 }
             }
-            for (l, &seen) in logits.iter_mut().zip(&self.seen) {
-                if seen {
-                    *l = if *l > 0.0 {
-                        *l / c.repeat_penalty
-                    } else {
-                        *l * c.repeat_penalty
-                    };
+        }
+        if c.presence_penalty != 0.0 || c.frequency_penalty != 0.0 {
+            ids(generated).for_each(|t| counts[t] += 1);
+            for t in ids(generated) {
+                let n = std::mem::take(&mut counts[t]);
+                if n > 0 {
+                    logits[t] -= c.presence_penalty + c.frequency_penalty * n as f32;
                 }
             }
         }
@@ -116,14 +178,14 @@ impl Sampler {
 
         // Softmax at the temperature, most likely first.
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        self.candidates.clear();
-        self.candidates.extend(
+        scratch.candidates.clear();
+        scratch.candidates.extend(
             logits
                 .iter()
                 .enumerate()
                 .map(|(i, &l)| (((l - max) / c.temperature).exp(), i as u32)),
         );
-        let cands = &mut self.candidates;
+        let cands = &mut scratch.candidates;
         let by_prob = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
         let mut keep = cands.len();
         if c.top_k > 0 && c.top_k < keep {
@@ -166,14 +228,23 @@ impl Sampler {
 mod tests {
     use super::*;
 
-    fn sampler(f: impl FnOnce(&mut SamplerConfig)) -> Sampler {
-        let mut c = SamplerConfig::default();
-        f(&mut c);
-        c.validate().unwrap();
-        Sampler::new(c)
+    /// A request's sampler with its scratch, history passed as the prompt.
+    struct S(Sampler, SamplerScratch);
+
+    impl S {
+        fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
+            self.0.sample(&mut self.1, logits, history, &[])
+        }
     }
 
-    fn counts(s: &mut Sampler, logits: &[f32], n: usize) -> Vec<usize> {
+    fn sampler(f: impl FnOnce(&mut SamplingParams)) -> S {
+        let mut c = SamplingParams::default();
+        f(&mut c);
+        c.validate().unwrap();
+        S(Sampler::new(c), SamplerScratch::default())
+    }
+
+    fn counts(s: &mut S, logits: &[f32], n: usize) -> Vec<usize> {
         let mut counts = vec![0; logits.len()];
         for _ in 0..n {
             counts[s.sample(&mut logits.to_vec(), &[]) as usize] += 1;
@@ -197,6 +268,24 @@ mod tests {
         let mut l = vec![-1.0, -1.5];
         assert_eq!(s.sample(&mut l, &[0]), 1);
         assert_eq!(l, vec![-2.0, -1.5]);
+        // once per distinct token, whether in the prompt, the output or both
+        let mut l = vec![8.0, 8.0, 1.0];
+        s.0.sample(&mut s.1, &mut l, &[0, 0, 1], &[1, 0, 1]);
+        assert_eq!(l, vec![4.0, 4.0, 1.0]);
+    }
+
+    #[test]
+    fn presence_and_frequency_penalties_count_the_output_only() {
+        let mut s = sampler(|c| {
+            c.presence_penalty = 0.5;
+            c.frequency_penalty = 0.25
+        });
+        let mut l = vec![4.0, 4.0, 4.0, 4.0];
+        // token 0 only in the prompt: untouched; token 1 once, token 2 three times
+        let t = s.0.sample(&mut s.1, &mut l, &[0, 3], &[1, 2, 2, 2]);
+        assert_eq!(l, vec![4.0, 3.25, 2.75, 4.0]);
+        assert_eq!(t, 0);
+        assert!(s.1.counts.iter().all(|&n| n == 0), "scratch left clean");
     }
 
     #[test]
@@ -266,14 +355,24 @@ mod tests {
 
     #[test]
     fn bad_settings_are_refused() {
-        let bad = |f: fn(&mut SamplerConfig)| {
-            let mut c = SamplerConfig::default();
+        let bad = |f: fn(&mut SamplingParams)| {
+            let mut c = SamplingParams::default();
             f(&mut c);
-            c.validate().is_err()
+            c.validate().unwrap_err().name
         };
-        assert!(bad(|c| c.temperature = -1.0));
-        assert!(bad(|c| c.top_p = 0.0));
-        assert!(bad(|c| c.min_p = 1.5));
-        assert!(bad(|c| c.repeat_penalty = 0.0));
+        assert_eq!(bad(|c| c.temperature = -1.0), "temperature");
+        assert_eq!(bad(|c| c.top_p = 0.0), "top_p");
+        assert_eq!(bad(|c| c.min_p = 1.5), "min_p");
+        assert_eq!(bad(|c| c.repeat_penalty = 0.0), "repeat_penalty");
+        assert_eq!(bad(|c| c.presence_penalty = 2.5), "presence_penalty");
+        assert_eq!(bad(|c| c.frequency_penalty = f32::NAN), "frequency_penalty");
+        let e = SamplingParams {
+            top_p: 0.0,
+            ..Default::default()
+        };
+        assert_eq!(
+            e.validate().unwrap_err().to_string(),
+            "top_p must be in (0, 1], got 0"
+        );
     }
 }

@@ -35,11 +35,6 @@ fn check_model(path: Option<&str>, golden_name: &str) {
     for case in &golden(golden_name).cases {
         check_case(&mut r, &tok, case, &CPU);
     }
-    assert_eq!(
-        r.blocks.n_free(),
-        common::TEST_KV_BLOCKS,
-        "every block returned"
-    );
 }
 
 #[test]

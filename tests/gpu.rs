@@ -14,7 +14,6 @@ use cudarc::driver::CudaSlice;
 use libtest_mimic::{Arguments, Completion, Trial};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rustle::block_manager::BlockTable;
 use rustle::config::{Config, HfConfig};
 use rustle::cpu::ops;
 use rustle::gpu::Gpu;
@@ -856,7 +855,7 @@ fn read_probe_u32(g: &Gpu, rng: &mut StdRng) {
 
 /// Greedy tokens from `prompt`, and the margin between the best two logits at each step.
 fn greedy(r: &mut Runner, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<f32>) {
-    let mut seq = BlockTable::default();
+    let mut seq = r.solo();
     let mut logits = r.extend(&mut seq, prompt).unwrap().to_vec();
     let (mut out, mut margins) = (vec![], vec![]);
     for _ in 0..steps {
@@ -871,7 +870,7 @@ fn greedy(r: &mut Runner, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<f32>) 
         out.push(best);
         logits.copy_from_slice(r.extend(&mut seq, &[best]).unwrap());
     }
-    r.release(&mut seq);
+    seq.release();
     (out, margins)
 }
 
@@ -887,14 +886,14 @@ fn same_tokens(cpu: &mut Runner, gpu: &mut Runner, prompts: &[Vec<u32>], steps: 
         let (gtok, _) = greedy(gpu, prompt, steps);
         // The GPU's own greedy path (argmax on the device, decode steps replayed as CUDA
         // graphs) must agree with its logits exactly.
-        let mut seq = BlockTable::default();
+        let mut seq = gpu.solo();
         let mut t = gpu.extend_greedy(&mut seq, prompt).unwrap();
         let mut graph_tokens = vec![];
         for _ in 0..steps {
             graph_tokens.push(t);
             t = gpu.extend_greedy(&mut seq, &[t]).unwrap();
         }
-        gpu.release(&mut seq);
+        seq.release();
         assert_eq!(
             graph_tokens,
             gtok,
@@ -1048,7 +1047,7 @@ fn profile_times_every_launch_of_a_step(g: &Gpu, _: &mut StdRng) {
     let backend = r.gpu_backend().unwrap();
     backend.use_graphs = false;
     let weight_bytes = backend.weights.bytes_per_token(&c) as u64;
-    let mut seq = BlockTable::default();
+    let mut seq = r.solo();
     let t = r.extend_greedy(&mut seq, &[1, 2, 3]).unwrap();
     g.profile_start();
     r.extend_greedy(&mut seq, &[t]).unwrap();
@@ -1074,7 +1073,7 @@ fn profile_times_every_launch_of_a_step(g: &Gpu, _: &mut StdRng) {
         matmul_bytes >= matrices && matmul_bytes < matrices + matrices / 50,
         "{matmul_bytes} vs {matrices}"
     );
-    r.release(&mut seq);
+    seq.release();
 }
 
 /// `rustle profile`'s collection on a small shape: decode's kernels are memory-bound, and the

@@ -7,7 +7,7 @@
 
 use rayon::prelude::*;
 
-use crate::block_manager::BLOCK_SIZE;
+use crate::kv::block_manager::BLOCK_SIZE;
 
 /// `out[t, :] = table[tokens[t], :]`
 ///

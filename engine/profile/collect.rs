@@ -3,7 +3,6 @@
 //! graph), with the bytes and FLOPs from the counting formulas beside the launch wrappers.
 
 use crate::bench::{gpu_runner, measure_bandwidth, shape_config, synthetic_prompt};
-use crate::block_manager::BlockTable;
 use crate::error::Result;
 use crate::gemv_bench::{cublas_gemm_flops, mma_peak_flops, rustle_gemm_flops};
 use crate::gpu::Gpu;
@@ -54,16 +53,16 @@ pub fn gpu(args: &ProfileArgs) -> Result<Profile> {
     };
 
     let opts = RunnerOptions {
-        kv_blocks: Some(crate::block_manager::blocks_for(args.prompt_len + args.steps + 1) + 1),
+        kv_blocks: Some(crate::kv::block_manager::blocks_for(args.prompt_len + args.steps + 1) + 1),
         max_batch_tokens: args.prompt_len.clamp(1, 1024),
     };
     let (mut runner, model) = gpu_runner(&gpu, &args.shape, args.model.as_deref(), &opts)?;
     runner.gpu_backend().expect("a GPU runner").use_graphs = false;
     // One untimed pass first, so module load and first touches stay out of the figures.
     let prompt = synthetic_prompt(args.prompt_len, runner.config.vocab_size);
-    let mut seq = BlockTable::default();
+    let mut seq = runner.solo();
     runner.extend_greedy(&mut seq, &prompt)?;
-    runner.release(&mut seq);
+    seq.release();
 
     progress(&format!(
         "prefill of {} tokens and {} decode steps, every launch timed",
@@ -147,7 +146,7 @@ pub fn cpu(args: &ProfileArgs) -> Result<Profile> {
     };
 
     let opts = RunnerOptions {
-        kv_blocks: Some(crate::block_manager::blocks_for(args.prompt_len + args.steps + 1) + 1),
+        kv_blocks: Some(crate::kv::block_manager::blocks_for(args.prompt_len + args.steps + 1) + 1),
         max_batch_tokens: args.prompt_len.clamp(1, 1024),
     };
     let (config, weights, model): (Config, ModelWeights, String) = match &args.model {
@@ -200,7 +199,7 @@ fn profile_phases(
     mut stop: impl FnMut(&mut Runner) -> Result<Vec<KernelTime>>,
 ) -> Result<Vec<Row>> {
     let prompt = synthetic_prompt(args.prompt_len, runner.config.vocab_size);
-    let mut seq = BlockTable::default();
+    let mut seq = runner.solo();
     start(runner);
     let mut token = runner.extend_greedy(&mut seq, &prompt)?;
     let prefill = stop(runner)?;
@@ -209,7 +208,7 @@ fn profile_phases(
         token = runner.extend_greedy(&mut seq, &[token])?;
     }
     let decode = stop(runner)?;
-    runner.release(&mut seq);
+    seq.release();
     let tag = |phase: Phase| {
         move |k: KernelTime| {
             (

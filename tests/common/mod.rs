@@ -3,7 +3,6 @@
 
 #![allow(dead_code)] // each test binary uses its own part
 
-use rustle::block_manager::BlockTable;
 use rustle::cpu::ops::argmax_f32;
 use rustle::loader;
 use rustle::runner::{Device, Runner, RunnerOptions};
@@ -77,7 +76,7 @@ pub fn check_case(runner: &mut Runner, tok: &Tokenizer, case: &Case, tol: &Toler
     );
 
     let vocab = runner.config.vocab_size;
-    let mut seq = BlockTable::default();
+    let mut seq = runner.solo();
     let n = case.prompt_ids.len();
     // logits[p]: the logits at position p, predicting token p + 1.
     let mut logits: Vec<Vec<f32>> = runner
@@ -86,7 +85,7 @@ pub fn check_case(runner: &mut Runner, tok: &Tokenizer, case: &Case, tol: &Toler
         .chunks(vocab)
         .map(|c| c.to_vec())
         .collect();
-    assert_eq!(seq.blocks.len(), n.div_ceil(16));
+    assert_eq!(seq.table.blocks.len(), n.div_ceil(16));
     let mut ours = vec![];
     for step in 0..case.generated_ids.len() {
         let next = argmax_f32(logits.last().unwrap());
@@ -143,6 +142,7 @@ pub fn check_case(runner: &mut Runner, tok: &Tokenizer, case: &Case, tol: &Toler
         ours.len(),
         case.generated_ids.len()
     );
-    runner.release(&mut seq);
+    seq.release();
+    assert_eq!(seq.n_free(), runner.n_blocks(), "every block returned");
     worst
 }

@@ -1,0 +1,140 @@
+//! One request as the engine tracks it: its tokens (prompt, then generated), its KV blocks,
+//! how to sample it and when to stop.
+
+use crate::kv::block_manager::BlockTable;
+use crate::sampler::{Sampler, SamplerScratch, SamplingParams};
+
+pub type RequestId = u64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-sequence or stop token was sampled (it is not part of the output).
+    Stop,
+    /// `max_tokens` were generated.
+    Length,
+    /// The caller aborted the request.
+    Abort,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Queued: not admitted yet, or preempted (its blocks given back) and waiting to be
+    /// admitted again.
+    Waiting,
+    /// Admitted: holds blocks, part of each step until it finishes.
+    Running,
+    Finished(FinishReason),
+}
+
+/// When a request ends.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StopConditions {
+    /// Most tokens to generate (at least 1).
+    pub max_tokens: usize,
+    /// The model's end-of-sequence ids (empty: ignore them).
+    pub eos: Vec<u32>,
+    /// More ids that end the request, as an end-of-sequence would.
+    pub stop_token_ids: Vec<u32>,
+}
+
+pub struct Sequence {
+    pub id: RequestId,
+    /// The prompt, then the generated tokens.
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    /// Its blocks; `table.len` tokens have been computed (their KV is in the cache).
+    pub table: BlockTable,
+    pub sampler: Sampler,
+    pub stop: StopConditions,
+    pub status: Status,
+}
+
+impl Sequence {
+    pub fn new(
+        id: RequestId,
+        prompt: Vec<u32>,
+        params: SamplingParams,
+        stop: StopConditions,
+    ) -> Sequence {
+        assert!(!prompt.is_empty(), "a sequence needs a prompt");
+        Sequence {
+            id,
+            prompt_len: prompt.len(),
+            tokens: prompt,
+            table: BlockTable::default(),
+            sampler: Sampler::new(params),
+            stop,
+            status: Status::Waiting,
+        }
+    }
+
+    /// The prompt, then the generated tokens.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    pub fn prompt(&self) -> &[u32] {
+        &self.tokens[..self.prompt_len]
+    }
+
+    pub fn generated(&self) -> &[u32] {
+        &self.tokens[self.prompt_len..]
+    }
+
+    /// Its block table and its tokens at once: the block manager caches full blocks by
+    /// their tokens.
+    pub fn table_and_tokens(&mut self) -> (&mut BlockTable, &[u32]) {
+        (&mut self.table, &self.tokens)
+    }
+
+    /// Tokens whose KV is in the cache.
+    pub fn computed(&self) -> usize {
+        self.table.len
+    }
+
+    /// Tokens still to run through the model before the next one can be sampled: the rest
+    /// of the prompt while prefilling (all tokens after a preemption), then 1 (the last
+    /// token generated) at each decode step.
+    pub fn pending(&self) -> usize {
+        self.tokens.len() - self.table.len
+    }
+
+    /// Samples the next token from `logits` (`[vocab]`, modified in place).
+    pub fn sample(&mut self, scratch: &mut SamplerScratch, logits: &mut [f32]) -> u32 {
+        let (prompt, generated) = self.tokens.split_at(self.prompt_len);
+        self.sampler.sample(scratch, logits, prompt, generated)
+    }
+
+    /// Takes the token chosen for this sequence. Returns whether it is part of the output
+    /// (a stop token is not) and, when the request has ended, why.
+    pub fn push(&mut self, token: u32) -> (bool, Option<FinishReason>) {
+        if self.stop.eos.contains(&token) || self.stop.stop_token_ids.contains(&token) {
+            return (false, Some(FinishReason::Stop));
+        }
+        self.tokens.push(token);
+        let done = self.generated().len() >= self.stop.max_tokens;
+        (true, done.then_some(FinishReason::Length))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stops_on_eos_stop_ids_and_length() {
+        let stop = StopConditions {
+            max_tokens: 3,
+            eos: vec![2],
+            stop_token_ids: vec![9],
+        };
+        let mut s = Sequence::new(1, vec![5, 6], SamplingParams::default(), stop);
+        assert_eq!(s.pending(), 2);
+        assert_eq!(s.push(7), (true, None));
+        assert_eq!(s.push(2), (false, Some(FinishReason::Stop)));
+        assert_eq!(s.push(9), (false, Some(FinishReason::Stop)));
+        assert_eq!(s.push(8), (true, None));
+        assert_eq!(s.push(8), (true, Some(FinishReason::Length)));
+        assert_eq!((s.prompt(), s.generated()), (&[5, 6][..], &[7, 8, 8][..]));
+    }
+}
