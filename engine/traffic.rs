@@ -77,6 +77,43 @@ pub fn gemm_mma_bf16(n: usize, n_in: usize, n_out: usize, bias: bool) -> Traffic
     )
 }
 
+/// The skinny matmul: every weight once, the activations (bf16) once per 128-feature tile
+/// (read again by each tile's blocks from cache; counted once, as the bytes memory must
+/// deliver), the output written (and read when accumulating), or with the reduction split
+/// each split's part written: `2 n n_in n_out` FLOP.
+pub fn gemm_skinny_bf16(
+    n: usize,
+    n_in: usize,
+    n_out: usize,
+    bias: bool,
+    accumulate: bool,
+    splits: usize,
+) -> Traffic {
+    let (n, n_in, n_out, s) = (n as u64, n_in as u64, n_out as u64, splits as u64);
+    let out = if s > 1 {
+        s * n * n_out * F32
+    } else {
+        (1 + accumulate as u64) * n * n_out * F32 + bias as u64 * n_out * F32
+    };
+    t((n_out + n) * n_in * BF16 + out, 2 * n * n_in * n_out)
+}
+
+/// The split skinny matmul's second half: the parts read, the output written (and read when
+/// accumulating), the bias; one add per part.
+pub fn gemm_skinny_reduce_f32(
+    len: usize,
+    n_out: usize,
+    splits: usize,
+    bias: bool,
+    accumulate: bool,
+) -> Traffic {
+    let (len, s) = (len as u64, splits as u64);
+    t(
+        (s + 1 + accumulate as u64) * len * F32 + bias as u64 * n_out as u64 * F32,
+        s * len,
+    )
+}
+
 /// Zeroing `len` floats (the output a split GEMM adds its halves into): written once.
 pub fn zero_f32(len: usize) -> Traffic {
     t(len as u64 * F32, 0)

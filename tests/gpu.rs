@@ -33,6 +33,7 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::gemm_bf16", gemm_bf16),
     ("kernel::gemm_mma_bf16", gemm_mma_bf16),
     ("kernel::gemm_wgmma_bf16", gemm_wgmma_bf16),
+    ("kernel::gemm_skinny_bf16 (and reduce)", gemm_skinny_bf16),
     ("kernel::f32_to_bf16", f32_to_bf16),
     ("kernel::mma_probe_bf16", mma_probe_bf16),
     ("kernel::rope_f32", rope_f32),
@@ -390,6 +391,80 @@ fn gemm_wgmma_bf16(g: &Gpu, rng: &mut StdRng) {
             check_gemm(g, rng, planned, cpu, input, &shapes);
         }
     }
+}
+
+/// The batched-decode matmul, both sides on the same bf16 inputs: token counts on every
+/// side of each body's tile count (1, 2, 4, 8, 16 tiles of 8), reductions that end inside a
+/// 128-deep chunk, features past a 128-wide tile, with and without bias and accumulation,
+/// the reduction split every way the kernel takes; then the split's second half alone.
+fn gemm_skinny_bf16(g: &Gpu, rng: &mut StdRng) {
+    let shapes = [
+        (1, 64, 64),
+        (2, 576, 192),
+        (7, 136, 130),
+        (8, 1536, 576),
+        (9, 4096, 300),
+        (16, 8, 3),
+        (31, 1032, 200),
+        (33, 2048, 1000),
+        (64, 576, 1536),
+        (100, 1096, 257),
+        (128, 4096, 512),
+    ];
+    for (i, &(n, n_in, n_out)) in shapes.iter().enumerate() {
+        let (bias, accumulate) = (i % 2 == 0, i % 3 == 0);
+        let x = bf16_weights(rng, n * n_in, 1.0);
+        let w = bf16_weights(rng, n_out * n_in, 0.05);
+        let b = bias.then(|| normal(rng, n_out, 1.0));
+        let start = normal(rng, n * n_out, 1.0);
+        let mut expected = start.clone();
+        ops::gemm_skinny_bf16(&mut expected, &x, &w, b.as_deref(), n_in, accumulate);
+        let (x_dev, w_dev) = (up(g, &x), up(g, &w));
+        let b_dev = b.as_ref().map(|b| up(g, b));
+        let b_view = b_dev.as_ref().map(|b| b.as_view());
+        let chunks = n_in.div_ceil(128);
+        for splits in [1, 2, 3, 8].into_iter().filter(|&s| s <= chunks.max(1)) {
+            // The output starts as `start` when accumulating, else as NaN.
+            let mut out = if accumulate {
+                up(g, &start)
+            } else {
+                poisoned(g, n * n_out)
+            };
+            let mut parts = poisoned(g, 8 * n * n_out);
+            g.gemm_skinny_planned(
+                splits,
+                &mut out.as_view_mut(),
+                &x_dev.as_view(),
+                &w_dev.as_view(),
+                b_view.as_ref(),
+                n_in,
+                n_out,
+                accumulate,
+                &mut parts.as_view_mut(),
+            )
+            .unwrap();
+            let what = format!(
+                "{n} tokens, {n_out} x {n_in}, bias {bias}, accumulate {accumulate}, {splits} splits"
+            );
+            assert_close(&what, &down(g, &out), &expected, LONG_REDUCTION);
+        }
+    }
+    // The second half alone: three parts of 5 x 7, added in order to a running output.
+    let (len, n_out) = (35, 7);
+    let parts = normal(rng, 3 * len, 1.0);
+    let (start, bias) = (normal(rng, len, 1.0), normal(rng, n_out, 1.0));
+    let mut expected = start.clone();
+    ops::gemm_skinny_reduce_f32(&mut expected, &parts, Some(&bias), n_out, true);
+    let mut out = up(g, &start);
+    g.gemm_skinny_reduce_f32(
+        &mut out.as_view_mut(),
+        &up(g, &parts).as_view(),
+        Some(&up(g, &bias).as_view()),
+        n_out,
+        true,
+    )
+    .unwrap();
+    assert_close("reduce, 3 parts", &down(g, &out), &expected, ELEMENTWISE);
 }
 
 /// (tokens, n_in, n_out, bias) for the tensor-core GEMMs.
@@ -756,20 +831,54 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
                 &keep(&ml_cpu),
                 LONG_REDUCTION,
             );
-            let mut combined = poisoned(g, q.len());
-            g.attention_combine_f32(
-                &mut combined.as_view_mut(),
-                &po.as_view(),
-                &ml.as_view(),
-                n_heads,
-                head_dim,
-            )
-            .unwrap();
+            let combine = |po: &CudaSlice<f32>, ml: &CudaSlice<f32>| {
+                let mut combined = poisoned(g, q.len());
+                g.attention_combine_f32(
+                    &mut combined.as_view_mut(),
+                    &po.as_view(),
+                    &ml.as_view(),
+                    &pd.as_view(),
+                    split_len,
+                    n_heads,
+                    head_dim,
+                )
+                .unwrap();
+                down(g, &combined)
+            };
+            let combined = combine(&po, &ml);
             assert_close(
                 &format!("{what}: combined"),
-                &down(g, &combined),
+                &combined,
                 &cpu,
                 LONG_REDUCTION,
+            );
+
+            // The same tokens in a launch with more (empty) splits per row, as when a longer
+            // sequence shares the batch: bit for bit the same result.
+            let wide = 3 * n_splits + 5;
+            let rows = n * n_heads * wide;
+            let (mut po, mut ml) = (poisoned(g, rows * head_dim), poisoned(g, rows * 2));
+            g.attention_split_f32(
+                &mut po.as_view_mut(),
+                &mut ml.as_view_mut(),
+                &qd.as_view(),
+                &kd.as_view(),
+                &vd.as_view(),
+                &td.as_view(),
+                &sd.as_view(),
+                &pd.as_view(),
+                max_blocks,
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                split_len,
+                attended,
+            )
+            .unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(
+                bits(&combine(&po, &ml)) == bits(&combined),
+                "{what}: {wide} splits per row changed a token's result"
             );
         }
     }
@@ -824,6 +933,14 @@ fn argmax_f32(g: &Gpu, rng: &mut StdRng) {
             .unwrap();
         assert_eq!(down(g, &out)[0], cpu, "n {n} tie {tie}");
     }
+    // Many rows at once, one block each.
+    let (rows, n) = (37, 49152);
+    let logits = normal(rng, rows * n, 5.0);
+    let cpu: Vec<u32> = logits.chunks(n).map(ops::argmax_f32).collect();
+    let mut out = up(g, &vec![u32::MAX; rows]);
+    g.argmax_f32(&mut out.as_view_mut(), &up(g, &logits).as_view())
+        .unwrap();
+    assert_eq!(down(g, &out), cpu, "{rows} rows of {n}");
 }
 
 fn fill_random_bf16(g: &Gpu, rng: &mut StdRng) {

@@ -480,15 +480,20 @@ pub fn attention_combine_f32(
     out: &mut [f32],
     partial_o: &[f32],
     partial_ml: &[f32],
+    positions: &[u32],
     n_splits: usize,
+    split_len: usize,
     head_dim: usize,
 ) {
+    let n_heads = out.len() / head_dim / positions.len().max(1);
     for (th, o) in out.chunks_exact_mut(head_dim).enumerate() {
-        let ml = &partial_ml[2 * th * n_splits..2 * (th + 1) * n_splits];
+        // The token's own splits: those that hold positions 0..=pos.
+        let own = (positions[th / n_heads] as usize / split_len + 1).min(n_splits);
+        let ml = &partial_ml[2 * th * n_splits..][..2 * own];
         let m_all = ml.chunks(2).map(|c| c[0]).fold(f32::NEG_INFINITY, f32::max);
         let denom: f32 = ml.chunks(2).map(|c| c[1] * (c[0] - m_all).exp()).sum();
         o.fill(0.0);
-        for s in 0..n_splits {
+        for s in 0..own {
             let w = (ml[2 * s] - m_all).exp() / denom;
             let src = &partial_o[(th * n_splits + s) * head_dim..][..head_dim];
             for (o, v) in o.iter_mut().zip(src) {

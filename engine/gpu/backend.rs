@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use cudarc::driver::{CudaGraph, CudaSlice};
 
 use super::context::Gpu;
-use super::kernels::{self, In, Out};
+use super::kernels::{self, In, Out, SKINNY_MAX_TOKENS, skinny_splits};
 use crate::batch::Batch;
 use crate::block_manager::{BLOCK_SIZE, blocks_for};
 use crate::config::Config;
@@ -20,14 +20,29 @@ use crate::model::{LayerWeights, ModelWeights};
 use crate::rope::RopeTables;
 
 /// Most sequences one forward pass may mix (the block-table buffer is sized for them).
-pub const MAX_SEQS: usize = 64;
+pub const MAX_SEQS: usize = 256;
+/// Decode steps of up to this many sequences replay CUDA graphs (one per power of two).
+pub const GRAPH_MAX_BATCH: usize = 128;
+/// A captured decode step: rows (a power of two), attention splits, ends in the argmax.
+type GraphKey = (usize, usize, bool);
 /// The attention kernels hold a head in registers: at most 4 floats per lane of a warp.
 pub const MAX_HEAD_DIM: usize = 128;
 /// Positions per flash-decoding split.
 pub const SPLIT_LEN: usize = 32;
-/// (token, head, split) rows of the flash-decoding scratch; a batch that needs more (a long
-/// prompt) takes the prompt attention instead (`Attention::of`).
-const PARTIAL_ROWS: usize = 1 << 16;
+/// Fewest (token, head, split) rows of the flash-decoding scratch; a batch that needs more
+/// than the scratch holds (a long prompt) takes the prompt attention instead
+/// (`Attention::of`).
+const MIN_PARTIAL_ROWS: usize = 1 << 16;
+/// Most rows of the flash-decoding scratch: 1M rows of a 128-wide head are 520 MB.
+const MAX_PARTIAL_ROWS: usize = 1 << 20;
+
+/// Rows of flash-decoding scratch for this model: enough for a decode step of
+/// `GRAPH_MAX_BATCH` sequences at the model's full context (splits rounded up to a power of
+/// two, as the graphs have them), within `MIN_PARTIAL_ROWS..=MAX_PARTIAL_ROWS`.
+fn partial_rows_for(c: &Config) -> usize {
+    let splits = c.max_seq_len.div_ceil(SPLIT_LEN).next_power_of_two();
+    (GRAPH_MAX_BATCH * c.n_heads * splits).clamp(MIN_PARTIAL_ROWS, MAX_PARTIAL_ROWS)
+}
 /// Most splits the combine kernel's shared memory holds (one float each, under 48 KiB).
 const MAX_SPLITS: usize = 8192;
 /// Share of the free device memory the KV pool may take by default.
@@ -70,12 +85,12 @@ pub fn check_supported(c: &Config) -> Result<()> {
 /// Flash-decoding's split count for this batch, or `None` when its scratch cannot hold
 /// every (token, head, split) (a long prompt): then the prompt attention walks the whole
 /// context (`Attention::of`).
-fn splits_needed(c: &Config, batch: &Batch) -> Option<usize> {
+fn splits_needed(c: &Config, batch: &Batch, partial_rows: usize) -> Option<usize> {
     let longest = batch.positions.iter().max().map_or(1, |&p| p as usize + 1);
     let n_splits = longest.div_ceil(SPLIT_LEN);
     let bucket = n_splits.next_power_of_two();
-    (batch.tokens.len() * c.n_heads * bucket <= PARTIAL_ROWS && bucket <= MAX_SPLITS)
-        .then_some(n_splits)
+    let rows = batch.tokens.len().next_power_of_two();
+    (rows * c.n_heads * bucket <= partial_rows && bucket <= MAX_SPLITS).then_some(n_splits)
 }
 
 /// How a pass attends: flash-decoding's split count, or for a prompt the positions (when
@@ -234,6 +249,42 @@ impl GpuWeights {
     }
 }
 
+/// What a linear layer of several tokens needs besides its input and output.
+struct MatmulScratch {
+    /// `[max_tokens, max(dim, q_dim, ffn_dim)]` the input rounded to bf16 for the tensor cores
+    x_bf16: CudaSlice<u16>,
+    /// `[splits, SKINNY_MAX_TOKENS, n_out]` the skinny matmul's split sums, for the model's
+    /// widest split matrix (`skinny_splits`)
+    parts: CudaSlice<f32>,
+}
+
+impl MatmulScratch {
+    fn new(gpu: &Gpu, c: &Config, max_tokens: usize) -> Result<MatmulScratch> {
+        let (dim, q, kv, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let matrices = [
+            (dim, q + 2 * kv),
+            (q, dim),
+            (dim, ffn),
+            (ffn, dim),
+            (dim, c.vocab_size),
+        ];
+        let parts = matrices
+            .iter()
+            .map(
+                |&(n_in, n_out)| match skinny_splits(n_in, n_out, gpu.sm_count) {
+                    1 => 0,
+                    s => s * SKINNY_MAX_TOKENS * n_out,
+                },
+            )
+            .max()
+            .unwrap_or(0);
+        Ok(MatmulScratch {
+            x_bf16: gpu.zeros(max_tokens * dim.max(q).max(ffn), "activations")?,
+            parts: gpu.zeros(parts, "the skinny matmul's split sums")?,
+        })
+    }
+}
+
 pub struct GpuBackend {
     pub gpu: Gpu,
     pub weights: GpuWeights,
@@ -244,20 +295,20 @@ pub struct GpuBackend {
     rope_cos: CudaSlice<f32>, // [max_pos, head_dim / 2]
     rope_sin: CudaSlice<f32>, // [max_pos, head_dim / 2]
     // Activations, [max_tokens, width] each.
-    x: CudaSlice<f32>,          // [.., dim] the residual stream
-    xb: CudaSlice<f32>,         // [.., dim] normed input of a block, or a block's output
-    qkv: CudaSlice<f32>,        // [.., q_dim + 2 kv_dim]
-    q: CudaSlice<f32>,          // [.., q_dim] rotated queries
-    att: CudaSlice<f32>,        // [.., q_dim] attention output
-    gate: CudaSlice<f32>,       // [.., ffn_dim]
-    up: CudaSlice<f32>,         // [.., ffn_dim]
-    hidden: CudaSlice<f32>,     // [.., ffn_dim] silu(gate) * up
-    x_bf16: CudaSlice<u16>,     // [.., max(dim, q_dim, ffn_dim)] a GEMM's input, in bf16
-    head_in: CudaSlice<f32>,    // [.., dim] final-normed rows whose logits are wanted
-    logits: CudaSlice<f32>,     // [.., vocab]
-    partial_o: CudaSlice<f32>,  // [PARTIAL_ROWS, head_dim] flash-decoding partial outputs
+    x: CudaSlice<f32>,      // [.., dim] the residual stream
+    xb: CudaSlice<f32>,     // [.., dim] normed input of a block, or a block's output
+    qkv: CudaSlice<f32>,    // [.., q_dim + 2 kv_dim]
+    q: CudaSlice<f32>,      // [.., q_dim] rotated queries
+    att: CudaSlice<f32>,    // [.., q_dim] attention output
+    gate: CudaSlice<f32>,   // [.., ffn_dim]
+    up: CudaSlice<f32>,     // [.., ffn_dim]
+    hidden: CudaSlice<f32>, // [.., ffn_dim] silu(gate) * up
+    mm: MatmulScratch,
+    head_in: CudaSlice<f32>, // [.., dim] final-normed rows whose logits are wanted
+    logits: CudaSlice<f32>,  // [.., vocab]
+    partial_o: CudaSlice<f32>, // [PARTIAL_ROWS, head_dim] flash-decoding partial outputs
     partial_ml: CudaSlice<f32>, // [PARTIAL_ROWS, 2] their (max, sum)
-    next_ids: CudaSlice<u32>,   // [max_tokens] greedy choices, one per logits row
+    next_ids: CudaSlice<u32>, // [max_tokens] greedy choices, one per logits row
     // The batch, as the kernels read it: [max_tokens] each, and [MAX_SEQS, max_blocks].
     tokens: CudaSlice<u32>,
     positions: CudaSlice<u32>,
@@ -270,9 +321,16 @@ pub struct GpuBackend {
     table_stride: usize,
     logits_host: Vec<f32>,
     ids_host: Vec<u32>,
+    /// The batch as uploaded, padding rows included (`upload`).
+    batch_host: Batch,
+    /// The spare KV block padding rows write and read: the pool's last, which the runner
+    /// does not report (`n_blocks` excludes it).
+    pad_block: usize,
+    /// (token, head, split) rows of the flash-decoding scratch (`partial_rows_for`).
+    partial_rows: usize,
     max_tokens: usize,
-    /// Decode-step graphs, by flash-decoding split count.
-    graphs: HashMap<usize, CudaGraph>,
+    /// Decode-step graphs, by batch bucket, split count and whether they end in the argmax.
+    graphs: HashMap<GraphKey, CudaGraph>,
     /// Replay decode steps as CUDA graphs (on by default; `bench` measures both ways).
     pub use_graphs: bool,
 }
@@ -309,7 +367,9 @@ impl GpuBackend {
                 total,
             });
         }
-        let pool = n_blocks * BLOCK_SIZE * c.kv_dim() * c.n_layers;
+        // One block more than the runner is told of: the padding rows' (`upload`).
+        let pool = (n_blocks + 1) * BLOCK_SIZE * c.kv_dim() * c.n_layers;
+        let partial_rows = partial_rows_for(c);
         let max_blocks = blocks_for(c.max_seq_len).min(n_blocks);
         Ok(GpuBackend {
             k_cache: gpu.zeros(pool, "the KV cache (keys)")?,
@@ -325,14 +385,11 @@ impl GpuBackend {
             gate: act(c.ffn_dim)?,
             up: act(c.ffn_dim)?,
             hidden: act(c.ffn_dim)?,
-            x_bf16: gpu.zeros(
-                max_tokens * c.dim.max(c.q_dim()).max(c.ffn_dim),
-                "activations",
-            )?,
+            mm: MatmulScratch::new(&gpu, c, max_tokens)?,
             head_in: act(c.dim)?,
             logits: act(c.vocab_size)?,
-            partial_o: gpu.zeros(PARTIAL_ROWS * c.head_dim, "attention scratch")?,
-            partial_ml: gpu.zeros(PARTIAL_ROWS * 2, "attention scratch")?,
+            partial_o: gpu.zeros(partial_rows * c.head_dim, "attention scratch")?,
+            partial_ml: gpu.zeros(partial_rows * 2, "attention scratch")?,
             next_ids: ids()?,
             tokens: ids()?,
             positions: ids()?,
@@ -343,6 +400,9 @@ impl GpuBackend {
             table_stride: max_blocks,
             logits_host: vec![],
             ids_host: vec![],
+            batch_host: Batch::default(),
+            pad_block: n_blocks,
+            partial_rows,
             max_tokens,
             graphs: HashMap::new(),
             use_graphs: true,
@@ -357,57 +417,92 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// One linear layer for `n` tokens: the GEMV kernel for one; for more, the input is
-    /// rounded to bf16 into `x_bf16` and goes through the tensor-core GEMM.
+    /// One linear layer for `n` tokens: `out (+)= x w^T + bias`, added to what `out` holds
+    /// when `accumulate` (a fused residual add). The GEMV for one token; for up to
+    /// `SKINNY_MAX_TOKENS` the skinny tensor-core matmul; for more the prompt GEMM, which
+    /// cannot accumulate (callers add its output themselves).
     #[allow(clippy::too_many_arguments)]
     fn matmul(
         gpu: &Gpu,
         out: &mut Out<f32>,
         x: &In<f32>,
-        x_bf16: &mut CudaSlice<u16>,
+        mm: &mut MatmulScratch,
         w: &CudaSlice<u16>,
         bias: Option<&CudaSlice<f32>>,
         n: usize,
         n_in: usize,
         n_out: usize,
+        accumulate: bool,
     ) -> Result<()> {
         let bias = bias.map(|b| b.as_view());
         if n == 1 {
-            gpu.gemv_bf16(out, x, &w.as_view(), bias.as_ref(), n_in, n_out, false)
-        } else {
-            gpu.f32_to_bf16(&mut x_bf16.slice_mut(..n * n_in), x)?;
-            Self::gemm(gpu, out, x_bf16, w, bias.as_ref(), n, n_in, n_out)
+            return gpu.gemv_bf16(out, x, &w.as_view(), bias.as_ref(), n_in, n_out, accumulate);
         }
+        gpu.f32_to_bf16(&mut mm.x_bf16.slice_mut(..n * n_in), x)?;
+        Self::gemm(gpu, out, mm, w, bias.as_ref(), n, n_in, n_out, accumulate)
     }
 
-    /// The tensor-core GEMM (`Gpu::prefill_gemm`) on an input already in `x_bf16`.
+    /// The tensor-core matmul of `n` tokens already rounded into `mm.x_bf16`: the skinny one
+    /// for up to `SKINNY_MAX_TOKENS`, else `Gpu::prefill_gemm` (which cannot accumulate).
     #[allow(clippy::too_many_arguments)]
     fn gemm(
         gpu: &Gpu,
         out: &mut Out<f32>,
-        x_bf16: &CudaSlice<u16>,
+        mm: &mut MatmulScratch,
         w: &CudaSlice<u16>,
         bias: Option<&In<f32>>,
         n: usize,
         n_in: usize,
         n_out: usize,
+        accumulate: bool,
     ) -> Result<()> {
-        let x = x_bf16.slice(..n * n_in);
+        let x = mm.x_bf16.slice(..n * n_in);
+        if n <= SKINNY_MAX_TOKENS {
+            let parts = &mut mm.parts.as_view_mut();
+            return gpu.gemm_skinny_bf16(
+                out,
+                &x,
+                &w.as_view(),
+                bias,
+                n_in,
+                n_out,
+                accumulate,
+                parts,
+            );
+        }
+        assert!(
+            !accumulate,
+            "the prompt GEMM writes its output; add it separately"
+        );
         gpu.prefill_gemm(out, &x, &w.as_view(), bias, n, n_in, n_out)
     }
 
+    /// `x += input w^T` for `n` tokens: fused into the matmul's output for up to
+    /// `SKINNY_MAX_TOKENS` tokens; for more, through `tmp` and a residual add.
+    #[allow(clippy::too_many_arguments)]
+    fn add_matmul(
+        gpu: &Gpu,
+        x: &mut Out<f32>,
+        tmp: &mut CudaSlice<f32>,
+        input: &In<f32>,
+        mm: &mut MatmulScratch,
+        w: &CudaSlice<u16>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+    ) -> Result<()> {
+        if n <= SKINNY_MAX_TOKENS {
+            return Self::matmul(gpu, x, input, mm, w, None, n, n_in, n_out, true);
+        }
+        let tmp = &mut tmp.slice_mut(..n * n_out);
+        Self::matmul(gpu, tmp, input, mm, w, None, n, n_in, n_out, false)?;
+        gpu.residual_add_f32(x, &tmp.as_view())
+    }
+
     /// Runs `batch` and returns the logits of its `logit_rows`, `[rows, vocab]`, copied to the
-    /// host.
+    /// host. A decode step replays a CUDA graph (`run`).
     pub fn forward(&mut self, c: &Config, batch: &Batch) -> Result<&[f32]> {
-        self.upload(batch)?;
-        let splits = splits_needed(c, batch);
-        let rows = batch.logit_rows.len();
-        self.launch(
-            c,
-            batch.tokens.len(),
-            &batch.logit_rows,
-            Attention::of(c, batch, splits),
-        )?;
+        let rows = self.run(c, batch, false)?;
         let n = rows * c.vocab_size;
         self.logits_host.resize(n, 0.0);
         self.gpu
@@ -419,23 +514,38 @@ impl GpuBackend {
     }
 
     /// Runs `batch` and returns the most likely next token of each logits row: the argmax
-    /// runs on the device, and only the ids come back. A one-token step (decode) replays a
-    /// CUDA graph of the whole pass, captured once per size of the attention split: one
-    /// launch instead of hundreds.
+    /// runs on the device, and only the ids come back.
     pub fn forward_greedy(&mut self, c: &Config, batch: &Batch) -> Result<&[u32]> {
-        self.upload(batch)?;
+        let rows = self.run(c, batch, true)?;
+        self.ids_host.resize(rows, 0);
+        self.gpu
+            .stream
+            .memcpy_dtoh(&self.next_ids.slice(..rows), &mut self.ids_host)
+            .map_err(|e| Error::Gpu(format!("the forward pass failed: {e}")))?;
+        self.gpu.sync()?;
+        Ok(&self.ids_host)
+    }
+
+    /// Uploads `batch` and launches its forward pass, with the argmax when `greedy`; returns
+    /// its rows of logits. A decode step (one token of each of at most `GRAPH_MAX_BATCH`
+    /// sequences, every row wanting logits) replays a CUDA graph of the whole pass: one
+    /// launch instead of hundreds. Graphs are captured once per batch bucket (a power of
+    /// two; the rows past the batch are padding that writes and reads a block no sequence
+    /// owns) and per attention split count (also rounded up to a power of two: the extra
+    /// splits are empty, a block each and no reads), so a handful covers every step.
+    fn run(&mut self, c: &Config, batch: &Batch, greedy: bool) -> Result<usize> {
         let rows = batch.logit_rows.len();
-        let splits = splits_needed(c, batch);
-        match splits {
-            Some(needed) if self.use_graphs && batch.tokens.len() == 1 && rows == 1 => {
-                // Round the split count up to a power of two: a handful of graphs covers every
-                // context, and the extra splits are empty (they cost a block each, no reads).
-                let bucket = needed.next_power_of_two();
-                if !self.graphs.contains_key(&bucket) {
-                    let graph = self.capture(c, bucket)?;
-                    self.graphs.insert(bucket, graph);
+        let bucket = self.graph_bucket(batch);
+        self.upload(batch, bucket.unwrap_or(batch.tokens.len()))?;
+        let splits = splits_needed(c, batch, self.partial_rows);
+        match (bucket, splits) {
+            (Some(n), Some(needed)) => {
+                let key = (n, needed.next_power_of_two(), greedy);
+                if !self.graphs.contains_key(&key) {
+                    let graph = self.capture(c, key)?;
+                    self.graphs.insert(key, graph);
                 }
-                self.graphs[&bucket]
+                self.graphs[&key]
                     .launch()
                     .map_err(|e| Error::Gpu(format!("replaying the decode graph: {e}")))?;
             }
@@ -446,29 +556,46 @@ impl GpuBackend {
                     &batch.logit_rows,
                     Attention::of(c, batch, splits),
                 )?;
-                self.argmax_rows(c, rows)?;
+                if greedy {
+                    self.argmax_rows(c, rows)?;
+                }
             }
         }
-        self.ids_host.resize(rows, 0);
-        self.gpu
-            .stream
-            .memcpy_dtoh(&self.next_ids.slice(..rows), &mut self.ids_host)
-            .map_err(|e| Error::Gpu(format!("the forward pass failed: {e}")))?;
-        self.gpu.sync()?;
-        Ok(&self.ids_host)
+        Ok(rows)
     }
 
-    /// Records one decode step (one token, `n_splits` attention splits) as a CUDA graph.
-    fn capture(&mut self, c: &Config, n_splits: usize) -> Result<CudaGraph> {
+    /// The graph bucket of a decode step: the smallest power of two that holds its rows, or
+    /// `None` for any other batch (a prompt chunk, a mix, too many sequences) or with graphs
+    /// off.
+    fn graph_bucket(&self, batch: &Batch) -> Option<usize> {
+        let n = batch.tokens.len();
+        let decode = batch.logit_rows.len() == n
+            && batch.max_blocks > 0
+            && batch.block_tables.len() / batch.max_blocks == n
+            && (0..n)
+                .all(|i| batch.token_seq[i] as usize == i && batch.logit_rows[i] as usize == i);
+        (self.use_graphs && decode && n <= GRAPH_MAX_BATCH).then(|| n.next_power_of_two())
+    }
+
+    /// Records a decode step of `n` rows (padding included) with `n_splits` attention splits,
+    /// and the argmax if `greedy`, as a CUDA graph.
+    fn capture(&mut self, c: &Config, (n, n_splits, greedy): GraphKey) -> Result<CudaGraph> {
         use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
         let cap_err = |e| Error::Gpu(format!("capturing the decode graph: {e}"));
+        let rows: Vec<u32> = (0..n as u32).collect();
         self.gpu
             .stream
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(cap_err)?;
         let recorded = self
-            .launch(c, 1, &[0], Attention::Split(n_splits, 0))
-            .and_then(|_| self.argmax_rows(c, 1));
+            .launch(c, n, &rows, Attention::Split(n_splits, 0))
+            .and_then(|_| {
+                if greedy {
+                    self.argmax_rows(c, n)
+                } else {
+                    Ok(())
+                }
+            });
         let graph = self
             .gpu
             .stream
@@ -479,38 +606,56 @@ impl GpuBackend {
     }
 
     fn argmax_rows(&mut self, c: &Config, rows: usize) -> Result<()> {
-        let vocab = c.vocab_size;
-        for r in 0..rows {
-            self.gpu.argmax_f32(
-                &mut self.next_ids.slice_mut(r..r + 1),
-                &self.logits.slice(r * vocab..(r + 1) * vocab),
-            )?;
-        }
-        Ok(())
+        self.gpu.argmax_f32(
+            &mut self.next_ids.slice_mut(..rows),
+            &self.logits.slice(..rows * c.vocab_size),
+        )
     }
 
     /// Copies the batch description to the device, block tables at a fixed row stride (so
-    /// that a captured graph's arguments stay valid as sequences grow).
-    fn upload(&mut self, batch: &Batch) -> Result<()> {
+    /// that a captured graph's arguments stay valid as sequences grow), padded to `rows`
+    /// rows: each padding row is a sequence of its own whose one token, at position 0, lives
+    /// in the spare block (`pad_block`), which no sequence owns.
+    fn upload(&mut self, batch: &Batch, rows: usize) -> Result<()> {
         let n = batch.tokens.len();
         let stride = self.table_stride;
         let n_seqs = batch.block_tables.len() / batch.max_blocks.max(1);
-        assert!(n <= self.max_tokens && n_seqs <= MAX_SEQS && batch.max_blocks <= stride);
+        let pad = rows - n;
+        assert!(rows <= self.max_tokens && n_seqs + pad <= MAX_SEQS && batch.max_blocks <= stride);
         self.tables_host.clear();
         for row in batch.block_tables.chunks(batch.max_blocks.max(1)) {
             self.tables_host.extend_from_slice(row);
             self.tables_host
                 .resize(self.tables_host.len() + stride - row.len(), 0);
         }
+        let b = &mut self.batch_host;
+        b.tokens.clear();
+        b.tokens.extend(&batch.tokens);
+        b.positions.clear();
+        b.positions.extend(&batch.positions);
+        b.token_seq.clear();
+        b.token_seq.extend(&batch.token_seq);
+        b.slots.clear();
+        b.slots.extend(&batch.slots);
+        let spare = self.pad_block as u32;
+        for i in 0..pad {
+            b.tokens.push(0);
+            b.positions.push(0);
+            b.token_seq.push((n_seqs + i) as u32);
+            b.slots.push(spare * BLOCK_SIZE as u32);
+            self.tables_host.push(spare);
+            self.tables_host
+                .resize(self.tables_host.len() + stride - 1, 0);
+        }
         let s = &self.gpu.stream;
         let up_err = |e| Error::Gpu(format!("copying the batch to the device: {e}"));
-        s.memcpy_htod(&batch.tokens, &mut self.tokens.slice_mut(..n))
+        s.memcpy_htod(&b.tokens, &mut self.tokens.slice_mut(..rows))
             .map_err(up_err)?;
-        s.memcpy_htod(&batch.positions, &mut self.positions.slice_mut(..n))
+        s.memcpy_htod(&b.positions, &mut self.positions.slice_mut(..rows))
             .map_err(up_err)?;
-        s.memcpy_htod(&batch.token_seq, &mut self.token_seq.slice_mut(..n))
+        s.memcpy_htod(&b.token_seq, &mut self.token_seq.slice_mut(..rows))
             .map_err(up_err)?;
-        s.memcpy_htod(&batch.slots, &mut self.slots.slice_mut(..n))
+        s.memcpy_htod(&b.slots, &mut self.slots.slice_mut(..rows))
             .map_err(up_err)?;
         let len = self.tables_host.len();
         s.memcpy_htod(&self.tables_host, &mut self.block_tables.slice_mut(..len))
@@ -563,12 +708,13 @@ impl GpuBackend {
                 g,
                 &mut self.qkv.slice_mut(..n * qkv_dim),
                 &self.xb.slice(..n * dim),
-                &mut self.x_bf16,
+                &mut self.mm,
                 &lw.wqkv,
                 lw.bqkv.as_ref(),
                 n,
                 dim,
                 qkv_dim,
+                false,
             )?;
             let layer = l * layer_len..(l + 1) * layer_len;
             g.qkv_rope_write_f32(
@@ -612,6 +758,8 @@ impl GpuBackend {
                         &mut self.att.slice_mut(..n * q_dim),
                         &self.partial_o.slice(..rows * c.head_dim),
                         &self.partial_ml.slice(..rows * 2),
+                        &positions,
+                        SPLIT_LEN,
                         c.n_heads,
                         c.head_dim,
                     )?;
@@ -645,31 +793,18 @@ impl GpuBackend {
                     attended,
                 )?,
             }
-            if n == 1 {
-                // The residual add rides on the output projection.
-                g.gemv_bf16(
-                    &mut self.x.slice_mut(..dim),
-                    &self.att.slice(..q_dim),
-                    &lw.wo.as_view(),
-                    None,
-                    q_dim,
-                    dim,
-                    true,
-                )?;
-            } else {
-                Self::matmul(
-                    g,
-                    &mut self.xb.slice_mut(..n * dim),
-                    &self.att.slice(..n * q_dim),
-                    &mut self.x_bf16,
-                    &lw.wo,
-                    None,
-                    n,
-                    q_dim,
-                    dim,
-                )?;
-                g.residual_add_f32(&mut self.x.slice_mut(..n * dim), &self.xb.slice(..n * dim))?;
-            }
+            // The residual add rides on the output projection, but for long prompts.
+            Self::add_matmul(
+                g,
+                &mut self.x.slice_mut(..n * dim),
+                &mut self.xb,
+                &self.att.slice(..n * q_dim),
+                &mut self.mm,
+                &lw.wo,
+                n,
+                q_dim,
+                dim,
+            )?;
 
             // MLP: x += down(silu(gate(x)) * up(x)) over the normed stream.
             g.rmsnorm_f32(
@@ -688,83 +823,65 @@ impl GpuBackend {
                     dim,
                     ffn,
                 )?;
-                g.gemv_bf16(
-                    &mut self.x.slice_mut(..dim),
-                    &self.hidden.slice(..ffn),
-                    &lw.w_down.as_view(),
-                    None,
-                    ffn,
-                    dim,
-                    true,
-                )?;
             } else {
                 // Gate and up share one rounded input.
                 g.f32_to_bf16(
-                    &mut self.x_bf16.slice_mut(..n * dim),
+                    &mut self.mm.x_bf16.slice_mut(..n * dim),
                     &self.xb.slice(..n * dim),
                 )?;
-                Self::gemm(
-                    g,
-                    &mut self.gate.slice_mut(..n * ffn),
-                    &self.x_bf16,
-                    &lw.w_gate,
-                    None,
-                    n,
-                    dim,
-                    ffn,
-                )?;
-                Self::gemm(
-                    g,
-                    &mut self.up.slice_mut(..n * ffn),
-                    &self.x_bf16,
-                    &lw.w_up,
-                    None,
-                    n,
-                    dim,
-                    ffn,
-                )?;
+                for (out, w) in [(&mut self.gate, &lw.w_gate), (&mut self.up, &lw.w_up)] {
+                    let out = &mut out.slice_mut(..n * ffn);
+                    Self::gemm(g, out, &mut self.mm, w, None, n, dim, ffn, false)?;
+                }
                 g.swiglu_f32(
                     &mut self.hidden.slice_mut(..n * ffn),
                     &self.gate.slice(..n * ffn),
                     &self.up.slice(..n * ffn),
                 )?;
-                Self::matmul(
-                    g,
-                    &mut self.xb.slice_mut(..n * dim),
-                    &self.hidden.slice(..n * ffn),
-                    &mut self.x_bf16,
-                    &lw.w_down,
-                    None,
-                    n,
-                    ffn,
-                    dim,
-                )?;
-                g.residual_add_f32(&mut self.x.slice_mut(..n * dim), &self.xb.slice(..n * dim))?;
             }
+            Self::add_matmul(
+                g,
+                &mut self.x.slice_mut(..n * dim),
+                &mut self.xb,
+                &self.hidden.slice(..n * ffn),
+                &mut self.mm,
+                &lw.w_down,
+                n,
+                ffn,
+                dim,
+            )?;
         }
 
-        // Only the rows that need logits go through the final norm and the head.
+        // Only the rows that need logits go through the final norm and the head: one launch
+        // per run of consecutive rows (a decode step's rows are one run).
         let rows = logit_rows.len();
-        for (i, &r) in logit_rows.iter().enumerate() {
-            let r = r as usize;
+        let mut i = 0;
+        while i < rows {
+            let first = logit_rows[i] as usize;
+            let mut len = 1;
+            while i + len < rows && logit_rows[i + len] as usize == first + len {
+                len += 1;
+            }
             g.rmsnorm_f32(
-                &mut self.head_in.slice_mut(i * dim..(i + 1) * dim),
-                &self.x.slice(r * dim..(r + 1) * dim),
+                &mut self.head_in.slice_mut(i * dim..(i + len) * dim),
+                &self.x.slice(first * dim..(first + len) * dim),
                 &w.final_norm.as_view(),
                 c.rms_eps,
                 dim,
             )?;
+            i += len;
         }
         Self::matmul(
             g,
             &mut self.logits.slice_mut(..rows * vocab),
             &self.head_in.slice(..rows * dim),
-            &mut self.x_bf16,
+            &mut self.mm,
             head,
             None,
             rows,
             dim,
             vocab,
+            false,
         )?;
         Ok(())
     }
@@ -803,7 +920,9 @@ mod tests {
         let mut c = crate::bench::shape_config("llama3-8b").unwrap();
         c.n_heads = 8;
         c.n_kv_heads = 2;
-        let of = |c: &Config, b: &Batch| kind(Attention::of(c, b, splits_needed(c, b)));
+        let of = |c: &Config, b: &Batch| {
+            kind(Attention::of(c, b, splits_needed(c, b, MIN_PARTIAL_ROWS)))
+        };
         // One decode token deep in the context; a 256-token chunk of a 300-token prompt.
         assert_eq!(of(&c, &batch(1299, 1, &[0])), "split");
         assert_eq!(of(&c, &batch(0, 256, &[0])), "split");

@@ -55,6 +55,8 @@ kernel_table!(
     gemv_swiglu_bf16,
     gemm_bf16,
     gemm_mma_bf16,
+    gemm_skinny_bf16,
+    gemm_skinny_reduce_f32,
     f32_to_bf16,
     mma_probe_bf16,
     rope_f32,
@@ -78,6 +80,11 @@ impl Kernels {
     fn raise_limits(&self) -> Result<()> {
         let big = [
             (Some(&self.gemm_mma_bf16), "gemm_mma_bf16", MMA_SHARED_BYTES),
+            (
+                Some(&self.gemm_skinny_bf16),
+                "gemm_skinny_bf16",
+                skinny_shared_bytes(8 * SKINNY_MAX_TILES),
+            ),
             (
                 self.gemm_wgmma_bf16.as_ref(),
                 "gemm_wgmma_bf16",
@@ -140,9 +147,23 @@ fn gemv_launch(n_out: usize) -> LaunchConfig {
 }
 
 use super::tiles::{
-    ATTN_MMA_ROWS, ATTN_MMA_THREADS, MMA_BM, MMA_SHARED_BYTES, MMA_THREADS, WGMMA_BM,
-    WGMMA_SHARED_BYTES, WGMMA_THREADS, WGMMA_WIDTHS, attn_mma_shared_bytes,
+    ATTN_MMA_ROWS, ATTN_MMA_THREADS, MMA_BM, MMA_SHARED_BYTES, MMA_THREADS, SKINNY_FEATURES,
+    SKINNY_KC, SKINNY_MAX_TILES, SKINNY_THREADS, WGMMA_BM, WGMMA_SHARED_BYTES, WGMMA_THREADS,
+    WGMMA_WIDTHS, attn_mma_shared_bytes, skinny_shared_bytes,
 };
+
+/// Most tokens `gemm_skinny_bf16` takes in one launch.
+pub const SKINNY_MAX_TOKENS: usize = 8 * SKINNY_MAX_TILES;
+
+/// How many blocks share each output tile's reduction in `gemm_skinny_bf16`: enough for one
+/// block per SM (the kernel's registers allow one), never so many that a block gets fewer
+/// than two 128-deep chunks, at most 8. It depends on the matrix and the GPU, never on the
+/// token count, so that a token's sums are added in the same order whatever the batch.
+pub fn skinny_splits(n_in: usize, n_out: usize, sm_count: usize) -> usize {
+    let tiles = n_out.div_ceil(SKINNY_FEATURES);
+    let chunks = n_in.div_ceil(SKINNY_KC);
+    (sm_count / tiles).min(chunks / 2).clamp(1, 8)
+}
 
 /// Whether `attention_mma_bf16` takes heads of this width.
 pub fn attention_mma_supports(head_dim: usize) -> bool {
@@ -532,6 +553,127 @@ impl Gpu {
         self.timed(name, traffic, || unsafe { b.launch(cfg) })
     }
 
+    /// A few tokens through a linear layer on tensor cores (batched decode): out `[n, n_out]`
+    /// f32, x `[n, n_in]` bf16 (from `f32_to_bf16`), w `[n_out, n_in]` bf16, bias `[n_out]`
+    /// or none; with `accumulate`, added to what `out` holds. A launch whose reduction is
+    /// split (`skinny_splits`) leaves its parts in `parts` (`[splits, n, n_out]` f32) and adds
+    /// them with `gemm_skinny_reduce_f32`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_skinny_bf16(
+        &self,
+        out: &mut Out<f32>,
+        x: &In<u16>,
+        w: &In<u16>,
+        bias: Option<&In<f32>>,
+        n_in: usize,
+        n_out: usize,
+        accumulate: bool,
+        parts: &mut Out<f32>,
+    ) -> Result<()> {
+        let splits = skinny_splits(n_in, n_out, self.sm_count);
+        self.gemm_skinny_planned(splits, out, x, w, bias, n_in, n_out, accumulate, parts)
+    }
+
+    /// `gemm_skinny_bf16` with the reduction split `splits` ways (1 to 8), chosen by the
+    /// caller: for the tests, which hold every split to the twin.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_skinny_planned(
+        &self,
+        splits: usize,
+        out: &mut Out<f32>,
+        x: &In<u16>,
+        w: &In<u16>,
+        bias: Option<&In<f32>>,
+        n_in: usize,
+        n_out: usize,
+        accumulate: bool,
+        parts: &mut Out<f32>,
+    ) -> Result<()> {
+        let n = x.len() / n_in.max(1);
+        assert!(
+            n_in.is_multiple_of(8) && n_in > 0,
+            "gemm_skinny_bf16 reads 8 values at a time: n_in {n_in} must be a multiple of 8"
+        );
+        assert!(
+            (1..=SKINNY_MAX_TOKENS).contains(&n),
+            "gemm_skinny_bf16 takes 1 to {SKINNY_MAX_TOKENS} tokens, got {n}"
+        );
+        assert!(x.len() == n * n_in && out.len() == n * n_out && w.len() == n_out * n_in);
+        assert!(bias.is_none_or(|b| b.len() == n_out));
+        assert!((1..=8).contains(&splits) && (splits == 1 || parts.len() >= splits * n * n_out));
+        assert!(
+            aligned16(w, &self.stream) && aligned16(x, &self.stream),
+            "gemm_skinny_bf16 needs 16-byte aligned w and x"
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (
+                u32_of(n_out.div_ceil(SKINNY_FEATURES), "feature tiles"),
+                splits as u32,
+                1,
+            ),
+            block_dim: (SKINNY_THREADS as u32, 1, 1),
+            shared_mem_bytes: skinny_shared_bytes(n) as u32,
+        };
+        let traffic = traffic::gemm_skinny_bf16(n, n_in, n_out, bias.is_some(), accumulate, splits);
+        let (nn, n_in32, n_out32) = (u32_of(n, "n"), u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
+        let mut b = self.launcher(&self.kernels.gemm_skinny_bf16);
+        if splits == 1 {
+            b.arg(out).arg(x).arg(w).arg_or_null(bias);
+            b.arg(&nn)
+                .arg(&n_in32)
+                .arg(&n_out32)
+                .arg(&(accumulate as u32));
+            // SAFETY: shapes and alignment checked; block and shared memory as the kernel
+            // documents (its limit raised at load); x and out are different buffers.
+            return self.timed("gemm_skinny_bf16", traffic, || unsafe { b.launch(cfg) });
+        }
+        let mut parts = parts.slice_mut(..splits * n * n_out);
+        b.arg(&mut parts)
+            .arg(x)
+            .arg(w)
+            .arg_or_null(None::<&In<f32>>);
+        b.arg(&nn).arg(&n_in32).arg(&n_out32).arg(&0u32);
+        // SAFETY: as above; split, the kernel writes `[splits, n, n_out]` parts, all there.
+        self.timed("gemm_skinny_bf16", traffic, || unsafe { b.launch(cfg) })?;
+        self.gemm_skinny_reduce_f32(out, &parts.as_view(), bias, n_out, accumulate)
+    }
+
+    /// `out[i] = (accumulate ? out[i] : 0) + sum over s of parts[s, i] + bias[i % n_out]`,
+    /// the parts added in order: out `[len]`, parts `[splits, len]`, bias `[n_out]` or none.
+    pub fn gemm_skinny_reduce_f32(
+        &self,
+        out: &mut Out<f32>,
+        parts: &In<f32>,
+        bias: Option<&In<f32>>,
+        n_out: usize,
+        accumulate: bool,
+    ) -> Result<()> {
+        let len = out.len();
+        assert!(
+            len > 0 && n_out > 0 && len.is_multiple_of(n_out) && parts.len().is_multiple_of(len)
+        );
+        assert!(bias.is_none_or(|b| b.len() == n_out));
+        let splits = parts.len() / len;
+        let cfg = linear(len);
+        let traffic =
+            traffic::gemm_skinny_reduce_f32(len, n_out, splits, bias.is_some(), accumulate);
+        let (len, n_out, splits) = (
+            u32_of(len, "len"),
+            u32_of(n_out, "n_out"),
+            u32_of(splits, "splits"),
+        );
+        let mut b = self.launcher(&self.kernels.gemm_skinny_reduce_f32);
+        b.arg(out).arg(parts).arg_or_null(bias);
+        b.arg(&len)
+            .arg(&n_out)
+            .arg(&splits)
+            .arg(&(accumulate as u32));
+        // SAFETY: lengths checked; one thread per element of out; parts is another buffer.
+        self.timed("gemm_skinny_reduce_f32", traffic, || unsafe {
+            b.launch(cfg)
+        })
+    }
+
     /// The tensor-core probe: `out.len()` threads in blocks of 256 (a multiple of 256),
     /// each `iters` rounds of 16 `mma.sync` on register operands `a_bits`, `b_bits` (bf16).
     pub fn mma_probe_bf16(
@@ -799,20 +941,22 @@ impl Gpu {
         })
     }
 
-    /// `out[0] = argmax(logits)`: out `[1]` u32, logits `[n]`.
+    /// `out[r] = argmax(logits[r])` for every row: out `[rows]` u32, logits `[rows, n]`.
     pub fn argmax_f32(&self, out: &mut Out<u32>, logits: &In<f32>) -> Result<()> {
-        let n = logits.len();
-        assert!(n >= 1 && out.len() == 1);
+        let rows = out.len();
+        assert!(rows >= 1 && logits.len() >= rows && logits.len().is_multiple_of(rows));
+        let n = logits.len() / rows;
         let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
+            grid_dim: (u32_of(rows, "rows"), 1, 1),
             block_dim: (ARGMAX_THREADS, 1, 1),
             shared_mem_bytes: 2 * (ARGMAX_THREADS / 32) * 4,
         };
         let nn = u32_of(n, "n");
-        let traffic = traffic::argmax_f32(n);
+        let traffic = traffic::argmax_f32(rows * n);
         let mut b = self.launcher(&self.kernels.argmax_f32);
         b.arg(out).arg(logits).arg(&nn);
-        // SAFETY: one block of 1024 threads with 2 words per warp of shared memory; n >= 1.
+        // SAFETY: a block of 1024 threads per row, 2 words per warp of shared memory; each
+        // row holds n >= 1 logits.
         self.timed("argmax_f32", traffic, || unsafe { b.launch(cfg) })
     }
 
@@ -947,16 +1091,19 @@ impl Gpu {
     }
 
     /// Merges flash-decoding's splits: out `[n, n_heads, head_dim]`.
+    #[allow(clippy::too_many_arguments)]
     pub fn attention_combine_f32(
         &self,
         out: &mut Out<f32>,
         partial_o: &In<f32>,
         partial_ml: &In<f32>,
+        positions: &In<u32>,
+        split_len: usize,
         n_heads: usize,
         head_dim: usize,
     ) -> Result<()> {
         let n = out.len() / (n_heads * head_dim);
-        assert!(n > 0 && out.len() == n * n_heads * head_dim);
+        assert!(n > 0 && out.len() == n * n_heads * head_dim && positions.len() == n);
         let n_splits = partial_ml.len() / (2 * n * n_heads);
         assert!(n_splits > 0 && partial_o.len() == n * n_heads * n_splits * head_dim);
         assert!(
@@ -978,12 +1125,15 @@ impl Gpu {
             shared_mem_bytes: (32 + u32_of(n_splits, "n_splits") + threads as u32) * 4,
         };
         let (ns, hd) = (u32_of(n_splits, "n_splits"), u32_of(head_dim, "head_dim"));
+        let sl = u32_of(split_len, "split_len");
         let traffic = traffic::attention_combine_f32(n, n_heads, head_dim, n_splits);
         let mut b = self.launcher(&self.kernels.attention_combine_f32);
-        b.arg(out).arg(partial_o).arg(partial_ml).arg(&ns).arg(&hd);
-        // SAFETY: shapes checked; a multiple of 32 threads, at least head_dim, and
-        // 32 + n_splits + threads floats of shared memory; split 0 always holds position 0,
-        // so every maximum is finite.
+        b.arg(out).arg(partial_o).arg(partial_ml).arg(positions);
+        b.arg(&ns).arg(&sl).arg(&hd);
+        // SAFETY: shapes checked; a multiple of 32 threads, at least head_dim times the
+        // groups a token of n_splits splits uses, and 32 + n_splits + threads floats of
+        // shared memory; the caller's positions are those the split kernel ran with (split
+        // 0 holds position 0, so every maximum is finite).
         self.timed("attention_combine_f32", traffic, || unsafe {
             b.launch(cfg)
         })

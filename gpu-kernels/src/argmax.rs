@@ -10,16 +10,16 @@ fn better(v: f32, i: u32, ov: f32, oi: u32) -> (f32, u32) {
     if ov > v || (ov == v && oi < i) { (ov, oi) } else { (v, i) }
 }
 
-/// `out[0] = argmax_i logits[i]` (the first index on a tie).
+/// `out[r] = argmax_i logits[r, i]` (the first index on a tie), for every row `r`.
 ///
-/// - `out`: `[1]` u32
-/// - `logits`: `[n]` f32
+/// - `out`: `[rows]` u32
+/// - `logits`: `[rows, n]` f32
 ///
-/// Thread mapping: one block. Each thread scans a strided share of the logits, eight loads
-/// in flight; the candidates meet in a warp shuffle reduction, then across warps through
-/// shared memory.
+/// Thread mapping: one block per row (`blockIdx.x`). Each thread scans a strided share of
+/// the row, eight loads in flight; the candidates meet in a warp shuffle reduction, then
+/// across warps through shared memory.
 ///
-/// PRECONDITIONS: grid of one block; `blockDim.x` a multiple of 32; dynamic shared memory
+/// PRECONDITIONS: grid `(rows)`; `blockDim.x` a multiple of 32; dynamic shared memory
 /// `2 * (blockDim.x / 32) * 4` bytes; `n >= 1`.
 ///
 /// # Safety
@@ -28,6 +28,9 @@ fn better(v: f32, i: u32, ov: f32, oi: u32) -> (f32, u32) {
 pub unsafe extern "gpu-kernel" fn argmax_f32(out: *mut u32, logits: *const f32, n: u32) {
     crate::device::wait_for_previous_kernel();
     let n = n as usize;
+    let row = crate::device::block_idx_x();
+    // SAFETY: row < rows (the grid); the row's n logits and its output slot are there.
+    let (out, logits) = unsafe { (out.add(row), logits.add(row * n)) };
     let (tid, lane, warp) = (thread_idx_x(), thread_idx_x() % WARP, thread_idx_x() / WARP);
     let (mut v, mut idx) = (f32::NEG_INFINITY, u32::MAX);
     let bd = block_dim_x();

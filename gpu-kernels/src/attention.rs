@@ -289,22 +289,28 @@ pub unsafe extern "gpu-kernel" fn attention_split_f32(
 }
 
 /// Flash-decoding, second half: `out[t, h] = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s`
-/// over the splits `s`, with `M` the largest `m_s`.
+/// over the token's own splits `s` (those holding positions `0..=positions[t]`), with `M`
+/// the largest `m_s`.
 ///
 /// - `out`: `[n, n_heads, head_dim]` f32
-/// - `partial_o`, `partial_ml`: as `attention_split_f32` wrote them
+/// - `partial_o`, `partial_ml`: as `attention_split_f32` wrote them, `n_splits` per row
+/// - `positions`: `[n]` u32
 ///
 /// Thread mapping: one block per (head, token) (`blockIdx.x`, `blockIdx.y`). The threads
-/// first find `M` and each split's weight together (a block reduction; the weights go to
-/// shared memory). Then the block is `groups = blockDim.x / head_dim` groups of `head_dim`
-/// threads: thread `d` of group `g` sums dimension `d` over the splits `g, g + groups, ...`
-/// with four independent loads in flight, and the groups' sums meet in shared memory. A
-/// long context has hundreds of splits; one thread per dimension walking all of them would
-/// wait on a memory latency for every eighth.
+/// first find `M` and each split's weight together (the weights go to shared memory), and
+/// warp 0 adds up the denominator. Then `groups` groups of `head_dim` threads: thread `d` of
+/// group `g` sums dimension `d` over the splits `g, g + groups, ...` with four independent
+/// loads in flight, and the groups' sums meet in shared memory. A long context has hundreds
+/// of splits; one thread per dimension walking all of them would wait on a memory latency for
+/// every eighth.
 ///
-/// PRECONDITIONS: split 0 of every (token, head) is non-empty (position 0 is always there),
-/// so `M` is finite; `blockDim.x` a multiple of 32 and at least `head_dim`; dynamic shared
-/// memory `(32 + n_splits + blockDim.x) * 4` bytes.
+/// The order of every sum depends on the token's own split count alone, never on
+/// `n_splits` or the block size (which follow the longest sequence in the batch): a token's
+/// result is the same whatever shares its batch.
+///
+/// PRECONDITIONS: `n_splits * split_len > positions[t]`; `blockDim.x` a multiple of 32 and
+/// at least `head_dim * clamp(n_splits / 8, 1, 1024 / head_dim)`; dynamic shared memory
+/// `(32 + n_splits + blockDim.x) * 4` bytes.
 ///
 /// # Safety
 /// Buffers as above, `n_splits` splits each.
@@ -313,32 +319,35 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32(
     out: *mut f32,
     partial_o: *const f32,
     partial_ml: *const f32,
+    positions: *const u32,
     n_splits: u32,
+    split_len: u32,
     head_dim: u32,
 ) {
     crate::device::wait_for_previous_kernel();
-    use crate::device::{block_sum, warp_max};
+    use crate::device::warp_max;
     const IN_FLIGHT: usize = 4;
     let (n_splits, head_dim) = (n_splits as usize, head_dim as usize);
     let (h, t) = (block_idx_x(), block_idx_y());
     let n_heads = crate::device::grid_dim_x();
     let th = t * n_heads + h;
     let (tid, lane, warp) = (thread_idx_x(), thread_idx_x() % WARP, thread_idx_x() / WARP);
-    let groups = block_dim_x() / head_dim;
-    let (group, d) = (tid / head_dim, tid % head_dim);
     // Shared: [32] reduction scratch, [n_splits] split weights e^(m_s - M), then
     // [groups][head_dim] the groups' sums.
     let scratch = dynamic_shared::<f32>();
-    // SAFETY: th < n * n_heads; s < n_splits; d < head_dim; shared memory holds 32 +
+    // SAFETY: th < n * n_heads; s < own <= n_splits; d < head_dim; shared memory holds 32 +
     // n_splits + blockDim.x floats (launch); every thread reaches every barrier.
     unsafe {
+        let own = (*positions.add(t) as usize / split_len as usize + 1).min(n_splits);
+        let groups = (own / 8).clamp(1, 1024 / head_dim).min(block_dim_x() / head_dim);
+        let (group, d) = (tid / head_dim, tid % head_dim);
         let weights = scratch.add(WARP);
         let sums = weights.add(n_splits);
         let ml = partial_ml.add(2 * th * n_splits);
-        // The largest maximum, over the splits spread across the block.
+        // The largest maximum (a maximum is the same in any order).
         let mut m = f32::NEG_INFINITY;
         let mut s = tid;
-        while s < n_splits {
+        while s < own {
             m = m.max(*ml.add(2 * s));
             s += block_dim_x();
         }
@@ -352,29 +361,37 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32(
             m_all = m_all.max(*scratch.add(w));
         }
         sync_threads();
-        // Each split's weight, and their sum (the softmax denominator).
-        let mut part = 0.0f32;
+        // Each split's weight; warp 0 adds up the denominator in lane order.
         let mut s = tid;
-        while s < n_splits {
-            let w = exp(*ml.add(2 * s) - m_all);
-            *weights.add(s) = w;
-            part += *ml.add(2 * s + 1) * w;
+        while s < own {
+            *weights.add(s) = exp(*ml.add(2 * s) - m_all);
             s += block_dim_x();
         }
-        // Its barriers also publish the weights.
-        let denom = block_sum(part, scratch);
+        sync_threads();
+        if warp == 0 {
+            let mut part = 0.0f32;
+            let mut s = lane;
+            while s < own {
+                part += *ml.add(2 * s + 1) * *weights.add(s);
+                s += WARP;
+            }
+            let denom = warp_sum(part);
+            if lane == 0 {
+                *scratch = denom;
+            }
+        }
         if group < groups {
             let o = partial_o.add(th * n_splits * head_dim + d);
             let mut acc = [0.0f32; IN_FLIGHT];
             let mut s = group;
-            while s + (IN_FLIGHT - 1) * groups < n_splits {
+            while s + (IN_FLIGHT - 1) * groups < own {
                 for (j, a) in acc.iter_mut().enumerate() {
                     let sj = s + j * groups;
                     *a += *o.add(sj * head_dim) * *weights.add(sj);
                 }
                 s += IN_FLIGHT * groups;
             }
-            while s < n_splits {
+            while s < own {
                 acc[0] += *o.add(s * head_dim) * *weights.add(s);
                 s += groups;
             }
@@ -386,7 +403,7 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32(
             for g in 0..groups {
                 num += *sums.add(g * head_dim + tid);
             }
-            *out.add(th * head_dim + tid) = num / denom;
+            *out.add(th * head_dim + tid) = num / *scratch;
         }
     }
 }
