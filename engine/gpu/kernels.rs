@@ -627,8 +627,8 @@ impl Gpu {
             // documents (its limit raised at load); x and out are different buffers.
             return self.timed("gemm_skinny_bf16", traffic, || unsafe { b.launch(cfg) });
         }
-        let mut parts = parts.slice_mut(..splits * n * n_out);
-        b.arg(&mut parts)
+        let parts = parts.slice_mut(..splits * n * n_out);
+        b.arg(&parts)
             .arg(x)
             .arg(w)
             .arg_or_null(None::<&In<f32>>);
