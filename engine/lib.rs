@@ -33,6 +33,7 @@ pub mod rope;
 pub mod runner;
 pub mod sampler;
 pub mod serve;
+pub mod serve_bench;
 pub mod tokenizer;
 pub mod traffic;
 pub mod weights;

@@ -188,6 +188,63 @@ struct BenchCli {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+
+    /// Serving throughput instead: --requests requests through the serving engine
+    /// (continuous batching, chunked prefill, prefix cache), with time to first token, time
+    /// per output token, KV use and the roofline.
+    #[arg(long, help_heading = "Serving (--serve)")]
+    serve: bool,
+
+    /// With --serve: how many requests.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_000_000), help_heading = "Serving (--serve)")]
+    requests: u64,
+
+    /// With --serve: request lengths. fixed: --prompt-len in, --output-len out;
+    /// sharegpt: log-normal prompts of 4-1024 and outputs of 4-512 tokens; shared-prefix:
+    /// one 2000-token system prompt, then a 50-token question each, --output-len out.
+    #[arg(long, value_enum, default_value_t = WorkloadArg::Fixed, help_heading = "Serving (--serve)")]
+    workload: WorkloadArg,
+
+    /// With --serve: tokens each request generates (fixed and shared-prefix workloads).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=1_000_000), help_heading = "Serving (--serve)")]
+    output_len: u64,
+
+    /// With --serve: requests per second, arriving as a Poisson process (default: all at
+    /// the start).
+    #[arg(long, help_heading = "Serving (--serve)")]
+    rate: Option<f64>,
+
+    /// With --serve: seed of the lengths, token ids and arrival times.
+    #[arg(long, default_value_t = 0, help_heading = "Serving (--serve)")]
+    seed: u64,
+
+    /// With --serve: most tokens in one step (decode tokens first, prompt chunks fill the
+    /// rest).
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65536), help_heading = "Serving (--serve)")]
+    token_budget: u64,
+
+    /// With --serve: most sequences in one step.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=4096), help_heading = "Serving (--serve)")]
+    max_seqs: u64,
+
+    /// With --serve: turn the prefix cache off.
+    #[arg(long, help_heading = "Serving (--serve)")]
+    no_prefix_cache: bool,
+
+    /// With --serve: KV-cache blocks of 16 tokens (default: most of the free memory).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Serving (--serve)")]
+    kv_blocks: Option<u64>,
+
+    /// With --serve: run on the CPU reference backend (needs --model; no roofline).
+    #[arg(long, help_heading = "Serving (--serve)")]
+    cpu: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum WorkloadArg {
+    Fixed,
+    Sharegpt,
+    SharedPrefix,
 }
 
 const EXAMPLES: &str = "Examples:
@@ -195,6 +252,7 @@ const EXAMPLES: &str = "Examples:
   rustle --chat -p \"Write a haiku about rust.\" --temperature 0.7 --top-p 0.9 --seed 1
   rustle -m ./Llama-3.2-1B-Instruct -f prompt.txt
   rustle bench --shape llama3-8b --ctx 512,8192
+  rustle bench --serve --shape llama3-8b --requests 64 --prompt-len 512 --output-len 128
   rustle profile --shape llama3-8b --out profile";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -359,6 +417,9 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn bench(b: &BenchCli) -> Result<()> {
+    if b.serve {
+        return bench_serve(b);
+    }
     if b.ctx.is_empty() || b.steps == 0 || b.prompt_len == 0 {
         return Err(Error::Usage(
             "bench needs at least one --ctx, --steps and --prompt-len above 0".into(),
@@ -379,6 +440,53 @@ fn bench(b: &BenchCli) -> Result<()> {
         );
     } else {
         rustle::bench::print(&report);
+    }
+    Ok(())
+}
+
+fn bench_serve(b: &BenchCli) -> Result<()> {
+    use rustle::serve_bench::{ServeBenchArgs, Workload};
+    if let Some(r) = b.rate
+        && !(r > 0.0 && r.is_finite())
+    {
+        return Err(Error::Usage(format!("--rate must be above 0, got {r}")));
+    }
+    if b.prompt_len == 0 {
+        return Err(Error::Usage("--prompt-len must be at least 1".into()));
+    }
+    let output = b.output_len as usize;
+    let workload = match b.workload {
+        WorkloadArg::Fixed => Workload::Fixed {
+            prompt: b.prompt_len,
+            output,
+        },
+        WorkloadArg::Sharegpt => Workload::ShareGpt,
+        WorkloadArg::SharedPrefix => Workload::SharedPrefix {
+            prefix: 2000,
+            question: 50,
+            output,
+        },
+    };
+    let report = rustle::serve_bench::run(&ServeBenchArgs {
+        shape: b.shape.clone(),
+        model: b.model.clone(),
+        device_cpu: b.cpu,
+        requests: b.requests as usize,
+        workload,
+        rate: b.rate,
+        seed: b.seed,
+        token_budget: b.token_budget as usize,
+        max_seqs: b.max_seqs as usize,
+        prefix_cache: !b.no_prefix_cache,
+        kv_blocks: b.kv_blocks.map(|n| n as usize),
+    })?;
+    if b.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("a report serialises")
+        );
+    } else {
+        rustle::serve_bench::print(&report);
     }
     Ok(())
 }

@@ -50,6 +50,35 @@ impl ModelWeights {
         self.lm_head.as_deref().unwrap_or(&self.embed)
     }
 
+    /// Bytes a forward pass reads from the weights: every matrix and norm (and bias) once,
+    /// the head once; the embedding only for the rows it looks up, counted as none.
+    pub fn bytes(&self) -> usize {
+        let layer = |l: &LayerWeights| {
+            [
+                &l.attn_norm,
+                &l.wq,
+                &l.wk,
+                &l.wv,
+                &l.wo,
+                &l.ffn_norm,
+                &l.w_gate,
+                &l.w_up,
+                &l.w_down,
+            ]
+            .iter()
+            .map(|v| v.len())
+            .sum::<usize>()
+                + [&l.bq, &l.bk, &l.bv]
+                    .iter()
+                    .map(|b| b.as_ref().map_or(0, |b| b.len()))
+                    .sum::<usize>()
+        };
+        let n: usize = self.layers.iter().map(layer).sum::<usize>()
+            + self.final_norm.len()
+            + self.head().len();
+        n * size_of::<f32>()
+    }
+
     /// Random weights of `c`'s shape on the host (for profiling without a download): matrices
     /// uniform in ±1/sqrt(fan_in), norms 1, no biases, from the same hash the GPU's generator
     /// uses.

@@ -174,6 +174,21 @@ impl Runner {
         })
     }
 
+    /// Bytes of weights one forward pass reads: every matrix and norm once, as the backend
+    /// holds them (bf16 on the GPU, f32 on the CPU).
+    pub fn weight_bytes_per_step(&self) -> usize {
+        match &self.backend {
+            Backend::Cpu(c) => c.weights.bytes(),
+            Backend::Gpu(g) => g.weights.bytes_per_token(&self.config),
+        }
+    }
+
+    /// Bytes of KV cache one token holds, all layers, keys and values, as the backend stores
+    /// them.
+    pub fn kv_bytes_per_token(&self) -> usize {
+        KvCache::bytes_per_token(&self.config)
+    }
+
     /// The CPU backend, when this runner has one.
     pub fn cpu_backend(&mut self) -> Option<&mut CpuBackend> {
         match &mut self.backend {

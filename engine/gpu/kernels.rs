@@ -628,10 +628,7 @@ impl Gpu {
             return self.timed("gemm_skinny_bf16", traffic, || unsafe { b.launch(cfg) });
         }
         let parts = parts.slice_mut(..splits * n * n_out);
-        b.arg(&parts)
-            .arg(x)
-            .arg(w)
-            .arg_or_null(None::<&In<f32>>);
+        b.arg(&parts).arg(x).arg(w).arg_or_null(None::<&In<f32>>);
         b.arg(&nn).arg(&n_in32).arg(&n_out32).arg(&0u32);
         // SAFETY: as above; split, the kernel writes `[splits, n, n_out]` parts, all there.
         self.timed("gemm_skinny_bf16", traffic, || unsafe { b.launch(cfg) })?;

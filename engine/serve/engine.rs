@@ -155,6 +155,11 @@ impl<M: Forward> Engine<M> {
         self.limits
     }
 
+    /// The batch the last step ran (for measuring tools: its rows, positions, sequences).
+    pub fn last_batch(&self) -> &Batch {
+        &self.batch
+    }
+
     pub fn scheduler(&self) -> &Scheduler {
         &self.scheduler
     }
