@@ -387,6 +387,16 @@ fn profile_step(runner: &mut Runner, ctx: usize) -> Result<StepProfile> {
     result?;
     seq.release();
     runner.gpu_backend().expect("a GPU runner").use_graphs = true;
+    let kernels = by_kernel(launches);
+    Ok(StepProfile {
+        ctx,
+        step_us,
+        kernels,
+    })
+}
+
+/// Timed launches summed by kernel, the most time first.
+pub fn by_kernel(launches: Vec<crate::traffic::KernelTime>) -> Vec<KernelRow> {
     let mut kernels: Vec<KernelRow> = vec![];
     for l in launches {
         let row = match kernels.iter_mut().find(|r| r.kernel == l.kernel) {
@@ -408,11 +418,7 @@ fn profile_step(runner: &mut Runner, ctx: usize) -> Result<StepProfile> {
         row.flops += l.traffic.flops;
     }
     kernels.sort_by(|a, b| b.us.total_cmp(&a.us));
-    Ok(StepProfile {
-        ctx,
-        step_us,
-        kernels,
-    })
+    kernels
 }
 
 fn prefill_rate(runner: &mut Runner, n: usize) -> Result<PrefillResult> {

@@ -14,6 +14,7 @@
 //! - `gpu`: the PTX the kernels compiled to (the GPU backend comes next)
 
 pub mod batch;
+pub mod batch_bench;
 pub mod bench;
 pub mod chat;
 pub mod config;

@@ -189,6 +189,12 @@ struct BenchCli {
     #[arg(long)]
     json: bool,
 
+    /// Batched decode instead, for each of these numbers of sequences (comma-separated):
+    /// each prefilled with --prompt-len tokens, then --steps decode steps of all of them,
+    /// as llama.cpp's llama-batched-bench measures.
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    batch: Option<Vec<usize>>,
+
     /// Serving throughput instead: --requests requests through the serving engine
     /// (continuous batching, chunked prefill, prefix cache), with time to first token, time
     /// per output token, KV use and the roofline.
@@ -252,6 +258,7 @@ const EXAMPLES: &str = "Examples:
   rustle --chat -p \"Write a haiku about rust.\" --temperature 0.7 --top-p 0.9 --seed 1
   rustle -m ./Llama-3.2-1B-Instruct -f prompt.txt
   rustle bench --shape llama3-8b --ctx 512,8192
+  rustle bench --batch 1,8,32,64,128 --prompt-len 512 --steps 128
   rustle bench --serve --shape llama3-8b --requests 64 --prompt-len 512 --output-len 128
   rustle profile --shape llama3-8b --out profile";
 
@@ -420,6 +427,9 @@ fn bench(b: &BenchCli) -> Result<()> {
     if b.serve {
         return bench_serve(b);
     }
+    if let Some(sizes) = &b.batch {
+        return bench_batch(b, sizes);
+    }
     if b.ctx.is_empty() || b.steps == 0 || b.prompt_len == 0 {
         return Err(Error::Usage(
             "bench needs at least one --ctx, --steps and --prompt-len above 0".into(),
@@ -440,6 +450,37 @@ fn bench(b: &BenchCli) -> Result<()> {
         );
     } else {
         rustle::bench::print(&report);
+    }
+    Ok(())
+}
+
+fn bench_batch(b: &BenchCli, sizes: &[usize]) -> Result<()> {
+    if b.prompt_len == 0 || b.steps < 2 {
+        return Err(Error::Usage(
+            "bench --batch needs --prompt-len above 0 and --steps of at least 2".into(),
+        ));
+    }
+    let gpu = Gpu::new()?;
+    let bandwidth = rustle::bench::measure_bandwidth(&gpu)?.copy_bytes_per_s;
+    let most = sizes.iter().copied().max().unwrap_or(1);
+    let opts = RunnerOptions {
+        kv_blocks: None,
+        max_batch_tokens: b.prompt_len.max(most),
+    };
+    let (mut runner, name) = rustle::bench::gpu_runner(&gpu, &b.shape, b.model.as_deref(), &opts)?;
+    let results = rustle::batch_bench::run(&mut runner, sizes, b.prompt_len, b.steps, bandwidth)?;
+    if b.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&results).expect("a report serialises")
+        );
+    } else {
+        println!(
+            "{name} on {}, copy bandwidth {:.2} TB/s",
+            gpu.description,
+            bandwidth / 1e12
+        );
+        rustle::batch_bench::print(&results);
     }
     Ok(())
 }

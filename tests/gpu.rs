@@ -1122,9 +1122,9 @@ fn synthetic_llama3_gpu_matches_cpu(g: &Gpu, rng: &mut StdRng) {
     let seed = rng.random::<u64>();
     let (c, w) = synthetic_llama3(&mut StdRng::seed_from_u64(seed));
     let (_, w2) = synthetic_llama3(&mut StdRng::seed_from_u64(seed));
-    // 1300: its chunks of 256 past position 1024 have too many (token, head, split) rows
-    // for flash-decoding's scratch, so they take the prompt attention on tensor cores
-    // (`attention_mma_bf16`); the shorter prompts' chunks take the split kernels.
+    // Chunks of 64 tokens and more of one prompt (300's, 1300's) take the prompt attention
+    // on tensor cores (`attention_mma_bf16`); the 5- and 40-token prompts, and every decode
+    // step, the split kernels.
     let prompts: Vec<Vec<u32>> = [5, 40, 300, 1300]
         .iter()
         .map(|&n| {

@@ -43,6 +43,10 @@ fn partial_rows_for(c: &Config) -> usize {
     let splits = c.max_seq_len.div_ceil(SPLIT_LEN).next_power_of_two();
     (GRAPH_MAX_BATCH * c.n_heads * splits).clamp(MIN_PARTIAL_ROWS, MAX_PARTIAL_ROWS)
 }
+/// A prompt chunk of one sequence with at least this many tokens takes the tensor-core
+/// attention (`Attention::of`): its 64-row tiles are mostly full, and each key tile is read
+/// once for all of them.
+const MIN_TENSOR_CORE_ROWS: usize = 64;
 /// Most splits the combine kernel's shared memory holds (one float each, under 48 KiB).
 const MAX_SPLITS: usize = 8192;
 /// Share of the free device memory the KV pool may take by default.
@@ -110,11 +114,12 @@ impl<'b> Attention<'b> {
     fn of(c: &Config, batch: &'b Batch, splits: Option<usize>) -> Attention<'b> {
         let one_sequence = batch.token_seq.windows(2).all(|w| w[0] == w[1]);
         let attended = batch.positions.iter().map(|&p| p as usize + 1).sum();
+        let prompt = one_sequence && batch.tokens.len() >= MIN_TENSOR_CORE_ROWS;
         match splits {
-            Some(n) => Attention::Split(n, attended),
-            None if one_sequence && kernels::attention_mma_supports(c.head_dim) => {
+            _ if prompt && kernels::attention_mma_supports(c.head_dim) => {
                 Attention::TensorCores(&batch.positions)
             }
+            Some(n) => Attention::Split(n, attended),
             None => Attention::PerHead(attended),
         }
     }
@@ -914,21 +919,28 @@ mod tests {
     }
 
     /// Which attention kernels `tests/gpu.rs`'s synthetic Llama 3 (8 heads of 128) takes:
-    /// the GPU tests rely on its 1300-token prompt reaching the tensor-core one.
+    /// the GPU tests rely on its prompts reaching the tensor-core one and its decode steps
+    /// the split kernels.
     #[test]
-    fn long_prompts_take_the_tensor_cores_and_decode_the_splits() {
+    fn prompts_take_the_tensor_cores_and_decode_the_splits() {
         let mut c = crate::bench::shape_config("llama3-8b").unwrap();
         c.n_heads = 8;
         c.n_kv_heads = 2;
         let of = |c: &Config, b: &Batch| {
             kind(Attention::of(c, b, splits_needed(c, b, MIN_PARTIAL_ROWS)))
         };
-        // One decode token deep in the context; a 256-token chunk of a 300-token prompt.
+        // One decode token deep in the context; 33 sequences' decode tokens.
         assert_eq!(of(&c, &batch(1299, 1, &[0])), "split");
-        assert_eq!(of(&c, &batch(0, 256, &[0])), "split");
-        // The chunk at 1024..1280 of a 1300-token prompt: 256 x 8 x 64 rows of scratch.
+        let seqs: Vec<u32> = (0..33).collect();
+        assert_eq!(of(&c, &batch(200, 1, &seqs)), "split");
+        // A 256-token chunk of one prompt, at its start and deep into it.
+        assert_eq!(of(&c, &batch(0, 256, &[0])), "tensor cores");
         assert_eq!(of(&c, &batch(1024, 256, &[0])), "tensor cores");
-        // The same from two sequences: the per-head kernel.
+        // A short chunk of one prompt: the split kernels.
+        assert_eq!(of(&c, &batch(40, 5, &[0])), "split");
+        // Chunks of two sequences: the split kernels while their scratch holds them, else
+        // the per-head kernel.
+        assert_eq!(of(&c, &batch(0, 128, &[0, 1])), "split");
         assert_eq!(of(&c, &batch(1024, 128, &[0, 1])), "per head");
         // Heads the tensor-core kernel does not take.
         c.head_dim = 96;
