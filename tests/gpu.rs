@@ -426,7 +426,7 @@ fn gemm_skinny_bf16(g: &Gpu, rng: &mut StdRng) {
         let (x_dev, w_dev) = (up(g, &x), up(g, &w));
         let b_dev = b.as_ref().map(|b| up(g, b));
         let b_view = b_dev.as_ref().map(|b| b.as_view());
-        let chunks = n_in.div_ceil(128);
+        let chunks = n_in.div_ceil(64);
         for splits in [1, 2, 3, 8].into_iter().filter(|&s| s <= chunks.max(1)) {
             // The output starts as `start` when accumulating, else as NaN.
             let mut out = if accumulate {

@@ -83,7 +83,11 @@ impl Kernels {
             (
                 Some(&self.gemm_skinny_bf16),
                 "gemm_skinny_bf16",
-                skinny_shared_bytes(8 * SKINNY_MAX_TILES),
+                [1, 2, 4, 8, SKINNY_MAX_TILES]
+                    .map(|tiles| skinny_shared_bytes(8 * tiles))
+                    .into_iter()
+                    .max()
+                    .unwrap_or(0),
             ),
             (
                 self.gemm_wgmma_bf16.as_ref(),
@@ -156,8 +160,8 @@ use super::tiles::{
 pub const SKINNY_MAX_TOKENS: usize = 8 * SKINNY_MAX_TILES;
 
 /// How many blocks share each output tile's reduction in `gemm_skinny_bf16`: enough for one
-/// block per SM (the kernel's registers allow one), never so many that a block gets fewer
-/// than two 128-deep chunks, at most 8. It depends on the matrix and the GPU, never on the
+/// block per SM (its shared memory allows one), never so many that a block gets fewer than
+/// two 64-deep stages, at most 8. It depends on the matrix and the GPU, never on the
 /// token count, so that a token's sums are added in the same order whatever the batch.
 pub fn skinny_splits(n_in: usize, n_out: usize, sm_count: usize) -> usize {
     let tiles = n_out.div_ceil(SKINNY_FEATURES);

@@ -12,30 +12,49 @@
 //! a warp covers 16 output features for all tokens in 8-token steps, and the GPU is filled
 //! along the features, with the reduction split across blocks where they are too few.
 //!
-//! Weights go straight from global memory into registers, as in the GEMV: each lane loads 16
-//! bytes (8 consecutive weights of a row) per instruction, a whole 128-deep chunk ahead of
-//! its use. The `mma` wants lane `l` to hold elements `2(l%4), +1, +8, +9` of a 16-wide
-//! slice, not 8 consecutive ones; but a dot product does not care in which order its terms
-//! come, as long as the weights and the activations agree. So the kernel renumbers the
-//! reduction inside each 32-wide step: lane `l`'s 8 consecutive elements `8(l%4) .. +8` play
-//! the parts of elements `2(l%4), +1, +8, +9` of two `mma` steps, and the activations are read
-//! with the same renumbering. Every weight and every activation meets its partner once.
+//! The weights stream through shared memory in stages of 64 along the reduction, by
+//! asynchronous copies (`cp.async`), up to seven stages in flight while the tensor cores work
+//! on the oldest: decode is a stream of weights, and the more bytes each SM has asked for,
+//! the closer it runs to the memory's speed. The activations of the same 64 columns come
+//! with each stage.
+//!
+//! Both operands are read from shared memory with plain 16-byte loads. The `mma` wants lane
+//! `l` to hold elements `2(l%4), +1, +8, +9` of a 16-wide slice, not 8 consecutive ones;
+//! but a dot product does not care in which order its terms come, as long as the weights and
+//! the activations agree. So the kernel renumbers the reduction inside each 32-wide step:
+//! lane `l`'s 8 consecutive elements `8(l%4) .. +8` play the parts of elements `2(l%4), +1,
+//! +8, +9` of two `mma` steps, and the activations are read with the same renumbering.
+//! Every weight and every activation meets its partner once. Rows are 128 bytes, and odd
+//! rows keep their two 64-byte halves swapped, so that the eight lanes of a load phase (two
+//! rows, four 16-byte pieces each) hit distinct banks.
 
-use crate::device::{WARP, block_idx_x, block_idx_y, dynamic_shared, grid_dim_y, ld_nc_v4, sync_threads, thread_idx_x};
+use crate::device::{WARP, block_idx_x, block_idx_y, dynamic_shared, grid_dim_y, sync_threads, thread_idx_x};
 use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, ld_shared_v4, mma_bf16_16816, shared_addr};
-use crate::tiles::{SKINNY_FEATURES, SKINNY_KC, SKINNY_STRIDE, SKINNY_THREADS, skinny_tiles};
+use crate::tiles::{SKINNY_FEATURES, SKINNY_KC, SKINNY_THREADS, skinny_stage_bytes, skinny_stages, skinny_tiles};
 
-/// 32-wide steps of the reduction in one chunk (spelled out as four calls in `body`).
-const STEPS: usize = SKINNY_KC / 32;
-const _: () = assert!(STEPS == 4);
+/// 16-byte pieces in a 128-byte row of a stage (64 bf16).
+const PIECES: usize = SKINNY_KC / 8;
 
-/// One 32-wide step for every token tile: `w` holds this lane's 8 consecutive weights of its
-/// two rows. Renumbered operands: they are elements (2q, 2q+1), (2q+8, 2q+9) of the first
-/// `mma` step (the first half of each row's 8) and the same of the second.
+/// Where piece `p` of row `r` of a stage's tile lives: 128-byte rows, odd rows with their
+/// halves swapped.
 #[inline(always)]
-fn step<A: Accumulators>(acc: &mut A, w: [[u32; 4]; 2], x_at: impl Fn(usize) -> u32) {
-    let (lo, hi) = (w[0], w[1]);
-    acc.step([lo[0], hi[0], lo[1], hi[1]], [lo[2], hi[2], lo[3], hi[3]], x_at);
+fn at(tile: u32, r: usize, p: usize) -> u32 {
+    tile + (r * 128 + 16 * (p ^ ((r & 1) << 2))) as u32
+}
+
+/// Waits until at most `pending` of this thread's copy groups are in flight (a constant in
+/// each body, so the match folds away).
+#[inline(always)]
+fn wait_pending(pending: usize) {
+    match pending {
+        0 => cp_async_wait::<0>(),
+        1 => cp_async_wait::<1>(),
+        2 => cp_async_wait::<2>(),
+        3 => cp_async_wait::<3>(),
+        4 => cp_async_wait::<4>(),
+        5 => cp_async_wait::<5>(),
+        _ => cp_async_wait::<6>(),
+    }
 }
 
 /// `out[t, o] = (accumulate ? out[t, o] : 0) + sum_i x[t, i] * w[o, i] + bias[o]`, bf16
@@ -50,12 +69,11 @@ fn step<A: Accumulators>(acc: &mut A, w: [[u32; 4]; 2], x_at: impl Fn(usize) -> 
 ///
 /// Thread mapping: block `(256)`: 8 warps, each owning 16 output features (the block 128),
 /// all `n` tokens in `n_tiles = ceil(n / 8)` tiles of 8. The block walks its part of the
-/// reduction in chunks of 128: the chunk of `x` (`[8 n_tiles][128]` bf16) arrives in shared
-/// memory by `cp.async` into one of two buffers while the other is used; each lane loads its
-/// two weight rows' 128-deep chunk (8 x 16 bytes) one chunk ahead, into registers. Then per
-/// 32-wide step and token tile, one 16-byte shared load of activations and two `mma`s.
-/// Lane `l` accumulates features `16 w + l / 4` and `+ 8` for tokens `8 j + 2 (l % 4)` and
-/// `+ 1` of every tile `j`.
+/// reduction in stages of 64: the weights' `[128][64]` and the tokens' `[8 n_tiles][64]`
+/// arrive by `cp.async`, `skinny_stages(n_tiles) - 1` stages ahead of the one being used.
+/// Per 32-wide step a warp loads its two weight rows' 8 elements per lane (16 bytes each) and,
+/// per token tile, the tokens' (16 bytes), and runs two `mma`s. Lane `l` accumulates
+/// features `16 w + l / 4` and `+ 8` for tokens `8 j + 2 (l % 4)` and `+ 1` of every tile `j`.
 ///
 /// Each output depends on its own token's activations and the weights alone, reduced in an
 /// order fixed by `n_in` and the split: a token's result is the same whatever other tokens
@@ -172,91 +190,83 @@ unsafe fn body<A: Accumulators>(a: &Args) {
     let (lane, warp) = (tid % WARP, tid / WARP);
     let (g, q) = (lane / 4, lane % 4);
     let rows = A::TILES * 8;
-    // This warp's two weight rows (features), clamped so that a row past `n_out` reads a
-    // valid row; its results are not stored.
-    let f0 = block_idx_x() * SKINNY_FEATURES + warp * 16 + g;
-    let (r0, r1) = (f0.min(a.n_out - 1), (f0 + 8).min(a.n_out - 1));
+    let stages = skinny_stages(A::TILES);
+    let f_block = block_idx_x() * SKINNY_FEATURES;
+    let f0 = f_block + warp * 16 + g;
 
-    // This block's chunks of the reduction.
+    // This block's stages of the reduction.
     let chunks = a.n_in.div_ceil(SKINNY_KC);
     let per_split = chunks.div_ceil(grid_dim_y());
     let first = (block_idx_y() * per_split).min(chunks);
-    let last = (first + per_split).min(chunks);
+    let count = per_split.min(chunks - first);
 
-    // Shared: two buffers of `[rows][SKINNY_STRIDE]` bf16, the chunk of x.
+    // Shared: `stages` buffers, each the weights' `[128][64]` then the tokens' `[rows][64]`.
     let smem = shared_addr(dynamic_shared::<u16>());
-    let buffer = |b: usize| smem + (b * rows * SKINNY_STRIDE * 2) as u32;
+    let w_tile = |b: usize| smem + (b * skinny_stage_bytes(A::TILES)) as u32;
+    let x_tile = |b: usize| w_tile(b) + (SKINNY_FEATURES * 128) as u32;
 
-    // Requests chunk `c` of x into buffer `b`: 16 chunks of 16 bytes per token row, thread
-    // `tid` taking `tid`, `tid + 256`, ...; rows past `n` and columns past `n_in` zero-filled.
-    let stage = |c: usize, b: usize| {
-        let mut i = tid;
-        while i < rows * (SKINNY_KC / 8) {
-            let (t, k) = (i / (SKINNY_KC / 8), c * SKINNY_KC + 8 * (i % (SKINNY_KC / 8)));
+    // Requests stage `i` of this block's share into buffer `i % stages`, as one copy group:
+    // thread `tid` takes pieces `tid`, `tid + 256`, ... of the weights, then of the tokens;
+    // features past `n_out`, tokens past `n` and columns past `n_in` are zero-filled.
+    let request = |i: usize| {
+        let (b, k0) = (i % stages, (first + i) * SKINNY_KC);
+        let mut e = tid;
+        while e < SKINNY_FEATURES * PIECES {
+            let (r, p) = (e / PIECES, e % PIECES);
+            let (f, k) = (f_block + r, k0 + 8 * p);
+            let valid = f < a.n_out && k < a.n_in;
+            let src = if valid { a.w.wrapping_add(f * a.n_in + k) } else { a.w };
+            // SAFETY: inside buffer b; src, when valid, 8 weights of row f at a multiple of
+            // 8 elements from w's aligned start.
+            unsafe { cp_async_16(at(w_tile(b), r, p), src, valid) };
+            e += SKINNY_THREADS;
+        }
+        let mut e = tid;
+        while e < rows * PIECES {
+            let (t, p) = (e / PIECES, e % PIECES);
+            let k = k0 + 8 * p;
             let valid = t < a.n && k < a.n_in;
             let src = if valid { a.x.wrapping_add(t * a.n_in + k) } else { a.x };
-            let dst = buffer(b) + ((t * SKINNY_STRIDE + 8 * (i % (SKINNY_KC / 8))) * 2) as u32;
-            // SAFETY: dst inside buffer b (rows x SKINNY_STRIDE); src, when valid, 8 values
-            // inside x at a multiple of 8 elements from its aligned start.
-            unsafe { cp_async_16(dst, src, valid) };
-            i += SKINNY_THREADS;
+            // SAFETY: as above, for token t's activations.
+            unsafe { cp_async_16(at(x_tile(b), t, p), src, valid) };
+            e += SKINNY_THREADS;
         }
-        cp_async_commit();
-    };
-
-    // Loads this lane's weights of chunk `c`: for each 32-wide step, 8 consecutive weights
-    // of each of its two rows. Past `n_in`, zeros.
-    let load_w = |c: usize| -> [[[u32; 4]; 2]; STEPS] {
-        let step = |s: usize| -> [[u32; 4]; 2] {
-            let k = c * SKINNY_KC + 32 * s + 8 * q;
-            if k >= a.n_in {
-                return [[0; 4]; 2];
-            }
-            // SAFETY: rows r0, r1 < n_out; k + 8 <= n_in (n_in % 8 == 0); w aligned.
-            unsafe {
-                [
-                    ld_nc_v4(a.w.add(r0 * a.n_in + k) as *const u32),
-                    ld_nc_v4(a.w.add(r1 * a.n_in + k) as *const u32),
-                ]
-            }
-        };
-        [step(0), step(1), step(2), step(3)]
     };
 
     let mut acc = A::zero();
-    if first < last {
-        stage(first, 0);
-        let mut cur = load_w(first);
-        for c in first..last {
-            let b = (c - first) % 2;
-            let more = c + 1 < last;
-            // The next chunk's activations and weights are requested before this one's are
-            // used: one chunk of each always in flight.
-            if more {
-                stage(c + 1, 1 - b);
-            }
-            let next = if more { load_w(c + 1) } else { cur };
-            if more {
-                cp_async_wait::<1>();
-            } else {
-                cp_async_wait::<0>();
-            }
-            // SAFETY: every thread reaches both barriers (the loop bounds are block-uniform).
-            unsafe { sync_threads() };
-            // The four 32-wide steps spelled out, so that `cur` is indexed by constants and
-            // stays in registers (a loop the compiler did not unroll would put it in local
-            // memory).
-            let x_at = |s: usize| move |j: usize| buffer(b) + (((8 * j + g) * SKINNY_STRIDE + 32 * s + 8 * q) * 2) as u32;
-            step(&mut acc, cur[0], x_at(0));
-            step(&mut acc, cur[1], x_at(1));
-            step(&mut acc, cur[2], x_at(2));
-            step(&mut acc, cur[3], x_at(3));
-            // Nobody refills this buffer (two chunks on) before every warp is done with it.
-            // SAFETY: as above.
-            unsafe { sync_threads() };
-            cur = next;
+    // Stages 0 .. stages - 2 in flight before the first is used. Every thread commits one
+    // group per stage, empty past the end, so that "all but the newest stages - 2 groups
+    // have landed" always means "this stage has".
+    for i in 0..stages - 1 {
+        if i < count {
+            request(i);
+        }
+        cp_async_commit();
+    }
+    for i in 0..count {
+        wait_pending(stages - 2);
+        // Every thread's copies of stage i are visible, and every warp is done with stage
+        // i - 1, whose buffer the next request refills.
+        // SAFETY: every thread reaches it (the loop bounds are block-uniform).
+        unsafe { sync_threads() };
+        if i + stages - 1 < count {
+            request(i + stages - 1);
+        }
+        cp_async_commit();
+        let b = i % stages;
+        let (w_rows, x_rows) = (w_tile(b), x_tile(b));
+        // The two 32-wide steps spelled out (constant pieces: the operands stay in
+        // registers).
+        for s in 0..2 {
+            let p = 4 * s + q;
+            // SAFETY: inside buffer b, published by the barrier above.
+            let (lo, hi) = unsafe {
+                (ld_shared_v4(at(w_rows, warp * 16 + g, p)), ld_shared_v4(at(w_rows, warp * 16 + g + 8, p)))
+            };
+            acc.step([lo[0], hi[0], lo[1], hi[1]], [lo[2], hi[2], lo[3], hi[3]], |j| at(x_rows, 8 * j + g, p));
         }
     }
+    cp_async_wait::<0>();
 
     // acc[j] holds features f0 (elements 0, 1) and f0 + 8 (2, 3) of tokens 8j + 2q, +1.
     let split = grid_dim_y() > 1;

@@ -61,14 +61,11 @@ pub const fn attn_mma_shared_bytes(head_dim: usize) -> usize {
 pub const SKINNY_FEATURES: usize = 128;
 /// Skinny GEMM: threads per block, 8 warps.
 pub const SKINNY_THREADS: usize = 256;
-/// Skinny GEMM: depth of one chunk of the reduction (four 32-wide steps).
-pub const SKINNY_KC: usize = 128;
+/// Skinny GEMM: depth of one stage of the reduction (two 32-wide steps): 64 bf16, one
+/// 128-byte row of shared memory per feature and per token.
+pub const SKINNY_KC: usize = 64;
 /// Skinny GEMM: most tiles of 8 tokens a launch holds (128 tokens).
 pub const SKINNY_MAX_TILES: usize = 16;
-/// Skinny GEMM: row length of the activations' shared buffer in bf16, the chunk and 32 of
-/// padding (320 bytes): the 8 lanes that share a phase of a 16-byte shared load read two
-/// rows, which then fall in different halves of the 128-byte bank window.
-pub const SKINNY_STRIDE: usize = SKINNY_KC + 32;
 
 /// Skinny GEMM: the tiles of 8 tokens the kernel computes for `n` tokens (1, 2, 4, 8 or 16:
 /// one compiled body each).
@@ -82,8 +79,24 @@ pub const fn skinny_tiles(n: usize) -> usize {
     }
 }
 
-/// Skinny GEMM: dynamic shared memory of a launch for `n` tokens, two buffers of
-/// `[8 * skinny_tiles(n)][SKINNY_STRIDE]` bf16 (80 KiB at 128 tokens).
+/// Skinny GEMM: stages in shared memory for a body of `tiles` token tiles: as many as fit
+/// one block's share of an SM (the weights' 16 KiB each, the tokens' 1 KiB per tile), so
+/// that up to 112 KiB of weights are in flight per SM.
+pub const fn skinny_stages(tiles: usize) -> usize {
+    match tiles {
+        0..=4 => 8,
+        5..=8 => 6,
+        _ => 5,
+    }
+}
+
+/// Skinny GEMM: one stage's bytes: `[128][64]` bf16 of weights, `[8 tiles][64]` of tokens.
+pub const fn skinny_stage_bytes(tiles: usize) -> usize {
+    (SKINNY_FEATURES + 8 * tiles) * SKINNY_KC * 2
+}
+
+/// Skinny GEMM: dynamic shared memory of a launch for `n` tokens (160 KiB at most).
 pub const fn skinny_shared_bytes(n: usize) -> usize {
-    2 * 8 * skinny_tiles(n) * SKINNY_STRIDE * 2
+    let tiles = skinny_tiles(n);
+    skinny_stages(tiles) * skinny_stage_bytes(tiles)
 }
