@@ -103,11 +103,11 @@ pub unsafe extern "gpu-kernel" fn gemm_skinny_bf16(
     // SAFETY: the preconditions, passed on.
     unsafe {
         match skinny_tiles(args.n) {
-            1 => body::<Tiles<1>>(&args),
-            2 => body::<Tiles<2>>(&args),
-            4 => body::<Tiles<4>>(&args),
-            8 => body::<Tiles<8>>(&args),
-            _ => body::<(Tiles<8>, Tiles<8>)>(&args),
+            1 => body::<1, 1>(&args),
+            2 => body::<1, 2>(&args),
+            4 => body::<1, 4>(&args),
+            8 => body::<2, 4>(&args),
+            _ => body::<2, 8>(&args),
         }
     }
 }
@@ -123,29 +123,25 @@ struct Args {
     accumulate: bool,
 }
 
-/// A lane's accumulators for some tiles of 8 tokens, 4 floats per tile. The compiler keeps
-/// an array in registers only when every loop over it is unrolled, which it does for up to 8
-/// tiles: 16 tiles are two arrays of 8, each with its own unrolled loop.
-trait Accumulators: Copy {
-    const TILES: usize;
-    fn zero() -> Self;
-    /// Both `mma`s of one 32-wide step for every tile, the activations of tile `j` read at
-    /// `x_at(j)`.
-    fn step(&mut self, a0: [u32; 4], a1: [u32; 4], x_at: impl Fn(usize) -> u32);
-    /// Tile `j`'s four accumulators, for every tile.
-    fn each(&self, f: impl FnMut(usize, [f32; 4]));
-}
-
+/// A lane's accumulators for `T` tiles of 8 tokens of one 16-feature slab, 4 floats per
+/// tile. The compiler keeps an array in registers only when every loop over it is unrolled,
+/// which it does for up to 8 tiles (a warp with more takes two slabs of features instead).
 #[derive(Clone, Copy)]
 struct Tiles<const T: usize>([[f32; 4]; T]);
 
-impl<const T: usize> Accumulators for Tiles<T> {
-    const TILES: usize = T;
+/// One 32-wide step's renumbered weights of a 16-feature slab: the two `mma`s' `a`
+/// operands.
+type Slab = ([u32; 4], [u32; 4]);
+
+impl<const T: usize> Tiles<T> {
     fn zero() -> Self {
         Tiles([[0.0; 4]; T])
     }
+
+    /// Both `mma`s of one 32-wide step for every tile, the activations of tile `j` read at
+    /// `x_at(j)`.
     #[inline(always)]
-    fn step(&mut self, a0: [u32; 4], a1: [u32; 4], x_at: impl Fn(usize) -> u32) {
+    fn step(&mut self, (a0, a1): Slab, x_at: impl Fn(usize) -> u32) {
         for (j, acc) in self.0.iter_mut().enumerate() {
             // SAFETY: the caller's addresses are inside its shared buffer, 16-byte aligned,
             // and published by a barrier.
@@ -154,45 +150,41 @@ impl<const T: usize> Accumulators for Tiles<T> {
             mma_bf16_16816(acc, a1, [xv[2], xv[3]]);
         }
     }
+
+    /// As `step` for two slabs of features, `self` and `other`, each tile's activations
+    /// loaded once for both: half the shared-memory reads of two `step`s.
     #[inline(always)]
-    fn each(&self, mut f: impl FnMut(usize, [f32; 4])) {
-        for (j, &acc) in self.0.iter().enumerate() {
-            f(j, acc);
+    fn step_pair(&mut self, other: &mut Self, (a0, a1): Slab, (b0, b1): Slab, x_at: impl Fn(usize) -> u32) {
+        for (j, (acc, acc2)) in self.0.iter_mut().zip(other.0.iter_mut()).enumerate() {
+            // SAFETY: as in `step`.
+            let xv = unsafe { ld_shared_v4(x_at(j)) };
+            mma_bf16_16816(acc, a0, [xv[0], xv[1]]);
+            mma_bf16_16816(acc, a1, [xv[2], xv[3]]);
+            mma_bf16_16816(acc2, b0, [xv[0], xv[1]]);
+            mma_bf16_16816(acc2, b1, [xv[2], xv[3]]);
         }
     }
 }
 
-impl Accumulators for (Tiles<8>, Tiles<8>) {
-    const TILES: usize = 16;
-    fn zero() -> Self {
-        (Tiles::zero(), Tiles::zero())
-    }
-    #[inline(always)]
-    fn step(&mut self, a0: [u32; 4], a1: [u32; 4], x_at: impl Fn(usize) -> u32) {
-        self.0.step(a0, a1, &x_at);
-        self.1.step(a0, a1, |j| x_at(j + 8));
-    }
-    #[inline(always)]
-    fn each(&self, mut f: impl FnMut(usize, [f32; 4])) {
-        self.0.each(&mut f);
-        self.1.each(|j, acc| f(j + 8, acc));
-    }
-}
-
-/// The kernel for up to `8 * A::TILES` tokens (tiles past `n` hold zeros and are not
-/// stored).
+/// The kernel for `8 * M * T` tokens at most, each warp owning `16 M` features and `T` tiles
+/// of tokens: `M = 1` (8 warps side by side along the features, every token) for few tokens,
+/// `M = 2` (4 along the features times 2 along the tokens) for many, where each tile of
+/// activations loaded from shared memory then feeds four `mma`s instead of two. Tiles past
+/// `n` hold zeros and are not stored.
 ///
 /// # Safety
-/// `gemm_skinny_bf16`'s preconditions, and `n <= 8 * A::TILES`.
+/// `gemm_skinny_bf16`'s preconditions, and `n <= 8 * M * T`.
 #[inline(always)]
-unsafe fn body<A: Accumulators>(a: &Args) {
+unsafe fn body<const M: usize, const T: usize>(a: &Args) {
     let tid = thread_idx_x();
     let (lane, warp) = (tid % WARP, tid / WARP);
     let (g, q) = (lane / 4, lane % 4);
-    let rows = A::TILES * 8;
-    let stages = skinny_stages(A::TILES);
+    let tiles = M * T; // the whole block's tiles of tokens
+    let rows = tiles * 8;
+    let stages = skinny_stages(tiles);
     let f_block = block_idx_x() * SKINNY_FEATURES;
-    let f0 = f_block + warp * 16 + g;
+    // This warp's slabs of features (rows of the weights' tile) and first token tile.
+    let (slab, t0) = if M == 1 { (warp * 16, 0) } else { ((warp % 4) * 32, (warp / 4) * T) };
 
     // This block's stages of the reduction.
     let chunks = a.n_in.div_ceil(SKINNY_KC);
@@ -202,12 +194,12 @@ unsafe fn body<A: Accumulators>(a: &Args) {
 
     // Shared: `stages` buffers, each the weights' `[128][64]` then the tokens' `[rows][64]`.
     let smem = shared_addr(dynamic_shared::<u16>());
-    let w_tile = |b: usize| smem + (b * skinny_stage_bytes(A::TILES)) as u32;
+    let w_tile = |b: usize| smem + (b * skinny_stage_bytes(tiles)) as u32;
     let x_tile = |b: usize| w_tile(b) + (SKINNY_FEATURES * 128) as u32;
 
-    // Requests stage `i` of this block's share into buffer `i % stages`, as one copy group:
-    // thread `tid` takes pieces `tid`, `tid + 256`, ... of the weights, then of the tokens;
-    // features past `n_out`, tokens past `n` and columns past `n_in` are zero-filled.
+    // Requests stage `i` of this block's share into buffer `i % stages`: thread `tid` takes
+    // pieces `tid`, `tid + 256`, ... of the weights, then of the tokens; features past
+    // `n_out`, tokens past `n` and columns past `n_in` are zero-filled.
     let request = |i: usize| {
         let (b, k0) = (i % stages, (first + i) * SKINNY_KC);
         let mut e = tid;
@@ -233,7 +225,7 @@ unsafe fn body<A: Accumulators>(a: &Args) {
         }
     };
 
-    let mut acc = A::zero();
+    let (mut acc, mut acc2) = (Tiles::<T>::zero(), Tiles::<T>::zero());
     // Stages 0 .. stages - 2 in flight before the first is used. Every thread commits one
     // group per stage, empty past the end, so that "all but the newest stages - 2 groups
     // have landed" always means "this stage has".
@@ -255,25 +247,39 @@ unsafe fn body<A: Accumulators>(a: &Args) {
         cp_async_commit();
         let b = i % stages;
         let (w_rows, x_rows) = (w_tile(b), x_tile(b));
-        // The two 32-wide steps spelled out (constant pieces: the operands stay in
-        // registers).
+        // The two 32-wide steps (constant pieces: the operands stay in registers).
         for s in 0..2 {
             let p = 4 * s + q;
-            // SAFETY: inside buffer b, published by the barrier above.
-            let (lo, hi) = unsafe {
-                (ld_shared_v4(at(w_rows, warp * 16 + g, p)), ld_shared_v4(at(w_rows, warp * 16 + g + 8, p)))
+            // The renumbered weights of a 16-feature slab: this lane's 8 consecutive
+            // elements of rows g and g + 8 are elements (2q, 2q+1), (2q+8, 2q+9) of the first
+            // mma step (their first halves) and of the second.
+            let weights = |r: usize| -> Slab {
+                // SAFETY: inside buffer b, published by the barrier above.
+                let (lo, hi) = unsafe { (ld_shared_v4(at(w_rows, r + g, p)), ld_shared_v4(at(w_rows, r + g + 8, p))) };
+                ([lo[0], hi[0], lo[1], hi[1]], [lo[2], hi[2], lo[3], hi[3]])
             };
-            acc.step([lo[0], hi[0], lo[1], hi[1]], [lo[2], hi[2], lo[3], hi[3]], |j| at(x_rows, 8 * j + g, p));
+            let x_at = |j: usize| at(x_rows, 8 * (t0 + j) + g, p);
+            if M == 1 {
+                acc.step(weights(slab), x_at);
+            } else {
+                acc.step_pair(&mut acc2, weights(slab), weights(slab + 16), x_at);
+            }
         }
     }
     cp_async_wait::<0>();
 
-    // acc[j] holds features f0 (elements 0, 1) and f0 + 8 (2, 3) of tokens 8j + 2q, +1.
+    // acc[j] holds features f (elements 0, 1) and f + 8 (2, 3) of tokens 8(t0 + j) + 2q, +1.
     let split = grid_dim_y() > 1;
     let dst = if split { a.out.wrapping_add(block_idx_y() * a.n * a.n_out) } else { a.out };
-    let store = Store { dst, n: a.n, n_out: a.n_out, split, accumulate: a.accumulate, bias: a.bias, f0, q };
-    // SAFETY: `store`'s fields describe this launch's output (preconditions).
-    acc.each(|j, tile_acc| unsafe { store.tile(j, tile_acc) });
+    let store = |f0: usize| Store { dst, n: a.n, n_out: a.n_out, split, accumulate: a.accumulate, bias: a.bias, f0, q };
+    let slabs = [(acc, slab), (acc2, slab + 16)];
+    for &(tiles, slab) in &slabs[..M] {
+        let st = store(f_block + slab + g);
+        for (j, &tile_acc) in tiles.0.iter().enumerate() {
+            // SAFETY: `st`'s fields describe this launch's output (preconditions).
+            unsafe { st.tile(t0 + j, tile_acc) };
+        }
+    }
 }
 
 /// Where a lane's accumulators go (passed by value: a reference would need an address in
