@@ -1191,7 +1191,10 @@ fn batched_requests_match_their_runs_alone(g: &Gpu, rng: &mut StdRng) {
                         ignore_eos: true,
                         ..RequestParams::default()
                     };
-                    ids.insert(engine.add_request(prompts[next].clone(), params).unwrap(), next);
+                    ids.insert(
+                        engine.add_request(prompts[next].clone(), params).unwrap(),
+                        next,
+                    );
                     next += 1;
                 }
             }
@@ -1205,7 +1208,10 @@ fn batched_requests_match_their_runs_alone(g: &Gpu, rng: &mut StdRng) {
     };
     let first = batched(&mut engine);
     let again = batched(&mut engine);
-    assert_eq!(first, again, "the same batched run twice gave different tokens");
+    assert_eq!(
+        first, again,
+        "the same batched run twice gave different tokens"
+    );
     let mut diverged = 0;
     for (i, ((tokens, margins), got)) in alone.iter().zip(&first).enumerate() {
         assert_eq!(got.len(), STEPS, "request {i}");
