@@ -231,7 +231,7 @@ pub fn run(args: &BenchArgs) -> Result<BenchReport> {
     let gemm = crate::gemm_bench::run(&gpu, &c, args.prompt_len, args.gemm_plans)?;
     fill_kv_with_noise(&mut runner)?;
 
-    let kv_bytes_per_pos = 2 * c.n_layers * c.kv_dim() * size_of::<f32>();
+    let kv_bytes_per_pos = runner.kv_bytes_per_token();
     let mut decode = vec![];
     // Every context with graphs, and the first also without, to show what they save.
     let runs = args
@@ -328,27 +328,16 @@ pub fn synthetic_prompt(n: usize, vocab: usize) -> Vec<u32> {
         .collect()
 }
 
-/// The KV pool filled with random values from the host, so attention reads real data.
-fn fill_kv_with_noise(runner: &mut Runner) -> Result<()> {
+/// The KV pool filled with random bf16 values made on the device, so attention reads real
+/// data.
+pub(crate) fn fill_kv_with_noise(runner: &mut Runner) -> Result<()> {
     let g = runner.gpu_backend().expect("a GPU runner");
-    let chunk: Vec<f32> = (0..1 << 22)
-        .map(|i| (crate::cpu::ops::hash32(3, i) >> 8) as f32 / 8_388_608.0 - 1.0)
-        .collect();
-    for cache in [&mut g.k_cache, &mut g.v_cache] {
-        let mut at = 0;
-        while at < cache.len() {
-            let n = chunk.len().min(cache.len() - at);
-            g.gpu
-                .stream
-                .memcpy_htod(&chunk[..n], &mut cache.slice_mut(at..at + n))
-                .map_err(gpu_err("filling the KV cache"))?;
-            at += n;
-        }
-    }
-    g.gpu.sync()
+    let gpu = g.gpu.clone();
+    gpu.fill_random_bf16(&mut g.k_cache.as_view_mut(), 3, 1.0)?;
+    gpu.fill_random_bf16(&mut g.v_cache.as_view_mut(), 4, 1.0)?;
+    gpu.sync()
 }
 
-/// Greedy decode steps per second, the last step's context holding `ctx` positions.
 fn decode_rate(runner: &mut Runner, ctx: usize, steps: usize) -> Result<f64> {
     const WARM_UP: usize = 3;
     let start_len = ctx.saturating_sub(steps + WARM_UP);

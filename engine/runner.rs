@@ -186,7 +186,10 @@ impl Runner {
     /// Bytes of KV cache one token holds, all layers, keys and values, as the backend stores
     /// them.
     pub fn kv_bytes_per_token(&self) -> usize {
-        KvCache::bytes_per_token(&self.config)
+        match &self.backend {
+            Backend::Cpu(_) => KvCache::bytes_per_token(&self.config),
+            Backend::Gpu(_) => crate::gpu::backend::kv_bytes_per_token(&self.config),
+        }
     }
 
     /// The CPU backend, when this runner has one.

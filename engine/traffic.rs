@@ -147,13 +147,22 @@ pub fn rope_f32(n: usize, n_heads: usize, head_dim: usize) -> Traffic {
     t(2 * x * F32 + n * F32 + n * head_dim as u64 * F32, 3 * x)
 }
 
-/// The fused q/k/v rows read, q and the new keys and values written, positions and slots,
-/// the cos and sin of each token's position.
-pub fn qkv_rope_write_f32(n: usize, n_heads: usize, n_kv_heads: usize, head_dim: usize) -> Traffic {
+/// The fused q/k/v rows read, q written (f32) and the new keys and values (bf16), positions
+/// and slots, the cos and sin of each token's position.
+pub fn qkv_rope_write_bf16(
+    n: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+) -> Traffic {
     let (q, kv) = ((n_heads * head_dim) as u64, (n_kv_heads * head_dim) as u64);
     let n = n as u64;
     t(
-        2 * n * (q + 2 * kv) * F32 + 2 * n * F32 + n * head_dim as u64 * F32,
+        n * (q + 2 * kv) * F32
+            + n * q * F32
+            + 2 * n * kv * BF16
+            + 2 * n * F32
+            + n * head_dim as u64 * F32,
         3 * n * (q + kv),
     )
 }
@@ -165,8 +174,26 @@ pub fn kv_write_f32(n: usize, kv_dim: usize) -> Traffic {
 }
 
 /// The cached keys and values each attended position holds, once per KV head (the query
-/// heads of a group share them); the queries and the output. `attended`: the sum over tokens
-/// of position + 1. Per (position, query head): a dot product and a weighted add.
+/// heads of a group share them), `cache_bytes` each (4 for f32, 2 for bf16); the queries and
+/// the output. `attended`: the sum over tokens of position + 1. Per (position, query head):
+/// a dot product and a weighted add.
+pub fn attention_per_head(
+    attended: usize,
+    n: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    cache_bytes: usize,
+) -> Traffic {
+    let (a, hd) = (attended as u64, head_dim as u64);
+    let q = (n * n_heads * head_dim) as u64;
+    t(
+        2 * a * n_kv_heads as u64 * hd * cache_bytes as u64 + 2 * q * F32,
+        4 * a * n_heads as u64 * hd,
+    )
+}
+
+/// `attention_f32`'s traffic: `attention_per_head` over an f32 cache.
 pub fn attention_f32(
     attended: usize,
     n: usize,
@@ -174,12 +201,7 @@ pub fn attention_f32(
     n_kv_heads: usize,
     head_dim: usize,
 ) -> Traffic {
-    let (a, hd) = (attended as u64, head_dim as u64);
-    let q = (n * n_heads * head_dim) as u64;
-    t(
-        2 * a * n_kv_heads as u64 * hd * F32 + 2 * q * F32,
-        4 * a * n_heads as u64 * hd,
-    )
+    attention_per_head(attended, n, n_heads, n_kv_heads, head_dim, 4)
 }
 
 /// The prompt attention on tensor cores, for a batch of one sequence at `positions`: each
@@ -208,13 +230,14 @@ pub fn attention_mma_bf16(
     let attended: u64 = positions.iter().map(|&p| p as u64 + 1).sum();
     let (hd, q) = (head_dim as u64, (n * n_heads * head_dim) as u64);
     t(
-        2 * keys_read * n_kv_heads as u64 * hd * F32 + 2 * q * F32,
+        2 * keys_read * n_kv_heads as u64 * hd * BF16 + 2 * q * F32,
         4 * attended * n_heads as u64 * hd,
     )
 }
 
-/// As `attention_f32`, with the partial results written instead of the output.
-pub fn attention_split_f32(
+/// As `attention_per_head` over a bf16 cache, with the partial results written instead of
+/// the output.
+pub fn attention_split_bf16(
     attended: usize,
     n: usize,
     n_heads: usize,
@@ -222,7 +245,7 @@ pub fn attention_split_f32(
     head_dim: usize,
     n_splits: usize,
 ) -> Traffic {
-    let whole = attention_f32(attended, n, n_heads, n_kv_heads, head_dim);
+    let whole = attention_per_head(attended, n, n_heads, n_kv_heads, head_dim, 2);
     let q = (n * n_heads * head_dim) as u64;
     let partials = (n * n_heads * n_splits * (head_dim + 2)) as u64;
     t(whole.bytes - q * F32 + partials * F32, whole.flops)
@@ -314,20 +337,20 @@ mod tests {
     fn prompt_attention_counts() {
         // 3 tokens at positions 5, 6, 7; 4 query heads on 2 KV heads (groups of 2), head 16:
         // 6 rows per KV head, one block, which reads keys 0..=7 of its KV head: 8 keys x 16
-        // floats x 4 bytes x (k, v) x 2 KV heads = 2048. q and out: 3 x 4 x 16 floats each
+        // bf16 x 2 bytes x (k, v) x 2 KV heads = 1024. q and out: 3 x 4 x 16 floats each
         // = 768 bytes. Arithmetic: (6 + 7 + 8) positions x 4 heads x 4 x 16 = 5376.
         assert_eq!(
             attention_mma_bf16(&[5, 6, 7], 4, 2, 16),
-            t(2048 + 2 * 768, 5376)
+            t(1024 + 2 * 768, 5376)
         );
         // 40 tokens, one head per KV head: blocks of 64 rows hold all 40; with 16 query
         // heads per KV head, 4 tokens a block, each block reading up to its own last token.
         let positions: Vec<u32> = (0..40).collect();
         let one = attention_mma_bf16(&positions, 1, 1, 16).bytes;
-        assert_eq!(one, 2 * 40 * 16 * 4 + 2 * 40 * 16 * 4);
+        assert_eq!(one, 2 * 40 * 16 * 2 + 2 * 40 * 16 * 4);
         let grouped = attention_mma_bf16(&positions, 16, 1, 16).bytes;
         let keys: u64 = (0..10).map(|b| 4 * b + 4).sum();
-        assert_eq!(grouped, 2 * keys * 16 * 4 + 2 * 40 * 16 * 16 * 4);
+        assert_eq!(grouped, 2 * keys * 16 * 2 + 2 * 40 * 16 * 16 * 4);
         // One warp, one round: 16 steps of 4096 FLOP; 32 floats written.
         assert_eq!(mma_probe_bf16(32, 1), t(128, 16 * 4096));
         // 10 values: 40 bytes read, 20 written.
@@ -340,9 +363,12 @@ mod tests {
         assert_eq!(rmsnorm_f32(2, 4), t(80, 32));
         // 1 token, 2 heads of 4: x 8 floats in and out (64), 1 position (4), 4 cos/sin (16).
         assert_eq!(rope_f32(1, 2, 4), t(64 + 4 + 16, 24));
-        // 1 token, q 2 x 4, kv 1 x 4: row of 16 floats read and written (128), position and
-        // slot (8), cos and sin (16); RoPE on 12 values.
-        assert_eq!(qkv_rope_write_f32(1, 2, 1, 4), t(128 + 8 + 16, 36));
+        // 1 token, q 2 x 4, kv 1 x 4: row of 16 floats read (64), q written (32), k and v
+        // written in bf16 (16), position and slot (8), cos and sin (16); RoPE on 12 values.
+        assert_eq!(
+            qkv_rope_write_bf16(1, 2, 1, 4),
+            t(64 + 32 + 16 + 8 + 16, 36)
+        );
         assert_eq!(kv_write_f32(2, 4), t(128 + 8, 0));
         assert_eq!(embedding_bf16(2, 4), t(2 * 4 * 6 + 8, 0));
     }
@@ -353,10 +379,13 @@ mod tests {
         // keys and values 10 x 2 x 8 x 2 floats = 1280 bytes; q and out 32 floats each = 256;
         // 4 FLOPs per key, head and dimension = 4 x 10 x 4 x 8 = 1280.
         assert_eq!(attention_f32(10, 1, 4, 2, 8), t(1280 + 256, 1280));
-        // Split in 2: out replaced by 4 heads x 2 splits x (8 + 2) partial floats = 320 bytes.
+        // A bf16 cache: half the keys' and values' bytes.
+        assert_eq!(attention_per_head(10, 1, 4, 2, 8, 2), t(640 + 256, 1280));
+        // Split in 2 over bf16: out replaced by 4 heads x 2 splits x (8 + 2) partial floats
+        // = 320 bytes.
         assert_eq!(
-            attention_split_f32(10, 1, 4, 2, 8, 2),
-            t(1280 + 128 + 320, 1280)
+            attention_split_bf16(10, 1, 4, 2, 8, 2),
+            t(640 + 128 + 320, 1280)
         );
         assert_eq!(attention_combine_f32(1, 4, 8, 2), t(320 + 128, 128));
     }

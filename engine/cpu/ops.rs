@@ -273,18 +273,18 @@ pub fn kv_write_f32(
     }
 }
 
-/// RoPE on q and k and the cache write, from the fused projection's rows `[q | k | v]`: the
-/// twin of the GPU's `qkv_rope_write_f32`.
+/// RoPE on q and k and the cache write, from the fused projection's rows `[q | k | v]`, keys
+/// and values rounded to bf16: the twin of the GPU's `qkv_rope_write_bf16`.
 ///
 /// - `q_out`: `[n, n_heads, head_dim]`
-/// - `k_cache`, `v_cache`: one layer, `[n_blocks * BLOCK_SIZE, kv_dim]`
+/// - `k_cache`, `v_cache`: one layer, `[n_blocks * BLOCK_SIZE, kv_dim]` bf16 bits
 /// - `qkv`: `[n, q_dim + 2 * kv_dim]`
 /// - `positions`, `slots`: `[n]`; `cos`, `sin`: `[max_pos, head_dim / 2]`
 #[allow(clippy::too_many_arguments)]
-pub fn qkv_rope_write_f32(
+pub fn qkv_rope_write_bf16(
     q_out: &mut [f32],
-    k_cache: &mut [f32],
-    v_cache: &mut [f32],
+    k_cache: &mut [u16],
+    v_cache: &mut [u16],
     qkv: &[f32],
     positions: &[u32],
     slots: &[u32],
@@ -297,20 +297,18 @@ pub fn qkv_rope_write_f32(
     let (q_dim, kv_dim) = (n_heads * head_dim, n_kv_heads * head_dim);
     let width = q_dim + 2 * kv_dim;
     let mut k = vec![0.0; kv_dim];
+    let bf16 = |x: f32| half::bf16::from_f32(x).to_bits();
     for (t, row) in qkv.chunks_exact(width).enumerate() {
         let q = &mut q_out[t * q_dim..(t + 1) * q_dim];
         q.copy_from_slice(&row[..q_dim]);
         rope_f32(q, &positions[t..t + 1], cos, sin, n_heads, head_dim);
         k.copy_from_slice(&row[q_dim..q_dim + kv_dim]);
         rope_f32(&mut k, &positions[t..t + 1], cos, sin, n_kv_heads, head_dim);
-        kv_write_f32(
-            k_cache,
-            v_cache,
-            &k,
-            &row[q_dim + kv_dim..],
-            &slots[t..t + 1],
-            kv_dim,
-        );
+        let slot = slots[t] as usize * kv_dim;
+        for (i, (&kv, &vv)) in k.iter().zip(&row[q_dim + kv_dim..]).enumerate() {
+            k_cache[slot + i] = bf16(kv);
+            v_cache[slot + i] = bf16(vv);
+        }
     }
 }
 
@@ -372,6 +370,44 @@ pub fn attention_f32(
         });
 }
 
+/// As `attention_f32`, over a bf16 cache: the twin of the GPU's `attention_bf16`.
+///
+/// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads * head_dim]` bf16 bits
+#[allow(clippy::too_many_arguments)]
+pub fn attention_bf16(
+    out: &mut [f32],
+    q: &[f32],
+    k_cache: &[u16],
+    v_cache: &[u16],
+    block_tables: &[u32],
+    token_seq: &[u32],
+    positions: &[u32],
+    max_blocks: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+) {
+    let (k, v) = (widen(k_cache), widen(v_cache));
+    attention_f32(
+        out,
+        q,
+        &k,
+        &v,
+        block_tables,
+        token_seq,
+        positions,
+        max_blocks,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    );
+}
+
+/// bf16 bits to f32, every value (exact).
+fn widen(bits: &[u16]) -> Vec<f32> {
+    bits.iter().map(|&b| bf16_to_f32(b)).collect()
+}
+
 /// The twin of `attention_mma_bf16`: `attention_f32` with the query (scaled by
 /// log2(e) / sqrt(head_dim), as the kernel takes its softmax in powers of two), the keys and
 /// the values rounded to bf16, as the tensor cores take them. (The kernel also rounds the
@@ -382,8 +418,8 @@ pub fn attention_f32(
 pub fn attention_mma_bf16(
     out: &mut [f32],
     q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[u16],
+    v_cache: &[u16],
     block_tables: &[u32],
     token_seq: &[u32],
     positions: &[u32],
@@ -397,8 +433,7 @@ pub fn attention_mma_bf16(
     let round = |x: f32| half::bf16::from_f32(x).to_f32();
     let scale = std::f32::consts::LOG2_E / (head_dim as f32).sqrt();
     let q: Vec<f32> = q.iter().map(|&x| round(x * scale)).collect();
-    let k: Vec<f32> = k_cache.iter().map(|&x| round(x)).collect();
-    let v: Vec<f32> = v_cache.iter().map(|&x| round(x)).collect();
+    let (k, v) = (widen(k_cache), widen(v_cache));
     // attention_f32 scales by 1 / sqrt(head_dim) and takes powers of e: undo both, so that
     // its weights are 2^(q . k) with q as rounded here.
     let unscale = (head_dim as f32).sqrt() * std::f32::consts::LN_2;
@@ -420,17 +455,18 @@ pub fn attention_mma_bf16(
 
 /// Flash-decoding's first half: for each token, query head and split of `split_len`
 /// positions, the unnormalised attention over that split: running maximum `m`, sum `l` of
-/// `e^(score - m)`, and the weighted sum of values. The twin of `attention_split_f32`.
+/// `e^(score - m)`, and the weighted sum of values, over a bf16 cache. The twin of
+/// `attention_split_bf16`.
 ///
 /// - `partial_o`: `[n, n_heads, n_splits, head_dim]`; `partial_ml`: `[n, n_heads, n_splits, 2]`
 /// - the rest as in `attention_f32`
 #[allow(clippy::too_many_arguments)]
-pub fn attention_split_f32(
+pub fn attention_split_bf16(
     partial_o: &mut [f32],
     partial_ml: &mut [f32],
     q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[u16],
+    v_cache: &[u16],
     block_tables: &[u32],
     token_seq: &[u32],
     positions: &[u32],
@@ -442,6 +478,7 @@ pub fn attention_split_f32(
 ) {
     let n_splits = partial_ml.len() / (2 * positions.len() * n_heads);
     let (group, kv_dim) = (n_heads / n_kv_heads, n_kv_heads * head_dim);
+    let (k_cache, v_cache) = (widen(k_cache), widen(v_cache));
     let scale = 1.0 / (head_dim as f32).sqrt();
     for (t, &pos) in positions.iter().enumerate() {
         let table = &block_tables[token_seq[t] as usize * max_blocks..][..max_blocks];
@@ -475,7 +512,7 @@ pub fn attention_split_f32(
 /// `out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s`. The twin of `attention_combine_f32`.
 ///
 /// - `out`: `[n, n_heads, head_dim]`
-/// - `partial_o`, `partial_ml`: as `attention_split_f32` wrote them
+/// - `partial_o`, `partial_ml`: as `attention_split_bf16` wrote them
 pub fn attention_combine_f32(
     out: &mut [f32],
     partial_o: &[f32],

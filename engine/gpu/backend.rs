@@ -1,4 +1,4 @@
-//! The model on the GPU: bf16 weights (f32 norms and biases), an f32 paged KV cache,
+//! The model on the GPU: bf16 weights (f32 norms and biases), a bf16 paged KV cache,
 //! activations for `max_tokens` tokens allocated once, and the forward pass, step for step
 //! the CPU's, with the decode step's fusions: q, k and v in one matmul followed by one
 //! RoPE-and-cache-write kernel; the residual adds folded into the output matmuls; gate, up and
@@ -60,9 +60,9 @@ pub fn check_supported(c: &Config) -> Result<()> {
             "{what}; run this model with --device cpu"
         )))
     };
-    if c.head_dim > MAX_HEAD_DIM || !c.head_dim.is_multiple_of(4) {
+    if c.head_dim > MAX_HEAD_DIM || !c.head_dim.is_multiple_of(8) {
         return unsupported(format!(
-            "head_dim {} is not a multiple of 4 up to the attention kernels' {MAX_HEAD_DIM}",
+            "head_dim {} is not a multiple of 8 up to the attention kernels' {MAX_HEAD_DIM}",
             c.head_dim
         ));
     }
@@ -101,12 +101,12 @@ fn splits_needed(c: &Config, batch: &Batch, partial_rows: usize) -> Option<usize
 /// it can run on tensor cores) and the keys attended (for the profiler).
 #[derive(Clone, Copy)]
 enum Attention<'b> {
-    /// `attention_split_f32` + `attention_combine_f32`: this many splits, and the keys
+    /// `attention_split_bf16` + `attention_combine_f32`: this many splits, and the keys
     /// attended.
     Split(usize, usize),
     /// `attention_mma_bf16`: one sequence, a head of 64 or 128; the batch's positions.
     TensorCores(&'b [u32]),
-    /// `attention_f32`, the keys attended: the sum over tokens of position + 1.
+    /// `attention_bf16`, the keys attended: the sum over tokens of position + 1.
     PerHead(usize),
 }
 
@@ -123,6 +123,11 @@ impl<'b> Attention<'b> {
             None => Attention::PerHead(attended),
         }
     }
+}
+
+/// Bytes of KV cache one token holds on the GPU: every layer's key and value rows, bf16.
+pub fn kv_bytes_per_token(c: &Config) -> usize {
+    2 * c.n_layers * c.kv_dim() * size_of::<u16>()
 }
 
 /// bf16 bits of each value, rounded to nearest even.
@@ -293,9 +298,10 @@ impl MatmulScratch {
 pub struct GpuBackend {
     pub gpu: Gpu,
     pub weights: GpuWeights,
-    /// `[n_layers, n_blocks, BLOCK_SIZE, n_kv_heads, head_dim]`, the CPU cache's layout
-    pub k_cache: CudaSlice<f32>,
-    pub v_cache: CudaSlice<f32>,
+    /// `[n_layers, n_blocks, BLOCK_SIZE, n_kv_heads, head_dim]` bf16, the CPU cache's layout
+    /// (which holds f32): half the bytes per token
+    pub k_cache: CudaSlice<u16>,
+    pub v_cache: CudaSlice<u16>,
     pub n_blocks: usize,
     rope_cos: CudaSlice<f32>, // [max_pos, head_dim / 2]
     rope_sin: CudaSlice<f32>, // [max_pos, head_dim / 2]
@@ -354,7 +360,7 @@ impl GpuBackend {
         check_supported(c)?;
         let act = |width: usize| gpu.zeros::<f32>(max_tokens * width, "activations");
         let ids = || gpu.zeros::<u32>(max_tokens, "the batch");
-        let block_bytes = 2 * c.n_layers * BLOCK_SIZE * c.kv_dim() * size_of::<f32>();
+        let block_bytes = kv_bytes_per_token(c) * BLOCK_SIZE;
         let n_blocks = match kv_blocks {
             Some(n) => n,
             None => {
@@ -722,7 +728,7 @@ impl GpuBackend {
                 false,
             )?;
             let layer = l * layer_len..(l + 1) * layer_len;
-            g.qkv_rope_write_f32(
+            g.qkv_rope_write_bf16(
                 &mut self.q.slice_mut(..n * q_dim),
                 &mut self.k_cache.slice_mut(layer.clone()),
                 &mut self.v_cache.slice_mut(layer.clone()),
@@ -743,7 +749,7 @@ impl GpuBackend {
             match attention {
                 Attention::Split(n_splits, attended) => {
                     let rows = n * c.n_heads * n_splits;
-                    g.attention_split_f32(
+                    g.attention_split_bf16(
                         &mut self.partial_o.slice_mut(..rows * c.head_dim),
                         &mut self.partial_ml.slice_mut(..rows * 2),
                         &q,
@@ -783,7 +789,7 @@ impl GpuBackend {
                     c.head_dim,
                     positions_host,
                 )?,
-                Attention::PerHead(attended) => g.attention_f32(
+                Attention::PerHead(attended) => g.attention_bf16(
                     &mut self.att.slice_mut(..n * q_dim),
                     &q,
                     &k_cache,

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaModule, CudaView, CudaViewMut, LaunchConfig};
+use cudarc::driver::{CudaFunction, CudaModule, CudaView, CudaViewMut, DeviceRepr, LaunchConfig};
 
 use super::context::Gpu;
 use super::gemm_plan::{self, GemmPlan};
@@ -60,11 +60,12 @@ kernel_table!(
     f32_to_bf16,
     mma_probe_bf16,
     rope_f32,
-    qkv_rope_write_f32,
+    qkv_rope_write_bf16,
     kv_write_f32,
     attention_f32,
+    attention_bf16,
     attention_mma_bf16,
-    attention_split_f32,
+    attention_split_bf16,
     attention_combine_f32,
     swiglu_f32,
     residual_add_f32,
@@ -802,10 +803,73 @@ impl Gpu {
         head_dim: usize,
         attended: usize,
     ) -> Result<()> {
+        let f = (&self.kernels.attention_f32, "attention_f32", 4);
+        let dims = (max_blocks, n_heads, n_kv_heads, head_dim, attended);
+        self.per_head(
+            f,
+            out,
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
+            token_seq,
+            positions,
+            dims,
+        )
+    }
+
+    /// As `attention_f32`, over a bf16 cache.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_bf16(
+        &self,
+        out: &mut Out<f32>,
+        q: &In<f32>,
+        k_cache: &In<u16>,
+        v_cache: &In<u16>,
+        block_tables: &In<u32>,
+        token_seq: &In<u32>,
+        positions: &In<u32>,
+        max_blocks: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        attended: usize,
+    ) -> Result<()> {
+        let f = (&self.kernels.attention_bf16, "attention_bf16", 2);
+        let dims = (max_blocks, n_heads, n_kv_heads, head_dim, attended);
+        self.per_head(
+            f,
+            out,
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
+            token_seq,
+            positions,
+            dims,
+        )
+    }
+
+    /// The launch `attention_f32` and `attention_bf16` share: the kernel, its name and the
+    /// bytes of a cache element `T`, then the kernel's arguments.
+    #[allow(clippy::too_many_arguments)]
+    fn per_head<T: DeviceRepr>(
+        &self,
+        (func, name, cache_bytes): (&CudaFunction, &'static str, usize),
+        out: &mut Out<f32>,
+        q: &In<f32>,
+        k_cache: &In<T>,
+        v_cache: &In<T>,
+        block_tables: &In<u32>,
+        token_seq: &In<u32>,
+        positions: &In<u32>,
+        (max_blocks, n_heads, n_kv_heads, head_dim, attended): (usize, usize, usize, usize, usize),
+    ) -> Result<()> {
         let n = positions.len();
         assert!(
             head_dim <= super::backend::MAX_HEAD_DIM,
-            "attention_f32 holds at most 128 dimensions per head (got {head_dim})"
+            "{} holds at most 128 dimensions per head (got {head_dim})",
+            name
         );
         assert!(
             n_heads.is_multiple_of(n_kv_heads)
@@ -830,8 +894,9 @@ impl Gpu {
             n_kv_heads as u32,
             head_dim as u32,
         );
-        let traffic = traffic::attention_f32(attended, n, n_heads, n_kv_heads, head_dim);
-        let mut b = self.launcher(&self.kernels.attention_f32);
+        let traffic =
+            traffic::attention_per_head(attended, n, n_heads, n_kv_heads, head_dim, cache_bytes);
+        let mut b = self.launcher(func);
         b.arg(out)
             .arg(q)
             .arg(k_cache)
@@ -842,11 +907,13 @@ impl Gpu {
         b.arg(&mb).arg(&nh).arg(&nkv).arg(&hd);
         // SAFETY: shapes checked; the batch was built from block tables that cover every
         // position up to each token's own, whose key and value were written before.
-        self.timed("attention_f32", traffic, || unsafe { b.launch(cfg) })
+        // SAFETY: shapes checked; the batch was built from block tables that cover every
+        // position up to each token's own, whose key and value were written before.
+        self.timed(name, traffic, || unsafe { b.launch(cfg) })
     }
 
     /// Causal GQA attention for a prompt on tensor cores: the same arguments as
-    /// `attention_f32`, with the host's copy of the positions (`positions_host`, for the
+    /// `attention_bf16`, with the host's copy of the positions (`positions_host`, for the
     /// profile's count of the key tiles each block reads) in place of `attended`. The
     /// batch must be one sequence, and `head_dim` 64 or 128 (`attention_mma_supports`).
     #[allow(clippy::too_many_arguments)]
@@ -854,8 +921,8 @@ impl Gpu {
         &self,
         out: &mut Out<f32>,
         q: &In<f32>,
-        k_cache: &In<f32>,
-        v_cache: &In<f32>,
+        k_cache: &In<u16>,
+        v_cache: &In<u16>,
         block_tables: &In<u32>,
         token_seq: &In<u32>,
         positions: &In<u32>,
@@ -965,11 +1032,11 @@ impl Gpu {
     /// `[n, n_heads, head_dim]`, caches one layer, qkv `[n, q_dim + 2 kv_dim]`, positions and
     /// slots `[n]`, cos and sin `[max_pos, head_dim / 2]`.
     #[allow(clippy::too_many_arguments)]
-    pub fn qkv_rope_write_f32(
+    pub fn qkv_rope_write_bf16(
         &self,
         q_out: &mut Out<f32>,
-        k_cache: &mut Out<f32>,
-        v_cache: &mut Out<f32>,
+        k_cache: &mut Out<u16>,
+        v_cache: &mut Out<u16>,
         qkv: &In<f32>,
         positions: &In<u32>,
         slots: &In<u32>,
@@ -991,8 +1058,8 @@ impl Gpu {
             u32_of(head_dim, "head_dim"),
             u32_of(n, "n"),
         );
-        let traffic = traffic::qkv_rope_write_f32(n, n_heads, n_kv_heads, head_dim);
-        let mut b = self.launcher(&self.kernels.qkv_rope_write_f32);
+        let traffic = traffic::qkv_rope_write_bf16(n, n_heads, n_kv_heads, head_dim);
+        let mut b = self.launcher(&self.kernels.qkv_rope_write_bf16);
         b.arg(q_out)
             .arg(k_cache)
             .arg(v_cache)
@@ -1003,21 +1070,22 @@ impl Gpu {
             .arg(sin);
         b.arg(&nh).arg(&nkv).arg(&hd).arg(&nn);
         // SAFETY: shapes checked; positions are inside the tables and slots come from the
-        // block manager (inside the pool, distinct).
-        self.timed("qkv_rope_write_f32", traffic, || unsafe { b.launch(cfg) })
+        // block manager (inside the pool, distinct; a decode graph's padding rows share the
+        // spare block's first slot and write the same values there).
+        self.timed("qkv_rope_write_bf16", traffic, || unsafe { b.launch(cfg) })
     }
 
     /// Flash-decoding over splits of `split_len` positions; `n_splits` is
     /// `partial_ml.len() / (2 * n * n_heads)`. See the kernel's header for the shapes;
     /// `attended` as for `attention_f32`.
     #[allow(clippy::too_many_arguments)]
-    pub fn attention_split_f32(
+    pub fn attention_split_bf16(
         &self,
         partial_o: &mut Out<f32>,
         partial_ml: &mut Out<f32>,
         q: &In<f32>,
-        k_cache: &In<f32>,
-        v_cache: &In<f32>,
+        k_cache: &In<u16>,
+        v_cache: &In<u16>,
         block_tables: &In<u32>,
         token_seq: &In<u32>,
         positions: &In<u32>,
@@ -1033,19 +1101,19 @@ impl Gpu {
         let group = n_heads / n_kv_heads;
         assert!(
             head_dim <= super::backend::MAX_HEAD_DIM
-                && head_dim.is_multiple_of(4)
+                && head_dim.is_multiple_of(8)
                 && n_heads.is_multiple_of(n_kv_heads)
                 && group <= 32
         );
         assert!(
             aligned16(k_cache, &self.stream) && aligned16(v_cache, &self.stream),
-            "attention_split_f32 copies the cache 16 bytes at a time"
+            "attention_split_bf16 copies the cache 16 bytes at a time"
         );
         // The split's keys and values in shared memory, within the default 48 KiB.
-        let shared = 2 * split_len * head_dim * 4;
+        let shared = 2 * split_len * head_dim * 2;
         assert!(
             shared <= 48 * 1024,
-            "attention_split_f32: split of {split_len} too long"
+            "attention_split_bf16: split of {split_len} too long"
         );
         assert!(
             n_splits > 0
@@ -1075,8 +1143,8 @@ impl Gpu {
             u32_of(split_len, "split_len"),
         );
         let traffic =
-            traffic::attention_split_f32(attended, n, n_heads, n_kv_heads, head_dim, n_splits);
-        let mut b = self.launcher(&self.kernels.attention_split_f32);
+            traffic::attention_split_bf16(attended, n, n_heads, n_kv_heads, head_dim, n_splits);
+        let mut b = self.launcher(&self.kernels.attention_split_bf16);
         b.arg(partial_o)
             .arg(partial_ml)
             .arg(q)
@@ -1088,7 +1156,7 @@ impl Gpu {
         b.arg(&mb).arg(&nh).arg(&nkv).arg(&hd).arg(&sl);
         // SAFETY: shapes checked; the caller sizes n_splits * split_len past every position
         // (the runner computes it from the batch), and the block tables cover each context.
-        self.timed("attention_split_f32", traffic, || unsafe { b.launch(cfg) })
+        self.timed("attention_split_bf16", traffic, || unsafe { b.launch(cfg) })
     }
 
     /// Merges flash-decoding's splits: out `[n, n_heads, head_dim]`.

@@ -1,6 +1,6 @@
 //! Causal grouped-query attention over the paged KV cache.
 
-use crate::device::{WARP, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp, sqrt, sync_threads, thread_idx_x, warp_sum};
+use crate::device::{WARP, bf16_to_f32, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp, sqrt, sync_threads, thread_idx_x, warp_sum};
 
 /// Most dimensions of a head one lane holds: `head_dim <= 32 * MAX_PER_LANE` = 128, the
 /// widest head of the Llama family. Holding only what a 128-wide head needs keeps the split
@@ -43,6 +43,77 @@ pub unsafe extern "gpu-kernel" fn attention_f32(
     n_kv_heads: u32,
     head_dim: u32,
 ) {
+    // SAFETY: the preconditions, passed on.
+    unsafe { per_head(out, q, k_cache, v_cache, block_tables, token_seq, positions, max_blocks, n_heads, n_kv_heads, head_dim) }
+}
+
+/// As `attention_f32`, over a bf16 cache (`k_cache`, `v_cache`: `[n_blocks * 16, n_kv_heads,
+/// head_dim]` bf16): the backend's attention for prompts that mix sequences.
+///
+/// # Safety
+/// As `attention_f32`.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn attention_bf16(
+    out: *mut f32,
+    q: *const f32,
+    k_cache: *const u16,
+    v_cache: *const u16,
+    block_tables: *const u32,
+    token_seq: *const u32,
+    positions: *const u32,
+    max_blocks: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+) {
+    // SAFETY: the preconditions, passed on.
+    unsafe { per_head(out, q, k_cache, v_cache, block_tables, token_seq, positions, max_blocks, n_heads, n_kv_heads, head_dim) }
+}
+
+/// A cache element: f32, or bf16 bits.
+trait KvElem: Copy {
+    /// Element `i` of `p`, as f32.
+    ///
+    /// # Safety
+    /// `p.add(i)` is readable.
+    unsafe fn load(p: *const Self, i: usize) -> f32;
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    unsafe fn load(p: *const f32, i: usize) -> f32 {
+        // SAFETY: the caller's guarantee.
+        unsafe { *p.add(i) }
+    }
+}
+
+impl KvElem for u16 {
+    #[inline(always)]
+    unsafe fn load(p: *const u16, i: usize) -> f32 {
+        // SAFETY: the caller's guarantee.
+        bf16_to_f32(unsafe { *p.add(i) })
+    }
+}
+
+/// The body of `attention_f32` and `attention_bf16`.
+///
+/// # Safety
+/// Their preconditions.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn per_head<T: KvElem>(
+    out: *mut f32,
+    q: *const f32,
+    k_cache: *const T,
+    v_cache: *const T,
+    block_tables: *const u32,
+    token_seq: *const u32,
+    positions: *const u32,
+    max_blocks: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+) {
     crate::device::wait_for_previous_kernel();
     let (n_heads, n_kv_heads, head_dim) = (n_heads as usize, n_kv_heads as usize, head_dim as usize);
     let (h, t) = (block_idx_x(), block_idx_y());
@@ -73,7 +144,7 @@ pub unsafe extern "gpu-kernel" fn attention_f32(
         let mut partial = 0.0f32;
         for e in 0..MAX_PER_LANE {
             if lane + WARP * e < head_dim {
-                partial += q_reg[e] * unsafe { *k_cache.add(base + lane + WARP * e) };
+                partial += q_reg[e] * unsafe { T::load(k_cache, base + lane + WARP * e) };
             }
         }
         let score = warp_sum(partial);
@@ -83,7 +154,7 @@ pub unsafe extern "gpu-kernel" fn attention_f32(
         l = l * rescale + weight;
         for e in 0..MAX_PER_LANE {
             if lane + WARP * e < head_dim {
-                acc[e] = acc[e] * rescale + weight * unsafe { *v_cache.add(base + lane + WARP * e) };
+                acc[e] = acc[e] * rescale + weight * unsafe { T::load(v_cache, base + lane + WARP * e) };
             }
         }
         m = m_new;
@@ -136,31 +207,31 @@ pub unsafe extern "gpu-kernel" fn attention_f32(
 ///
 /// - `partial_o`: `[n, n_heads, n_splits, head_dim]` f32
 /// - `partial_ml`: `[n, n_heads, n_splits, 2]` f32 (m, l)
-/// - `q`: `[n, n_heads, head_dim]` f32; caches, tables, `token_seq`, `positions` as in
-///   `attention_f32`
+/// - `q`: `[n, n_heads, head_dim]` f32; caches bf16, tables, `token_seq`, `positions` as in
+///   `attention_bf16`
 ///
 /// Thread mapping: grid `(n_kv_heads, n_splits, n)`; block `32 * group` threads. First the
 /// whole block copies the split's keys and values into shared memory with asynchronous
-/// copies, every one in flight at once (up to 32 KiB): a single memory latency per block,
+/// copies, every one in flight at once (up to 16 KiB): a single memory latency per block,
 /// where walking the keys from global memory waited one per step. Then warp `g`, for query
 /// head `kv_head * group + g`, walks the split's positions in shared memory, four at a time,
 /// lane `l` holding dimensions `l, l + 32, ...` of the head; it starts on the first half of
 /// the split as soon as that half has arrived. A split past the token's
 /// position writes m = -inf, l = 0.
 ///
-/// PRECONDITIONS: `head_dim <= 128` and `head_dim % 4 == 0`; the caches 16-byte aligned;
+/// PRECONDITIONS: `head_dim <= 128` and `head_dim % 8 == 0`; the caches 16-byte aligned;
 /// `blockDim.x == 32 * (n_heads / n_kv_heads)`; `n_splits * split_len > positions[t]` for
-/// every token; dynamic shared memory `2 * split_len * head_dim * 4` bytes.
+/// every token; dynamic shared memory `2 * split_len * head_dim * 2` bytes.
 ///
 /// # Safety
 /// The host's launch wrapper checks the preconditions.
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn attention_split_f32(
+pub unsafe extern "gpu-kernel" fn attention_split_bf16(
     partial_o: *mut f32,
     partial_ml: *mut f32,
     q: *const f32,
-    k_cache: *const f32,
-    v_cache: *const f32,
+    k_cache: *const u16,
+    v_cache: *const u16,
     block_tables: *const u32,
     token_seq: *const u32,
     positions: *const u32,
@@ -182,8 +253,8 @@ pub unsafe extern "gpu-kernel" fn attention_split_f32(
     let kv_dim = n_kv_heads * head_dim;
     let kv_off = kv_head * head_dim;
     let scale = 1.0 / sqrt(head_dim as f32);
-    // Shared: k_s then v_s, [split_len][head_dim] f32 each.
-    let k_s = dynamic_shared::<f32>();
+    // Shared: k_s then v_s, [split_len][head_dim] bf16 each.
+    let k_s = dynamic_shared::<u16>();
     // SAFETY (all accesses): t < n, h < n_heads, split < n_splits; dimensions checked against
     // head_dim; positions and block tables valid; shared memory as the launch gives it
     // (preconditions).
@@ -197,15 +268,15 @@ pub unsafe extern "gpu-kernel" fn attention_split_f32(
 
         // Stage the split in two halves, each its own group of copies, so that the warps
         // work on the first while the second is still arriving. Chunk c of 16 bytes is key
-        // c / chunks_per_key, four dimensions.
+        // c / chunks_per_key, eight dimensions.
         let half = (len.div_ceil(8) * 4).min(len);
-        let chunks_per_key = head_dim / 4;
+        let chunks_per_key = head_dim / 8;
         for part in 0..2 {
             let first = part == 0;
             let (lo, hi) = if first { (0, half) } else { (half, len) };
             let mut c = lo * chunks_per_key + thread_idx_x();
             while c < hi * chunks_per_key {
-                let (j, d) = (c / chunks_per_key, 4 * (c % chunks_per_key));
+                let (j, d) = (c / chunks_per_key, 8 * (c % chunks_per_key));
                 let k = start + j;
                 let row = (*table.add(k / 16) as usize * 16 + k % 16) * kv_dim + kv_off + d;
                 let at = j * head_dim + d;
@@ -251,8 +322,9 @@ pub unsafe extern "gpu-kernel" fn attention_split_f32(
                 for e in 0..MAX_PER_LANE {
                     let d = lane + WARP * e;
                     if d < head_dim {
-                        (k0[e], k1[e], k2[e], k3[e]) = (*k_s.add(r0 + d), *k_s.add(r1 + d), *k_s.add(r2 + d), *k_s.add(r3 + d));
-                        (v0[e], v1[e], v2[e], v3[e]) = (*v_s.add(r0 + d), *v_s.add(r1 + d), *v_s.add(r2 + d), *v_s.add(r3 + d));
+                        let (k, v) = (|r: usize| bf16_to_f32(*k_s.add(r + d)), |r: usize| bf16_to_f32(*v_s.add(r + d)));
+                        (k0[e], k1[e], k2[e], k3[e]) = (k(r0), k(r1), k(r2), k(r3));
+                        (v0[e], v1[e], v2[e], v3[e]) = (v(r0), v(r1), v(r2), v(r3));
                     }
                 }
                 let score = |k: &[f32; MAX_PER_LANE], i: usize| {

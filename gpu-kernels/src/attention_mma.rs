@@ -3,8 +3,9 @@
 //! `attention_f32` gives each (token, head) its own block and walks the keys one at a time,
 //! every key read from memory once per query head and token: a memory-bound kernel, half of
 //! a 512-token prefill. Here a block takes 64 (token, query head) rows of one KV group and
-//! walks the keys 64 at a time: each step stages a tile of keys and values in shared memory
-//! (rounded to bf16) once for all 64 rows, the next tile arriving by `cp.async` meanwhile, multiplies the rows' queries by the keys on the
+//! walks the keys 64 at a time: each step has a tile of keys and values (bf16, as the cache
+//! holds them) in shared memory once for all 64 rows, the next tile arriving by `cp.async`
+//! into a second buffer meanwhile, multiplies the rows' queries by the keys on the
 //! tensor cores (`S = Q K^T`, 16 rows per warp), takes the softmax of `S` online (running
 //! maximum and sum per row, earlier output rescaled when the maximum grows), and multiplies
 //! the weights by the values (`O += P V`), the weights going from the first product's output
@@ -34,11 +35,11 @@ macro_rules! unroll {
 /// For each (token, query head) row: `out = softmax(q . K^T / sqrt(head_dim)) V` over the keys
 /// and values of the token's sequence at positions `0..=positions[t]`, read from KV head
 /// `h / (n_heads / n_kv_heads)` through the sequence's block table. The same result as
-/// `attention_f32`, with q (scaled), keys, values and the softmax weights rounded to bf16 for
-/// the tensor cores, sums in f32.
+/// `attention_bf16`, with q (scaled) and the softmax weights rounded to bf16 for the tensor
+/// cores, sums in f32.
 ///
 /// - `out`, `q`: `[n, n_heads, head_dim]` f32
-/// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads, head_dim]` f32
+/// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads, head_dim]` bf16
 /// - `block_tables`: `[n_seqs, max_blocks]` u32; `token_seq`, `positions`: `[n]` u32
 ///
 /// Thread mapping: block `(128)` = 4 warps; grid `(ceil(n * group / 64), n_kv_heads)` with
@@ -59,8 +60,8 @@ macro_rules! unroll {
 pub unsafe extern "gpu-kernel" fn attention_mma_bf16(
     out: *mut f32,
     q: *const f32,
-    k_cache: *const f32,
-    v_cache: *const f32,
+    k_cache: *const u16,
+    v_cache: *const u16,
     block_tables: *const u32,
     token_seq: *const u32,
     positions: *const u32,
@@ -97,8 +98,8 @@ pub unsafe extern "gpu-kernel" fn attention_mma_bf16(
 struct Args {
     out: *mut f32,
     q: *const f32,
-    k_cache: *const f32,
-    v_cache: *const f32,
+    k_cache: *const u16,
+    v_cache: *const u16,
     block_tables: *const u32,
     token_seq: *const u32,
     positions: *const u32,
@@ -143,18 +144,15 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
     for mask in [16, 8, 4, 2, 1] {
         max_pos = max_pos.max(shfl_xor_u32(max_pos, mask));
     }
-    // Shared memory: keys [64][head_dim + 8] bf16 and values the same (what the tensor cores
-    // read), keys [64][head_dim] f32 and values the same (where the next tile arrives), 4 u32.
+    // Shared memory: two buffers, each keys [64][head_dim + 8] bf16 and values the same (one
+    // being multiplied, the next tile arriving in the other), then 4 u32.
     let stride = head_dim + 8;
     let tile_bytes = ATTN_MMA_KEYS * stride * 2;
-    let staging_bytes = ATTN_MMA_KEYS * head_dim * 4;
     let smem = dynamic_shared::<u8>();
-    // SAFETY (these four): offsets inside the launch's shared memory.
-    let k_staging = unsafe { smem.add(2 * tile_bytes) } as *mut [u32; 4];
-    let v_staging = unsafe { smem.add(2 * tile_bytes + staging_bytes) } as *mut [u32; 4];
-    let maxima = unsafe { smem.add(2 * tile_bytes + 2 * staging_bytes) } as *mut u32;
+    // SAFETY: 4 u32 past the four tiles (the launch's shared memory).
+    let maxima = unsafe { smem.add(4 * tile_bytes) } as *mut u32;
     if lane == 0 {
-        // SAFETY: 4 u32 past the tiles and the staging (the launch's shared memory).
+        // SAFETY: inside the launch's shared memory.
         unsafe { *maxima.add(warp) = max_pos };
     }
     // SAFETY: every thread reaches it.
@@ -164,10 +162,9 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
     // SAFETY: first < n; the sequence's row of the table.
     let table = unsafe { a.block_tables.add(*a.token_seq.add(first) as usize * a.max_blocks) };
 
-    let (k_tile, v_tile) = (shared_addr(smem), shared_addr(smem) + tile_bytes as u32);
-    let k_ptr = smem as *mut u32;
-    // SAFETY: the values' tile follows the keys'.
-    let v_ptr = unsafe { smem.add(tile_bytes) } as *mut u32;
+    // Buffer `b`'s keys' and values' tiles.
+    let k_tile = |b: usize| shared_addr(smem) + (2 * b * tile_bytes) as u32;
+    let v_tile = |b: usize| k_tile(b) + tile_bytes as u32;
     let at = |tile: u32, key: usize, d: usize| tile + ((key * stride + d) * 2) as u32;
 
     // q as the `a` operand of `mma`, scaled by log2(e) / sqrt(head_dim) (the softmax is taken
@@ -192,66 +189,50 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
     // o[j] holds (row g, dims 8 j + c, + 1), (row g + 8, same).
     let (mut m, mut l) = ([f32::NEG_INFINITY; 2], [0.0f32; 2]);
     let mut o = [[0.0f32; 4]; NT];
-    // 16-byte pieces of a key's head (4 floats each).
-    let per_key = head_dim / 4;
+    // 16-byte pieces of a key's head (8 bf16 each).
+    let per_key = head_dim / 8;
 
-    // Requests keys and values k0 .. k0 + 64 into the staging buffers, 16 bytes (4 floats)
-    // a copy, without waiting for them; past the last position, zeros. Thread `tid` takes
-    // pieces `tid`, `tid + 128`, ... (a loop kept rolled by its trip count from blockDim:
-    // the copies need no registers, the addresses would).
-    let request = |k0: usize| {
+    // Requests keys and values k0 .. k0 + 64 into buffer `b`, 16 bytes a copy, without
+    // waiting for them; past the last position, zeros. Thread `tid` takes pieces `tid`,
+    // `tid + 128`, ... (a loop kept rolled by its trip count from blockDim: the copies need
+    // no registers, the addresses would).
+    let request = |k0: usize, b: usize| {
         let mut piece = tid;
         while piece < ATTN_MMA_KEYS * per_key {
             let (key, part) = (piece / per_key, piece % per_key);
             let p = k0 + key;
             let valid = p <= max_pos;
             // SAFETY: p is a position of the sequence when valid: its table entry is valid,
-            // and the 16 bytes lie inside its slot's head (aligned: head_dim % 4 == 0);
-            // otherwise nothing is read and zeros land. Destinations inside the staging.
+            // and the 16 bytes lie inside its slot's head (aligned: head_dim % 8 == 0);
+            // otherwise nothing is read and zeros land. Destinations inside buffer b's tiles,
+            // 16-byte aligned (stride and 8 part are multiples of 8).
             unsafe {
-                let at = if valid {
+                let src = if valid {
                     let slot = *table.add(p / 16) as usize * 16 + p % 16;
-                    slot * kv_dim + kv_head * head_dim + 4 * part
+                    slot * kv_dim + kv_head * head_dim + 8 * part
                 } else {
                     0
                 };
-                cp_async_16(shared_addr(k_staging.add(piece)), a.k_cache.add(at), valid);
-                cp_async_16(shared_addr(v_staging.add(piece)), a.v_cache.add(at), valid);
+                cp_async_16(at(k_tile(b), key, 8 * part), a.k_cache.add(src), valid);
+                cp_async_16(at(v_tile(b), key, 8 * part), a.v_cache.add(src), valid);
             }
             piece += block_dim_x();
         }
         cp_async_commit();
     };
 
-    request(0);
-    for k0 in (0..=max_pos).step_by(ATTN_MMA_KEYS) {
+    request(0, 0);
+    for (step, k0) in (0..=max_pos).step_by(ATTN_MMA_KEYS).enumerate() {
+        let b = step % 2;
         // This thread's copies of the tile have landed; after the barrier, everyone's, and
-        // everyone is done with the previous tile's bf16 keys and values.
+        // everyone is done with the previous tile, whose buffer the next request refills.
         cp_async_wait::<0>();
         // SAFETY: every thread runs the same steps.
         unsafe { sync_threads() };
-        // Round the tile to bf16 into the tensor cores' tiles, each thread its own pieces.
-        let mut piece = tid;
-        while piece < ATTN_MMA_KEYS * per_key {
-            let (key, part) = (piece / per_key, piece % per_key);
-            let bf = |v: [u32; 4]| {
-                let f = v.map(f32::from_bits);
-                [pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3])]
-            };
-            let word = (key * stride + 4 * part) / 2;
-            // SAFETY: inside the tiles; 8-byte aligned (stride and 4 part are multiples of 4).
-            unsafe {
-                *(k_ptr.add(word) as *mut [u32; 2]) = bf(*k_staging.add(piece));
-                *(v_ptr.add(word) as *mut [u32; 2]) = bf(*v_staging.add(piece));
-            }
-            piece += block_dim_x();
-        }
-        // SAFETY: every thread runs the same steps.
-        unsafe { sync_threads() };
-        // The staging is free: the next tile arrives while this one is multiplied.
         if k0 + ATTN_MMA_KEYS <= max_pos {
-            request(k0 + ATTN_MMA_KEYS);
+            request(k0 + ATTN_MMA_KEYS, 1 - b);
         }
+        let (k_tile, v_tile) = (k_tile(b), v_tile(b));
 
         // S = Q K^T: s[j] holds (row g, keys k0 + 8 j + c, + 1), (row g + 8, same). The keys'
         // tile is `[key][dim]`, the `b` operand's column-major layout, as `w` is in the GEMM.

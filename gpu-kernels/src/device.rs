@@ -213,6 +213,12 @@ pub fn pack_bf16x2(lo: f32, hi: f32) -> u32 {
     out
 }
 
+/// An f32 rounded to nearest-even bf16, as its bits (one value: `pack_bf16x2`'s low half).
+#[inline(always)]
+pub fn f32_to_bf16(x: f32) -> u16 {
+    pack_bf16x2(x, 0.0) as u16
+}
+
 /// A 16-byte load through the read-only (non-coherent) cache path: `ld.global.nc.v4.u32`.
 /// One instruction where a struct deref would compile to two 8-byte loads.
 ///

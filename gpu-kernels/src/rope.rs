@@ -1,6 +1,6 @@
 //! Rotary position embedding, rotate-half layout, in place.
 
-use crate::device::global_idx_x;
+use crate::device::{f32_to_bf16, global_idx_x};
 
 /// In each head of each token, the pair `(x[i], x[i + d/2])` turns by the angle whose cos and
 /// sin are `cos[pos, i]` and `sin[pos, i]` (tables computed on the host in f64).
@@ -46,10 +46,11 @@ pub unsafe extern "gpu-kernel" fn rope_f32(
 }
 
 /// The step between the fused q/k/v projection and attention, in one pass: RoPE on q and k,
-/// q out to its own buffer, k and v into their cache slots.
+/// q out to its own buffer, k and v into their cache slots, rounded to bf16 (the cache holds
+/// half the bytes of f32: twice the tokens, and half the reading for attention).
 ///
 /// - `q_out`: `[n, n_heads, head_dim]` f32, rotated queries
-/// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads * head_dim]` f32
+/// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads * head_dim]` bf16
 /// - `qkv`: `[n, q_dim + 2 * kv_dim]` f32, each row `[q | k | v]` as the fused matmul wrote it
 /// - `positions`, `slots`: `[n]` u32
 /// - `cos`, `sin`: `[max_pos, head_dim / 2]` f32
@@ -57,15 +58,16 @@ pub unsafe extern "gpu-kernel" fn rope_f32(
 /// Thread mapping: one thread per unit of work in a row: `q_dim / 2` query pairs, then
 /// `kv_dim / 2` key pairs, then `kv_dim` values; `n` rows of them.
 ///
-/// PRECONDITIONS: `head_dim` even; `positions[t] < max_pos`; slots valid and distinct.
+/// PRECONDITIONS: `head_dim` even; `positions[t] < max_pos`; slots valid, and distinct
+/// unless the tokens that share one write the same values.
 ///
 /// # Safety
 /// The host's launch wrapper checks the preconditions.
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn qkv_rope_write_f32(
+pub unsafe extern "gpu-kernel" fn qkv_rope_write_bf16(
     q_out: *mut f32,
-    k_cache: *mut f32,
-    v_cache: *mut f32,
+    k_cache: *mut u16,
+    v_cache: *mut u16,
     qkv: *const f32,
     positions: *const u32,
     slots: *const u32,
@@ -91,21 +93,27 @@ pub unsafe extern "gpu-kernel" fn qkv_rope_write_f32(
         let row = qkv.add(t * (q_dim + 2 * kv_dim));
         let pos = *positions.add(t) as usize;
         let slot = *slots.add(t) as usize;
-        // A pair (i, i + half) of head `h` of width `half` pairs, rotated by position `pos`.
-        let rotate = |src: *const f32, dst: *mut f32, pair: usize| {
+        // A pair (i, i + half) of head `h` of width `half` pairs, rotated by position `pos`:
+        // its two values and where they go (offsets in the destination row).
+        let rotate = |src: *const f32, pair: usize| {
             let (h, i) = (pair / half, pair % half);
             let (c, s) = (*cos.add(pos * half + i), *sin.add(pos * half + i));
             let (a, b) = (*src.add(h * head_dim + i), *src.add(h * head_dim + i + half));
-            *dst.add(h * head_dim + i) = a * c - b * s;
-            *dst.add(h * head_dim + i + half) = b * c + a * s;
+            (a * c - b * s, b * c + a * s, h * head_dim + i, h * head_dim + i + half)
         };
         if u < q_dim / 2 {
-            rotate(row, q_out.add(t * q_dim), u);
+            let (x, y, i, j) = rotate(row, u);
+            let dst = q_out.add(t * q_dim);
+            *dst.add(i) = x;
+            *dst.add(j) = y;
         } else if u < q_dim / 2 + kv_dim / 2 {
-            rotate(row.add(q_dim), k_cache.add(slot * kv_dim), u - q_dim / 2);
+            let (x, y, i, j) = rotate(row.add(q_dim), u - q_dim / 2);
+            let dst = k_cache.add(slot * kv_dim);
+            *dst.add(i) = f32_to_bf16(x);
+            *dst.add(j) = f32_to_bf16(y);
         } else {
             let i = u - q_dim / 2 - kv_dim / 2;
-            *v_cache.add(slot * kv_dim + i) = *row.add(q_dim + kv_dim + i);
+            *v_cache.add(slot * kv_dim + i) = f32_to_bf16(*row.add(q_dim + kv_dim + i));
         }
     }
 }

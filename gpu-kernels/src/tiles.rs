@@ -49,12 +49,12 @@ pub const ATTN_MMA_ROWS: usize = 64;
 pub const ATTN_MMA_KEYS: usize = 64;
 /// Prompt attention on tensor cores: threads per block, 4 warps.
 pub const ATTN_MMA_THREADS: usize = 128;
-/// Prompt attention on tensor cores: dynamic shared memory for heads of `head_dim`: the
-/// keys' and values' bf16 tiles `[64][head_dim + 8]`, their f32 staging `[64][head_dim]`, and
-/// 16 bytes (96 KiB + 16 for heads of 128: over the default 48 KiB, so the host raises the
-/// kernel's limit when the module loads).
+/// Prompt attention on tensor cores: dynamic shared memory for heads of `head_dim`: two
+/// buffers of the keys' and values' bf16 tiles `[64][head_dim + 8]`, and 16 bytes (68 KiB + 16
+/// for heads of 128: over the default 48 KiB, so the host raises the kernel's limit when the
+/// module loads).
 pub const fn attn_mma_shared_bytes(head_dim: usize) -> usize {
-    2 * ATTN_MMA_KEYS * (head_dim + 8) * 2 + 2 * ATTN_MMA_KEYS * head_dim * 4 + 16
+    2 * 2 * ATTN_MMA_KEYS * (head_dim + 8) * 2 + 16
 }
 
 /// Skinny GEMM (a few to 128 tokens): output features per block, 16 per warp.
