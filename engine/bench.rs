@@ -10,7 +10,6 @@ use std::time::Instant;
 use cudarc::driver::sys::CUevent_flags;
 use serde::Serialize;
 
-use crate::config::{Config, HfConfig};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::gpu::backend::GpuWeights;
@@ -18,51 +17,7 @@ use crate::kv::block_manager::blocks_for;
 use crate::loader;
 use crate::runner::{Device, Runner, RunnerOptions};
 
-/// Named shapes, as their `config.json` files give them.
-pub const SHAPES: &[(&str, &str)] = &[
-    (
-        "llama3-8b",
-        r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
-            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-            "vocab_size": 128256, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
-            "rope_theta": 500000.0, "tie_word_embeddings": false}"#,
-    ),
-    (
-        "llama3.2-1b",
-        r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "intermediate_size": 8192,
-            "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
-            "head_dim": 64, "vocab_size": 128256, "max_position_embeddings": 131072,
-            "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": true,
-            "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}"#,
-    ),
-    (
-        "qwen2.5-7b",
-        r#"{"architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584, "intermediate_size": 18944,
-            "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
-            "vocab_size": 152064, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
-            "rope_theta": 1000000.0, "tie_word_embeddings": false}"#,
-    ),
-    (
-        "smollm2-135m",
-        r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 576, "intermediate_size": 1536,
-            "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
-            "vocab_size": 49152, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
-            "rope_theta": 100000.0, "tie_word_embeddings": true}"#,
-    ),
-];
-
-pub fn shape_config(name: &str) -> Result<Config> {
-    let (_, json) = SHAPES.iter().find(|(n, _)| *n == name).ok_or_else(|| {
-        let names: Vec<&str> = SHAPES.iter().map(|(n, _)| *n).collect();
-        Error::Usage(format!(
-            "unknown shape {name:?}; known: {}",
-            names.join(", ")
-        ))
-    })?;
-    let hf: HfConfig = serde_json::from_str(json).map_err(|e| Error::Config(e.to_string()))?;
-    Config::resolve(&hf)
-}
+pub use crate::shapes::{SHAPES, shape_config};
 
 pub struct BenchArgs {
     pub shape: String,
@@ -145,27 +100,23 @@ fn progress(msg: &str) {
     eprintln!("rustle bench: {msg}");
 }
 
-fn gpu_err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
-    move |e| Error::Gpu(format!("{what}: {e}"))
-}
-
 /// Median milliseconds of `reps` runs of `f`, timed with CUDA events after one warm-up.
 pub(crate) fn time_ms(gpu: &Gpu, reps: usize, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
     f()?;
     let start = gpu
         .ctx
         .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(gpu_err("event"))?;
+        .map_err(Error::driver("event"))?;
     let end = gpu
         .ctx
         .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(gpu_err("event"))?;
+        .map_err(Error::driver("event"))?;
     let mut times = vec![];
     for _ in 0..reps {
-        start.record(&gpu.stream).map_err(gpu_err("event"))?;
+        start.record(&gpu.stream).map_err(Error::driver("event"))?;
         f()?;
-        end.record(&gpu.stream).map_err(gpu_err("event"))?;
-        times.push(start.elapsed_ms(&end).map_err(gpu_err("event"))? as f64);
+        end.record(&gpu.stream).map_err(Error::driver("event"))?;
+        times.push(start.elapsed_ms(&end).map_err(Error::driver("event"))? as f64);
     }
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])
@@ -181,7 +132,7 @@ pub fn measure_bandwidth(gpu: &Gpu) -> Result<Bandwidth> {
     let copy_ms = time_ms(gpu, 10, &mut || {
         gpu.stream
             .memcpy_dtod(&src, &mut dst)
-            .map_err(gpu_err("copy"))
+            .map_err(Error::driver("copy"))
     })?;
     // SAFETY: the u16 buffer reinterpreted as half as many u32 words: same bytes, same alignment.
     let src_words = unsafe { src.transmute::<u32>(words) }.expect("2 * words u16 hold words u32");

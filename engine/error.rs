@@ -71,8 +71,30 @@ pub enum Error {
         block_size: usize,
     },
 
+    /// No GPU to run on: no driver, or none the driver reports.
     #[error("GPU: {0}")]
-    Gpu(String),
+    NoGpu(String),
+
+    /// A CUDA driver call failed; `what` says which and why it was made.
+    #[error("GPU: {what}: {source}")]
+    Driver {
+        what: String,
+        #[source]
+        source: cudarc::driver::DriverError,
+    },
+
+    /// A cuBLAS call failed (cuBLAS is the reference the measuring tools compare with).
+    #[error("cuBLAS: {what}: {source}")]
+    Cublas {
+        what: String,
+        #[source]
+        source: cudarc::cublas::result::CublasError,
+    },
+
+    /// The model does not fit the GPU's kernels (a head too wide, a width they cannot
+    /// split), or the GPU lacks an instruction a kernel needs.
+    #[error("GPU: {0}")]
+    Unsupported(String),
 
     #[error(
         "GPU out of memory allocating {what} ({bytes} bytes; {free} of {total} bytes free): use a smaller model or --kv-blocks"
@@ -97,6 +119,22 @@ impl Error {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
+            source,
+        }
+    }
+
+    /// `map_err` for a driver call: `.map_err(Error::driver("copying the batch"))`.
+    pub fn driver(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + Copy + '_ {
+        move |source| Error::Driver {
+            what: what.to_owned(),
+            source,
+        }
+    }
+
+    /// `map_err` for a cuBLAS call.
+    pub fn cublas(what: &str) -> impl Fn(cudarc::cublas::result::CublasError) -> Error + Copy + '_ {
+        move |source| Error::Cublas {
+            what: what.to_owned(),
             source,
         }
     }

@@ -62,7 +62,7 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmR
     };
     // SAFETY: only asks whether libcublas can be loaded.
     let blas = if unsafe { cudarc::cublas::sys::is_culib_present() } {
-        Some(CudaBlas::new(gpu.stream.clone()).map_err(|e| Error::Gpu(format!("cuBLAS: {e}")))?)
+        Some(CudaBlas::new(gpu.stream.clone()).map_err(Error::cublas("creating a handle"))?)
     } else {
         None
     };

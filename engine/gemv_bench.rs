@@ -47,7 +47,7 @@ pub fn run(gpu: &Gpu, c: &Config) -> Result<Vec<GemvResult>> {
     let time_ms = |f: &mut dyn FnMut() -> Result<()>| crate::bench::time_ms(gpu, 20, f);
     // SAFETY: only asks whether libcublas can be loaded.
     let blas = if unsafe { cudarc::cublas::sys::is_culib_present() } {
-        Some(CudaBlas::new(gpu.stream.clone()).map_err(|e| Error::Gpu(format!("cuBLAS: {e}")))?)
+        Some(CudaBlas::new(gpu.stream.clone()).map_err(Error::cublas("creating a handle"))?)
     } else {
         None
     };
@@ -171,7 +171,7 @@ pub(crate) fn cublas_linear(
             cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
     }
-    .map_err(|e| Error::Gpu(format!("cuBLAS GemmEx: {e}")))
+    .map_err(Error::cublas("GemmEx"))
 }
 
 /// The matrix-throughput ceiling: cuBLAS `GemmEx` on `n x n x n`, bf16 inputs, f32
@@ -182,7 +182,7 @@ pub fn cublas_gemm_flops(gpu: &Gpu, n: usize) -> Result<Option<f64>> {
     if !unsafe { cudarc::cublas::sys::is_culib_present() } {
         return Ok(None);
     }
-    let blas = CudaBlas::new(gpu.stream.clone()).map_err(|e| Error::Gpu(format!("cuBLAS: {e}")))?;
+    let blas = CudaBlas::new(gpu.stream.clone()).map_err(Error::cublas("creating a handle"))?;
     let mut a = gpu.zeros::<u16>(n * n, "the GEMM benchmark")?;
     let mut b = gpu.zeros::<u16>(n * n, "the GEMM benchmark")?;
     // Random inputs, never zeros (zeros run faster than real data).
@@ -219,7 +219,7 @@ pub fn cublas_gemm_flops(gpu: &Gpu, n: usize) -> Result<Option<f64>> {
                 cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         }
-        .map_err(|e| Error::Gpu(format!("cuBLAS GemmEx: {e}")))
+        .map_err(Error::cublas("GemmEx"))
     })?;
     Ok(Some(2.0 * (n as f64).powi(3) / (ms * 1e-3)))
 }

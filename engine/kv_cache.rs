@@ -6,9 +6,9 @@
 //! `BLOCK_SIZE` such rows, and a "slot" (block * BLOCK_SIZE + offset) indexes rows within
 //! a layer. Which blocks a sequence owns is the block manager's business.
 
-use crate::block_manager::BLOCK_SIZE;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::kv::block_manager::BLOCK_SIZE;
 
 pub struct KvCache {
     /// `[n_layers, n_blocks, BLOCK_SIZE, n_kv_heads, head_dim]`

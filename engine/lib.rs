@@ -35,12 +35,9 @@ pub mod runner;
 pub mod sampler;
 pub mod serve;
 pub mod serve_bench;
+pub mod shapes;
 pub mod tokenizer;
 pub mod traffic;
 pub mod weights;
 
 pub use error::{Error, Result};
-
-/// The block manager's old path, for code written before it moved into `kv` (branches not
-/// merged yet: `gpu/`, `kv_cache.rs`). Remove once nothing imports it.
-pub use kv::block_manager;

@@ -11,11 +11,14 @@ use std::collections::HashMap;
 use cudarc::driver::{CudaGraph, CudaSlice};
 
 use super::context::Gpu;
-use super::kernels::{self, In, Out, SKINNY_MAX_TOKENS, skinny_splits};
+use super::kernels::attention_mma::attention_mma_supports;
+use super::kernels::gemm_skinny::{SKINNY_MAX_TOKENS, skinny_splits};
+use super::kernels::{In, Out};
+use super::tiles::{BLOCK_SIZE, MAX_HEAD_DIM};
 use crate::batch::Batch;
-use crate::block_manager::{BLOCK_SIZE, blocks_for};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::kv::block_manager::blocks_for;
 use crate::model::{LayerWeights, ModelWeights};
 use crate::rope::RopeTables;
 
@@ -25,8 +28,6 @@ pub const MAX_SEQS: usize = 256;
 pub const GRAPH_MAX_BATCH: usize = 128;
 /// A captured decode step: rows (a power of two), attention splits, ends in the argmax.
 type GraphKey = (usize, usize, bool);
-/// The attention kernels hold a head in registers: at most 4 floats per lane of a warp.
-pub const MAX_HEAD_DIM: usize = 128;
 /// Positions per flash-decoding split.
 pub const SPLIT_LEN: usize = 32;
 /// Fewest (token, head, split) rows of the flash-decoding scratch; a batch that needs more
@@ -56,7 +57,7 @@ const KV_SHARE_OF_FREE: f64 = 0.9;
 /// matrix's input width must be a multiple of 8, and a head must fit the attention kernels.
 pub fn check_supported(c: &Config) -> Result<()> {
     let unsupported = |what: String| {
-        Err(Error::Gpu(format!(
+        Err(Error::Unsupported(format!(
             "{what}; run this model with --device cpu"
         )))
     };
@@ -116,7 +117,7 @@ impl<'b> Attention<'b> {
         let attended = batch.positions.iter().map(|&p| p as usize + 1).sum();
         let prompt = one_sequence && batch.tokens.len() >= MIN_TENSOR_CORE_ROWS;
         match splits {
-            _ if prompt && kernels::attention_mma_supports(c.head_dim) => {
+            _ if prompt && attention_mma_supports(c.head_dim) => {
                 Attention::TensorCores(&batch.positions)
             }
             Some(n) => Attention::Split(n, attended),
@@ -519,7 +520,7 @@ impl GpuBackend {
         self.gpu
             .stream
             .memcpy_dtoh(&self.logits.slice(..n), &mut self.logits_host)
-            .map_err(|e| Error::Gpu(format!("the forward pass failed: {e}")))?;
+            .map_err(Error::driver("the forward pass failed"))?;
         self.gpu.sync()?;
         Ok(&self.logits_host)
     }
@@ -532,7 +533,7 @@ impl GpuBackend {
         self.gpu
             .stream
             .memcpy_dtoh(&self.next_ids.slice(..rows), &mut self.ids_host)
-            .map_err(|e| Error::Gpu(format!("the forward pass failed: {e}")))?;
+            .map_err(Error::driver("the forward pass failed"))?;
         self.gpu.sync()?;
         Ok(&self.ids_host)
     }
@@ -558,7 +559,7 @@ impl GpuBackend {
                 }
                 self.graphs[&key]
                     .launch()
-                    .map_err(|e| Error::Gpu(format!("replaying the decode graph: {e}")))?;
+                    .map_err(Error::driver("replaying the decode graph"))?;
             }
             _ => {
                 self.launch(
@@ -592,7 +593,7 @@ impl GpuBackend {
     /// and the argmax if `greedy`, as a CUDA graph.
     fn capture(&mut self, c: &Config, (n, n_splits, greedy): GraphKey) -> Result<CudaGraph> {
         use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-        let cap_err = |e| Error::Gpu(format!("capturing the decode graph: {e}"));
+        let cap_err = Error::driver("capturing the decode graph");
         let rows: Vec<u32> = (0..n as u32).collect();
         self.gpu
             .stream
@@ -613,7 +614,8 @@ impl GpuBackend {
             .end_capture(CUgraphInstantiate_flags(0))
             .map_err(cap_err);
         recorded?;
-        graph?.ok_or_else(|| Error::Gpu("capturing the decode graph: nothing was recorded".into()))
+        graph?
+            .ok_or_else(|| Error::Unsupported("capturing the decode graph recorded nothing".into()))
     }
 
     fn argmax_rows(&mut self, c: &Config, rows: usize) -> Result<()> {
@@ -659,7 +661,7 @@ impl GpuBackend {
                 .resize(self.tables_host.len() + stride - 1, 0);
         }
         let s = &self.gpu.stream;
-        let up_err = |e| Error::Gpu(format!("copying the batch to the device: {e}"));
+        let up_err = Error::driver("copying the batch to the device");
         s.memcpy_htod(&b.tokens, &mut self.tokens.slice_mut(..rows))
             .map_err(up_err)?;
         s.memcpy_htod(&b.positions, &mut self.positions.slice_mut(..rows))
@@ -929,7 +931,7 @@ mod tests {
     /// the split kernels.
     #[test]
     fn prompts_take_the_tensor_cores_and_decode_the_splits() {
-        let mut c = crate::bench::shape_config("llama3-8b").unwrap();
+        let mut c = crate::shapes::shape_config("llama3-8b").unwrap();
         c.n_heads = 8;
         c.n_kv_heads = 2;
         let of = |c: &Config, b: &Batch| {

@@ -7,7 +7,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
-use super::kernels::{GemmSlots, Kernels};
+use super::kernels::table::{GemmSlots, Kernels};
 use crate::error::{Error, Result};
 
 /// Cloning shares the context, stream and module.
@@ -40,24 +40,20 @@ struct Pending {
     end: CudaEvent,
 }
 
-pub(crate) fn gpu_err(what: &str) -> impl Fn(DriverError) -> Error + '_ {
-    move |e| Error::Gpu(format!("{what}: {e}"))
-}
-
 impl Gpu {
     /// Device 0, or an error that says why there is none (no driver, no device).
     pub fn new() -> Result<Gpu> {
         // SAFETY: only asks whether libcuda can be loaded; cudarc would panic later if not.
         if !unsafe { sys::is_culib_present() } {
-            return Err(Error::Gpu(
+            return Err(Error::NoGpu(
                 "no NVIDIA driver found (libcuda could not be loaded)".into(),
             ));
         }
-        let count = CudaContext::device_count().map_err(gpu_err("cannot query devices"))?;
+        let count = CudaContext::device_count().map_err(Error::driver("cannot query devices"))?;
         if count < 1 {
-            return Err(Error::Gpu("the NVIDIA driver reports no GPU".into()));
+            return Err(Error::NoGpu("the NVIDIA driver reports no GPU".into()));
         }
-        let ctx = CudaContext::new(0).map_err(gpu_err("cannot open GPU 0"))?;
+        let ctx = CudaContext::new(0).map_err(Error::driver("cannot open GPU 0"))?;
         // One stream, used in order: the per-buffer event tracking cudarc does for
         // several streams would only add work to every launch.
         // SAFETY: nothing here uses a second stream.
@@ -65,25 +61,28 @@ impl Gpu {
         // A stream of our own rather than the legacy default one: CUDA graphs can capture it.
         let stream = ctx
             .new_stream()
-            .map_err(gpu_err("cannot create a stream"))?;
+            .map_err(Error::driver("cannot create a stream"))?;
         let (major, minor) = ctx
             .compute_capability()
-            .map_err(gpu_err("compute capability"))?;
-        let (ptx, target) = super::ptx_for(major, minor);
+            .map_err(Error::driver("compute capability"))?;
+        let (ptx, target) = super::ptx::ptx_for(major, minor);
         // Programmatic dependent launch (Hopper and later): each kernel may start while the
         // one before it drains. RUSTLE_PDL=0 turns it off, to measure what it brings.
         let pdl = major >= 9 && std::env::var("RUSTLE_PDL").map_or(true, |v| v != "0");
-        let module = ctx.load_module(Ptx::from_src(ptx)).map_err(|e| {
-            Error::Gpu(format!(
-                "cannot load the kernels' PTX (the driver may be too old for {target}): {e}"
-            ))
-        })?;
+        let module = ctx
+            .load_module(Ptx::from_src(ptx))
+            .map_err(|source| Error::Driver {
+                what: format!(
+                    "cannot load the kernels' PTX (the driver may be too old for {target})"
+                ),
+                source,
+            })?;
         let kernels = Kernels::load(&module)?;
         let name = ctx.name().unwrap_or_else(|_| "GPU".into());
         let total = ctx.total_mem().unwrap_or(0);
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(gpu_err("multiprocessor count"))? as usize;
+            .map_err(Error::driver("multiprocessor count"))? as usize;
         let gemm_slots = kernels.gemm_slots(sm_count)?;
         Ok(Gpu {
             profile: Arc::new(Mutex::new(None)),
@@ -141,7 +140,10 @@ impl Gpu {
                 total,
             }
         } else {
-            Error::Gpu(format!("allocating {what}: {e}"))
+            Error::Driver {
+                what: format!("allocating {what}"),
+                source: e,
+            }
         }
     }
 
@@ -166,7 +168,8 @@ impl Gpu {
                 let ms = p
                     .start
                     .elapsed_ms(&p.end)
-                    .map_err(gpu_err("reading a kernel's events"))? as f64;
+                    .map_err(Error::driver("reading a kernel's events"))?
+                    as f64;
                 Ok(KernelTime {
                     kernel: p.kernel,
                     ms,
@@ -185,20 +188,20 @@ impl Gpu {
     ) -> Result<()> {
         let mut profile = self.profile.lock().expect("profile lock");
         let Some(list) = profile.as_mut() else {
-            return launch().map(drop).map_err(gpu_err(kernel));
+            return launch().map(drop).map_err(Error::driver(kernel));
         };
         let event = || {
             self.ctx
                 .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(gpu_err("profiling event"))
+                .map_err(Error::driver("profiling event"))
         };
         let (start, end) = (event()?, event()?);
         start
             .record(&self.stream)
-            .map_err(gpu_err("profiling event"))?;
-        launch().map_err(gpu_err(kernel))?;
+            .map_err(Error::driver("profiling event"))?;
+        launch().map_err(Error::driver(kernel))?;
         end.record(&self.stream)
-            .map_err(gpu_err("profiling event"))?;
+            .map_err(Error::driver("profiling event"))?;
         list.push(Pending {
             kernel,
             traffic,
@@ -212,6 +215,6 @@ impl Gpu {
     pub fn sync(&self) -> Result<()> {
         self.stream
             .synchronize()
-            .map_err(gpu_err("a kernel failed"))
+            .map_err(Error::driver("a kernel failed"))
     }
 }

@@ -2,10 +2,13 @@
 //! launched through `cudarc` (the driver API, found at run time, so nothing here needs CUDA
 //! to build).
 //!
-//! - `context`: the device, its stream, and the loaded kernels
-//! - `kernels`: the typed kernel table and one checked launch wrapper per kernel
-//! - `gemm_plan`: the tile width and reduction split of a tensor-core GEMM launch
+//! - `ptx`: the PTX builds embedded in the binary, and which one a GPU runs
+//! - `tiles`: launch shapes shared with the kernels (the same file, compiled into both)
+//! - `context`: the device, its stream, the loaded kernels, per-launch timing for profiles
+//! - `kernels`: the typed kernel table, and one checked launch wrapper per kernel, in files
+//!   named as the kernels' in `gpu-kernels/src`
 //! - `launch`: the launch itself, with programmatic dependent launch where the GPU has it
+//! - `gemm_plan`: the tile width and reduction split of a tensor-core GEMM launch
 //! - `backend`: weights, KV cache and activations on the device, and the forward pass
 
 pub mod backend;
@@ -13,70 +16,8 @@ pub mod context;
 pub mod gemm_plan;
 pub mod kernels;
 pub mod launch;
-
-/// Launch shapes shared with the kernels: the same file, compiled into both.
-pub(crate) mod tiles {
-    #![allow(dead_code)]
-    include!(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/gpu-kernels/src/tiles.rs"
-    ));
-}
+pub mod ptx;
+pub mod tiles;
 
 pub use backend::GpuBackend;
 pub use context::Gpu;
-
-/// The kernels, as PTX text for sm_80 and later (the driver compiles it when it loads).
-pub const PTX_SM80: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels_sm_80.ptx"));
-/// The same kernels for sm_90 and later, with programmatic dependent launch: each kernel
-/// waits (`griddepcontrol.wait`) for the one before it, so the launch may start it early.
-pub const PTX_SM90: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels_sm_90.ptx"));
-/// The sm_90 kernels and Hopper's warpgroup GEMM (`gemm_wgmma_bf16`): PTX for sm_90a, which
-/// runs on compute capability 9.0 alone.
-pub const PTX_SM90A: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels_sm_90a.ptx"));
-
-/// The build a GPU of compute capability `major.minor` runs, and its name for messages.
-pub fn ptx_for(major: i32, minor: i32) -> (&'static str, &'static str) {
-    match (major, minor) {
-        (9, 0) => (PTX_SM90A, "PTX 8.0 / sm_90a"),
-        (9.., _) => (PTX_SM90, "PTX 7.8 / sm_90"),
-        _ => (PTX_SM80, "PTX 7.0 / sm_80"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn ptx_holds_every_kernel_in_the_table() {
-        let builds = [
-            (super::PTX_SM80, "sm_80"),
-            (super::PTX_SM90, "sm_90"),
-            (super::PTX_SM90A, "sm_90a"),
-        ];
-        for (ptx, target) in builds {
-            assert!(ptx.contains(&format!(".target {target}\n")), "{target}");
-            for name in super::kernels::Kernels::NAMES {
-                assert!(
-                    ptx.contains(&format!(".entry {name}(")),
-                    "{name} missing from the {target} PTX"
-                );
-            }
-            // The warpgroup GEMM is in the sm_90a build alone: other targets cannot run it.
-            let wgmma = ptx.contains(".entry gemm_wgmma_bf16(");
-            assert_eq!(wgmma, target == "sm_90a", "{target}");
-        }
-        // Only the sm_90 builds wait on the kernel before it.
-        assert!(super::PTX_SM90.contains("griddepcontrol.wait"));
-        assert!(super::PTX_SM90A.contains("griddepcontrol.wait"));
-        assert!(!super::PTX_SM80.contains("griddepcontrol"));
-    }
-
-    #[test]
-    fn each_gpu_gets_the_newest_build_it_runs() {
-        assert_eq!(super::ptx_for(8, 0).1, "PTX 7.0 / sm_80");
-        assert_eq!(super::ptx_for(8, 9).1, "PTX 7.0 / sm_80");
-        assert_eq!(super::ptx_for(9, 0).1, "PTX 8.0 / sm_90a");
-        assert_eq!(super::ptx_for(10, 0).1, "PTX 7.8 / sm_90");
-        assert_eq!(super::ptx_for(12, 0).1, "PTX 7.8 / sm_90");
-    }
-}

@@ -15,8 +15,9 @@
 use super::prefix_cache::{Link, PrefixCache, PrefixStats};
 use crate::error::{Error, Result};
 
-/// Tokens per KV-cache block.
-pub const BLOCK_SIZE: usize = 16;
+/// Tokens per KV-cache block: the kernels' constant (`gpu-kernels/src/tiles.rs`), the one
+/// place it is set.
+pub use crate::gpu::tiles::BLOCK_SIZE;
 
 pub struct BlockManager {
     /// Never-cached free blocks; the next allocation pops from the end.

@@ -1,11 +1,12 @@
 //! Causal grouped-query attention over the paged KV cache.
 
+use crate::tiles::{BLOCK_SIZE, MAX_HEAD_DIM};
 use crate::device::{WARP, bf16_to_f32, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp, sqrt, sync_threads, thread_idx_x, warp_sum};
 
-/// Most dimensions of a head one lane holds: `head_dim <= 32 * MAX_PER_LANE` = 128, the
-/// widest head of the Llama family. Holding only what a 128-wide head needs keeps the split
+/// Most dimensions of a head one lane holds: `head_dim <= 32 * MAX_PER_LANE` =
+/// `MAX_HEAD_DIM`, the widest head of the Llama family. Holding only what a 128-wide head needs keeps the split
 /// kernel's four keys and values in ~60 registers, so eight of its blocks fit on an SM.
-const MAX_PER_LANE: usize = 4;
+const MAX_PER_LANE: usize = MAX_HEAD_DIM / 32;
 
 /// For token `t` (row `blockIdx.y`) and query head `h` (`blockIdx.x`):
 /// `out[t, h] = softmax(q[t, h] . K^T / sqrt(head_dim)) V` over the keys and values of the
@@ -139,7 +140,7 @@ unsafe fn per_head<T: KvElem>(
     let mut acc = [0.0f32; MAX_PER_LANE];
     let mut p = warp;
     while p <= pos {
-        let slot = unsafe { *table.add(p / 16) } as usize * 16 + p % 16;
+        let slot = unsafe { *table.add(p / BLOCK_SIZE) } as usize * BLOCK_SIZE + p % BLOCK_SIZE;
         let base = slot * kv_dim + kv_off;
         let mut partial = 0.0f32;
         for e in 0..MAX_PER_LANE {
@@ -278,7 +279,7 @@ pub unsafe extern "gpu-kernel" fn attention_split_bf16(
             while c < hi * chunks_per_key {
                 let (j, d) = (c / chunks_per_key, 8 * (c % chunks_per_key));
                 let k = start + j;
-                let row = (*table.add(k / 16) as usize * 16 + k % 16) * kv_dim + kv_off + d;
+                let row = (*table.add(k / BLOCK_SIZE) as usize * BLOCK_SIZE + k % BLOCK_SIZE) * kv_dim + kv_off + d;
                 let at = j * head_dim + d;
                 cp_async_16(shared_addr(k_s.add(at)), k_cache.add(row), true);
                 cp_async_16(shared_addr(v_s.add(at)), v_cache.add(row), true);

@@ -13,7 +13,7 @@
 
 use crate::device::{WARP, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp2_approx, pack_bf16x2, shfl_xor, shfl_xor_u32, sqrt, sync_threads, thread_idx_x};
 use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_bf16_16816, shared_addr};
-use crate::tiles::{ATTN_MMA_KEYS, ATTN_MMA_ROWS};
+use crate::tiles::{ATTN_MMA_KEYS, ATTN_MMA_ROWS, BLOCK_SIZE};
 
 /// `i = 0, 1, ..., n - 1` (n at most 16) as that many copies of the body, `i` a constant in
 /// each: the fragments below are arrays of registers, and a loop the compiler kept rolled
@@ -208,7 +208,7 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
             // 16-byte aligned (stride and 8 part are multiples of 8).
             unsafe {
                 let src = if valid {
-                    let slot = *table.add(p / 16) as usize * 16 + p % 16;
+                    let slot = *table.add(p / BLOCK_SIZE) as usize * BLOCK_SIZE + p % BLOCK_SIZE;
                     slot * kv_dim + kv_head * head_dim + 8 * part
                 } else {
                     0

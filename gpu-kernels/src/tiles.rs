@@ -1,6 +1,14 @@
-// Launch shapes the host and the kernels must agree on. Plain constants, no imports: the
-// host compiles this same file into its launch wrappers (`include!`), so a change here
-// changes both sides.
+// Launch shapes and sizes the host and the kernels must agree on. Plain constants, no
+// imports: the host compiles this same file into its launch wrappers (`include!`), so a
+// change here changes both sides.
+
+/// Tokens per KV-cache block: a block table entry covers this many positions, and a cache
+/// slot is `block * BLOCK_SIZE + offset`.
+pub const BLOCK_SIZE: usize = 16;
+
+/// Widest head the attention kernels take: a lane of a warp holds at most 4 of its
+/// dimensions.
+pub const MAX_HEAD_DIM: usize = 128;
 
 /// Tensor-core GEMM: tokens per block tile.
 pub const MMA_BM: usize = 128;

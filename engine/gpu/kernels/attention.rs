@@ -1,0 +1,276 @@
+//! The attention kernels over the paged cache: `attention_f32` (the lesson's first, one
+//! block per token and head) and `attention_bf16` (the same over the bf16 cache), and
+//! flash-decoding's `attention_split_bf16` and `attention_combine_f32`.
+
+use cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig};
+
+use super::{In, Out, aligned16, u32_of};
+use crate::error::Result;
+use crate::gpu::context::Gpu;
+use crate::gpu::tiles::{BLOCK_SIZE, MAX_HEAD_DIM};
+use crate::traffic;
+
+const ATTENTION_THREADS: u32 = 128;
+
+impl Gpu {
+    /// Causal GQA attention over the paged cache; see the kernel's header for the shapes.
+    /// `attended`: the keys the batch attends to, sum over tokens of position + 1 (only for
+    /// the profiler's byte count: the kernel reads the positions itself).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_f32(
+        &self,
+        out: &mut Out<f32>,
+        q: &In<f32>,
+        k_cache: &In<f32>,
+        v_cache: &In<f32>,
+        block_tables: &In<u32>,
+        token_seq: &In<u32>,
+        positions: &In<u32>,
+        max_blocks: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        attended: usize,
+    ) -> Result<()> {
+        let f = (&self.kernels.attention_f32, "attention_f32", 4);
+        let dims = (max_blocks, n_heads, n_kv_heads, head_dim, attended);
+        self.per_head(
+            f,
+            out,
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
+            token_seq,
+            positions,
+            dims,
+        )
+    }
+
+    /// As `attention_f32`, over a bf16 cache.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_bf16(
+        &self,
+        out: &mut Out<f32>,
+        q: &In<f32>,
+        k_cache: &In<u16>,
+        v_cache: &In<u16>,
+        block_tables: &In<u32>,
+        token_seq: &In<u32>,
+        positions: &In<u32>,
+        max_blocks: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        attended: usize,
+    ) -> Result<()> {
+        let f = (&self.kernels.attention_bf16, "attention_bf16", 2);
+        let dims = (max_blocks, n_heads, n_kv_heads, head_dim, attended);
+        self.per_head(
+            f,
+            out,
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
+            token_seq,
+            positions,
+            dims,
+        )
+    }
+
+    /// The launch `attention_f32` and `attention_bf16` share: the kernel, its name and the
+    /// bytes of a cache element `T`, then the kernel's arguments.
+    #[allow(clippy::too_many_arguments)]
+    fn per_head<T: DeviceRepr>(
+        &self,
+        (func, name, cache_bytes): (&CudaFunction, &'static str, usize),
+        out: &mut Out<f32>,
+        q: &In<f32>,
+        k_cache: &In<T>,
+        v_cache: &In<T>,
+        block_tables: &In<u32>,
+        token_seq: &In<u32>,
+        positions: &In<u32>,
+        (max_blocks, n_heads, n_kv_heads, head_dim, attended): (usize, usize, usize, usize, usize),
+    ) -> Result<()> {
+        let n = positions.len();
+        assert!(
+            head_dim <= MAX_HEAD_DIM,
+            "{} holds at most 128 dimensions per head (got {head_dim})",
+            name
+        );
+        assert!(
+            n_heads.is_multiple_of(n_kv_heads)
+                && q.len() == n * n_heads * head_dim
+                && out.len() == q.len()
+        );
+        assert!(
+            token_seq.len() == n
+                && k_cache.len() == v_cache.len()
+                && k_cache.len() % (BLOCK_SIZE * n_kv_heads * head_dim) == 0
+        );
+        assert!(max_blocks > 0 && block_tables.len() % max_blocks == 0);
+        let n_warps = ATTENTION_THREADS / 32;
+        let cfg = LaunchConfig {
+            grid_dim: (u32_of(n_heads, "n_heads"), u32_of(n, "n"), 1),
+            block_dim: (ATTENTION_THREADS, 1, 1),
+            shared_mem_bytes: n_warps * (head_dim as u32 + 2) * 4,
+        };
+        let (mb, nh, nkv, hd) = (
+            u32_of(max_blocks, "max_blocks"),
+            n_heads as u32,
+            n_kv_heads as u32,
+            head_dim as u32,
+        );
+        let traffic =
+            traffic::attention_per_head(attended, n, n_heads, n_kv_heads, head_dim, cache_bytes);
+        let mut b = self.launcher(func);
+        b.arg(out)
+            .arg(q)
+            .arg(k_cache)
+            .arg(v_cache)
+            .arg(block_tables)
+            .arg(token_seq)
+            .arg(positions);
+        b.arg(&mb).arg(&nh).arg(&nkv).arg(&hd);
+        // SAFETY: shapes checked; the batch was built from block tables that cover every
+        // position up to each token's own, whose key and value were written before.
+        // SAFETY: shapes checked; the batch was built from block tables that cover every
+        // position up to each token's own, whose key and value were written before.
+        self.timed(name, traffic, || unsafe { b.launch(cfg) })
+    }
+
+    /// Flash-decoding over splits of `split_len` positions; `n_splits` is
+    /// `partial_ml.len() / (2 * n * n_heads)`. See the kernel's header for the shapes;
+    /// `attended` as for `attention_f32`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_split_bf16(
+        &self,
+        partial_o: &mut Out<f32>,
+        partial_ml: &mut Out<f32>,
+        q: &In<f32>,
+        k_cache: &In<u16>,
+        v_cache: &In<u16>,
+        block_tables: &In<u32>,
+        token_seq: &In<u32>,
+        positions: &In<u32>,
+        max_blocks: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        split_len: usize,
+        attended: usize,
+    ) -> Result<()> {
+        let n = positions.len();
+        let n_splits = partial_ml.len() / (2 * n * n_heads);
+        let group = n_heads / n_kv_heads;
+        assert!(
+            head_dim <= MAX_HEAD_DIM
+                && head_dim.is_multiple_of(8)
+                && n_heads.is_multiple_of(n_kv_heads)
+                && group <= 32
+        );
+        assert!(
+            aligned16(k_cache, &self.stream) && aligned16(v_cache, &self.stream),
+            "attention_split_bf16 copies the cache 16 bytes at a time"
+        );
+        // The split's keys and values in shared memory, within the default 48 KiB.
+        let shared = 2 * split_len * head_dim * 2;
+        assert!(
+            shared <= 48 * 1024,
+            "attention_split_bf16: split of {split_len} too long"
+        );
+        assert!(
+            n_splits > 0
+                && partial_ml.len() == 2 * n * n_heads * n_splits
+                && partial_o.len() == n * n_heads * n_splits * head_dim
+        );
+        assert!(q.len() == n * n_heads * head_dim && token_seq.len() == n && split_len > 0);
+        assert!(
+            k_cache.len() == v_cache.len()
+                && max_blocks > 0
+                && block_tables.len().is_multiple_of(max_blocks)
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (
+                u32_of(n_kv_heads, "n_kv_heads"),
+                u32_of(n_splits, "n_splits"),
+                u32_of(n, "n"),
+            ),
+            block_dim: (32 * group as u32, 1, 1),
+            shared_mem_bytes: shared as u32,
+        };
+        let (mb, nh, nkv, hd, sl) = (
+            max_blocks as u32,
+            n_heads as u32,
+            n_kv_heads as u32,
+            head_dim as u32,
+            u32_of(split_len, "split_len"),
+        );
+        let traffic =
+            traffic::attention_split_bf16(attended, n, n_heads, n_kv_heads, head_dim, n_splits);
+        let mut b = self.launcher(&self.kernels.attention_split_bf16);
+        b.arg(partial_o)
+            .arg(partial_ml)
+            .arg(q)
+            .arg(k_cache)
+            .arg(v_cache)
+            .arg(block_tables)
+            .arg(token_seq)
+            .arg(positions);
+        b.arg(&mb).arg(&nh).arg(&nkv).arg(&hd).arg(&sl);
+        // SAFETY: shapes checked; the caller sizes n_splits * split_len past every position
+        // (the runner computes it from the batch), and the block tables cover each context.
+        self.timed("attention_split_bf16", traffic, || unsafe { b.launch(cfg) })
+    }
+
+    /// Merges flash-decoding's splits: out `[n, n_heads, head_dim]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_combine_f32(
+        &self,
+        out: &mut Out<f32>,
+        partial_o: &In<f32>,
+        partial_ml: &In<f32>,
+        positions: &In<u32>,
+        split_len: usize,
+        n_heads: usize,
+        head_dim: usize,
+    ) -> Result<()> {
+        let n = out.len() / (n_heads * head_dim);
+        assert!(n > 0 && out.len() == n * n_heads * head_dim && positions.len() == n);
+        let n_splits = partial_ml.len() / (2 * n * n_heads);
+        assert!(n_splits > 0 && partial_o.len() == n * n_heads * n_splits * head_dim);
+        assert!(
+            n_splits <= 8192,
+            "attention_combine_f32 keeps at most 8192 split weights in shared memory"
+        );
+        // Groups of head_dim threads share the splits, each taking at least 8 (two rounds
+        // of four loads): many groups for a long context, up to the 1024 threads a block
+        // may have; one for a short one, where a wide block would only add barrier time.
+        let groups = (n_splits / 8).clamp(1, 1024 / head_dim);
+        let threads = (groups * head_dim).div_ceil(32) * 32;
+        assert!(
+            threads <= 1024,
+            "attention_combine_f32: head_dim {head_dim} over 1024"
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (u32_of(n_heads, "n_heads"), u32_of(n, "n"), 1),
+            block_dim: (threads as u32, 1, 1),
+            shared_mem_bytes: (32 + u32_of(n_splits, "n_splits") + threads as u32) * 4,
+        };
+        let (ns, hd) = (u32_of(n_splits, "n_splits"), u32_of(head_dim, "head_dim"));
+        let sl = u32_of(split_len, "split_len");
+        let traffic = traffic::attention_combine_f32(n, n_heads, head_dim, n_splits);
+        let mut b = self.launcher(&self.kernels.attention_combine_f32);
+        b.arg(out).arg(partial_o).arg(partial_ml).arg(positions);
+        b.arg(&ns).arg(&sl).arg(&hd);
+        // SAFETY: shapes checked; a multiple of 32 threads, at least head_dim times the
+        // groups a token of n_splits splits uses, and 32 + n_splits + threads floats of
+        // shared memory; the caller's positions are those the split kernel ran with (split
+        // 0 holds position 0, so every maximum is finite).
+        self.timed("attention_combine_f32", traffic, || unsafe {
+            b.launch(cfg)
+        })
+    }
+}

@@ -1,0 +1,87 @@
+//! `attention_mma_bf16`: a prompt's attention on tensor cores.
+
+use cudarc::driver::LaunchConfig;
+
+use super::{In, Out, u32_of};
+use crate::error::Result;
+use crate::gpu::context::Gpu;
+use crate::gpu::tiles::{ATTN_MMA_ROWS, ATTN_MMA_THREADS, BLOCK_SIZE, attn_mma_shared_bytes};
+use crate::traffic;
+
+/// Whether `attention_mma_bf16` takes heads of this width.
+pub fn attention_mma_supports(head_dim: usize) -> bool {
+    head_dim == 64 || head_dim == 128
+}
+
+impl Gpu {
+    /// Causal GQA attention for a prompt on tensor cores: the same arguments as
+    /// `attention_bf16`, with the host's copy of the positions (`positions_host`, for the
+    /// profile's count of the key tiles each block reads) in place of `attended`. The
+    /// batch must be one sequence, and `head_dim` 64 or 128 (`attention_mma_supports`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_mma_bf16(
+        &self,
+        out: &mut Out<f32>,
+        q: &In<f32>,
+        k_cache: &In<u16>,
+        v_cache: &In<u16>,
+        block_tables: &In<u32>,
+        token_seq: &In<u32>,
+        positions: &In<u32>,
+        max_blocks: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        positions_host: &[u32],
+    ) -> Result<()> {
+        let n = positions.len();
+        assert!(
+            attention_mma_supports(head_dim),
+            "attention_mma_bf16 takes heads of 64 or 128 (got {head_dim})"
+        );
+        assert!(
+            n > 0
+                && n_heads.is_multiple_of(n_kv_heads)
+                && q.len() == n * n_heads * head_dim
+                && out.len() == q.len()
+                && positions_host.len() == n
+        );
+        assert!(
+            token_seq.len() == n
+                && k_cache.len() == v_cache.len()
+                && k_cache.len() % (BLOCK_SIZE * n_kv_heads * head_dim) == 0
+        );
+        assert!(max_blocks > 0 && block_tables.len() % max_blocks == 0);
+        let rows = n * (n_heads / n_kv_heads);
+        let cfg = LaunchConfig {
+            grid_dim: (
+                u32_of(rows.div_ceil(ATTN_MMA_ROWS), "row blocks"),
+                u32_of(n_kv_heads, "n_kv_heads"),
+                1,
+            ),
+            block_dim: (ATTN_MMA_THREADS as u32, 1, 1),
+            shared_mem_bytes: attn_mma_shared_bytes(head_dim) as u32,
+        };
+        let traffic = traffic::attention_mma_bf16(positions_host, n_heads, n_kv_heads, head_dim);
+        let (mb, nh, nkv, hd, nn) = (
+            u32_of(max_blocks, "max_blocks"),
+            n_heads as u32,
+            n_kv_heads as u32,
+            head_dim as u32,
+            u32_of(n, "n"),
+        );
+        let mut b = self.launcher(&self.kernels.attention_mma_bf16);
+        b.arg(out)
+            .arg(q)
+            .arg(k_cache)
+            .arg(v_cache)
+            .arg(block_tables)
+            .arg(token_seq)
+            .arg(positions);
+        b.arg(&mb).arg(&nh).arg(&nkv).arg(&hd).arg(&nn);
+        // SAFETY: shapes checked; 128 threads and the shared memory the kernel documents (its
+        // limit raised to the most it takes when the module loaded); the caller's batch is one sequence whose block tables cover every position
+        // up to each token's own, whose key and value were written before.
+        self.timed("attention_mma_bf16", traffic, || unsafe { b.launch(cfg) })
+    }
+}

@@ -1,0 +1,156 @@
+//! `gemm_mma_bf16`, the prompt GEMM on `mma.sync` tensor cores (any GPU from sm_80), the
+//! launch it shares with the warpgroup GEMM, `f32_to_bf16` (its input), and the
+//! tensor-core probe.
+
+use cudarc::driver::{CudaFunction, LaunchConfig};
+
+use super::{In, Out, aligned16, linear, u32_of};
+use crate::error::Result;
+use crate::gpu::context::Gpu;
+use crate::gpu::gemm_plan::{self, GemmPlan};
+use crate::gpu::tiles::{MMA_BM, MMA_SHARED_BYTES, MMA_THREADS};
+use crate::traffic::{self, Traffic};
+
+/// What the two tensor-core GEMMs' launches differ in.
+pub(super) struct TensorGemm {
+    pub(super) name: &'static str,
+    /// Tokens of the output tile a block computes.
+    pub(super) tile_m: usize,
+    pub(super) threads: usize,
+    /// Dynamic shared memory per block.
+    pub(super) shared: usize,
+    /// Whether the kernel takes the tile width as its last argument.
+    pub(super) takes_tile_n: bool,
+    pub(super) traffic: fn(usize, usize, usize, bool) -> Traffic,
+}
+
+/// `gemm_mma_bf16`.
+const MMA_GEMM: TensorGemm = TensorGemm {
+    name: "gemm_mma_bf16",
+    tile_m: MMA_BM,
+    threads: MMA_THREADS,
+    shared: MMA_SHARED_BYTES,
+    takes_tile_n: false,
+    traffic: traffic::gemm_mma_bf16,
+};
+
+impl Gpu {
+    /// Many tokens through a linear layer on tensor cores (`mma.sync`, any GPU from sm_80):
+    /// out `[n, n_out]` f32, x `[n, n_in]` bf16 (from `f32_to_bf16`), w `[n_out, n_in]`
+    /// bf16, bias `[n_out]` or none.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_mma_bf16(
+        &self,
+        out: &mut Out<f32>,
+        x: &In<u16>,
+        w: &In<u16>,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+    ) -> Result<()> {
+        let func = &self.kernels.gemm_mma_bf16;
+        let plan = gemm_plan::mma(n, n_in, n_out, self.gemm_slots.mma);
+        self.tensor_gemm(func, &MMA_GEMM, plan, out, x, w, bias, n, n_in, n_out)
+    }
+
+    /// The launch both tensor-core GEMMs share: same arguments, same checks, a grid of
+    /// output tiles as `plan` says (and the tile width as a last argument to the warpgroup
+    /// kernel, which takes several).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn tensor_gemm(
+        &self,
+        func: &CudaFunction,
+        k: &TensorGemm,
+        plan: GemmPlan,
+        out: &mut Out<f32>,
+        x: &In<u16>,
+        w: &In<u16>,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+    ) -> Result<()> {
+        let name = k.name;
+        assert!(
+            n_in.is_multiple_of(8),
+            "{name} moves 8 values at a time: n_in {n_in} must be a multiple of 8"
+        );
+        assert!(x.len() == n * n_in && out.len() == n * n_out && w.len() == n_out * n_in);
+        assert!(bias.is_none_or(|b| b.len() == n_out));
+        assert!(
+            aligned16(w, &self.stream) && aligned16(x, &self.stream),
+            "{name} needs 16-byte aligned w and x"
+        );
+        if plan.k_splits > 1 {
+            // Timed like a kernel, so that a profile counts what the split costs.
+            let traffic = traffic::zero_f32(out.len());
+            self.timed("zero_f32 (split GEMM)", traffic, || {
+                self.stream.memset_zeros(out)
+            })?;
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (
+                n_out.div_ceil(plan.tile_n) as u32,
+                u32_of(n.div_ceil(k.tile_m), "token tiles"),
+                plan.k_splits as u32,
+            ),
+            block_dim: (k.threads as u32, 1, 1),
+            shared_mem_bytes: k.shared as u32,
+        };
+        let traffic = (k.traffic)(n, n_in, n_out, bias.is_some());
+        let (n, n_in, n_out) = (u32_of(n, "n"), u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
+        let tile_n = plan.tile_n as u32;
+        let mut b = self.launcher(func);
+        b.arg(out).arg(x).arg(w).arg_or_null(bias);
+        b.arg(&n).arg(&n_in).arg(&n_out);
+        if k.takes_tile_n {
+            b.arg(&tile_n);
+        }
+        // SAFETY: shapes and alignment checked; the block size and shared memory the kernel
+        // documents (its limit raised to that when the module loaded), the grid covers the
+        // output in tiles of the width the kernel is told, and the output is zeroed when the
+        // reduction is split.
+        self.timed(name, traffic, || unsafe { b.launch(cfg) })
+    }
+
+    /// The tensor-core probe: `out.len()` threads in blocks of 256 (a multiple of 256),
+    /// each `iters` rounds of 16 `mma.sync` on register operands `a_bits`, `b_bits` (bf16).
+    pub fn mma_probe_bf16(
+        &self,
+        out: &mut Out<f32>,
+        a_bits: u16,
+        b_bits: u16,
+        iters: u32,
+    ) -> Result<()> {
+        assert!(!out.is_empty() && out.len().is_multiple_of(256));
+        let cfg = LaunchConfig {
+            grid_dim: (u32_of(out.len() / 256, "blocks"), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let traffic = traffic::mma_probe_bf16(out.len(), iters as usize);
+        let (a, b) = (a_bits as u32, b_bits as u32);
+        let mut l = self.launcher(&self.kernels.mma_probe_bf16);
+        l.arg(out).arg(&a).arg(&b).arg(&iters);
+        // SAFETY: one float of `out` per thread of the launch; 256 threads, whole warps.
+        self.timed("mma_probe_bf16", traffic, || unsafe { l.launch(cfg) })
+    }
+
+    /// `out = bf16(x)`, rounded to nearest even: out `[len]` bf16, x `[len]` f32.
+    pub fn f32_to_bf16(&self, out: &mut Out<u16>, x: &In<f32>) -> Result<()> {
+        let len = x.len();
+        assert!(
+            len.is_multiple_of(2) && out.len() == len,
+            "f32_to_bf16 converts pairs"
+        );
+        let cfg = linear(len / 2);
+        let traffic = traffic::f32_to_bf16(len);
+        let len = u32_of(len, "len");
+        let mut b = self.launcher(&self.kernels.f32_to_bf16);
+        b.arg(out).arg(x).arg(&len);
+        // SAFETY: lengths checked and even; device allocations are aligned far beyond the
+        // 8 bytes a pair needs (views here always start at an even element).
+        self.timed("f32_to_bf16", traffic, || unsafe { b.launch(cfg) })
+    }
+}

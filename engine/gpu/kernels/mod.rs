@@ -1,0 +1,62 @@
+//! One checked launch wrapper per kernel, in files named as the kernels' in `gpu-kernels/src`
+//! (`gemv.rs` wraps `gemv_bf16` and `gemv_swiglu_bf16`, ...): each asserts the preconditions
+//! its kernel's doc header lists, then launches under a `// SAFETY:` note. A wrapper has its
+//! kernel's name and argument order; lengths a view carries are checked against each other
+//! rather than passed twice. The kernels themselves are looked up once, by name, in `table`.
+
+pub mod argmax;
+pub mod attention;
+pub mod attention_mma;
+pub mod embedding;
+pub mod fill;
+pub mod gemm;
+pub mod gemm_mma;
+pub mod gemm_skinny;
+pub mod gemm_wgmma;
+pub mod gemv;
+pub mod kv_cache;
+pub mod residual;
+pub mod rmsnorm;
+pub mod rope;
+pub mod swiglu;
+pub mod table;
+
+use cudarc::driver::{CudaFunction, CudaView, CudaViewMut, LaunchConfig};
+
+use super::context::Gpu;
+use super::launch::Launch;
+
+/// An input buffer on the device.
+pub type In<'a, T> = CudaView<'a, T>;
+/// An output buffer on the device.
+pub type Out<'a, T> = CudaViewMut<'a, T>;
+
+/// Whether a device buffer starts on a 16-byte boundary (the 16-byte loads need it).
+fn aligned16<T>(v: &In<T>, stream: &cudarc::driver::CudaStream) -> bool {
+    use cudarc::driver::DevicePtr;
+    let (ptr, _sync) = v.device_ptr(stream);
+    ptr % 16 == 0
+}
+
+/// One-dimensional launch of `n` threads in blocks of 256.
+fn linear(n: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n.div_ceil(256).max(1) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// A size as a kernel's `u32` argument; one that does not fit is a bug in the caller (the
+/// model's sizes are bounded when its config is read).
+fn u32_of(n: usize, what: &str) -> u32 {
+    u32::try_from(n).unwrap_or_else(|_| panic!("{what} = {n} does not fit a kernel's u32 argument"))
+}
+
+impl Gpu {
+    /// A launch of `func` on the stream, overlapping the kernel before it where the GPU
+    /// supports it.
+    fn launcher<'a>(&'a self, func: &'a CudaFunction) -> Launch<'a> {
+        Launch::new(&self.stream, func, self.pdl)
+    }
+}

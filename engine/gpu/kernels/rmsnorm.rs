@@ -1,0 +1,37 @@
+//! `rmsnorm_f32`.
+
+use cudarc::driver::LaunchConfig;
+
+use super::{In, Out, u32_of};
+use crate::error::Result;
+use crate::gpu::context::Gpu;
+use crate::traffic;
+
+/// Threads per block of RMSNorm: a whole row of up to 8192 in one round of loads.
+const ROW_THREADS: u32 = 1024;
+
+impl Gpu {
+    /// RMSNorm of `n_rows = x.len() / dim` rows: out, x `[n_rows, dim]`, weight `[dim]`.
+    pub fn rmsnorm_f32(
+        &self,
+        out: &mut Out<f32>,
+        x: &In<f32>,
+        weight: &In<f32>,
+        eps: f32,
+        dim: usize,
+    ) -> Result<()> {
+        let rows = x.len() / dim;
+        assert!(dim > 0 && x.len() == rows * dim && out.len() == x.len() && weight.len() == dim);
+        let cfg = LaunchConfig {
+            grid_dim: (u32_of(rows, "rows"), 1, 1),
+            block_dim: (ROW_THREADS, 1, 1),
+            shared_mem_bytes: 32 * 4,
+        };
+        let dim = u32_of(dim, "dim");
+        let traffic = traffic::rmsnorm_f32(rows, dim as usize);
+        let mut b = self.launcher(&self.kernels.rmsnorm_f32);
+        b.arg(out).arg(x).arg(weight).arg(&eps).arg(&dim);
+        // SAFETY: shapes checked; 1024 threads (a multiple of 32) and 32 floats of shared memory.
+        self.timed("rmsnorm_f32", traffic, || unsafe { b.launch(cfg) })
+    }
+}

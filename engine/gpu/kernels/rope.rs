@@ -1,0 +1,94 @@
+//! `rope_f32` (a lesson step: the backend runs the fused one) and `qkv_rope_write_bf16`.
+
+use super::{In, Out, linear, u32_of};
+use crate::error::Result;
+use crate::gpu::context::Gpu;
+use crate::gpu::tiles::BLOCK_SIZE;
+use crate::traffic;
+
+impl Gpu {
+    /// Rotate-half RoPE in place: x `[n, n_heads, head_dim]`, positions `[n]`, cos and sin
+    /// `[max_pos, head_dim / 2]`.
+    pub fn rope_f32(
+        &self,
+        x: &mut Out<f32>,
+        positions: &In<u32>,
+        cos: &In<f32>,
+        sin: &In<f32>,
+        n_heads: usize,
+        head_dim: usize,
+    ) -> Result<()> {
+        let n = positions.len();
+        assert!(
+            head_dim.is_multiple_of(2)
+                && x.len() == n * n_heads * head_dim
+                && cos.len() == sin.len()
+        );
+        assert!(cos.len() % (head_dim / 2) == 0);
+        let cfg = linear(n * n_heads * head_dim / 2);
+        let (n_heads, head_dim, n) = (
+            u32_of(n_heads, "n_heads"),
+            u32_of(head_dim, "head_dim"),
+            u32_of(n, "n"),
+        );
+        let traffic = traffic::rope_f32(n as usize, n_heads as usize, head_dim as usize);
+        let mut b = self.launcher(&self.kernels.rope_f32);
+        b.arg(x)
+            .arg(positions)
+            .arg(cos)
+            .arg(sin)
+            .arg(&n_heads)
+            .arg(&head_dim)
+            .arg(&n);
+        // SAFETY: shapes checked; positions are below the table length (the runner never
+        // lets a sequence grow past the context the tables were built for).
+        self.timed("rope_f32", traffic, || unsafe { b.launch(cfg) })
+    }
+
+    /// RoPE on q and k and the cache write, from the fused projection's rows: q_out
+    /// `[n, n_heads, head_dim]`, caches one layer, qkv `[n, q_dim + 2 kv_dim]`, positions and
+    /// slots `[n]`, cos and sin `[max_pos, head_dim / 2]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn qkv_rope_write_bf16(
+        &self,
+        q_out: &mut Out<f32>,
+        k_cache: &mut Out<u16>,
+        v_cache: &mut Out<u16>,
+        qkv: &In<f32>,
+        positions: &In<u32>,
+        slots: &In<u32>,
+        cos: &In<f32>,
+        sin: &In<f32>,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+    ) -> Result<()> {
+        let n = positions.len();
+        let (q_dim, kv_dim) = (n_heads * head_dim, n_kv_heads * head_dim);
+        assert!(head_dim.is_multiple_of(2) && slots.len() == n && q_out.len() == n * q_dim);
+        assert!(qkv.len() == n * (q_dim + 2 * kv_dim) && k_cache.len() == v_cache.len());
+        assert!(k_cache.len().is_multiple_of(BLOCK_SIZE * kv_dim) && cos.len() == sin.len());
+        let cfg = linear(n * (q_dim / 2 + kv_dim / 2 + kv_dim));
+        let (nh, nkv, hd, nn) = (
+            u32_of(n_heads, "n_heads"),
+            u32_of(n_kv_heads, "n_kv_heads"),
+            u32_of(head_dim, "head_dim"),
+            u32_of(n, "n"),
+        );
+        let traffic = traffic::qkv_rope_write_bf16(n, n_heads, n_kv_heads, head_dim);
+        let mut b = self.launcher(&self.kernels.qkv_rope_write_bf16);
+        b.arg(q_out)
+            .arg(k_cache)
+            .arg(v_cache)
+            .arg(qkv)
+            .arg(positions)
+            .arg(slots)
+            .arg(cos)
+            .arg(sin);
+        b.arg(&nh).arg(&nkv).arg(&hd).arg(&nn);
+        // SAFETY: shapes checked; positions are inside the tables and slots come from the
+        // block manager (inside the pool, distinct; a decode graph's padding rows share the
+        // spare block's first slot and write the same values there).
+        self.timed("qkv_rope_write_bf16", traffic, || unsafe { b.launch(cfg) })
+    }
+}

@@ -1,0 +1,142 @@
+//! The kernel table: every kernel of the PTX module, looked up by name once, when the module
+//! loads, so that launch sites name a field, never a string.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaModule};
+
+use crate::error::{Error, Result};
+use crate::gpu::tiles::{
+    MMA_SHARED_BYTES, MMA_THREADS, SKINNY_MAX_TILES, WGMMA_SHARED_BYTES, WGMMA_THREADS,
+    attn_mma_shared_bytes, skinny_shared_bytes,
+};
+
+macro_rules! kernel_table {
+    ($($name:ident),* $(,)?; optional: $($opt:ident),* $(,)?) => {
+        /// Every kernel of the PTX module, looked up by name once, when the module loads;
+        /// the optional ones are in some builds only (see `ptx_for`).
+        #[derive(Clone)]
+        pub struct Kernels {
+            $(pub $name: CudaFunction,)*
+            $(pub $opt: Option<CudaFunction>,)*
+        }
+
+        impl Kernels {
+            /// The kernels every build has.
+            pub const NAMES: &[&str] = &[$(stringify!($name)),*];
+
+            pub fn load(module: &Arc<CudaModule>) -> Result<Kernels> {
+                let kernels = Kernels {
+                    $($name: module.load_function(stringify!($name)).map_err(|e| {
+                        Error::Driver { what: format!("kernel {} is not in the PTX", stringify!($name)), source: e }
+                    })?,)*
+                    $($opt: module.load_function(stringify!($opt)).ok(),)*
+                };
+                kernels.raise_limits()?;
+                Ok(kernels)
+            }
+        }
+    };
+}
+
+kernel_table!(
+    embedding_bf16,
+    rmsnorm_f32,
+    gemv_bf16,
+    gemv_swiglu_bf16,
+    gemm_bf16,
+    gemm_mma_bf16,
+    gemm_skinny_bf16,
+    gemm_skinny_reduce_f32,
+    f32_to_bf16,
+    mma_probe_bf16,
+    rope_f32,
+    qkv_rope_write_bf16,
+    kv_write_f32,
+    attention_f32,
+    attention_bf16,
+    attention_mma_bf16,
+    attention_split_bf16,
+    attention_combine_f32,
+    swiglu_f32,
+    residual_add_f32,
+    argmax_f32,
+    fill_random_bf16,
+    read_probe_u32;
+    optional: gemm_wgmma_bf16,
+);
+
+impl Kernels {
+    /// Kernels that need more than the default 48 KiB of dynamic shared memory ask for it
+    /// once, here.
+    fn raise_limits(&self) -> Result<()> {
+        let big = [
+            (Some(&self.gemm_mma_bf16), "gemm_mma_bf16", MMA_SHARED_BYTES),
+            (
+                Some(&self.gemm_skinny_bf16),
+                "gemm_skinny_bf16",
+                [1, 2, 4, 8, SKINNY_MAX_TILES]
+                    .map(|tiles| skinny_shared_bytes(8 * tiles))
+                    .into_iter()
+                    .max()
+                    .unwrap_or(0),
+            ),
+            (
+                self.gemm_wgmma_bf16.as_ref(),
+                "gemm_wgmma_bf16",
+                WGMMA_SHARED_BYTES,
+            ),
+            (
+                Some(&self.attention_mma_bf16),
+                "attention_mma_bf16",
+                attn_mma_shared_bytes(128),
+            ),
+        ];
+        for (func, name, bytes) in big {
+            use cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_SHARED;
+            let Some(func) = func else { continue };
+            func.set_attribute(MAX_SHARED, bytes as i32)
+                .map_err(|e| Error::Driver {
+                    what: format!("{name} needs {bytes} bytes of shared memory per block"),
+                    source: e,
+                })?;
+        }
+        Ok(())
+    }
+}
+
+/// Blocks of each tensor-core GEMM that run at once on this GPU (per SM, as shared memory
+/// and registers allow, times SMs): what `gemm_plan` counts waves in. Measured once, when the
+/// module loads.
+#[derive(Clone, Copy, Debug)]
+pub struct GemmSlots {
+    pub mma: usize,
+    /// 0 without `gemm_wgmma_bf16`.
+    pub wgmma: usize,
+}
+
+impl Kernels {
+    pub(crate) fn gemm_slots(&self, sm_count: usize) -> Result<GemmSlots> {
+        let slots = |func: &CudaFunction, name: &str, threads: usize, shared: usize| {
+            let per_sm = func
+                .occupancy_max_active_blocks_per_multiprocessor(threads as u32, shared, None)
+                .map_err(|e| Error::Driver {
+                    what: format!("{name}'s occupancy"),
+                    source: e,
+                })?;
+            Ok::<usize, Error>(per_sm as usize * sm_count)
+        };
+        Ok(GemmSlots {
+            mma: slots(
+                &self.gemm_mma_bf16,
+                "gemm_mma_bf16",
+                MMA_THREADS,
+                MMA_SHARED_BYTES,
+            )?,
+            wgmma: match &self.gemm_wgmma_bf16 {
+                Some(func) => slots(func, "gemm_wgmma_bf16", WGMMA_THREADS, WGMMA_SHARED_BYTES)?,
+                None => 0,
+            },
+        })
+    }
+}
