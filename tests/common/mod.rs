@@ -146,3 +146,5 @@ pub fn check_case(runner: &mut Runner, tok: &Tokenizer, case: &Case, tol: &Toler
     runner.release(&mut seq);
     worst
 }
+
+pub mod tiny;
