@@ -1,11 +1,17 @@
-//! Chat prompts: the model's own Jinja chat template (from `tokenizer_config.json` or the
-//! GGUF metadata) rendered with `minijinja`, or ChatML when the model has none.
+//! Chat prompts: the model's own Jinja chat template (from the model folder or the GGUF
+//! metadata) rendered with `minijinja`, or ChatML when the model has none.
+//!
+//! A template is a program from the model's files: its running time is bounded by
+//! minijinja's fuel, and its output by the caller's byte limit (a prompt longer than the
+//! context is refused before it is tokenized).
+
+use std::io::Write;
 
 use minijinja::{Environment, ErrorKind, context};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{MAX_BYTES_PER_TOKEN, Tokenizer};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Message {
@@ -17,10 +23,28 @@ pub struct Message {
 const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
 {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
+/// Template instructions one rendering may run. Real templates (Llama 3.1's with tools
+/// included) take a few thousand per message; a loop of millions is a broken template.
+const FUEL: u64 = 5_000_000;
+
+/// The output limit of `render`, for callers that do not know the context.
+pub const DEFAULT_MAX_BYTES: usize = 16 << 20;
+
 /// The prompt text for `messages`, ending where the assistant's reply begins.
 pub fn render(tok: &Tokenizer, messages: &[Message]) -> Result<String> {
+    render_within(tok, messages, DEFAULT_MAX_BYTES)
+}
+
+/// The most prompt bytes a context of `context` tokens could hold.
+pub fn max_bytes_for_context(context: usize) -> usize {
+    context.saturating_mul(MAX_BYTES_PER_TOKEN)
+}
+
+/// As `render`, stopping with an error as soon as the text passes `max_bytes`.
+pub fn render_within(tok: &Tokenizer, messages: &[Message], max_bytes: usize) -> Result<String> {
     let template = tok.chat_template.as_deref().unwrap_or(CHATML);
     let mut env = Environment::new();
+    env.set_fuel(Some(FUEL));
     // Templates written for Python's Jinja call string methods (.strip(), .startswith()).
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function(
@@ -31,14 +55,52 @@ pub fn render(tok: &Tokenizer, messages: &[Message]) -> Result<String> {
     );
     env.add_template("chat", template)
         .map_err(|e| Error::ChatTemplate(e.to_string()))?;
-    env.get_template("chat")
-        .and_then(|t| {
-            t.render(context! {
+    let mut out = Bounded {
+        text: vec![],
+        max_bytes,
+        overflowed: false,
+    };
+    let rendered = env.get_template("chat").and_then(|t| {
+        t.render_captured_to(
+            context! {
                 messages => messages,
                 add_generation_prompt => true,
                 bos_token => tok.bos_text,
                 eos_token => tok.eos_text,
-            })
-        })
-        .map_err(|e| Error::ChatTemplate(e.to_string()))
+            },
+            &mut out,
+        )
+        .map(drop)
+    });
+    if out.overflowed {
+        return Err(Error::ChatTemplate(format!(
+            "the rendered prompt passed {max_bytes} bytes, more than the model's context can hold"
+        )));
+    }
+    rendered.map_err(|e| Error::ChatTemplate(e.to_string()))?;
+    // minijinja writes whole UTF-8 strings, so the bytes are text.
+    String::from_utf8(out.text)
+        .map_err(|_| Error::ChatTemplate("the rendered prompt is not UTF-8".into()))
+}
+
+/// A writer that refuses to grow past `max_bytes`: rendering stops at the first write over.
+struct Bounded {
+    text: Vec<u8>,
+    max_bytes: usize,
+    overflowed: bool,
+}
+
+impl Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.text.len() + buf.len() > self.max_bytes {
+            self.overflowed = true;
+            return Err(std::io::Error::other("the prompt is too long"));
+        }
+        self.text.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

@@ -139,6 +139,30 @@ pub struct Config {
     pub eos_tokens: Vec<u32>,
 }
 
+/// Bounds on what a model's configuration may say. Each is far above any released model
+/// (Llama 3.1 405B: hidden 16384, ffn 53248, 126 layers, 128 heads of 128; vocabularies up to
+/// about 256k tokens; contexts up to 10M), and together they keep every size derived from
+/// them (a head group's width, a layer's weights, the parameter count) far inside 64 bits: a
+/// corrupt number is refused here, by name, before it sizes anything.
+pub mod limits {
+    /// `hidden_size`
+    pub const DIM: usize = 1 << 16;
+    /// `intermediate_size`
+    pub const FFN_DIM: usize = 1 << 18;
+    /// `num_hidden_layers`
+    pub const LAYERS: usize = 1 << 10;
+    /// `num_attention_heads` (and so `num_key_value_heads`)
+    pub const HEADS: usize = 1 << 10;
+    /// `head_dim`
+    pub const HEAD_DIM: usize = 1 << 10;
+    /// Query heads times `head_dim`: the attention's width.
+    pub const ATTENTION_WIDTH: usize = 1 << 16;
+    /// `vocab_size`
+    pub const VOCAB: usize = 1 << 22;
+    /// `max_position_embeddings`: positions are u32 on the GPU, and 16M is past any model.
+    pub const CONTEXT: usize = 1 << 24;
+}
+
 impl Config {
     /// Width of all query heads together.
     pub fn q_dim(&self) -> usize {
@@ -155,46 +179,114 @@ impl Config {
         self.n_heads / self.n_kv_heads
     }
 
+    /// The parameters the model's weights hold (biases and norms left out). Every factor is
+    /// bounded by `limits`, so this cannot overflow.
+    pub fn n_params(&self) -> u64 {
+        let (dim, q, kv, ffn) = (
+            self.dim as u64,
+            self.q_dim() as u64,
+            self.kv_dim() as u64,
+            self.ffn_dim as u64,
+        );
+        let per_layer = dim * (q + 2 * kv) + q * dim + 3 * dim * ffn;
+        let heads = if self.tie_embeddings { 1 } else { 2 };
+        self.n_layers as u64 * per_layer + heads * self.vocab_size as u64 * dim
+    }
+
+    /// Checks `hf` and derives the rest; errors name `config.json`'s fields.
     pub fn resolve(hf: &HfConfig) -> Result<Config> {
+        Config::resolve_named(hf, &|field| format!("`{field}`"))
+    }
+
+    /// As `resolve`, with each field named as `name` spells it: GGUF files have other keys.
+    pub fn resolve_named(hf: &HfConfig, name: &dyn Fn(&str) -> String) -> Result<Config> {
         let arch = Arch::from_hf(hf.architectures.as_deref(), hf.model_type.as_deref())?;
+        let err = |msg: String| Err::<usize, _>(Error::Config(msg));
         let need = |v: Option<usize>, field: &str| {
-            v.ok_or_else(|| Error::Config(format!("missing field `{field}`")))
+            v.ok_or_else(|| Error::Config(format!("missing field {}", name(field))))
         };
-        let dim = need(hf.hidden_size, "hidden_size")?;
-        let n_heads = need(hf.num_attention_heads, "num_attention_heads")?;
-        let n_kv_heads = hf.num_key_value_heads.unwrap_or(n_heads);
-        let head_dim = match hf.head_dim {
-            Some(h) => h,
-            None if n_heads > 0 && dim % n_heads == 0 => dim / n_heads,
-            None => {
-                return Err(Error::Config(format!(
-                    "hidden_size {dim} is not a multiple of num_attention_heads {n_heads} and head_dim is not set"
-                )));
-            }
-        };
-        let positive = |v: usize, field: &str| {
+        // Positive and at most `max`: every size below is then a small product.
+        let bounded = |v: usize, field: &str, max: usize| {
             if v == 0 {
-                Err(Error::Config(format!("`{field}` must be positive")))
+                err(format!("{} must be positive", name(field)))
+            } else if v > max {
+                err(format!(
+                    "{} is {v}, more than rustle's limit of {max}",
+                    name(field)
+                ))
             } else {
                 Ok(v)
             }
         };
-        positive(dim, "hidden_size")?;
-        positive(n_heads, "num_attention_heads")?;
-        positive(n_kv_heads, "num_key_value_heads")?;
+        let dim = bounded(
+            need(hf.hidden_size, "hidden_size")?,
+            "hidden_size",
+            limits::DIM,
+        )?;
+        let n_heads = bounded(
+            need(hf.num_attention_heads, "num_attention_heads")?,
+            "num_attention_heads",
+            limits::HEADS,
+        )?;
+        let n_kv_heads = bounded(
+            hf.num_key_value_heads.unwrap_or(n_heads),
+            "num_key_value_heads",
+            limits::HEADS,
+        )?;
         if n_heads % n_kv_heads != 0 {
             return Err(Error::Config(format!(
-                "num_attention_heads {n_heads} is not a multiple of num_key_value_heads {n_kv_heads}"
+                "{} {n_heads} is not a multiple of {} {n_kv_heads}",
+                name("num_attention_heads"),
+                name("num_key_value_heads")
             )));
         }
-        if head_dim % 2 != 0 || head_dim == 0 {
+        let head_dim = match hf.head_dim {
+            Some(h) => h,
+            None if dim % n_heads == 0 => dim / n_heads,
+            None => {
+                return Err(Error::Config(format!(
+                    "{} {dim} is not a multiple of {} {n_heads} and {} is not set",
+                    name("hidden_size"),
+                    name("num_attention_heads"),
+                    name("head_dim")
+                )));
+            }
+        };
+        let head_dim = bounded(head_dim, "head_dim", limits::HEAD_DIM)?;
+        if head_dim % 2 != 0 {
             return Err(Error::Config(format!(
-                "head_dim {head_dim} must be even for RoPE"
+                "{} {head_dim} must be even for RoPE",
+                name("head_dim")
             )));
         }
-        let mut max_seq_len = positive(
+        if n_heads * head_dim > limits::ATTENTION_WIDTH {
+            return Err(Error::Config(format!(
+                "{} {n_heads} times {} {head_dim} is {}, more than rustle's limit of {}",
+                name("num_attention_heads"),
+                name("head_dim"),
+                n_heads * head_dim,
+                limits::ATTENTION_WIDTH
+            )));
+        }
+        let n_layers = bounded(
+            need(hf.num_hidden_layers, "num_hidden_layers")?,
+            "num_hidden_layers",
+            limits::LAYERS,
+        )?;
+        let ffn_dim = bounded(
+            need(hf.intermediate_size, "intermediate_size")?,
+            "intermediate_size",
+            limits::FFN_DIM,
+        )?;
+        let vocab_size = bounded(
+            need(hf.vocab_size, "vocab_size")?,
+            "vocab_size",
+            limits::VOCAB,
+        )?;
+        let mut max_seq_len = bounded(
             need(hf.max_position_embeddings, "max_position_embeddings")?,
             "max_position_embeddings",
+            limits::CONTEXT,
         )?;
         // Mistral's sliding window changes attention only past the window; capping the
         // context there keeps every result exact without a windowed kernel.
@@ -204,35 +296,62 @@ impl Config {
         {
             max_seq_len = max_seq_len.min(window);
         }
+        // eps only keeps a zero row from dividing by zero: a small positive number, and one
+        // that stays positive as the f32 the forward adds.
+        let rms_eps = hf.rms_norm_eps.unwrap_or(1e-6);
+        if !(rms_eps > 0.0 && rms_eps <= 1.0 && (rms_eps as f32) > 0.0) {
+            return Err(Error::Config(format!(
+                "{} is {}; it must be a small positive number such as 1e-5",
+                name("rms_norm_eps"),
+                shown(rms_eps)
+            )));
+        }
+        // Frequencies theta^(-2i/d) must fall as i grows, and be finite.
+        let rope_theta = hf
+            .rope_theta
+            .or(hf.rope_parameters.as_ref().and_then(|p| p.rope_theta))
+            .unwrap_or(10000.0);
+        if !(rope_theta > 1.0 && rope_theta.is_finite()) {
+            return Err(Error::Config(format!(
+                "{} is {}; it must be a finite number above 1 such as 10000",
+                name("rope_theta"),
+                shown(rope_theta)
+            )));
+        }
+        let rope_scaling = resolve_rope_scaling(
+            hf.rope_scaling.as_ref().or(hf.rope_parameters.as_ref()),
+            name,
+        )?;
         let eos_tokens = match &hf.eos_token_id {
             Some(OneOrMany::One(id)) => vec![*id],
             Some(OneOrMany::Many(ids)) => ids.clone(),
             None => vec![],
         };
+        for (field, id) in eos_tokens
+            .iter()
+            .map(|&id| ("eos_token_id", id))
+            .chain(hf.bos_token_id.map(|id| ("bos_token_id", id)))
+        {
+            if id as usize >= vocab_size {
+                return Err(Error::Config(format!(
+                    "{} {id} is outside the vocabulary of {vocab_size}",
+                    name(field)
+                )));
+            }
+        }
         Ok(Config {
             arch,
             dim,
-            n_layers: positive(
-                need(hf.num_hidden_layers, "num_hidden_layers")?,
-                "num_hidden_layers",
-            )?,
+            n_layers,
             n_heads,
             n_kv_heads,
             head_dim,
-            ffn_dim: positive(
-                need(hf.intermediate_size, "intermediate_size")?,
-                "intermediate_size",
-            )?,
-            vocab_size: positive(need(hf.vocab_size, "vocab_size")?, "vocab_size")?,
+            ffn_dim,
+            vocab_size,
             max_seq_len,
-            rms_eps: hf.rms_norm_eps.unwrap_or(1e-6) as f32,
-            rope_theta: hf
-                .rope_theta
-                .or(hf.rope_parameters.as_ref().and_then(|p| p.rope_theta))
-                .unwrap_or(10000.0),
-            rope_scaling: resolve_rope_scaling(
-                hf.rope_scaling.as_ref().or(hf.rope_parameters.as_ref()),
-            )?,
+            rms_eps: rms_eps as f32,
+            rope_theta,
+            rope_scaling,
             tie_embeddings: hf.tie_word_embeddings.unwrap_or(false),
             qkv_bias: arch == Arch::Qwen2 || hf.attention_bias.unwrap_or(false),
             bos_token: hf.bos_token_id,
@@ -241,7 +360,19 @@ impl Config {
     }
 }
 
-fn resolve_rope_scaling(s: Option<&HfRopeScaling>) -> Result<RopeScaling> {
+/// A number for a message: exponent notation when plain digits would run long.
+fn shown(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-4..1e6).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
+}
+
+fn resolve_rope_scaling(
+    s: Option<&HfRopeScaling>,
+    name: &dyn Fn(&str) -> String,
+) -> Result<RopeScaling> {
     let Some(s) = s else {
         return Ok(RopeScaling::None);
     };
@@ -250,38 +381,57 @@ fn resolve_rope_scaling(s: Option<&HfRopeScaling>) -> Result<RopeScaling> {
         .as_deref()
         .or(s.kind.as_deref())
         .unwrap_or("default");
-    let factor = || {
-        s.factor.filter(|f| *f > 0.0).ok_or_else(|| {
-            Error::Config(format!("rope_scaling {kind:?} needs a positive `factor`"))
-        })
+    let scaling = name("rope_scaling");
+    let err = |msg: String| Error::Config(format!("{scaling} {kind:?}: {msg}"));
+    // Stretching only: a factor below 1 would squeeze positions together.
+    let factor = || match s.factor {
+        Some(f) if f >= 1.0 && f.is_finite() => Ok(f),
+        Some(f) => Err(err(format!(
+            "`factor` is {}; it must be finite and at least 1",
+            shown(f)
+        ))),
+        None => Err(err("missing `factor`".into())),
     };
     match kind {
         "default" => Ok(RopeScaling::None),
         "linear" => Ok(RopeScaling::Linear { factor: factor()? }),
         "llama3" => {
-            let field = |v: Option<f64>, name: &str| {
-                v.ok_or_else(|| Error::Config(format!("rope_scaling llama3: missing `{name}`")))
+            let field = |v: Option<f64>, field: &str| match v {
+                Some(v) if v > 0.0 && v.is_finite() => Ok(v),
+                Some(v) => Err(err(format!(
+                    "`{field}` is {}; it must be positive",
+                    shown(v)
+                ))),
+                None => Err(err(format!("missing `{field}`"))),
             };
             let low = field(s.low_freq_factor, "low_freq_factor")?;
             let high = field(s.high_freq_factor, "high_freq_factor")?;
             if high <= low {
-                return Err(Error::Config(format!(
-                    "rope_scaling llama3: high_freq_factor {high} must exceed low_freq_factor {low}"
+                return Err(err(format!(
+                    "high_freq_factor {} must exceed low_freq_factor {}",
+                    shown(high),
+                    shown(low)
                 )));
             }
+            let original_max_position = match s.original_max_position_embeddings {
+                Some(n) if (1..=limits::CONTEXT).contains(&n) => n,
+                Some(n) => {
+                    return Err(err(format!(
+                        "`original_max_position_embeddings` is {n}; it must be 1 to {}",
+                        limits::CONTEXT
+                    )));
+                }
+                None => return Err(err("missing `original_max_position_embeddings`".into())),
+            };
             Ok(RopeScaling::Llama3 {
                 factor: factor()?,
                 low_freq_factor: low,
                 high_freq_factor: high,
-                original_max_position: s.original_max_position_embeddings.ok_or_else(|| {
-                    Error::Config(
-                        "rope_scaling llama3: missing `original_max_position_embeddings`".into(),
-                    )
-                })?,
+                original_max_position,
             })
         }
         other => Err(Error::Config(format!(
-            "rope_scaling type {other:?} is not supported (default, linear, llama3 are)"
+            "{scaling} type {other:?} is not supported (default, linear, llama3 are)"
         ))),
     }
 }
@@ -338,7 +488,7 @@ mod tests {
 
     #[test]
     fn llama3_rope_scaling_and_eos_list() {
-        let json = SMOLLM2.replace(
+        let json = SMOLLM2.replace("49152", "128256").replace(
             "\"eos_token_id\": 2",
             r#""eos_token_id": [128001, 128009], "rope_scaling": {"rope_type": "llama3",
                "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -389,5 +539,110 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.to_string().contains("yarn"), "{e}");
+    }
+
+    fn with(field: &str, value: &str) -> String {
+        let json: serde_json::Value = serde_json::from_str(SMOLLM2).unwrap();
+        let mut json = json.as_object().unwrap().clone();
+        json.insert(field.into(), serde_json::from_str(value).unwrap());
+        serde_json::Value::Object(json).to_string()
+    }
+
+    fn refused(field: &str, value: &str) -> String {
+        parse(&with(field, value)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn sizes_past_the_limits_are_refused_before_they_multiply() {
+        // Values whose products wrap to plausible shapes (2^63 + 4 heads of 16 are 64 wide
+        // modulo 2^64) are refused by the bound on each factor.
+        assert_eq!(
+            refused("head_dim", "9223372036854775824"),
+            "config: `head_dim` is 9223372036854775824, more than rustle's limit of 1024"
+        );
+        assert_eq!(
+            refused("num_attention_heads", "9223372036854775812"),
+            "config: `num_attention_heads` is 9223372036854775812, more than rustle's limit of 1024"
+        );
+        assert_eq!(
+            refused("num_hidden_layers", "4294967296"),
+            "config: `num_hidden_layers` is 4294967296, more than rustle's limit of 1024"
+        );
+        assert_eq!(
+            refused("vocab_size", "18446744073709551615"),
+            "config: `vocab_size` is 18446744073709551615, more than rustle's limit of 4194304"
+        );
+        assert_eq!(
+            refused("max_position_embeddings", "16777217"),
+            "config: `max_position_embeddings` is 16777217, more than rustle's limit of 16777216"
+        );
+        let wide = parse(
+            &with("head_dim", "1024")
+                .replace("\"num_attention_heads\":9", "\"num_attention_heads\":96"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            wide,
+            "config: `num_attention_heads` 96 times `head_dim` 1024 is 98304, more than rustle's limit of 65536"
+        );
+        // The largest configuration the limits allow still counts its parameters in u64.
+        let c = parse(&SMOLLM2.replace("49152", "4194304")).unwrap();
+        assert!(c.n_params() > 0);
+    }
+
+    #[test]
+    fn zero_and_odd_head_dims_are_named_for_what_they_are() {
+        assert_eq!(
+            refused("head_dim", "0"),
+            "config: `head_dim` must be positive"
+        );
+        assert_eq!(
+            refused("head_dim", "63"),
+            "config: `head_dim` 63 must be even for RoPE"
+        );
+    }
+
+    #[test]
+    fn values_outside_their_meaning_are_refused() {
+        assert_eq!(
+            refused("rms_norm_eps", "-1"),
+            "config: `rms_norm_eps` is -1; it must be a small positive number such as 1e-5"
+        );
+        assert_eq!(
+            refused("rms_norm_eps", "1e-50"),
+            "config: `rms_norm_eps` is 1e-50; it must be a small positive number such as 1e-5"
+        );
+        assert_eq!(
+            refused("rope_theta", "0"),
+            "config: `rope_theta` is 0; it must be a finite number above 1 such as 10000"
+        );
+        assert_eq!(
+            refused("rope_theta", "0.5"),
+            "config: `rope_theta` is 0.5; it must be a finite number above 1 such as 10000"
+        );
+        assert_eq!(
+            refused("rope_scaling", r#"{"rope_type": "linear", "factor": 0.5}"#),
+            "config: `rope_scaling` \"linear\": `factor` is 0.5; it must be finite and at least 1"
+        );
+        assert_eq!(
+            refused(
+                "rope_scaling",
+                r#"{"rope_type": "llama3", "factor": 8, "low_freq_factor": -1,
+                    "high_freq_factor": 4, "original_max_position_embeddings": 8192}"#
+            ),
+            "config: `rope_scaling` \"llama3\": `low_freq_factor` is -1; it must be positive"
+        );
+        assert_eq!(
+            refused("eos_token_id", "49152"),
+            "config: `eos_token_id` 49152 is outside the vocabulary of 49152"
+        );
+    }
+
+    #[test]
+    fn messages_name_fields_as_the_source_spells_them() {
+        let hf: HfConfig = serde_json::from_str(&with("head_dim", "0")).unwrap();
+        let e = Config::resolve_named(&hf, &|f| format!("<{f}>")).unwrap_err();
+        assert_eq!(e.to_string(), "config: <head_dim> must be positive");
     }
 }

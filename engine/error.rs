@@ -111,6 +111,15 @@ pub enum Error {
 
     #[error("{0}")]
     Usage(String),
+
+    #[error(
+        "prompt is {bytes} bytes, more than the model's context of {context} tokens can hold (at most {per_token} bytes a token)"
+    )]
+    PromptTooLongText {
+        bytes: usize,
+        context: usize,
+        per_token: usize,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

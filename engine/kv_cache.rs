@@ -23,23 +23,20 @@ pub struct KvCache {
 impl KvCache {
     /// A pool of `n_blocks` blocks, or an error if the host cannot hold it.
     pub fn new(config: &Config, n_blocks: usize) -> Result<KvCache> {
-        let layer_len = n_blocks * BLOCK_SIZE * config.kv_dim();
-        let n = config.n_layers * layer_len;
-        let alloc = || -> Result<Vec<f32>> {
-            let mut v = Vec::new();
-            v.try_reserve_exact(n).map_err(|_| {
-                Error::Usage(format!(
-                    "cannot allocate a KV cache of {n_blocks} blocks ({:.1} GiB) in host memory; lower --kv-blocks",
-                    (2 * n * size_of::<f32>()) as f64 / (1u64 << 30) as f64
-                ))
-            })?;
-            // Zeroed pages come from the OS lazily: a large pool costs only what is used.
-            v.resize(n, 0.0);
-            Ok(v)
+        let too_big = || {
+            let bytes = (n_blocks as f64) * (KvCache::bytes_per_token(config) * BLOCK_SIZE) as f64;
+            Error::Usage(format!(
+                "cannot allocate a KV cache of {n_blocks} blocks ({:.1} GiB) in host memory; lower --kv-blocks",
+                bytes / (1u64 << 30) as f64
+            ))
         };
+        let layer_len = n_blocks
+            .checked_mul(BLOCK_SIZE * config.kv_dim())
+            .ok_or_else(too_big)?;
+        let n = config.n_layers.checked_mul(layer_len).ok_or_else(too_big)?;
         Ok(KvCache {
-            k: alloc()?,
-            v: alloc()?,
+            k: zeroed(n).ok_or_else(too_big)?,
+            v: zeroed(n).ok_or_else(too_big)?,
             n_blocks,
             layer_len,
         })
@@ -59,5 +56,38 @@ impl KvCache {
     pub fn layer_mut(&mut self, l: usize) -> (&mut [f32], &mut [f32]) {
         let r = l * self.layer_len..(l + 1) * self.layer_len;
         (&mut self.k[r.clone()], &mut self.v[r])
+    }
+}
+
+/// `n` zeros, or `None` when the allocator refuses. The memory comes from `alloc_zeroed`,
+/// which for a large pool maps fresh pages that the OS zeroes when first touched: the pool
+/// costs only what the sequences write, not its whole size up front (`Vec::resize` would
+/// write every page).
+fn zeroed(n: usize) -> Option<Vec<f32>> {
+    let layout = std::alloc::Layout::array::<f32>(n).ok()?;
+    if layout.size() == 0 {
+        return Some(Vec::new());
+    }
+    // SAFETY: the layout has a non-zero size.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<f32>();
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: `ptr` comes from the global allocator with the layout of `n` f32 (so the
+    // capacity is `n`), and all-zero bytes are `n` initialised 0.0 values.
+    Some(unsafe { Vec::from_raw_parts(ptr, n, n) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_is_zeros_and_a_pool_too_large_is_an_error() {
+        let z = zeroed(1000).unwrap();
+        assert!(z.len() == 1000 && z.capacity() == 1000 && z.iter().all(|&v| v == 0.0));
+        assert_eq!(zeroed(0).unwrap().len(), 0);
+        // Past what any address space holds: refused, not an abort.
+        assert!(zeroed(usize::MAX / 2).is_none());
     }
 }

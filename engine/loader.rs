@@ -19,66 +19,89 @@ pub struct LoadedModel {
     pub description: String,
 }
 
-/// Opens `path`: a folder with `config.json`, or a `.gguf` file.
+/// Opens `path`: a folder with `config.json`, or a `.gguf` file. Everything cheap is checked
+/// first (the configuration, the tokenizer, every tensor's name, dtype and shape, the memory
+/// the weights need), so a bad model is refused before any weight is read.
 pub fn load(path: &Path) -> Result<LoadedModel> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     if meta.is_dir() {
-        let (config, weights, tokenizer) = open_hf_folder(path)?;
-        check_host_memory(&weights)?;
-        let weights = ModelWeights::load(&config, &weights, false)?;
-        check_vocab(&config, &tokenizer)?;
-        Ok(LoadedModel {
-            description: format!("{name} (safetensors, {:?})", config.arch),
-            config,
-            weights,
-            tokenizer,
-        })
-    } else {
-        let g = GgufFile::open(path)?;
-        let arch = g
-            .get("general.architecture")
-            .and_then(MetaValue::as_str)
-            .unwrap_or("")
-            .to_owned();
-        let config = Config::resolve(&gguf_config(&g)?)?;
-        let tokenizer = Tokenizer::from_gguf(&g)?;
-        check_vocab(&config, &tokenizer)?;
-        // The converter permutes Q and K for `llama` files only.
-        let qk_permuted = arch == "llama";
-        let raw = gguf_weights(g);
-        check_host_memory(&raw)?;
-        let weights = ModelWeights::load(&config, &raw, qk_permuted)?;
-        Ok(LoadedModel {
-            description: format!("{name} (GGUF, {arch})"),
-            config,
-            weights,
-            tokenizer,
-        })
+        return load_hf_folder(path);
     }
+    if let Some(dir) = folder_of_hf_file(path)? {
+        return load_hf_folder(&dir);
+    }
+    let g = GgufFile::open(path)?;
+    let arch = g
+        .get("general.architecture")
+        .and_then(MetaValue::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let config = Config::resolve_named(&gguf_config(&g)?, &|field| gguf_key(&arch, field))?;
+    check_value_length(&g, &arch, &config)?;
+    let tokenizer = Tokenizer::from_gguf(&g)?;
+    check_vocab(&config, &tokenizer)?;
+    // The converter permutes Q and K for `llama` files only.
+    let qk_permuted = arch == "llama";
+    let raw = gguf_weights(g)?;
+    ModelWeights::check(&config, &raw)?;
+    check_params_fit(&config)?;
+    let weights = ModelWeights::load(&config, &raw, qk_permuted)?;
+    Ok(LoadedModel {
+        description: format!("{} (GGUF, {arch})", file_name(path)),
+        config,
+        weights,
+        tokenizer,
+    })
+}
+
+fn load_hf_folder(dir: &Path) -> Result<LoadedModel> {
+    let (config, weights, tokenizer) = open_hf_folder(dir)?;
+    check_vocab(&config, &tokenizer)?;
+    ModelWeights::check(&config, &weights)?;
+    check_params_fit(&config)?;
+    let weights = ModelWeights::load(&config, &weights, false)?;
+    Ok(LoadedModel {
+        description: format!("{} (safetensors, {:?})", file_name(dir), config.arch),
+        config,
+        weights,
+        tokenizer,
+    })
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// A file of a Hugging Face folder given in place of the folder (`-m dir/model.safetensors`):
+/// the folder, when its `config.json` is beside the file; an error that says to pass the
+/// folder when it is not. `None` for any other file (a GGUF file, say).
+fn folder_of_hf_file(path: &Path) -> Result<Option<PathBuf>> {
+    let name = file_name(path);
+    let hf_file = name.ends_with(".safetensors")
+        || name == "model.safetensors.index.json"
+        || name == "config.json";
+    if !hf_file {
+        return Ok(None);
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    if dir.join("config.json").is_file() {
+        return Ok(Some(dir));
+    }
+    Err(Error::Usage(format!(
+        "{}: one file of a Hugging Face model, with no config.json beside it; pass the folder that holds config.json, tokenizer.json and the .safetensors files",
+        path.display()
+    )))
 }
 
 /// The weights are held as f32 in host memory; a model that cannot fit is one clear line
 /// rather than an allocation failure halfway through loading.
-fn check_host_memory(w: &Weights) -> Result<()> {
-    let elements: usize = w
-        .tensors
-        .values()
-        .map(|t| t.shape.iter().product::<usize>())
-        .sum();
-    fits(elements as u64 * 4)
-}
-
-/// Whether a model of this shape fits host memory as f32 (for synthetic weights).
 pub fn check_params_fit(c: &Config) -> Result<()> {
-    let per_layer =
-        c.dim * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.dim + 3 * c.dim * c.ffn_dim;
-    let head = if c.tie_embeddings { 1 } else { 2 };
-    let params = c.n_layers * per_layer + head * c.vocab_size * c.dim;
-    fits(params as u64 * 4)
+    fits(c.n_params().saturating_mul(4))
 }
 
 fn fits(need: u64) -> Result<()> {
@@ -145,40 +168,98 @@ fn gguf_config(g: &GgufFile) -> Result<HfConfig> {
         }
     };
     let num = |key: &str| {
-        g.get(&format!("{arch}.{key}"))
-            .and_then(MetaValue::as_u64)
-            .map(|v| v as usize)
+        let key = format!("{arch}.{key}");
+        let v = g.get(&key).and_then(MetaValue::as_u64);
+        typed(
+            g,
+            &key,
+            "a non-negative integer",
+            v.map(|v| usize::try_from(v).unwrap_or(usize::MAX)),
+        )
     };
-    let float = |key: &str| g.get(&format!("{arch}.{key}")).and_then(MetaValue::as_f64);
+    let float = |key: &str| {
+        let key = format!("{arch}.{key}");
+        typed(g, &key, "a number", g.get(&key).and_then(MetaValue::as_f64))
+    };
+    let id = |key: &str| {
+        let v = g.get(key).and_then(MetaValue::as_u64);
+        typed(g, key, "a token id", v.and_then(|v| u32::try_from(v).ok()))
+    };
     let n_tokens = g
         .get("tokenizer.ggml.tokens")
         .and_then(MetaValue::as_array)
         .map(|a| a.len());
     let token_embd = g.tensors.iter().find(|t| t.name == "token_embd.weight");
-    let id = |key: &str| g.get(key).and_then(MetaValue::as_u64).map(|v| v as u32);
-    let hidden = num("embedding_length");
-    let heads = num("attention.head_count");
     Ok(HfConfig {
         model_type: Some(model_type.to_owned()),
-        hidden_size: hidden,
-        intermediate_size: num("feed_forward_length"),
-        num_hidden_layers: num("block_count"),
-        num_attention_heads: heads,
-        num_key_value_heads: num("attention.head_count_kv"),
-        head_dim: num("attention.key_length"),
+        hidden_size: num("embedding_length")?,
+        intermediate_size: num("feed_forward_length")?,
+        num_hidden_layers: num("block_count")?,
+        num_attention_heads: num("attention.head_count")?,
+        num_key_value_heads: num("attention.head_count_kv")?,
+        head_dim: num("attention.key_length")?,
         // The embedding's row count is the truth; the metadata key is optional.
-        vocab_size: num("vocab_size")
+        vocab_size: num("vocab_size")?
             .or(token_embd.and_then(|t| t.dims.get(1).copied()))
             .or(n_tokens),
-        max_position_embeddings: num("context_length"),
-        rms_norm_eps: float("attention.layer_norm_rms_epsilon"),
-        rope_theta: float("rope.freq_base"),
+        max_position_embeddings: num("context_length")?,
+        rms_norm_eps: float("attention.layer_norm_rms_epsilon")?,
+        rope_theta: float("rope.freq_base")?,
         rope_scaling: gguf_rope_scaling(g, arch),
         tie_word_embeddings: Some(!g.tensors.iter().any(|t| t.name == "output.weight")),
-        bos_token_id: id("tokenizer.ggml.bos_token_id"),
-        eos_token_id: id("tokenizer.ggml.eos_token_id").map(OneOrMany::One),
+        bos_token_id: id("tokenizer.ggml.bos_token_id")?,
+        eos_token_id: id("tokenizer.ggml.eos_token_id")?.map(OneOrMany::One),
         ..Default::default()
     })
+}
+
+/// rustle's attention has one head width for keys and values: a GGUF file that says
+/// otherwise is refused (checked after the configuration, whose bounds come first).
+fn check_value_length(g: &GgufFile, arch: &str, config: &Config) -> Result<()> {
+    let key = format!("{arch}.attention.value_length");
+    let read = g.get(&key).and_then(MetaValue::as_u64);
+    match typed(g, &key, "a non-negative integer", read)? {
+        Some(v) if v != config.head_dim as u64 => Err(Error::Config(format!(
+            "`{key}` {v} differs from the head width {}: rustle needs keys and values of one width",
+            config.head_dim
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// `read`, the value of `key` read as what it should hold: `None` when the key is absent, an
+/// error when it is there with another type (corruption, not absence).
+fn typed<T>(g: &GgufFile, key: &str, want: &str, read: Option<T>) -> Result<Option<T>> {
+    match (g.get(key), read) {
+        (None, _) => Ok(None),
+        (Some(_), Some(v)) => Ok(Some(v)),
+        (Some(found), None) => Err(Error::Config(format!(
+            "GGUF metadata `{key}` is {}, not {want}",
+            found.brief()
+        ))),
+    }
+}
+
+/// The GGUF key that stands for a `config.json` field, for messages.
+fn gguf_key(arch: &str, field: &str) -> String {
+    let key = match field {
+        "hidden_size" => "embedding_length",
+        "intermediate_size" => "feed_forward_length",
+        "num_hidden_layers" => "block_count",
+        "num_attention_heads" => "attention.head_count",
+        "num_key_value_heads" => "attention.head_count_kv",
+        "head_dim" => "attention.key_length",
+        "max_position_embeddings" => "context_length",
+        "rms_norm_eps" => "attention.layer_norm_rms_epsilon",
+        "rope_theta" => "rope.freq_base",
+        "rope_scaling" => "rope.scaling",
+        "vocab_size" => return "the vocabulary size (token_embd.weight's rows)".into(),
+        "bos_token_id" | "eos_token_id" => {
+            return format!("`tokenizer.ggml.{field}`");
+        }
+        other => return format!("`{other}`"),
+    };
+    format!("`{arch}.{key}`")
 }
 
 fn gguf_rope_scaling(g: &GgufFile, arch: &str) -> Option<crate::config::HfRopeScaling> {
@@ -229,28 +310,35 @@ pub fn hf_name(gguf: &str) -> String {
     format!("model.layers.{layer}.{hf}.{suffix}")
 }
 
-fn gguf_weights(g: GgufFile) -> Weights {
-    let tensors: HashMap<String, RawTensor> = g
-        .tensors
-        .iter()
-        .map(|t| {
-            (
-                hf_name(&t.name),
-                RawTensor {
-                    file: 0,
-                    offset: t.offset,
-                    n_bytes: t.n_bytes,
-                    dtype: t.dtype,
-                    // GGUF lists dimensions fastest first; the model wants `[out, in]`.
-                    shape: t.dims.iter().rev().copied().collect(),
-                },
-            )
-        })
-        .collect();
-    Weights {
+/// The tensor table under Hugging Face names. Two GGUF names for one weight (`output.weight`
+/// and `lm_head.weight`, say) are an error, not a silent choice.
+fn gguf_weights(g: GgufFile) -> Result<Weights> {
+    let mut tensors: HashMap<String, RawTensor> = HashMap::with_capacity(g.tensors.len());
+    let mut gguf_names: HashMap<String, &str> = HashMap::with_capacity(g.tensors.len());
+    for t in &g.tensors {
+        let name = hf_name(&t.name);
+        if let Some(other) = gguf_names.insert(name.clone(), &t.name) {
+            return Err(Error::Format {
+                path: g.path.clone(),
+                format: "GGUF",
+                reason: format!("tensors {other:?} and {:?} are both {name}", t.name),
+            });
+        }
+        let raw = RawTensor {
+            file: 0,
+            offset: t.offset,
+            n_bytes: t.n_bytes,
+            dtype: t.dtype,
+            // GGUF lists dimensions fastest first; the model wants `[out, in]`.
+            shape: t.dims.iter().rev().copied().collect(),
+        };
+        tensors.insert(name, raw);
+    }
+    drop(gguf_names);
+    Ok(Weights {
         files: vec![g.mmap],
         tensors,
-    }
+    })
 }
 
 /// `--model`, else `$RUSTLE_MODEL`, else the default model (fetched once).
@@ -284,5 +372,24 @@ mod tests {
             "model.layers.3.input_layernorm.weight"
         );
         assert_eq!(hf_name("rope_freqs.weight"), "rope_freqs.weight");
+    }
+
+    #[test]
+    fn gguf_metadata_of_the_wrong_type_is_named() {
+        use crate::weights::gguf::tests::Writer;
+        let path = std::env::temp_dir().join(format!("rustle-loader-{}.gguf", std::process::id()));
+        let mut w = Writer::new();
+        w.meta_str("general.architecture", "llama")
+            .meta_str("llama.attention.head_count", "four");
+        std::fs::write(&path, w.finish()).unwrap();
+        let e = load(&path).err().unwrap();
+        assert_eq!(
+            e.to_string(),
+            "config: GGUF metadata `llama.attention.head_count` is the string \"four\", not a non-negative integer"
+        );
+        assert_eq!(
+            gguf_key("qwen2", "head_dim"),
+            "`qwen2.attention.key_length`"
+        );
     }
 }

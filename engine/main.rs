@@ -5,18 +5,36 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use clap::builder::RangedU64ValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use rustle::chat::{self, Message};
+use rustle::config::limits;
 use rustle::error::{Error, Result};
 use rustle::generate::{StopReason, generate};
 use rustle::gpu::Gpu;
 use rustle::gpu::backend::check_supported;
 use rustle::loader;
-use rustle::runner::{Device, Runner, RunnerOptions};
+use rustle::runner::{Device, Forward, Runner, RunnerOptions, cpu_kv_blocks};
 use rustle::sampler::SamplingParams;
 use rustle::serve::engine::DEFAULT_TOKEN_BUDGET;
 use rustle::serve::{Engine, EngineOptions, RequestParams};
+use rustle::tokenizer::MAX_BYTES_PER_TOKEN;
+
+/// Size flags are bounded where they are parsed, so that a mistyped number is one line naming
+/// the flag, before the model loads, never an allocation of that size.
+/// `--token-budget` (`--prefill-chunk`): activations grow with it; 64k tokens is past any
+/// useful step.
+const MAX_TOKEN_BUDGET: u64 = 1 << 16;
+/// `--kv-blocks`: 16M blocks is 256M tokens (block ids and slots stay far inside u32).
+const MAX_KV_BLOCKS: u64 = 1 << 24;
+/// Lengths in tokens (`-n`, `--prompt-len`, `--ctx`, `--steps`): no model's context is longer.
+const MAX_TOKENS: u64 = limits::CONTEXT as u64;
+
+/// A `usize` flag that must lie in `min..=max`.
+fn in_range(min: u64, max: u64) -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::new().range(min..=max)
+}
 
 /// rustle: run a Llama-family language model on a prompt.
 ///
@@ -48,7 +66,7 @@ struct Cli {
     prompt_file: Option<PathBuf>,
 
     /// Most tokens to generate; generation also stops at the model's end-of-sequence token.
-    #[arg(short = 'n', long, default_value_t = 256)]
+    #[arg(short = 'n', long, default_value_t = 256, value_parser = in_range(1, MAX_TOKENS))]
     max_tokens: usize,
 
     /// A Hugging Face model folder (config.json, tokenizer.json, *.safetensors) or a .gguf
@@ -92,14 +110,15 @@ struct Cli {
     #[arg(long)]
     seed: Option<u64>,
 
-    /// KV-cache size in blocks of 16 tokens (default: on the CPU one full context, at most
-    /// 4 GiB; on the GPU 90% of the free memory, at most 64 full contexts).
-    #[arg(long, value_name = "N")]
+    /// KV-cache size in blocks of 16 tokens (default: on the CPU the prompt and
+    /// --max-tokens, within the context and 4 GiB; on the GPU 90% of the free memory, at
+    /// most 64 full contexts).
+    #[arg(long, value_name = "N", value_parser = in_range(1, MAX_KV_BLOCKS))]
     kv_blocks: Option<usize>,
 
     /// Most tokens in one forward pass (decode tokens first, then prompt chunks); longer
     /// prompts run in chunks.
-    #[arg(long, alias = "prefill-chunk", default_value_t = DEFAULT_TOKEN_BUDGET, value_name = "N")]
+    #[arg(long, alias = "prefill-chunk", default_value_t = DEFAULT_TOKEN_BUDGET, value_name = "N", value_parser = in_range(1, MAX_TOKEN_BUDGET))]
     token_budget: usize,
 
     /// Do not keep full KV blocks for reuse by prompts that share a prefix.
@@ -130,11 +149,11 @@ struct ProfileCli {
     model: Option<PathBuf>,
 
     /// Prompt length of the profiled prefill.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = in_range(1, MAX_TOKENS))]
     prompt_len: usize,
 
     /// Decode steps profiled after the prefill.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = in_range(1, MAX_TOKENS))]
     steps: usize,
 
     /// Where to write profile.json, roofline.svg and roofline.png.
@@ -169,15 +188,15 @@ struct BenchCli {
     model: Option<PathBuf>,
 
     /// Context lengths to decode at, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "512,8192")]
+    #[arg(long, value_delimiter = ',', default_value = "512,8192", value_parser = in_range(1, MAX_TOKENS))]
     ctx: Vec<usize>,
 
     /// Prompt length for the prefill and time-to-first-token figures.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = in_range(1, MAX_TOKENS))]
     prompt_len: usize,
 
     /// Decode steps timed at each context length.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = in_range(1, MAX_TOKENS))]
     steps: usize,
 
     /// Also time every tile width and split of the warpgroup GEMM on each prefill matmul
@@ -274,7 +293,10 @@ fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
         eprintln!("rustle: internal error: {info} (this is a bug; please report it)");
     }));
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => usage_error(e),
+    };
     let result = match cli.command {
         Some(Command::Bench(ref b)) => bench(b),
         Some(Command::Profile(ref p)) => profile(p),
@@ -287,6 +309,24 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// clap's errors as rustle's: one `rustle: error:` line (clap's message with its lines
+/// joined), then clap's usage hint. `--help` and `--version` print as clap prints them.
+fn usage_error(e: clap::Error) -> ! {
+    if !e.use_stderr() {
+        e.exit();
+    }
+    let text = e.render().to_string();
+    let (message, hint) = text.split_once("\n\n").unwrap_or((&text, ""));
+    let message: Vec<&str> = message.lines().map(str::trim).collect();
+    let message = message.join(" ");
+    let message = message.strip_prefix("error: ").unwrap_or(&message);
+    eprintln!("rustle: error: {message}");
+    if !hint.trim().is_empty() {
+        eprintln!("{}", hint.trim_end());
+    }
+    std::process::exit(e.exit_code());
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -312,6 +352,17 @@ fn run(cli: Cli) -> Result<()> {
     let text = match (&cli.prompt, &cli.prompt_file) {
         (Some(p), _) => p.clone(),
         (None, Some(path)) => {
+            // No context holds a longer text; do not read one into memory to find that out.
+            let len = std::fs::metadata(path)
+                .map_err(|e| Error::io(path, e))?
+                .len();
+            let most = (limits::CONTEXT * MAX_BYTES_PER_TOKEN) as u64;
+            if len > most {
+                return Err(Error::Usage(format!(
+                    "{}: {len} bytes, more than any context rustle runs can hold ({most} bytes)",
+                    path.display()
+                )));
+            }
             let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
             String::from_utf8(bytes)
                 .map_err(|e| Error::Usage(format!("{}: not UTF-8 text ({e})", path.display())))?
@@ -355,7 +406,14 @@ fn run(cli: Cli) -> Result<()> {
             }
         },
     };
+    // Text longer than the context could hold is refused before it is tokenized.
+    let context = model.config.max_seq_len;
     let prompt = if cli.chat {
+        if model.tokenizer.chat_template.is_none() {
+            eprintln!(
+                "rustle: the model has no chat template (looked for chat_template.jinja, tokenizer_config.json, GGUF metadata); using ChatML"
+            );
+        }
         let mut messages = vec![];
         if let Some(system) = cli.system {
             messages.push(Message {
@@ -367,25 +425,37 @@ fn run(cli: Cli) -> Result<()> {
             role: "user".into(),
             content: text,
         });
-        let rendered = chat::render(&model.tokenizer, &messages)?;
-        model.tokenizer.encode(&rendered, false)?
+        let max_bytes = chat::max_bytes_for_context(context);
+        let rendered = chat::render_within(&model.tokenizer, &messages, max_bytes)?;
+        model.tokenizer.encode_prompt(&rendered, false, context)?
     } else {
-        model.tokenizer.encode(&text, true)?
+        model.tokenizer.encode_prompt(&text, true, context)?
+    };
+    // On the CPU the pool holds this run (the prompt and its new tokens), not the model's
+    // whole context; the GPU sizes its own from the free memory.
+    let kv_blocks = match device {
+        Device::Cpu => cli.kv_blocks.or(Some(cpu_kv_blocks(
+            &model.config,
+            prompt.len() + cli.max_tokens,
+        ))),
+        Device::Gpu(_) => cli.kv_blocks,
     };
     let tokenizer = model.tokenizer;
     let runner = Runner::new(
         model.config,
         model.weights,
         &RunnerOptions {
-            kv_blocks: cli.kv_blocks,
+            kv_blocks,
             max_batch_tokens: cli.token_budget,
         },
         device,
     )?;
+    // One prompt's pool may hold fewer tokens than the budget: a step never needs more.
+    let token_budget = cli.token_budget.min(runner.limits().max_batch_tokens);
     let mut engine = Engine::new(
         runner,
         EngineOptions {
-            token_budget: cli.token_budget,
+            token_budget,
             prefix_cache: !cli.no_prefix_cache,
             eos: tokenizer.eos_tokens.clone(),
             ..Default::default()

@@ -3,7 +3,7 @@
 use rayon::prelude::*;
 
 use crate::config::Config;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::weights::Weights;
 
 /// One transformer block.
@@ -148,6 +148,41 @@ impl ModelWeights {
         }
     }
 
+    /// Checks every weight `load` takes (name, shape, dtype) without reading any: a model
+    /// whose files disagree with its configuration is refused before anything is allocated.
+    pub fn check(c: &Config, w: &Weights) -> Result<()> {
+        let (dim, q_dim, kv_dim, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        for l in 0..c.n_layers {
+            let name = |s: &str| format!("model.layers.{l}.{s}");
+            for (s, shape) in [
+                ("input_layernorm.weight", vec![dim]),
+                ("self_attn.q_proj.weight", vec![q_dim, dim]),
+                ("self_attn.k_proj.weight", vec![kv_dim, dim]),
+                ("self_attn.v_proj.weight", vec![kv_dim, dim]),
+                ("self_attn.o_proj.weight", vec![dim, q_dim]),
+                ("post_attention_layernorm.weight", vec![dim]),
+                ("mlp.gate_proj.weight", vec![ffn, dim]),
+                ("mlp.up_proj.weight", vec![ffn, dim]),
+                ("mlp.down_proj.weight", vec![dim, ffn]),
+            ] {
+                w.check(&name(s), &shape, true)?;
+            }
+            if c.qkv_bias {
+                for (s, n) in [
+                    ("self_attn.q_proj.bias", q_dim),
+                    ("self_attn.k_proj.bias", kv_dim),
+                    ("self_attn.v_proj.bias", kv_dim),
+                ] {
+                    w.check(&name(s), &[n], true)?;
+                }
+            }
+        }
+        w.check("model.embed_tokens.weight", &[c.vocab_size, dim], true)?;
+        w.check("model.norm.weight", &[dim], true)?;
+        w.check("lm_head.weight", &[c.vocab_size, dim], !c.tie_embeddings)?;
+        w.check("rope_freqs.weight", &[c.head_dim / 2], false)
+    }
+
     /// Takes every weight by name and shape. `qk_permuted`: the file's Q and K rows are in
     /// the interleaved order GGUF converters write for `llama` models; put them back.
     pub fn load(c: &Config, w: &Weights, qk_permuted: bool) -> Result<ModelWeights> {
@@ -195,12 +230,25 @@ impl ModelWeights {
         } else {
             Some(w.take("lm_head.weight", &[c.vocab_size, dim])?)
         };
+        // Divisors of RoPE's frequencies: zero, negative or NaN ones turn every angle to NaN.
+        let rope_freq_factors = w.take_optional("rope_freqs.weight", &[c.head_dim / 2])?;
+        if let Some(bad) = rope_freq_factors
+            .iter()
+            .flatten()
+            .find(|f| !(**f > 0.0 && f.is_finite()))
+        {
+            return Err(Error::WeightMismatch {
+                name: "rope_freqs.weight".into(),
+                want: "positive finite factors".into(),
+                found: bad.to_string(),
+            });
+        }
         Ok(ModelWeights {
             embed: w.take("model.embed_tokens.weight", &[c.vocab_size, dim])?,
             layers,
             final_norm: w.take("model.norm.weight", &[dim])?,
             lm_head,
-            rope_freq_factors: w.take_optional("rope_freqs.weight", &[c.head_dim / 2])?,
+            rope_freq_factors,
         })
     }
 }

@@ -4,7 +4,10 @@
 //! i < d/2, the pair (x[i], x[i + d/2]) at position p turns by the angle p * inv_freq[i],
 //! where inv_freq[i] = theta^(-2i/d), stretched by the model's `rope_scaling`.
 
+use rayon::prelude::*;
+
 use crate::config::{Config, RopeScaling};
+use crate::error::{Error, Result};
 
 /// cos and sin of every angle a position up to `n_positions` needs.
 pub struct RopeTables {
@@ -55,19 +58,38 @@ pub fn inv_freqs(config: &Config, freq_factors: Option<&[f32]>) -> Vec<f64> {
 }
 
 impl RopeTables {
-    pub fn new(config: &Config, n_positions: usize, freq_factors: Option<&[f32]>) -> RopeTables {
+    /// Tables for positions `0..n_positions`: size them by the longest sequence the KV pool
+    /// holds, not the model's context (which may be millions of positions).
+    pub fn new(
+        config: &Config,
+        n_positions: usize,
+        freq_factors: Option<&[f32]>,
+    ) -> Result<RopeTables> {
         let inv = inv_freqs(config, freq_factors);
         let half_dim = inv.len();
-        let mut cos = Vec::with_capacity(n_positions * half_dim);
-        let mut sin = Vec::with_capacity(n_positions * half_dim);
-        for p in 0..n_positions {
-            for &f in &inv {
-                let angle = p as f64 * f;
-                cos.push(angle.cos() as f32);
-                sin.push(angle.sin() as f32);
-            }
-        }
-        RopeTables { cos, sin, half_dim }
+        let n = n_positions.saturating_mul(half_dim);
+        let table = || {
+            let mut t = Vec::new();
+            t.try_reserve_exact(n).map_err(|_| {
+                Error::Usage(format!(
+                    "cannot allocate RoPE tables for {n_positions} positions; lower --kv-blocks"
+                ))
+            })?;
+            t.resize(n, 0f32);
+            Ok::<_, Error>(t)
+        };
+        let (mut cos, mut sin) = (table()?, table()?);
+        cos.par_chunks_mut(half_dim.max(1))
+            .zip(sin.par_chunks_mut(half_dim.max(1)))
+            .enumerate()
+            .for_each(|(p, (c, s))| {
+                for ((c, s), &f) in c.iter_mut().zip(s.iter_mut()).zip(&inv) {
+                    let angle = p as f64 * f;
+                    *c = angle.cos() as f32;
+                    *s = angle.sin() as f32;
+                }
+            });
+        Ok(RopeTables { cos, sin, half_dim })
     }
 }
 
@@ -93,7 +115,7 @@ mod tests {
         assert_eq!(f.len(), 64);
         assert_eq!(f[0], 1.0);
         assert!((f[1] - 500000f64.powf(-2.0 / 128.0)).abs() < 1e-15);
-        let t = RopeTables::new(&c, 3, None);
+        let t = RopeTables::new(&c, 3, None).unwrap();
         // position 2, pair 0: angle 2 radians
         assert!((t.cos[2 * 64] - 2f32.cos()).abs() < 1e-7);
         assert!((t.sin[2 * 64] - 2f32.sin()).abs() < 1e-7);

@@ -43,6 +43,16 @@ impl Default for RunnerOptions {
 /// The default CPU pool is one full context, but never more than this many bytes.
 pub const DEFAULT_KV_BUDGET: usize = 4 << 30;
 
+/// A CPU pool for sequences of up to `tokens` tokens (a prompt and its new tokens), capped
+/// by the model's context and `DEFAULT_KV_BUDGET`: the pool, and the RoPE tables sized from
+/// it, then cost what the run needs, whatever context the model claims.
+pub fn cpu_kv_blocks(config: &Config, tokens: usize) -> usize {
+    let block_bytes = KvCache::bytes_per_token(config) * BLOCK_SIZE;
+    blocks_for(tokens.min(config.max_seq_len))
+        .min(DEFAULT_KV_BUDGET / block_bytes)
+        .max(1)
+}
+
 enum Backend {
     Cpu(Box<CpuBackend>),
     Gpu(Box<GpuBackend>),
@@ -128,16 +138,16 @@ impl Runner {
                 opts,
             );
         }
-        let n_blocks = opts.kv_blocks.unwrap_or_else(|| {
-            blocks_for(config.max_seq_len)
-                .min(DEFAULT_KV_BUDGET / block_bytes)
-                .max(1)
-        });
-        let max_context = config.max_seq_len.min(n_blocks * BLOCK_SIZE);
+        let n_blocks = opts
+            .kv_blocks
+            .unwrap_or_else(|| cpu_kv_blocks(&config, config.max_seq_len));
+        let max_context = config.max_seq_len.min(n_blocks.saturating_mul(BLOCK_SIZE));
+        // No pass holds more tokens than a sequence can.
+        let max_batch_tokens = opts.max_batch_tokens.min(max_context);
         let cpu = CpuBackend {
             kv: KvCache::new(&config, n_blocks)?,
-            scratch: Scratch::new(&config, opts.max_batch_tokens),
-            rope: RopeTables::new(&config, max_context, weights.rope_freq_factors.as_deref()),
+            scratch: Scratch::new(&config, max_batch_tokens),
+            rope: RopeTables::new(&config, max_context, weights.rope_freq_factors.as_deref())?,
             weights,
             ops: Default::default(),
         };
@@ -147,7 +157,7 @@ impl Runner {
             batch: Batch::default(),
             ids: vec![],
             gpu_batch: Batch::default(),
-            max_batch_tokens: opts.max_batch_tokens,
+            max_batch_tokens,
             config,
         })
     }
@@ -161,8 +171,10 @@ impl Runner {
         opts: &RunnerOptions,
     ) -> Result<Runner> {
         let mut g = GpuBackend::new(gpu, &config, weights, opts.kv_blocks, opts.max_batch_tokens)?;
-        let max_context = config.max_seq_len.min(g.n_blocks * BLOCK_SIZE);
-        g.set_rope(&RopeTables::new(&config, max_context, rope_freq_factors))?;
+        let max_context = config
+            .max_seq_len
+            .min(g.n_blocks.saturating_mul(BLOCK_SIZE));
+        g.set_rope(&RopeTables::new(&config, max_context, rope_freq_factors)?)?;
         Ok(Runner {
             max_context,
             backend: Backend::Gpu(Box::new(g)),

@@ -3,8 +3,15 @@
 //! A model folder brings its own `tokenizer.json`. A GGUF file brings the pieces in its
 //! metadata (`tokenizer.ggml.*`); we rebuild the equivalent `tokenizer.json` from them and
 //! hand it to the same crate, so both sources share one encoder.
+//!
+//! The crate panics on some inputs it half-accepts (a `tokenizer.json` cut inside its
+//! decoder, a Replace normalizer with an empty pattern), so every call into it goes through
+//! `guarded`, which turns such a panic into an error.
 
+use std::cell::Cell;
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
+use std::sync::Once;
 
 use serde_json::{Value, json};
 
@@ -27,17 +34,92 @@ fn tok_err(e: impl std::fmt::Display) -> Error {
     Error::Tokenizer(e.to_string())
 }
 
+/// The most bytes of text one token stands for, generously: natural text averages about 4
+/// and code under 10. A text longer than a context's worth of these cannot fit the context,
+/// and is refused before it is tokenized (which costs about 180 bytes of memory per byte).
+pub const MAX_BYTES_PER_TOKEN: usize = 32;
+
+/// The longest GGUF vocabulary entry rustle accepts. Real pieces are a few dozen bytes;
+/// rebuilding a SentencePiece vocabulary's merges costs the square of a piece's length.
+const MAX_TOKEN_BYTES: usize = 1024;
+
+thread_local! {
+    /// Set while `guarded` runs: a panic then is answered with an error, not reported.
+    static GUARDED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f`, a call into the `tokenizers` crate, turning a panic inside it into an error
+/// that says what was being done. The panic hook (which reports a panic as a bug) is wrapped
+/// once so that it stays quiet for the panics caught here.
+fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T> {
+    static QUIET_HOOK: Once = Once::new();
+    QUIET_HOOK.call_once(|| {
+        let report = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !GUARDED.with(Cell::get) {
+                report(info);
+            }
+        }));
+    });
+    let outer = GUARDED.with(|g| g.replace(true));
+    let result = std::panic::catch_unwind(AssertUnwindSafe(f));
+    GUARDED.with(|g| g.set(outer));
+    result.map_err(|payload| {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let msg: String = msg.lines().next().unwrap_or("").chars().take(200).collect();
+        Error::Tokenizer(format!("{what}: the tokenizers library failed ({msg})"))
+    })
+}
+
+/// Parses a `tokenizer.json` (`source` names it in messages). The text is checked to be JSON
+/// first, so a truncated file says so; padding and truncation are switched off, as a
+/// generation prompt must be neither cut nor padded (and a corrupt padding length must not
+/// size an allocation); one short text is encoded, so a tokenizer that fails on every text
+/// is refused now rather than at the prompt.
+fn parse_tokenizer_json(json: &[u8], source: &str) -> Result<tokenizers::Tokenizer> {
+    serde_json::from_slice::<serde::de::IgnoredAny>(json)
+        .map_err(|e| Error::Tokenizer(format!("{source}: not valid JSON: {e}")))?;
+    let mut inner = guarded(source, || tokenizers::Tokenizer::from_bytes(json))?
+        .map_err(|e| Error::Tokenizer(format!("{source}: {e}")))?;
+    inner.with_padding(None);
+    inner
+        .with_truncation(None)
+        .map_err(|e| Error::Tokenizer(format!("{source}: {e}")))?;
+    guarded(&format!("{source}: encoding a test text"), || {
+        inner.encode("Hello, world! 123", true)
+    })?
+    .map_err(|e| Error::Tokenizer(format!("{source}: encoding a test text: {e}")))?;
+    Ok(inner)
+}
+
 impl Tokenizer {
     /// `text` as token ids. `special` adds what the model puts around a plain prompt (the BOS
     /// token for Llama 2); chat prompts pass false, their template writes those tokens itself.
     pub fn encode(&self, text: &str, special: bool) -> Result<Vec<u32>> {
-        let enc = self.inner.encode(text, special).map_err(tok_err)?;
+        let enc = guarded("encoding", || self.inner.encode(text, special))?.map_err(tok_err)?;
         Ok(enc.get_ids().to_vec())
+    }
+
+    /// As `encode`, for a prompt that must fit `context` tokens: a text too long to fit even
+    /// at `MAX_BYTES_PER_TOKEN` is refused before the (costly) tokenization.
+    pub fn encode_prompt(&self, text: &str, special: bool, context: usize) -> Result<Vec<u32>> {
+        if text.len() / MAX_BYTES_PER_TOKEN >= context {
+            return Err(Error::PromptTooLongText {
+                bytes: text.len(),
+                context,
+                per_token: MAX_BYTES_PER_TOKEN,
+            });
+        }
+        self.encode(text, special)
     }
 
     /// Token ids as text, special tokens left out.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.inner.decode(ids, true).map_err(tok_err)
+        guarded("decoding", || self.inner.decode(ids, true))?.map_err(tok_err)
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -59,8 +141,8 @@ impl Tokenizer {
         if !path.is_file() {
             return Err(Error::Tokenizer(format!("{}: not found", path.display())));
         }
-        let inner = tokenizers::Tokenizer::from_file(&path)
-            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        let json = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+        let inner = parse_tokenizer_json(&json, &path.display().to_string())?;
         let cfg_path = dir.join("tokenizer_config.json");
         let cfg: Value = match std::fs::read_to_string(&cfg_path) {
             Ok(text) => serde_json::from_str(&text).map_err(|e| Error::Format {
@@ -77,16 +159,7 @@ impl Tokenizer {
                 _ => None,
             }
         };
-        let chat_template = match &cfg["chat_template"] {
-            Value::String(s) => Some(s.clone()),
-            // A list of named templates: take the default one.
-            Value::Array(list) => list
-                .iter()
-                .find(|t| t["name"] == "default")
-                .and_then(|t| t["template"].as_str())
-                .map(str::to_owned),
-            _ => None,
-        };
+        let chat_template = folder_chat_template(dir, &cfg)?;
         let bos_text = token_text("bos_token").unwrap_or_default();
         let eos_text = token_text("eos_token").unwrap_or_default();
         let mut eos_tokens = eos_from_config.to_vec();
@@ -121,6 +194,16 @@ impl Tokenizer {
                 .collect()
         };
         let tokens = strings("tokenizer.ggml.tokens")?;
+        if let Some((i, t)) = tokens
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.len() > MAX_TOKEN_BYTES)
+        {
+            return Err(Error::Tokenizer(format!(
+                "GGUF token {i} is {} bytes long; rustle reads tokens of up to {MAX_TOKEN_BYTES}",
+                t.len()
+            )));
+        }
         let types: Vec<i64> = match g
             .get("tokenizer.ggml.token_type")
             .and_then(MetaValue::as_array)
@@ -128,7 +211,20 @@ impl Tokenizer {
             Some(a) => a.iter().map(|v| v.as_f64().unwrap_or(1.0) as i64).collect(),
             None => vec![1; tokens.len()],
         };
-        let id = |key: &str| g.get(key).and_then(MetaValue::as_u64).map(|v| v as u32);
+        if types.len() != tokens.len() {
+            return Err(Error::Tokenizer(format!(
+                "GGUF `tokenizer.ggml.token_type` has {} entries for {} tokens",
+                types.len(),
+                tokens.len()
+            )));
+        }
+        // An id that does not fit a u32 names no token (ids past the vocabulary are caught
+        // with the model's configuration).
+        let id = |key: &str| {
+            g.get(key)
+                .and_then(MetaValue::as_u64)
+                .and_then(|v| u32::try_from(v).ok())
+        };
         let bos = id("tokenizer.ggml.bos_token_id");
         let eos = id("tokenizer.ggml.eos_token_id");
         let flag = |key: &str| g.get(key).and_then(MetaValue::as_bool);
@@ -165,7 +261,10 @@ impl Tokenizer {
         };
         let add_bos = flag("tokenizer.ggml.add_bos_token").unwrap_or(model == "llama");
         let json = with_bos_post_processor(json, add_bos.then_some(bos).flatten(), &tokens);
-        let inner: tokenizers::Tokenizer = json.to_string().parse().map_err(tok_err)?;
+        let inner = parse_tokenizer_json(
+            json.to_string().as_bytes(),
+            "the tokenizer rebuilt from GGUF metadata",
+        )?;
         let text_of = |id: Option<u32>| {
             id.and_then(|i| tokens.get(i as usize))
                 .cloned()
@@ -183,6 +282,46 @@ impl Tokenizer {
             eos_text: text_of(eos),
         })
     }
+}
+
+/// The folder's chat template: `chat_template.jinja` (where transformers 5 saves it), else
+/// `chat_template.json` (`{"chat_template": ...}`, as processors save it), else
+/// `tokenizer_config.json`'s `chat_template`: a string, or a list of named templates of
+/// which the one named "default" is used.
+fn folder_chat_template(dir: &Path, tokenizer_config: &Value) -> Result<Option<String>> {
+    let jinja = dir.join("chat_template.jinja");
+    if jinja.is_file() {
+        let text = std::fs::read(&jinja).map_err(|e| Error::io(&jinja, e))?;
+        return String::from_utf8(text)
+            .map(Some)
+            .map_err(|_| Error::Format {
+                path: jinja,
+                format: "chat template",
+                reason: "not UTF-8 text".into(),
+            });
+    }
+    let json = dir.join("chat_template.json");
+    let from_json;
+    let holder = if json.is_file() {
+        let text = std::fs::read_to_string(&json).map_err(|e| Error::io(&json, e))?;
+        from_json = serde_json::from_str::<Value>(&text).map_err(|e| Error::Format {
+            path: json.clone(),
+            format: "JSON",
+            reason: e.to_string(),
+        })?;
+        &from_json
+    } else {
+        tokenizer_config
+    };
+    Ok(match &holder["chat_template"] {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(list) => list
+            .iter()
+            .find(|t| t["name"] == "default")
+            .and_then(|t| t["template"].as_str())
+            .map(str::to_owned),
+        _ => None,
+    })
 }
 
 /// GGUF token type 3: a control token (`<|im_end|>`): matched whole, never split.
@@ -416,5 +555,74 @@ mod tests {
         let g = GgufFile::open(&path).unwrap();
         let e = Tokenizer::from_gguf(&g).err().unwrap().to_string();
         assert!(e.contains("falcon"), "{e}");
+    }
+
+    #[test]
+    fn a_panic_in_the_library_is_an_error() {
+        let e = guarded("probing", || -> u32 { panic!("inside the crate") }).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "tokenizer: probing: the tokenizers library failed (inside the crate)"
+        );
+        // Nested calls restore the outer state.
+        let ok = guarded("outer", || guarded("inner", || 1).unwrap() + 1).unwrap();
+        assert_eq!(ok, 2);
+        assert!(!GUARDED.with(Cell::get));
+    }
+
+    #[test]
+    fn token_types_must_match_the_tokens() {
+        let mut w = Writer::new();
+        w.meta_str("tokenizer.ggml.model", "llama")
+            .meta_strs("tokenizer.ggml.tokens", &["<unk>", "a", "b"])
+            .meta_i32s("tokenizer.ggml.token_type", &[2, 1])
+            .meta_i32s("tokenizer.ggml.scores", &[0, 0, 0]);
+        let path =
+            std::env::temp_dir().join(format!("rustle-tok-types-{}.gguf", std::process::id()));
+        std::fs::write(&path, w.finish()).unwrap();
+        let e = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap())
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.to_string(),
+            "tokenizer: GGUF `tokenizer.ggml.token_type` has 2 entries for 3 tokens"
+        );
+    }
+
+    #[test]
+    fn chat_templates_are_found_where_transformers_saves_them() {
+        let dir = std::env::temp_dir().join(format!("rustle-tok-chat-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let named = json!({"chat_template": [
+            {"name": "tool_use", "template": "tools"},
+            {"name": "default", "template": "named default"}]});
+        assert_eq!(
+            folder_chat_template(&dir, &named).unwrap().as_deref(),
+            Some("named default")
+        );
+        assert_eq!(
+            folder_chat_template(&dir, &json!({"chat_template": "plain"}))
+                .unwrap()
+                .as_deref(),
+            Some("plain")
+        );
+        assert_eq!(folder_chat_template(&dir, &Value::Null).unwrap(), None);
+        // chat_template.json (processors) beats tokenizer_config.json ...
+        std::fs::write(
+            dir.join("chat_template.json"),
+            r#"{"chat_template": "from json"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            folder_chat_template(&dir, &named).unwrap().as_deref(),
+            Some("from json")
+        );
+        // ... and chat_template.jinja (transformers 5) beats both.
+        std::fs::write(dir.join("chat_template.jinja"), "from jinja").unwrap();
+        assert_eq!(
+            folder_chat_template(&dir, &named).unwrap().as_deref(),
+            Some("from jinja")
+        );
     }
 }

@@ -1,8 +1,14 @@
 //! The `rustle` command as a user meets it: a good run, and bad input answered with one
-//! clear line and a non-zero exit, never a panic.
+//! clear line and a non-zero exit, never a panic. The failures a mutation campaign found
+//! (issue 10) each have a test here that ends in its exact error line.
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::tiny::{self, Meta};
 
 struct Out {
     ok: bool,
@@ -49,6 +55,18 @@ fn fails_with(args: &[&str], needle: &str) {
             out.stderr
         );
     }
+}
+
+/// A failed run whose one error line is exactly `line`.
+fn fails_with_line(args: &[&str], line: &str) {
+    fails_with(args, line);
+    let out = rustle(args);
+    let got = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("rustle: error:"))
+        .unwrap();
+    assert_eq!(got, line, "{args:?}");
 }
 
 /// A scratch copy of a tiny model folder, to be broken on purpose.
@@ -247,7 +265,7 @@ fn bad_flags() {
         "--temperature",
     );
     fails_with(&["-m", tiny, "-p", "hi", "--kv-blocks", "0"], "--kv-blocks");
-    // A pool no host can hold: one line, not an allocation abort.
+    // A pool no host can hold (2^24 blocks of 8 KiB): one line, not an allocation abort.
     let huge = [
         "-m",
         tiny,
@@ -256,7 +274,7 @@ fn bad_flags() {
         "--device",
         "cpu",
         "--kv-blocks",
-        "100000000000",
+        "16777216",
     ];
     fails_with(&huge, "lower --kv-blocks");
     // Without a GPU, asking for one is one clear line; with one, it runs.
@@ -264,23 +282,17 @@ fn bad_flags() {
         Err(_) => fails_with(&["-m", tiny, "-p", "hi", "--device", "gpu"], "GPU: "),
         Ok(_) => {
             assert!(rustle(&["-m", tiny, "-p", "hi", "-n", "4", "--device", "gpu"]).ok);
-            // A KV pool far past the device's memory.
-            let huge = [
-                "-m",
-                tiny,
-                "-p",
-                "hi",
-                "--device",
-                "gpu",
-                "--kv-blocks",
-                "1000000000",
-            ];
+            // A KV pool far past the device's memory (the default model's blocks are
+            // 720 KiB).
+            let huge = ["-p", "hi", "--device", "gpu", "--kv-blocks", "16777216"];
             fails_with(&huge, "GPU out of memory allocating the KV cache");
         }
     }
-    // clap's own usage errors: non-zero, no panic.
-    let out = rustle(&["-m", tiny]);
-    assert!(!out.ok && out.stderr.contains("--prompt"), "{}", out.stderr);
+    // clap's own usage errors, in rustle's one-line form.
+    fails_with_line(
+        &["-m", tiny],
+        "rustle: error: the following required arguments were not provided: --prompt <PROMPT>",
+    );
 }
 
 #[test]
@@ -305,4 +317,449 @@ fn help_explains() {
     ] {
         assert!(out.stdout.contains(flag), "--help lacks {flag}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 10: the mutation campaign's failures, each ending in its one line.
+
+/// A scratch folder holding `file` (the tiny GGUF model with a change), its path.
+fn tiny_gguf(tag: &str, edit: impl FnOnce(&mut tiny::Gguf)) -> PathBuf {
+    let mut g = if tag.contains("spm") {
+        tiny::gguf_spm()
+    } else {
+        tiny::gguf_bpe()
+    };
+    edit(&mut g);
+    let path = tiny::scratch_dir(&format!("cli-{tag}")).join("model.gguf");
+    std::fs::write(&path, g.bytes()).unwrap();
+    path
+}
+
+fn not_valid_gguf(path: &Path, reason: &str) -> String {
+    format!(
+        "rustle: error: {}: not a valid GGUF file: {reason}",
+        path.display()
+    )
+}
+
+#[test]
+fn config_head_dim_that_overflows_is_refused() {
+    // Was: `capacity overflow` (a panic).
+    let d = tiny_copy("hd-overflow");
+    edit_config(&d, "\"head_dim\": 16", "\"head_dim\": 9223372036854775824");
+    fails_with_line(
+        &["-m", s(&d), "-p", "hi"],
+        "rustle: error: config: `head_dim` is 9223372036854775824, more than rustle's limit of 1024",
+    );
+}
+
+#[test]
+fn config_head_count_that_wraps_is_refused() {
+    // Was: 2^63 + 4 heads of 16 wrap to 64, pass the shape checks, and panic on a slice
+    // index in cpu/ops.rs.
+    let d = tiny_copy("heads-wrap");
+    edit_config(
+        &d,
+        "\"num_attention_heads\": 4",
+        "\"num_attention_heads\": 9223372036854775812",
+    );
+    fails_with_line(
+        &["-m", s(&d), "-p", "hi"],
+        "rustle: error: config: `num_attention_heads` is 9223372036854775812, more than rustle's limit of 1024",
+    );
+}
+
+#[test]
+fn config_head_counts_of_2_pow_32_with_empty_projections_are_refused() {
+    // Was: heads = kv heads = head_dim = 2^32 make q_dim and kv_dim 0, which zero-size
+    // q/k/v/o tensors match; a divide by zero in runner.rs followed.
+    let d = tiny::scratch_dir("cli-heads-2-32");
+    tiny::write_hf_folder(&d);
+    let shards = tiny::hf_shards().map(|shard| {
+        shard
+            .into_iter()
+            .map(|mut t| {
+                if t.name.contains("self_attn") {
+                    t.shape[0] = 0;
+                    t.data.clear();
+                }
+                t
+            })
+            .collect::<Vec<_>>()
+    });
+    for (shard, name) in shards.iter().zip(tiny::SHARDS) {
+        let header = tiny::st_header(shard).to_string();
+        std::fs::write(d.join(name), tiny::st_file(&header, shard)).unwrap();
+    }
+    let mut cfg = tiny::hf_config();
+    for f in ["num_attention_heads", "num_key_value_heads", "head_dim"] {
+        cfg[f] = serde_json::json!(1u64 << 32);
+    }
+    std::fs::write(d.join("config.json"), cfg.to_string()).unwrap();
+    fails_with_line(
+        &["-m", s(&d), "-p", "hi"],
+        "rustle: error: config: `num_attention_heads` is 4294967296, more than rustle's limit of 1024",
+    );
+}
+
+#[test]
+fn gguf_key_length_that_overflows_is_refused() {
+    // Was: a slice index panic in model.rs.
+    let p = tiny_gguf("keylen", |g| {
+        g.set("llama.attention.key_length", Meta::U64((1 << 63) + 16));
+    });
+    fails_with_line(
+        &["-m", s(&p), "-p", "hi"],
+        "rustle: error: config: `llama.attention.key_length` is 9223372036854775824, more than rustle's limit of 1024",
+    );
+}
+
+#[test]
+fn gguf_head_count_that_wraps_is_refused() {
+    // Was: a slice index panic in model.rs.
+    let p = tiny_gguf("headcount", |g| {
+        g.set("llama.attention.head_count", Meta::U64((1 << 63) + 4));
+    });
+    fails_with_line(
+        &["-m", s(&p), "-p", "hi"],
+        "rustle: error: config: `llama.attention.head_count` is 9223372036854775812, more than rustle's limit of 1024",
+    );
+}
+
+#[test]
+fn gguf_head_counts_of_2_pow_32_are_refused() {
+    // Was: a divide by zero in model.rs.
+    let p = tiny_gguf("heads-2-32", |g| {
+        for k in ["head_count", "head_count_kv", "key_length", "value_length"] {
+            g.set(&format!("llama.attention.{k}"), Meta::U64(1 << 32));
+        }
+    });
+    fails_with_line(
+        &["-m", s(&p), "-p", "hi"],
+        "rustle: error: config: `llama.attention.head_count` is 4294967296, more than rustle's limit of 1024",
+    );
+}
+
+#[test]
+fn gguf_token_types_shorter_than_tokens_are_refused() {
+    // Was: index out of bounds in tokenizer.rs (a SentencePiece vocabulary).
+    let p = tiny_gguf("spm-types", |g| {
+        let Some(Meta::Array(ty, items)) = g.get("tokenizer.ggml.token_type").cloned() else {
+            unreachable!()
+        };
+        g.set(
+            "tokenizer.ggml.token_type",
+            Meta::Array(ty, items[..100].to_vec()),
+        );
+    });
+    fails_with_line(
+        &["-m", s(&p), "-p", "hi"],
+        "rustle: error: tokenizer: GGUF `tokenizer.ggml.token_type` has 100 entries for 269 tokens",
+    );
+}
+
+#[test]
+fn tokenizer_json_cut_in_its_decoder_is_refused() {
+    // Was: `.expect("Helper")` panicking inside the tokenizers crate.
+    let d = tiny_copy("tok-cut");
+    let p = d.join("tokenizer.json");
+    let text = std::fs::read_to_string(&p).unwrap();
+    // Just after the first entry of the decoder object.
+    let decoder = text.find("\"decoder\"").unwrap();
+    let at = decoder + text[decoder..].find(',').unwrap() + 1;
+    std::fs::write(&p, &text[..at]).unwrap();
+    let line = text[..at].lines().count();
+    let column = text[..at].lines().last().unwrap().len();
+    fails_with_line(
+        &["-m", s(&d), "-p", "hi"],
+        &format!(
+            "rustle: error: tokenizer: {}: not valid JSON: EOF while parsing an object at line {line} column {column}",
+            p.display()
+        ),
+    );
+}
+
+#[test]
+fn tokenizer_replace_with_empty_pattern_is_refused() {
+    // Was: index out of bounds inside the tokenizers crate when encoding the prompt; the
+    // panic is caught at the crate's boundary and the tokenizer refused as it loads.
+    let d = tiny_copy("tok-replace");
+    let p = d.join("tokenizer.json");
+    let text = std::fs::read_to_string(&p).unwrap();
+    std::fs::write(
+        &p,
+        text.replacen(
+            "\"normalizer\": null",
+            r#""normalizer": {"type": "Replace", "pattern": {"String": ""}, "content": "x"}"#,
+            1,
+        ),
+    )
+    .unwrap();
+    fails_with_line(
+        &["-m", s(&d), "-p", "hi"],
+        &format!(
+            "rustle: error: tokenizer: {}: encoding a test text: the tokenizers library failed (index out of bounds: the len is 11 but the index is 11)",
+            p.display()
+        ),
+    );
+}
+
+#[test]
+fn size_flags_are_bounded_before_loading() {
+    // Was: `--prefill-chunk 100000000` aborted allocating 230 GB, 18446744073709551615
+    // was a capacity overflow, and 0 failed after the load without naming the flag. The
+    // model path does not exist: each flag is refused before anything is opened.
+    let m = "/no/such/model";
+    // (the flag given, the flag as clap names it: `--prefill-chunk` is `--token-budget`'s
+    // older name)
+    for (given, flag, value, range) in [
+        (
+            "--prefill-chunk",
+            "--token-budget <N>",
+            "100000000",
+            "1..=65536",
+        ),
+        (
+            "--prefill-chunk",
+            "--token-budget <N>",
+            "18446744073709551615",
+            "1..=65536",
+        ),
+        ("--token-budget", "--token-budget <N>", "0", "1..=65536"),
+        ("--kv-blocks", "--kv-blocks <N>", "0", "1..=16777216"),
+        (
+            "--kv-blocks",
+            "--kv-blocks <N>",
+            "100000000000",
+            "1..=16777216",
+        ),
+        (
+            "--max-tokens",
+            "--max-tokens <MAX_TOKENS>",
+            "0",
+            "1..=16777216",
+        ),
+    ] {
+        fails_with_line(
+            &["-m", m, "-p", "hi", given, value],
+            &format!(
+                "rustle: error: invalid value '{value}' for '{flag}': {value} is not in {range}"
+            ),
+        );
+    }
+    fails_with_line(
+        &[
+            "-m",
+            m,
+            "-p",
+            "hi",
+            "--prefill-chunk",
+            "99999999999999999999",
+        ],
+        "rustle: error: invalid value '99999999999999999999' for '--token-budget <N>': number too large to fit in target type",
+    );
+}
+
+#[test]
+fn chat_template_of_100_mb_fails_fast() {
+    // Was: the 100 MB text tokenized in full (18 GB, 134 s) before the context check.
+    let d = tiny_copy("chat-100mb");
+    std::fs::write(d.join("chat_template.jinja"), "{{ 'x' * 100000000 }}").unwrap();
+    let t = Instant::now();
+    fails_with_line(
+        &["-m", s(&d), "-p", "hi", "--chat"],
+        "rustle: error: chat template: the rendered prompt passed 8192 bytes, more than the model's context can hold",
+    );
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
+#[test]
+fn prompt_longer_than_the_context_is_refused_before_tokenizing() {
+    let dir = tiny::scratch_dir("cli-long-prompt");
+    let p = dir.join("long.txt");
+    std::fs::write(&p, "a".repeat(30_000_000)).unwrap();
+    fails_with_line(
+        &["-m", "tests/golden/tiny-llama3", "-f", s(&p)],
+        "rustle: error: prompt is 30000000 bytes, more than the model's context of 256 tokens can hold (at most 32 bytes a token)",
+    );
+}
+
+#[test]
+fn context_of_8_million_positions_costs_what_the_run_needs() {
+    // Was: the whole KV pool zero-filled and RoPE tables for every position computed
+    // (4.7 GB, 9-16 s) on a tiny model claiming 8M positions.
+    let d = tiny_copy("ctx-8m");
+    edit_config(
+        &d,
+        "\"max_position_embeddings\": 256",
+        "\"max_position_embeddings\": 8388608",
+    );
+    let gguf = tiny_gguf("ctx-8m-gguf", |g| {
+        g.set("llama.context_length", Meta::U32(8_388_608));
+    });
+    for model in [s(&d), s(&gguf)] {
+        let t = Instant::now();
+        let out = rustle(&["-m", model, "-p", "hello", "-n", "4", "--device", "cpu"]);
+        assert!(out.ok, "{}", out.stderr);
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+}
+
+#[test]
+fn nonsense_norm_eps_and_rope_theta_are_refused() {
+    // Was: both ran, exit 0, and printed `!!!!`.
+    let eps = tiny_copy("eps");
+    edit_config(&eps, "\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": -1");
+    fails_with_line(
+        &["-m", s(&eps), "-p", "hi"],
+        "rustle: error: config: `rms_norm_eps` is -1; it must be a small positive number such as 1e-5",
+    );
+    let theta = tiny_copy("theta");
+    edit_config(
+        &theta,
+        "\"rms_norm_eps\"",
+        "\"rope_theta\": 0, \"rms_norm_eps\"",
+    );
+    fails_with_line(
+        &["-m", s(&theta), "-p", "hi"],
+        "rustle: error: config: `rope_theta` is 0; it must be a finite number above 1 such as 10000",
+    );
+    let p = tiny_gguf("theta", |g| {
+        g.set("llama.rope.freq_base", Meta::F32(0.0));
+    });
+    fails_with_line(
+        &["-m", s(&p), "-p", "hi"],
+        "rustle: error: config: `llama.rope.freq_base` is 0; it must be a finite number above 1 such as 10000",
+    );
+}
+
+#[test]
+fn gguf_duplicate_names_are_refused() {
+    // Were accepted silently (the last one won).
+    let p = tiny_gguf("dup-tensor", |g| {
+        let t = g.tensors[1].clone();
+        g.tensors.push(t);
+    });
+    fails_with_line(
+        &["-m", s(&p), "-p", "hi"],
+        &not_valid_gguf(
+            &p,
+            "tensor \"blk.0.attn_norm.weight\" appears twice in the tensor table",
+        ),
+    );
+    let p = tiny_gguf("dup-key", |g| {
+        g.meta.push(("llama.block_count".into(), Meta::U32(1)));
+    });
+    fails_with_line(
+        &["-m", s(&p), "-p", "hi"],
+        &not_valid_gguf(&p, "metadata key \"llama.block_count\" appears twice"),
+    );
+}
+
+#[test]
+fn gguf_misaligned_or_overlapping_tensors_are_refused() {
+    // Were accepted silently.
+    let p = tiny_gguf("misaligned", |g| {
+        g.tensors[1].offset = Some(1092);
+    });
+    fails_with_line(
+        &["-m", s(&p), "-p", "hi"],
+        &not_valid_gguf(
+            &p,
+            "tensor \"blk.0.attn_norm.weight\": data offset 1092 is not a multiple of the alignment 32",
+        ),
+    );
+    let p = tiny_gguf("overlap", |g| {
+        g.tensors[2].offset = Some(0);
+    });
+    let (_, _, tensors) = rustle::weights::gguf::parse(&tiny::gguf_bpe().bytes()).unwrap();
+    let (at, n) = (tensors[0].offset, tensors[0].n_bytes);
+    fails_with_line(
+        &["-m", s(&p), "-p", "hi"],
+        &not_valid_gguf(
+            &p,
+            &format!(
+                "tensors \"token_embd.weight\" (bytes {at}..{}) and \"blk.0.attn_q.weight\" (from byte {at}) overlap",
+                at + n
+            ),
+        ),
+    );
+}
+
+#[test]
+fn a_safetensors_file_given_for_its_folder() {
+    // Was: "not a valid GGUF file". With config.json beside it, the folder loads.
+    let out = rustle(&[
+        "-m",
+        "tests/golden/tiny-llama3/model.safetensors",
+        "-p",
+        "hi",
+        "-n",
+        "2",
+    ]);
+    assert!(out.ok, "{}", out.stderr);
+    assert!(out.stderr.contains("loaded tiny-llama3 (safetensors"));
+    let d = tiny::scratch_dir("cli-lone-st");
+    let p = d.join("model.safetensors");
+    std::fs::copy("tests/golden/tiny-llama3/model.safetensors", &p).unwrap();
+    fails_with_line(
+        &["-m", s(&p), "-p", "hi"],
+        &format!(
+            "rustle: error: {}: one file of a Hugging Face model, with no config.json beside it; pass the folder that holds config.json, tokenizer.json and the .safetensors files",
+            p.display()
+        ),
+    );
+}
+
+#[test]
+fn head_dim_zero_is_named() {
+    // Was: "must be even for RoPE".
+    let d = tiny_copy("hd-zero");
+    edit_config(&d, "\"head_dim\": 16", "\"head_dim\": 0");
+    fails_with_line(
+        &["-m", s(&d), "-p", "hi"],
+        "rustle: error: config: `head_dim` must be positive",
+    );
+}
+
+#[test]
+fn chat_template_jinja_is_read() {
+    // transformers 5 saves the template beside the tokenizer as chat_template.jinja; it was
+    // ignored for bare ChatML.
+    let d = tiny_copy("chat-jinja");
+    std::fs::write(
+        d.join("chat_template.jinja"),
+        "{{ raise_exception('from chat_template.jinja') }}",
+    )
+    .unwrap();
+    fails_with_line(
+        &["-m", s(&d), "-p", "hi", "--chat"],
+        "rustle: error: chat template: invalid operation: from chat_template.jinja (in chat:1)",
+    );
+    std::fs::write(
+        d.join("chat_template.jinja"),
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}",
+    )
+    .unwrap();
+    let out = rustle(&["-m", s(&d), "-p", "hi", "--chat", "-n", "2"]);
+    assert!(out.ok, "{}", out.stderr);
+    assert!(!out.stderr.contains("ChatML"), "{}", out.stderr);
+    // A model with no template says so, and runs on ChatML.
+    let out = rustle(&[
+        "-m",
+        "tests/golden/tiny-llama3",
+        "-p",
+        "hi",
+        "--chat",
+        "-n",
+        "2",
+    ]);
+    assert!(out.ok, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "rustle: the model has no chat template (looked for chat_template.jinja, tokenizer_config.json, GGUF metadata); using ChatML"
+        ),
+        "{}",
+        out.stderr
+    );
 }

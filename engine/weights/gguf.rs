@@ -5,10 +5,11 @@
 //! Layout (little-endian): magic `GGUF`, version u32 (2 or 3), tensor count u64, metadata
 //! count u64, the metadata (key string, value type u32, value), the tensor infos (name string,
 //! n_dims u32, dims u64 fastest first, ggml type u32, offset u64 from the data section), then
-//! the data section at the next multiple of `general.alignment` (default 32).
+//! the data section at the next multiple of `general.alignment` (default 32). Every tensor's
+//! data starts at a multiple of the alignment, and no two tensors share a byte.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
@@ -60,6 +61,21 @@ impl MetaValue {
             _ => None,
         }
     }
+
+    /// A short description for messages: a value, never a whole array.
+    pub fn brief(&self) -> String {
+        match self {
+            MetaValue::Int(v) => format!("the integer {v}"),
+            MetaValue::UInt(v) => format!("the integer {v}"),
+            MetaValue::Float(v) => format!("the number {v}"),
+            MetaValue::Bool(v) => format!("the boolean {v}"),
+            MetaValue::Str(s) if s.chars().count() > 40 => {
+                format!("a string ({:?}...)", s.chars().take(40).collect::<String>())
+            }
+            MetaValue::Str(s) => format!("the string {s:?}"),
+            MetaValue::Array(a) => format!("an array of {}", a.len()),
+        }
+    }
 }
 
 /// One entry of the tensor table.
@@ -75,6 +91,8 @@ pub struct GgufTensor {
 }
 
 pub struct GgufFile {
+    /// Where it was read from, for messages.
+    pub path: PathBuf,
     pub version: u32,
     pub metadata: HashMap<String, MetaValue>,
     pub tensors: Vec<GgufTensor>,
@@ -83,6 +101,10 @@ pub struct GgufFile {
 
 /// GGML's own limit on tensor rank.
 const MAX_DIMS: usize = 4;
+
+/// Tables are preallocated at most this long: a count is only a claim until the entries
+/// behind it have been read.
+const PREALLOCATE: usize = 1024;
 
 impl GgufFile {
     pub fn open(path: &Path) -> Result<GgufFile> {
@@ -96,6 +118,7 @@ impl GgufFile {
             reason,
         })?;
         Ok(GgufFile {
+            path: path.to_owned(),
             version,
             metadata,
             tensors,
@@ -128,11 +151,14 @@ pub fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
     }
     let n_tensors = r.count("tensor count", 8)?;
     let n_meta = r.count("metadata count", 12)?;
-    let mut metadata = HashMap::with_capacity(n_meta);
+    let mut metadata = HashMap::with_capacity(n_meta.min(PREALLOCATE));
     for _ in 0..n_meta {
         let key = r.string()?;
         let ty = r.u32()?;
         let value = r.value(ty).map_err(|e| format!("metadata {key:?}: {e}"))?;
+        if metadata.contains_key(&key) {
+            return Err(format!("metadata key {key:?} appears twice"));
+        }
         metadata.insert(key, value);
     }
     let alignment = match metadata.get("general.alignment") {
@@ -142,9 +168,13 @@ pub fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
             _ => return Err(format!("general.alignment {v:?} is not a power of two")),
         },
     };
-    let mut infos = Vec::with_capacity(n_tensors);
+    let mut infos = Vec::with_capacity(n_tensors.min(PREALLOCATE));
+    let mut names = std::collections::HashSet::with_capacity(n_tensors.min(PREALLOCATE));
     for _ in 0..n_tensors {
         let name = r.string()?;
+        if !names.insert(name.clone()) {
+            return Err(format!("tensor {name:?} appears twice in the tensor table"));
+        }
         let n_dims = r.u32()? as usize;
         if n_dims == 0 || n_dims > MAX_DIMS {
             return Err(format!(
@@ -153,10 +183,12 @@ pub fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
         }
         let mut dims = Vec::with_capacity(n_dims);
         for _ in 0..n_dims {
-            dims.push(
-                usize::try_from(r.u64()?)
-                    .map_err(|_| format!("tensor {name:?}: dimension too large"))?,
-            );
+            let d = usize::try_from(r.u64()?)
+                .map_err(|_| format!("tensor {name:?}: dimension too large"))?;
+            if d == 0 {
+                return Err(format!("tensor {name:?}: a dimension of 0"));
+            }
+            dims.push(d);
         }
         let type_id = r.u32()?;
         let dtype = DType::from_ggml(type_id)
@@ -165,7 +197,7 @@ pub fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
         infos.push((name, dims, dtype, rel));
     }
     let data_start = r.pos.div_ceil(alignment) * alignment;
-    let mut tensors = Vec::with_capacity(infos.len());
+    let mut tensors: Vec<GgufTensor> = Vec::with_capacity(infos.len());
     for (name, dims, dtype, rel) in infos {
         let n: usize = dims
             .iter()
@@ -178,7 +210,14 @@ pub fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
                 dtype.block_len()
             ));
         }
-        let n_bytes = n / dtype.block_len() * dtype.block_bytes();
+        let n_bytes = (n / dtype.block_len())
+            .checked_mul(dtype.block_bytes())
+            .ok_or_else(|| format!("tensor {name:?}: byte count overflows"))?;
+        if rel % alignment as u64 != 0 {
+            return Err(format!(
+                "tensor {name:?}: data offset {rel} is not a multiple of the alignment {alignment}"
+            ));
+        }
         let offset = usize::try_from(rel)
             .ok()
             .and_then(|rel| data_start.checked_add(rel))
@@ -200,6 +239,22 @@ pub fn parse(buf: &[u8]) -> std::result::Result<Parsed, String> {
             offset,
             n_bytes,
         });
+    }
+    // Two tensors reading the same bytes is a corrupt table (a writer never shares data).
+    let mut by_offset: Vec<&GgufTensor> = tensors.iter().collect();
+    by_offset.sort_by_key(|t| t.offset);
+    for pair in by_offset.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if a.offset + a.n_bytes > b.offset {
+            return Err(format!(
+                "tensors {:?} (bytes {}..{}) and {:?} (from byte {}) overlap",
+                a.name,
+                a.offset,
+                a.offset + a.n_bytes,
+                b.name,
+                b.offset
+            ));
+        }
     }
     Ok((version, metadata, tensors))
 }
@@ -268,8 +323,8 @@ impl<'a> Reader<'a> {
                 if item_ty == 9 {
                     return Err("nested arrays are not supported".into());
                 }
-                let n = self.count("array length", 1)?;
-                let mut items = Vec::with_capacity(n);
+                let n = self.count("array length", item_bytes(item_ty))?;
+                let mut items = Vec::with_capacity(n.min(PREALLOCATE));
                 for _ in 0..n {
                     items.push(self.value(item_ty)?);
                 }
@@ -280,6 +335,18 @@ impl<'a> Reader<'a> {
             12 => MetaValue::Float(f64::from_le_bytes(self.array()?)),
             other => return Err(format!("unknown value type {other}")),
         })
+    }
+}
+
+/// The fewest bytes one metadata value of type `ty` takes: a string is at least its 8-byte
+/// length.
+fn item_bytes(ty: u32) -> usize {
+    match ty {
+        0 | 1 | 7 => 1,
+        2 | 3 => 2,
+        4..=6 => 4,
+        8 | 10..=12 => 8,
+        _ => 1,
     }
 }
 
@@ -452,5 +519,65 @@ pub(crate) mod tests {
         let infos_end = 4 + 4 + 8 + 8 + (8 + 1) + 4 + 8 + 4 + 8;
         past[infos_end - 8..infos_end].copy_from_slice(&4096u64.to_le_bytes());
         assert!(parse(&past).unwrap_err().contains("past the end"));
+    }
+
+    #[test]
+    fn duplicates_misalignment_overlap_and_empty_tensors_are_errors() {
+        let twice = Writer::new()
+            .meta_u32("a", 1)
+            .meta_u32("a", 2)
+            .tensor_f32("x", &[1], &[0.0])
+            .finish();
+        assert_eq!(
+            parse(&twice).unwrap_err(),
+            "metadata key \"a\" appears twice"
+        );
+        let twice = Writer::new()
+            .tensor_f32("x", &[1], &[0.0])
+            .tensor_f32("x", &[1], &[0.0])
+            .finish();
+        assert_eq!(
+            parse(&twice).unwrap_err(),
+            "tensor \"x\" appears twice in the tensor table"
+        );
+        let empty = Writer::new().tensor_raw("x", &[4, 0], 0, &[]).finish();
+        assert_eq!(parse(&empty).unwrap_err(), "tensor \"x\": a dimension of 0");
+
+        // Two tensors; the second's offset (the last 8 bytes of the tensor infos) moved.
+        let two = || {
+            Writer::new()
+                .tensor_f32("x", &[8], &[0.0; 8])
+                .tensor_f32("y", &[8], &[0.0; 8])
+                .finish()
+        };
+        let infos_end = 4 + 4 + 8 + 8 + 2 * ((8 + 1) + 4 + 8 + 4 + 8);
+        let mut moved = two();
+        moved[infos_end - 8..infos_end].copy_from_slice(&4u64.to_le_bytes());
+        assert_eq!(
+            parse(&moved).unwrap_err(),
+            "tensor \"y\": data offset 4 is not a multiple of the alignment 32"
+        );
+        let mut onto = two();
+        onto[infos_end - 8..infos_end].copy_from_slice(&0u64.to_le_bytes());
+        let err = parse(&onto).unwrap_err();
+        assert!(
+            err.starts_with("tensors \"x\"") && err.ends_with("overlap"),
+            "{err}"
+        );
+        assert!(parse(&two()).is_ok());
+    }
+
+    #[test]
+    fn counts_of_huge_arrays_are_checked_against_their_item_size() {
+        // An array of 2^20 u64 values claimed in a file far too short to hold them.
+        let mut w = Writer::new();
+        w.meta_i32s("a", &[1]);
+        let mut buf = w.finish();
+        // magic, version, two counts, key ("a": 8 + 1), type, item type: then the length.
+        let at = 4 + 4 + 8 + 8 + 9 + 4;
+        buf[at..at + 4].copy_from_slice(&10u32.to_le_bytes());
+        buf[at + 4..at + 12].copy_from_slice(&(1u64 << 20).to_le_bytes());
+        let err = parse(&buf).unwrap_err();
+        assert!(err.contains("more than the file can hold"), "{err}");
     }
 }

@@ -48,20 +48,37 @@ impl Weights {
             })
     }
 
+    /// Checks that `name` is there (or, unless `required`, absent) with exactly `shape` and a
+    /// dtype rustle reads, without reading it: the whole model is checked this way before
+    /// anything is allocated.
+    pub fn check(&self, name: &str, shape: &[usize], required: bool) -> Result<()> {
+        match self.tensors.get(name) {
+            None if required => Err(Error::MissingWeight {
+                name: name.to_owned(),
+            }),
+            None => Ok(()),
+            Some(t) if t.shape != shape || !t.dtype.is_loadable() => Err(mismatch(name, shape, t)),
+            Some(_) => Ok(()),
+        }
+    }
+
     /// As `take`, but a tensor the files do not have is `None` (biases, an untied head).
     pub fn take_optional(&self, name: &str, shape: &[usize]) -> Result<Option<Vec<f32>>> {
         let Some(t) = self.tensors.get(name) else {
             return Ok(None);
         };
-        let mismatch = || Error::WeightMismatch {
-            name: name.to_owned(),
-            want: format!("{shape:?} (f32, f16, bf16 or a GGUF quantization rustle reads)"),
-            found: format!("{:?} {}", t.shape, t.dtype),
-        };
         if t.shape != shape || !t.dtype.is_loadable() {
-            return Err(mismatch());
+            return Err(mismatch(name, shape, t));
         }
-        let bytes = &self.files[t.file][t.offset..t.offset + t.n_bytes];
+        let bytes = self
+            .files
+            .get(t.file)
+            .and_then(|f| f.get(t.offset..t.offset.checked_add(t.n_bytes)?))
+            .ok_or_else(|| Error::WeightMismatch {
+                name: name.to_owned(),
+                want: format!("{shape:?}"),
+                found: format!("bytes {}.. outside its file", t.offset),
+            })?;
         let n = shape.iter().product();
         dequant::to_f32(t.dtype, bytes, n)
             .map(Some)
@@ -70,5 +87,13 @@ impl Weights {
                 want: format!("{shape:?}"),
                 found: reason,
             })
+    }
+}
+
+fn mismatch(name: &str, shape: &[usize], t: &RawTensor) -> Error {
+    Error::WeightMismatch {
+        name: name.to_owned(),
+        want: format!("{shape:?} (f32, f16, bf16 or a GGUF quantization rustle reads)"),
+        found: format!("{:?} {}", t.shape, t.dtype),
     }
 }

@@ -33,6 +33,20 @@ pub fn open_folder(dir: &Path) -> Result<Weights> {
         let mut names: Vec<String> = idx.weight_map.into_values().collect();
         names.sort();
         names.dedup();
+        // Shards live beside the index: a path that leaves the folder is not one of them.
+        if let Some(bad) = names.iter().find(|n| {
+            let p = Path::new(n.as_str());
+            n.is_empty()
+                || p.is_absolute()
+                || p.components()
+                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        }) {
+            return Err(Error::Format {
+                path: index.clone(),
+                format: "safetensors index",
+                reason: format!("shard {bad:?} is not a file name in the model's folder"),
+            });
+        }
         names
     } else {
         return Err(Error::Usage(format!(
@@ -45,6 +59,7 @@ pub fn open_folder(dir: &Path) -> Result<Weights> {
         files: vec![],
         tensors: HashMap::new(),
     };
+    let mut shard_names: Vec<String> = vec![];
     for name in files {
         let path = dir.join(&name);
         let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
@@ -59,17 +74,25 @@ pub fn open_folder(dir: &Path) -> Result<Weights> {
         for (tensor_name, view) in st.tensors() {
             // The view borrows the mmap: its distance from the start is the file offset.
             let offset = view.data().as_ptr() as usize - mmap.as_ptr() as usize;
-            weights.tensors.insert(
-                tensor_name,
-                RawTensor {
-                    file: file_index,
-                    offset,
-                    n_bytes: view.data().len(),
-                    dtype: dtype(view.dtype()),
-                    shape: view.shape().to_vec(),
-                },
-            );
+            let raw = RawTensor {
+                file: file_index,
+                offset,
+                n_bytes: view.data().len(),
+                dtype: dtype(view.dtype()),
+                shape: view.shape().to_vec(),
+            };
+            if let Some(first) = weights.tensors.insert(tensor_name.clone(), raw) {
+                return Err(Error::Format {
+                    path: path.clone(),
+                    format: "safetensors",
+                    reason: format!(
+                        "tensor {tensor_name:?} is also in {}: which one is meant?",
+                        shard_names[first.file]
+                    ),
+                });
+            }
         }
+        shard_names.push(name);
         drop(st);
         weights.files.push(mmap);
     }
@@ -213,5 +236,41 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("i64"), "{e}");
+    }
+
+    #[test]
+    fn shards_must_not_share_tensors_or_leave_the_folder() {
+        let d = tmpdir("dup");
+        let f32s: Vec<u8> = [3.0f32].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let one = file(
+            r#"{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+            &f32s,
+        );
+        write(&d, "s1.safetensors", &one);
+        write(&d, "s2.safetensors", &one);
+        write(
+            &d,
+            "model.safetensors.index.json",
+            r#"{"weight_map":{"x":"s1.safetensors","y":"s2.safetensors"}}"#.as_bytes(),
+        );
+        let e = open_folder(&d).err().unwrap().to_string();
+        assert!(
+            e.ends_with("s2.safetensors: not a valid safetensors file: tensor \"x\" is also in s1.safetensors: which one is meant?"),
+            "{e}"
+        );
+        for shard in ["../s1.safetensors", "/etc/hostname", ""] {
+            write(
+                &d,
+                "model.safetensors.index.json",
+                format!(r#"{{"weight_map":{{"x":"{shard}"}}}}"#).as_bytes(),
+            );
+            let e = open_folder(&d).err().unwrap().to_string();
+            assert!(
+                e.ends_with(&format!(
+                    "shard {shard:?} is not a file name in the model's folder"
+                )),
+                "{e}"
+            );
+        }
     }
 }

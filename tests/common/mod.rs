@@ -146,3 +146,5 @@ pub fn check_case(runner: &mut Runner, tok: &Tokenizer, case: &Case, tol: &Toler
     assert_eq!(seq.n_free(), runner.n_blocks(), "every block returned");
     worst
 }
+
+pub mod tiny;
