@@ -173,6 +173,11 @@ pub fn kv_write_f32(n: usize, kv_dim: usize) -> Traffic {
     t(4 * n * kv_dim * F32 + n * F32, 0)
 }
 
+/// The keys a batch at these positions attends to: the sum over tokens of position + 1.
+pub fn attended(positions: &[u32]) -> usize {
+    positions.iter().map(|&p| p as usize + 1).sum()
+}
+
 /// The cached keys and values each attended position holds, once per KV head (the query
 /// heads of a group share them), `cache_bytes` each (4 for f32, 2 for bf16); the queries and
 /// the output. `attended`: the sum over tokens of position + 1. Per (position, query head):

@@ -186,12 +186,15 @@ fn embedding_bf16(g: &Gpu, rng: &mut StdRng) {
         let mut cpu = vec![0.0; n * dim];
         ops::embedding_bf16(&mut cpu, &table, &tokens, dim);
         let mut out = poisoned(g, n * dim);
-        g.embedding_bf16(
-            &mut out.as_view_mut(),
-            &up(g, &table).as_view(),
-            &up(g, &tokens).as_view(),
-            dim,
-        )
+        // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
+        unsafe {
+            g.embedding_bf16(
+                &mut out.as_view_mut(),
+                &up(g, &table).as_view(),
+                &up(g, &tokens).as_view(),
+                dim,
+            )
+        }
         .unwrap();
         assert_close(
             &format!("vocab {vocab} dim {dim} n {n}"),
@@ -540,14 +543,17 @@ fn rope_f32(g: &Gpu, rng: &mut StdRng) {
         let mut cpu = x.clone();
         ops::rope_f32(&mut cpu, &positions, &cos, &sin, n_heads, head_dim);
         let mut dev = up(g, &x);
-        g.rope_f32(
-            &mut dev.as_view_mut(),
-            &up(g, &positions).as_view(),
-            &up(g, &cos).as_view(),
-            &up(g, &sin).as_view(),
-            n_heads,
-            head_dim,
-        )
+        // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
+        unsafe {
+            g.rope_f32(
+                &mut dev.as_view_mut(),
+                &up(g, &positions).as_view(),
+                &up(g, &cos).as_view(),
+                &up(g, &sin).as_view(),
+                n_heads,
+                head_dim,
+            )
+        }
         .unwrap();
         assert_close(
             &format!("n {n} heads {n_heads} head_dim {head_dim}"),
@@ -590,19 +596,22 @@ fn qkv_rope_write_bf16(g: &Gpu, rng: &mut StdRng) {
             n_kv_heads, head_dim,
         );
         let (mut q, mut kd, mut vd) = (poisoned(g, n * q_dim), up(g, &kc), up(g, &vc));
-        g.qkv_rope_write_bf16(
-            &mut q.as_view_mut(),
-            &mut kd.as_view_mut(),
-            &mut vd.as_view_mut(),
-            &up(g, &qkv).as_view(),
-            &up(g, &positions).as_view(),
-            &up(g, &slots).as_view(),
-            &up(g, &cos).as_view(),
-            &up(g, &sin).as_view(),
-            n_heads,
-            n_kv_heads,
-            head_dim,
-        )
+        // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
+        unsafe {
+            g.qkv_rope_write_bf16(
+                &mut q.as_view_mut(),
+                &mut kd.as_view_mut(),
+                &mut vd.as_view_mut(),
+                &up(g, &qkv).as_view(),
+                &up(g, &positions).as_view(),
+                &up(g, &slots).as_view(),
+                &up(g, &cos).as_view(),
+                &up(g, &sin).as_view(),
+                n_heads,
+                n_kv_heads,
+                head_dim,
+            )
+        }
         .unwrap();
         let what = format!("n {n}, {n_heads}/{n_kv_heads} heads of {head_dim}");
         assert_close(&format!("{what}: q"), &down(g, &q), &cpu_q, ELEMENTWISE);
@@ -637,14 +646,17 @@ fn kv_write_f32(g: &Gpu, rng: &mut StdRng) {
         let (mut kc, mut vc) = (k_cache.clone(), v_cache.clone());
         ops::kv_write_f32(&mut kc, &mut vc, &k, &v, &slots, kv_dim);
         let (mut kd, mut vd) = (up(g, &k_cache), up(g, &v_cache));
-        g.kv_write_f32(
-            &mut kd.as_view_mut(),
-            &mut vd.as_view_mut(),
-            &up(g, &k).as_view(),
-            &up(g, &v).as_view(),
-            &up(g, &slots).as_view(),
-            kv_dim,
-        )
+        // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
+        unsafe {
+            g.kv_write_f32(
+                &mut kd.as_view_mut(),
+                &mut vd.as_view_mut(),
+                &up(g, &k).as_view(),
+                &up(g, &v).as_view(),
+                &up(g, &slots).as_view(),
+                kv_dim,
+            )
+        }
         .unwrap();
         assert_close("keys", &down(g, &kd), &kc, 0.0);
         assert_close("values", &down(g, &vd), &vc, 0.0);
@@ -690,20 +702,22 @@ fn attention_mma_bf16(g: &Gpu, rng: &mut StdRng) {
             n_kv_heads, head_dim, n,
         );
         let mut out = poisoned(g, q.len());
-        g.attention_mma_bf16(
-            &mut out.as_view_mut(),
-            &up(g, &q).as_view(),
-            &up(g, &k_cache).as_view(),
-            &up(g, &v_cache).as_view(),
-            &up(g, &tables).as_view(),
-            &up(g, &token_seq).as_view(),
-            &up(g, &positions).as_view(),
-            max_blocks,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            &positions,
-        )
+        // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
+        unsafe {
+            g.attention_mma_bf16(
+                &mut out.as_view_mut(),
+                &up(g, &q).as_view(),
+                &up(g, &k_cache).as_view(),
+                &up(g, &v_cache).as_view(),
+                &up(g, &tables).as_view(),
+                &up(g, &token_seq).as_view(),
+                &up(g, &positions).as_view(),
+                max_blocks,
+                n_heads,
+                n_kv_heads,
+                head_dim,
+            )
+        }
         .unwrap();
         let what =
             format!("head_dim {head_dim}, {n_heads} heads over {n_kv_heads}, {n} tokens from {p0}");
@@ -747,7 +761,6 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
             }
         }
         let n = positions.len();
-        let attended: usize = positions.iter().map(|&p| p as usize + 1).sum();
         let kv_len = n_blocks * 16 * n_kv_heads * head_dim;
         let (k_cache, v_cache) = (normal(rng, kv_len, 1.0), normal(rng, kv_len, 1.0));
         let q = normal(rng, n * n_heads * head_dim, 1.0);
@@ -758,20 +771,22 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
         );
         let mut out = poisoned(g, q.len());
         let (kd, vd) = (up(g, &k_cache), up(g, &v_cache));
-        g.attention_f32(
-            &mut out.as_view_mut(),
-            &up(g, &q).as_view(),
-            &kd.as_view(),
-            &vd.as_view(),
-            &up(g, &tables).as_view(),
-            &up(g, &token_seq).as_view(),
-            &up(g, &positions).as_view(),
-            max_blocks,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            attended,
-        )
+        // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
+        unsafe {
+            g.attention_f32(
+                &mut out.as_view_mut(),
+                &up(g, &q).as_view(),
+                &kd.as_view(),
+                &vd.as_view(),
+                &up(g, &tables).as_view(),
+                &up(g, &token_seq).as_view(),
+                &up(g, &positions).as_view(),
+                max_blocks,
+                n_heads,
+                n_kv_heads,
+                head_dim,
+            )
+        }
         .unwrap();
         // The kernel's exp is ex2.approx (about 2 ulp).
         let what = format!("head_dim {head_dim}, {n_heads} heads over {n_kv_heads}");
@@ -786,20 +801,22 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
         );
         let mut out = poisoned(g, q.len());
         let (kd, vd) = (up(g, &k_cache), up(g, &v_cache));
-        g.attention_bf16(
-            &mut out.as_view_mut(),
-            &up(g, &q).as_view(),
-            &kd.as_view(),
-            &vd.as_view(),
-            &up(g, &tables).as_view(),
-            &up(g, &token_seq).as_view(),
-            &up(g, &positions).as_view(),
-            max_blocks,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-            attended,
-        )
+        // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
+        unsafe {
+            g.attention_bf16(
+                &mut out.as_view_mut(),
+                &up(g, &q).as_view(),
+                &kd.as_view(),
+                &vd.as_view(),
+                &up(g, &tables).as_view(),
+                &up(g, &token_seq).as_view(),
+                &up(g, &positions).as_view(),
+                max_blocks,
+                n_heads,
+                n_kv_heads,
+                head_dim,
+            )
+        }
         .unwrap();
         let what = format!("{what}, bf16 cache");
         assert_close(&what, &down(g, &out), &cpu, LONG_REDUCTION);
@@ -834,22 +851,24 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
                 up(g, &token_seq),
                 up(g, &positions),
             );
-            g.attention_split_bf16(
-                &mut po.as_view_mut(),
-                &mut ml.as_view_mut(),
-                &qd.as_view(),
-                &kd.as_view(),
-                &vd.as_view(),
-                &td.as_view(),
-                &sd.as_view(),
-                &pd.as_view(),
-                max_blocks,
-                n_heads,
-                n_kv_heads,
-                head_dim,
-                split_len,
-                attended,
-            )
+            // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
+            unsafe {
+                g.attention_split_bf16(
+                    &mut po.as_view_mut(),
+                    &mut ml.as_view_mut(),
+                    &qd.as_view(),
+                    &kd.as_view(),
+                    &vd.as_view(),
+                    &td.as_view(),
+                    &sd.as_view(),
+                    &pd.as_view(),
+                    max_blocks,
+                    n_heads,
+                    n_kv_heads,
+                    head_dim,
+                    split_len,
+                )
+            }
             .unwrap();
             let what = format!("{what}, splits of {split_len}");
             assert_close(
@@ -899,22 +918,24 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
             let wide = 3 * n_splits + 5;
             let rows = n * n_heads * wide;
             let (mut po, mut ml) = (poisoned(g, rows * head_dim), poisoned(g, rows * 2));
-            g.attention_split_bf16(
-                &mut po.as_view_mut(),
-                &mut ml.as_view_mut(),
-                &qd.as_view(),
-                &kd.as_view(),
-                &vd.as_view(),
-                &td.as_view(),
-                &sd.as_view(),
-                &pd.as_view(),
-                max_blocks,
-                n_heads,
-                n_kv_heads,
-                head_dim,
-                split_len,
-                attended,
-            )
+            // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
+            unsafe {
+                g.attention_split_bf16(
+                    &mut po.as_view_mut(),
+                    &mut ml.as_view_mut(),
+                    &qd.as_view(),
+                    &kd.as_view(),
+                    &vd.as_view(),
+                    &td.as_view(),
+                    &sd.as_view(),
+                    &pd.as_view(),
+                    max_blocks,
+                    n_heads,
+                    n_kv_heads,
+                    head_dim,
+                    split_len,
+                )
+            }
             .unwrap();
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert!(

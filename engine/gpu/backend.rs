@@ -98,30 +98,25 @@ fn splits_needed(c: &Config, batch: &Batch, partial_rows: usize) -> Option<usize
     (rows * c.n_heads * bucket <= partial_rows && bucket <= MAX_SPLITS).then_some(n_splits)
 }
 
-/// How a pass attends: flash-decoding's split count, or for a prompt the positions (when
-/// it can run on tensor cores) and the keys attended (for the profiler).
-#[derive(Clone, Copy)]
-enum Attention<'b> {
-    /// `attention_split_bf16` + `attention_combine_f32`: this many splits, and the keys
-    /// attended.
-    Split(usize, usize),
-    /// `attention_mma_bf16`: one sequence, a head of 64 or 128; the batch's positions.
-    TensorCores(&'b [u32]),
-    /// `attention_bf16`, the keys attended: the sum over tokens of position + 1.
-    PerHead(usize),
+/// Which kernels a pass attends with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Attention {
+    /// `attention_split_bf16` + `attention_combine_f32`, with this many splits.
+    Split(usize),
+    /// `attention_mma_bf16`: one sequence's prompt chunk, a head of 64 or 128.
+    TensorCores,
+    /// `attention_bf16`: one block per token and head.
+    PerHead,
 }
 
-impl<'b> Attention<'b> {
-    fn of(c: &Config, batch: &'b Batch, splits: Option<usize>) -> Attention<'b> {
+impl Attention {
+    fn of(c: &Config, batch: &Batch, splits: Option<usize>) -> Attention {
         let one_sequence = batch.token_seq.windows(2).all(|w| w[0] == w[1]);
-        let attended = batch.positions.iter().map(|&p| p as usize + 1).sum();
         let prompt = one_sequence && batch.tokens.len() >= MIN_TENSOR_CORE_ROWS;
         match splits {
-            _ if prompt && attention_mma_supports(c.head_dim) => {
-                Attention::TensorCores(&batch.positions)
-            }
-            Some(n) => Attention::Split(n, attended),
-            None => Attention::PerHead(attended),
+            _ if prompt && attention_mma_supports(c.head_dim) => Attention::TensorCores,
+            Some(n) => Attention::Split(n),
+            None => Attention::PerHead,
         }
     }
 }
@@ -600,7 +595,7 @@ impl GpuBackend {
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(cap_err)?;
         let recorded = self
-            .launch(c, n, &rows, Attention::Split(n_splits, 0))
+            .launch(c, n, &rows, Attention::Split(n_splits))
             .and_then(|_| {
                 if greedy {
                     self.argmax_rows(c, n)
@@ -673,11 +668,15 @@ impl GpuBackend {
         let len = self.tables_host.len();
         s.memcpy_htod(&self.tables_host, &mut self.block_tables.slice_mut(..len))
             .map_err(up_err)?;
+        // The profiler's byte counts of attention need them (a no-op otherwise).
+        self.gpu.note_positions(&self.batch_host.positions);
         Ok(())
     }
 
     /// Every kernel of the forward pass for `n` uploaded tokens, up to the logits of
-    /// `logit_rows`, left on the device, attending as `attention` says.
+    /// `logit_rows`, left on the device, attending as `attention` says: step for step
+    /// `cpu::forward`, with the GPU's fusions (q, k and v in one matmul; RoPE and the cache
+    /// write in one kernel; residual adds inside the output matmuls).
     fn launch(
         &mut self,
         c: &Config,
@@ -685,30 +684,20 @@ impl GpuBackend {
         logit_rows: &[u32],
         attention: Attention,
     ) -> Result<()> {
-        let (dim, q_dim, kv_dim, ffn, vocab) =
-            (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.vocab_size);
+        let (dim, q_dim, kv_dim) = (c.dim, c.q_dim(), c.kv_dim());
         let qkv_dim = q_dim + 2 * kv_dim;
-        let g = &self.gpu;
-        let max_blocks = self.table_stride;
-        let bt_len = MAX_SEQS * max_blocks;
-        let (tokens, positions) = (self.tokens.slice(..n), self.positions.slice(..n));
-        let (token_seq, slots, tables) = (
-            self.token_seq.slice(..n),
-            self.slots.slice(..n),
-            self.block_tables.slice(..bt_len),
-        );
-        let (cos, sin) = (self.rope_cos.as_view(), self.rope_sin.as_view());
-        let layer_len = self.k_cache.len() / c.n_layers;
-        let w = &self.weights;
-        let head = w.lm_head.as_ref().unwrap_or(&w.embed);
-
-        g.embedding_bf16(
-            &mut self.x.slice_mut(..n * dim),
-            &w.embed.as_view(),
-            &tokens,
-            dim,
-        )?;
-        for (l, lw) in w.layers.iter().enumerate() {
+        // SAFETY: every token id is inside the vocabulary: the engine and the runner check
+        // ids on the host before a batch is built (padding rows use id 0).
+        unsafe {
+            self.gpu.embedding_bf16(
+                &mut self.x.slice_mut(..n * dim),
+                &self.weights.embed.as_view(),
+                &self.tokens.slice(..n),
+                dim,
+            )
+        }?;
+        for l in 0..c.n_layers {
+            let (g, lw) = (&self.gpu, &self.weights.layers[l]);
             // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream.
             g.rmsnorm_f32(
                 &mut self.xb.slice_mut(..n * dim),
@@ -729,84 +718,9 @@ impl GpuBackend {
                 qkv_dim,
                 false,
             )?;
-            let layer = l * layer_len..(l + 1) * layer_len;
-            g.qkv_rope_write_bf16(
-                &mut self.q.slice_mut(..n * q_dim),
-                &mut self.k_cache.slice_mut(layer.clone()),
-                &mut self.v_cache.slice_mut(layer.clone()),
-                &self.qkv.slice(..n * qkv_dim),
-                &positions,
-                &slots,
-                &cos,
-                &sin,
-                c.n_heads,
-                c.n_kv_heads,
-                c.head_dim,
-            )?;
-            let (q, k_cache, v_cache) = (
-                self.q.slice(..n * q_dim),
-                self.k_cache.slice(layer.clone()),
-                self.v_cache.slice(layer),
-            );
-            match attention {
-                Attention::Split(n_splits, attended) => {
-                    let rows = n * c.n_heads * n_splits;
-                    g.attention_split_bf16(
-                        &mut self.partial_o.slice_mut(..rows * c.head_dim),
-                        &mut self.partial_ml.slice_mut(..rows * 2),
-                        &q,
-                        &k_cache,
-                        &v_cache,
-                        &tables,
-                        &token_seq,
-                        &positions,
-                        max_blocks,
-                        c.n_heads,
-                        c.n_kv_heads,
-                        c.head_dim,
-                        SPLIT_LEN,
-                        attended,
-                    )?;
-                    g.attention_combine_f32(
-                        &mut self.att.slice_mut(..n * q_dim),
-                        &self.partial_o.slice(..rows * c.head_dim),
-                        &self.partial_ml.slice(..rows * 2),
-                        &positions,
-                        SPLIT_LEN,
-                        c.n_heads,
-                        c.head_dim,
-                    )?;
-                }
-                Attention::TensorCores(positions_host) => g.attention_mma_bf16(
-                    &mut self.att.slice_mut(..n * q_dim),
-                    &q,
-                    &k_cache,
-                    &v_cache,
-                    &tables,
-                    &token_seq,
-                    &positions,
-                    max_blocks,
-                    c.n_heads,
-                    c.n_kv_heads,
-                    c.head_dim,
-                    positions_host,
-                )?,
-                Attention::PerHead(attended) => g.attention_bf16(
-                    &mut self.att.slice_mut(..n * q_dim),
-                    &q,
-                    &k_cache,
-                    &v_cache,
-                    &tables,
-                    &token_seq,
-                    &positions,
-                    max_blocks,
-                    c.n_heads,
-                    c.n_kv_heads,
-                    c.head_dim,
-                    attended,
-                )?,
-            }
-            // The residual add rides on the output projection, but for long prompts.
+            self.rope_and_cache_write(c, n, l)?;
+            self.attention(c, n, l, attention)?;
+            let (g, lw) = (&self.gpu, &self.weights.layers[l]);
             Self::add_matmul(
                 g,
                 &mut self.x.slice_mut(..n * dim),
@@ -827,46 +741,143 @@ impl GpuBackend {
                 c.rms_eps,
                 dim,
             )?;
-            if n == 1 {
-                g.gemv_swiglu_bf16(
-                    &mut self.hidden.slice_mut(..ffn),
-                    &self.xb.slice(..dim),
-                    &lw.w_gate.as_view(),
-                    &lw.w_up.as_view(),
-                    dim,
-                    ffn,
-                )?;
-            } else {
-                // Gate and up share one rounded input.
-                g.f32_to_bf16(
-                    &mut self.mm.x_bf16.slice_mut(..n * dim),
-                    &self.xb.slice(..n * dim),
-                )?;
-                for (out, w) in [(&mut self.gate, &lw.w_gate), (&mut self.up, &lw.w_up)] {
-                    let out = &mut out.slice_mut(..n * ffn);
-                    Self::gemm(g, out, &mut self.mm, w, None, n, dim, ffn, false)?;
-                }
-                g.swiglu_f32(
-                    &mut self.hidden.slice_mut(..n * ffn),
-                    &self.gate.slice(..n * ffn),
-                    &self.up.slice(..n * ffn),
-                )?;
-            }
+            self.swiglu(c, n, l)?;
+            let (g, lw) = (&self.gpu, &self.weights.layers[l]);
             Self::add_matmul(
                 g,
                 &mut self.x.slice_mut(..n * dim),
                 &mut self.xb,
-                &self.hidden.slice(..n * ffn),
+                &self.hidden.slice(..n * c.ffn_dim),
                 &mut self.mm,
                 &lw.w_down,
                 n,
-                ffn,
+                c.ffn_dim,
                 dim,
             )?;
         }
+        self.head(c, logit_rows)
+    }
 
-        // Only the rows that need logits go through the final norm and the head: one launch
-        // per run of consecutive rows (a decode step's rows are one run).
+    /// RoPE on layer `l`'s queries and keys from the fused projection's rows, the queries to
+    /// `q`, the keys and values into their cache slots.
+    fn rope_and_cache_write(&mut self, c: &Config, n: usize, l: usize) -> Result<()> {
+        let (q_dim, qkv_dim) = (c.q_dim(), c.q_dim() + 2 * c.kv_dim());
+        let layer = self.cache_layer(c, l);
+        // SAFETY: positions are below the context the RoPE tables cover (the engine checks
+        // every request against it); slots come from the block manager, inside the pool and
+        // distinct, but for the graphs' padding rows, which write the same values into the
+        // spare block's first slot.
+        unsafe {
+            self.gpu.qkv_rope_write_bf16(
+                &mut self.q.slice_mut(..n * q_dim),
+                &mut self.k_cache.slice_mut(layer.clone()),
+                &mut self.v_cache.slice_mut(layer),
+                &self.qkv.slice(..n * qkv_dim),
+                &self.positions.slice(..n),
+                &self.slots.slice(..n),
+                &self.rope_cos.as_view(),
+                &self.rope_sin.as_view(),
+                c.n_heads,
+                c.n_kv_heads,
+                c.head_dim,
+            )
+        }
+    }
+
+    /// Layer `l`'s attention, `att = softmax(q K^T / sqrt(head_dim)) V` over each token's own
+    /// sequence, with the kernels `attention` names.
+    fn attention(&mut self, c: &Config, n: usize, l: usize, attention: Attention) -> Result<()> {
+        let (g, q_dim, head_dim) = (&self.gpu, c.q_dim(), c.head_dim);
+        let layer = self.cache_layer(c, l);
+        let max_blocks = self.table_stride;
+        let (q, k, v) = (
+            self.q.slice(..n * q_dim),
+            self.k_cache.slice(layer.clone()),
+            self.v_cache.slice(layer),
+        );
+        let (tables, token_seq, positions) = (
+            self.block_tables.slice(..MAX_SEQS * max_blocks),
+            self.token_seq.slice(..n),
+            self.positions.slice(..n),
+        );
+        let out = &mut self.att.slice_mut(..n * q_dim);
+        let (nh, nkv) = (c.n_heads, c.n_kv_heads);
+        // SAFETY (the three attention launches): the batch was built from the block
+        // manager's tables, which cover every position up to each token's own; this layer's
+        // keys and values were written just before (`rope_and_cache_write`); the split count
+        // covers the longest position (`splits_needed`); the tensor-core kernel is chosen
+        // for one sequence's chunk only (`Attention::of`, the graphs' padding rows never take
+        // it).
+        match attention {
+            Attention::Split(n_splits) => {
+                let rows = n * nh * n_splits;
+                let (partial_o, partial_ml) = (
+                    &mut self.partial_o.slice_mut(..rows * head_dim),
+                    &mut self.partial_ml.slice_mut(..rows * 2),
+                );
+                unsafe {
+                    g.attention_split_bf16(
+                        partial_o, partial_ml, &q, &k, &v, &tables, &token_seq, &positions,
+                        max_blocks, nh, nkv, head_dim, SPLIT_LEN,
+                    )
+                }?;
+                g.attention_combine_f32(
+                    out,
+                    &partial_o.as_view(),
+                    &partial_ml.as_view(),
+                    &positions,
+                    SPLIT_LEN,
+                    nh,
+                    head_dim,
+                )
+            }
+            Attention::TensorCores => unsafe {
+                g.attention_mma_bf16(
+                    out, &q, &k, &v, &tables, &token_seq, &positions, max_blocks, nh, nkv, head_dim,
+                )
+            },
+            Attention::PerHead => unsafe {
+                g.attention_bf16(
+                    out, &q, &k, &v, &tables, &token_seq, &positions, max_blocks, nh, nkv, head_dim,
+                )
+            },
+        }
+    }
+
+    /// Layer `l`'s `hidden = silu(xb w_gate^T) * (xb w_up^T)`: one fused GEMV for a token;
+    /// for more, the two matmuls on one rounded input, then the SwiGLU kernel.
+    fn swiglu(&mut self, c: &Config, n: usize, l: usize) -> Result<()> {
+        let (g, lw) = (&self.gpu, &self.weights.layers[l]);
+        let (dim, ffn) = (c.dim, c.ffn_dim);
+        if n == 1 {
+            return g.gemv_swiglu_bf16(
+                &mut self.hidden.slice_mut(..ffn),
+                &self.xb.slice(..dim),
+                &lw.w_gate.as_view(),
+                &lw.w_up.as_view(),
+                dim,
+                ffn,
+            );
+        }
+        g.f32_to_bf16(
+            &mut self.mm.x_bf16.slice_mut(..n * dim),
+            &self.xb.slice(..n * dim),
+        )?;
+        for (out, w) in [(&mut self.gate, &lw.w_gate), (&mut self.up, &lw.w_up)] {
+            let out = &mut out.slice_mut(..n * ffn);
+            Self::gemm(g, out, &mut self.mm, w, None, n, dim, ffn, false)?;
+        }
+        g.swiglu_f32(
+            &mut self.hidden.slice_mut(..n * ffn),
+            &self.gate.slice(..n * ffn),
+            &self.up.slice(..n * ffn),
+        )
+    }
+
+    /// The final norm and the output head, for the rows that need logits only: one norm
+    /// launch per run of consecutive rows (a decode step's rows are one run).
+    fn head(&mut self, c: &Config, logit_rows: &[u32]) -> Result<()> {
+        let (g, w, dim) = (&self.gpu, &self.weights, c.dim);
         let rows = logit_rows.len();
         let mut i = 0;
         while i < rows {
@@ -886,17 +897,22 @@ impl GpuBackend {
         }
         Self::matmul(
             g,
-            &mut self.logits.slice_mut(..rows * vocab),
+            &mut self.logits.slice_mut(..rows * c.vocab_size),
             &self.head_in.slice(..rows * dim),
             &mut self.mm,
-            head,
+            w.lm_head.as_ref().unwrap_or(&w.embed),
             None,
             rows,
             dim,
-            vocab,
+            c.vocab_size,
             false,
-        )?;
-        Ok(())
+        )
+    }
+
+    /// Layer `l`'s part of the cache: `[n_blocks + 1, BLOCK_SIZE, kv_dim]` of each pool.
+    fn cache_layer(&self, c: &Config, l: usize) -> std::ops::Range<usize> {
+        let layer_len = self.k_cache.len() / c.n_layers;
+        l * layer_len..(l + 1) * layer_len
     }
 }
 
@@ -920,9 +936,9 @@ mod tests {
 
     fn kind(a: Attention) -> &'static str {
         match a {
-            Attention::Split(..) => "split",
-            Attention::TensorCores(_) => "tensor cores",
-            Attention::PerHead(_) => "per head",
+            Attention::Split(_) => "split",
+            Attention::TensorCores => "tensor cores",
+            Attention::PerHead => "per head",
         }
     }
 

@@ -27,8 +27,18 @@ pub struct Gpu {
     /// placed on the GPU while the one before it drains; it waits for it on its first line
     /// (an instruction that does nothing when the launch did not ask for it).
     pub pdl: bool,
-    /// While profiling: every launch with events around it (shared by all clones).
-    profile: Arc<Mutex<Option<Vec<Pending>>>>,
+    /// While profiling: every launch with events around it, and the positions of the batch
+    /// being run (shared by all clones).
+    profile: Arc<Mutex<Option<Profiling>>>,
+}
+
+/// What a profile records: the launches, and what their byte counts need that the launches'
+/// arguments do not carry (the batch's positions live on the device).
+#[derive(Default)]
+struct Profiling {
+    launches: Vec<Pending>,
+    /// `[n]` the positions of the batch last uploaded (`note_positions`).
+    positions: Vec<u32>,
 }
 
 pub use crate::traffic::{KernelTime, Traffic};
@@ -150,7 +160,16 @@ impl Gpu {
     /// From now on, every kernel launch is timed with a pair of CUDA events (outside graph
     /// capture only: events cannot be recorded into a graph this way).
     pub fn profile_start(&self) {
-        *self.profile.lock().expect("profile lock") = Some(vec![]);
+        *self.profile.lock().expect("profile lock") = Some(Profiling::default());
+    }
+
+    /// While profiling, remembers the positions of the batch the next launches run (the
+    /// attention kernels' byte counts depend on them); otherwise does nothing.
+    pub fn note_positions(&self, positions: &[u32]) {
+        if let Some(p) = self.profile.lock().expect("profile lock").as_mut() {
+            p.positions.clear();
+            p.positions.extend_from_slice(positions);
+        }
     }
 
     /// Stops profiling and returns each launch since `profile_start`, in order.
@@ -161,7 +180,8 @@ impl Gpu {
             .lock()
             .expect("profile lock")
             .take()
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .launches;
         pending
             .into_iter()
             .map(|p| {
@@ -179,15 +199,26 @@ impl Gpu {
             .collect()
     }
 
-    /// Runs `launch` (one kernel launch), timed when profiling is on.
+    /// Runs `launch` (one kernel launch), timed when profiling is on and counted by `traffic`.
     pub(crate) fn timed<T>(
         &self,
         kernel: &'static str,
         traffic: Traffic,
         launch: impl FnOnce() -> std::result::Result<T, DriverError>,
     ) -> Result<()> {
+        self.timed_batch(kernel, |_| traffic, launch)
+    }
+
+    /// As `timed`, for a kernel whose bytes depend on the batch's positions: `traffic` gets
+    /// them (those `note_positions` recorded), and runs only when profiling.
+    pub(crate) fn timed_batch<T>(
+        &self,
+        kernel: &'static str,
+        traffic: impl FnOnce(&[u32]) -> Traffic,
+        launch: impl FnOnce() -> std::result::Result<T, DriverError>,
+    ) -> Result<()> {
         let mut profile = self.profile.lock().expect("profile lock");
-        let Some(list) = profile.as_mut() else {
+        let Some(p) = profile.as_mut() else {
             return launch().map(drop).map_err(Error::driver(kernel));
         };
         let event = || {
@@ -202,7 +233,8 @@ impl Gpu {
         launch().map_err(Error::driver(kernel))?;
         end.record(&self.stream)
             .map_err(Error::driver("profiling event"))?;
-        list.push(Pending {
+        let traffic = traffic(&p.positions);
+        p.launches.push(Pending {
             kernel,
             traffic,
             start,

@@ -14,10 +14,12 @@ const ATTENTION_THREADS: u32 = 128;
 
 impl Gpu {
     /// Causal GQA attention over the paged cache; see the kernel's header for the shapes.
-    /// `attended`: the keys the batch attends to, sum over tokens of position + 1 (only for
-    /// the profiler's byte count: the kernel reads the positions itself).
+    ///
+    /// # Safety
+    /// Every token's sequence has a row of `block_tables`, whose entries up to the token's
+    /// position name blocks of the caches, and its own key and value are written.
     #[allow(clippy::too_many_arguments)]
-    pub fn attention_f32(
+    pub unsafe fn attention_f32(
         &self,
         out: &mut Out<f32>,
         q: &In<f32>,
@@ -30,10 +32,9 @@ impl Gpu {
         n_heads: usize,
         n_kv_heads: usize,
         head_dim: usize,
-        attended: usize,
     ) -> Result<()> {
         let f = (&self.kernels.attention_f32, "attention_f32", 4);
-        let dims = (max_blocks, n_heads, n_kv_heads, head_dim, attended);
+        let dims = (max_blocks, n_heads, n_kv_heads, head_dim);
         self.per_head(
             f,
             out,
@@ -48,8 +49,11 @@ impl Gpu {
     }
 
     /// As `attention_f32`, over a bf16 cache.
+    ///
+    /// # Safety
+    /// As `attention_f32`.
     #[allow(clippy::too_many_arguments)]
-    pub fn attention_bf16(
+    pub unsafe fn attention_bf16(
         &self,
         out: &mut Out<f32>,
         q: &In<f32>,
@@ -62,10 +66,9 @@ impl Gpu {
         n_heads: usize,
         n_kv_heads: usize,
         head_dim: usize,
-        attended: usize,
     ) -> Result<()> {
         let f = (&self.kernels.attention_bf16, "attention_bf16", 2);
-        let dims = (max_blocks, n_heads, n_kv_heads, head_dim, attended);
+        let dims = (max_blocks, n_heads, n_kv_heads, head_dim);
         self.per_head(
             f,
             out,
@@ -92,7 +95,7 @@ impl Gpu {
         block_tables: &In<u32>,
         token_seq: &In<u32>,
         positions: &In<u32>,
-        (max_blocks, n_heads, n_kv_heads, head_dim, attended): (usize, usize, usize, usize, usize),
+        (max_blocks, n_heads, n_kv_heads, head_dim): (usize, usize, usize, usize),
     ) -> Result<()> {
         let n = positions.len();
         assert!(
@@ -123,8 +126,10 @@ impl Gpu {
             n_kv_heads as u32,
             head_dim as u32,
         );
-        let traffic =
-            traffic::attention_per_head(attended, n, n_heads, n_kv_heads, head_dim, cache_bytes);
+        let traffic = move |positions: &[u32]| {
+            let attended = traffic::attended(positions);
+            traffic::attention_per_head(attended, n, n_heads, n_kv_heads, head_dim, cache_bytes)
+        };
         let mut b = self.launcher(func);
         b.arg(out)
             .arg(q)
@@ -138,14 +143,16 @@ impl Gpu {
         // position up to each token's own, whose key and value were written before.
         // SAFETY: shapes checked; the batch was built from block tables that cover every
         // position up to each token's own, whose key and value were written before.
-        self.timed(name, traffic, || unsafe { b.launch(cfg) })
+        self.timed_batch(name, traffic, || unsafe { b.launch(cfg) })
     }
 
     /// Flash-decoding over splits of `split_len` positions; `n_splits` is
-    /// `partial_ml.len() / (2 * n * n_heads)`. See the kernel's header for the shapes;
-    /// `attended` as for `attention_f32`.
+    /// `partial_ml.len() / (2 * n * n_heads)`. See the kernel's header for the shapes.
+    ///
+    /// # Safety
+    /// As `attention_f32`, and `n_splits * split_len` is past every token's position.
     #[allow(clippy::too_many_arguments)]
-    pub fn attention_split_bf16(
+    pub unsafe fn attention_split_bf16(
         &self,
         partial_o: &mut Out<f32>,
         partial_ml: &mut Out<f32>,
@@ -160,7 +167,6 @@ impl Gpu {
         n_kv_heads: usize,
         head_dim: usize,
         split_len: usize,
-        attended: usize,
     ) -> Result<()> {
         let n = positions.len();
         let n_splits = partial_ml.len() / (2 * n * n_heads);
@@ -208,8 +214,10 @@ impl Gpu {
             head_dim as u32,
             u32_of(split_len, "split_len"),
         );
-        let traffic =
-            traffic::attention_split_bf16(attended, n, n_heads, n_kv_heads, head_dim, n_splits);
+        let traffic = move |positions: &[u32]| {
+            let attended = traffic::attended(positions);
+            traffic::attention_split_bf16(attended, n, n_heads, n_kv_heads, head_dim, n_splits)
+        };
         let mut b = self.launcher(&self.kernels.attention_split_bf16);
         b.arg(partial_o)
             .arg(partial_ml)
@@ -222,7 +230,7 @@ impl Gpu {
         b.arg(&mb).arg(&nh).arg(&nkv).arg(&hd).arg(&sl);
         // SAFETY: shapes checked; the caller sizes n_splits * split_len past every position
         // (the runner computes it from the batch), and the block tables cover each context.
-        self.timed("attention_split_bf16", traffic, || unsafe { b.launch(cfg) })
+        self.timed_batch("attention_split_bf16", traffic, || unsafe { b.launch(cfg) })
     }
 
     /// Merges flash-decoding's splits: out `[n, n_heads, head_dim]`.

@@ -15,11 +15,13 @@ pub fn attention_mma_supports(head_dim: usize) -> bool {
 
 impl Gpu {
     /// Causal GQA attention for a prompt on tensor cores: the same arguments as
-    /// `attention_bf16`, with the host's copy of the positions (`positions_host`, for the
-    /// profile's count of the key tiles each block reads) in place of `attended`. The
-    /// batch must be one sequence, and `head_dim` 64 or 128 (`attention_mma_supports`).
+    /// `attention_bf16`. The batch must be one sequence, and `head_dim` 64 or 128
+    /// (`attention_mma_supports`).
+    ///
+    /// # Safety
+    /// As `attention_f32`, and every token of the batch is of one sequence.
     #[allow(clippy::too_many_arguments)]
-    pub fn attention_mma_bf16(
+    pub unsafe fn attention_mma_bf16(
         &self,
         out: &mut Out<f32>,
         q: &In<f32>,
@@ -32,7 +34,6 @@ impl Gpu {
         n_heads: usize,
         n_kv_heads: usize,
         head_dim: usize,
-        positions_host: &[u32],
     ) -> Result<()> {
         let n = positions.len();
         assert!(
@@ -44,7 +45,6 @@ impl Gpu {
                 && n_heads.is_multiple_of(n_kv_heads)
                 && q.len() == n * n_heads * head_dim
                 && out.len() == q.len()
-                && positions_host.len() == n
         );
         assert!(
             token_seq.len() == n
@@ -62,7 +62,14 @@ impl Gpu {
             block_dim: (ATTN_MMA_THREADS as u32, 1, 1),
             shared_mem_bytes: attn_mma_shared_bytes(head_dim) as u32,
         };
-        let traffic = traffic::attention_mma_bf16(positions_host, n_heads, n_kv_heads, head_dim);
+        let traffic = move |positions: &[u32]| {
+            traffic::attention_mma_bf16(
+                &positions[..n.min(positions.len())],
+                n_heads,
+                n_kv_heads,
+                head_dim,
+            )
+        };
         let (mb, nh, nkv, hd, nn) = (
             u32_of(max_blocks, "max_blocks"),
             n_heads as u32,
@@ -82,6 +89,6 @@ impl Gpu {
         // SAFETY: shapes checked; 128 threads and the shared memory the kernel documents (its
         // limit raised to the most it takes when the module loaded); the caller's batch is one sequence whose block tables cover every position
         // up to each token's own, whose key and value were written before.
-        self.timed("attention_mma_bf16", traffic, || unsafe { b.launch(cfg) })
+        self.timed_batch("attention_mma_bf16", traffic, || unsafe { b.launch(cfg) })
     }
 }

@@ -10,7 +10,11 @@ use crate::traffic;
 impl Gpu {
     /// `out[t, :] = table[tokens[t], :]`: out `[n, dim]` f32, table `[vocab, dim]` bf16,
     /// tokens `[n]`.
-    pub fn embedding_bf16(
+    ///
+    /// # Safety
+    /// Every token id is below the table's row count (`table.len() / dim`): the kernel does
+    /// not check (the runner checks ids on the host before they reach the device).
+    pub unsafe fn embedding_bf16(
         &self,
         out: &mut Out<f32>,
         table: &In<u16>,

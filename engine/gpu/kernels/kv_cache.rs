@@ -10,7 +10,10 @@ use crate::traffic;
 impl Gpu {
     /// Writes k and v (`[n, kv_dim]`) into rows `slots` (`[n]`) of one layer's caches
     /// (`[n_blocks * 16, kv_dim]`).
-    pub fn kv_write_f32(
+    ///
+    /// # Safety
+    /// Every slot is inside the caches, and no two tokens share one.
+    pub unsafe fn kv_write_f32(
         &self,
         k_cache: &mut Out<f32>,
         v_cache: &mut Out<f32>,

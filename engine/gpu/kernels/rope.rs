@@ -9,7 +9,10 @@ use crate::traffic;
 impl Gpu {
     /// Rotate-half RoPE in place: x `[n, n_heads, head_dim]`, positions `[n]`, cos and sin
     /// `[max_pos, head_dim / 2]`.
-    pub fn rope_f32(
+    ///
+    /// # Safety
+    /// Every position is below the tables' row count (`cos.len() / (head_dim / 2)`).
+    pub unsafe fn rope_f32(
         &self,
         x: &mut Out<f32>,
         positions: &In<u32>,
@@ -48,8 +51,12 @@ impl Gpu {
     /// RoPE on q and k and the cache write, from the fused projection's rows: q_out
     /// `[n, n_heads, head_dim]`, caches one layer, qkv `[n, q_dim + 2 kv_dim]`, positions and
     /// slots `[n]`, cos and sin `[max_pos, head_dim / 2]`.
+    ///
+    /// # Safety
+    /// Every position is below the tables' row count, and every slot inside the caches and
+    /// distinct (tokens that share one write the same values): the block manager's.
     #[allow(clippy::too_many_arguments)]
-    pub fn qkv_rope_write_bf16(
+    pub unsafe fn qkv_rope_write_bf16(
         &self,
         q_out: &mut Out<f32>,
         k_cache: &mut Out<u16>,
