@@ -13,6 +13,10 @@ const MAX_PER_LANE: usize = MAX_HEAD_DIM / 32;
 /// token's own sequence at positions `0..=positions[t]`, read from KV head
 /// `h / (n_heads / n_kv_heads)` through the sequence's block table.
 ///
+/// The first step of the lesson's attention, over an f32 cache (the CPU reference's): the
+/// backend runs the same body over its bf16 cache (`attention_bf16`), flash-decoding
+/// (`attention_split_bf16`) or tensor cores (`attention_mma_bf16`).
+///
 /// - `out`, `q`: `[n, n_heads, head_dim]` f32
 /// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads, head_dim]` f32
 /// - `block_tables`: `[n_seqs, max_blocks]` u32; `token_seq`, `positions`: `[n]` u32

@@ -20,6 +20,9 @@ const TN: usize = 4;
 
 /// `out[t, o] = sum_i x[t, i] * w[o, i] + bias[o]`.
 ///
+/// The first step of the lesson's GEMM, kept and tested: the prompt runs `gemm_wgmma_bf16`
+/// (or `gemm_mma_bf16`), batched decode `gemm_skinny_bf16`.
+///
 /// - `out`: `[n, n_out]` f32
 /// - `x`: `[n, n_in]` f32
 /// - `w`: `[n_out, n_in]` bf16 (as `u16` bits)

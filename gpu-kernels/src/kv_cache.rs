@@ -4,6 +4,9 @@ use crate::device::global_idx_x;
 
 /// Copies token `t`'s key and value rows to row `slots[t]` of the cache.
 ///
+/// A step of the lesson, kept and tested as the simplest form: the forward pass writes the
+/// cache (in bf16) inside `qkv_rope_write_bf16`, right after RoPE.
+///
 /// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, kv_dim]` f32 (a slot is
 ///   `block * 16 + offset`, from the sequence's block table)
 /// - `k`, `v`: `[n, kv_dim]` f32

@@ -5,6 +5,9 @@ use crate::device::{f32_to_bf16, global_idx_x};
 /// In each head of each token, the pair `(x[i], x[i + d/2])` turns by the angle whose cos and
 /// sin are `cos[pos, i]` and `sin[pos, i]` (tables computed on the host in f64).
 ///
+/// A step of the lesson, kept and tested as the simplest form: the forward pass runs
+/// `qkv_rope_write_bf16`, which does this for q and k and writes the cache in the same pass.
+///
 /// - `x`: `[n, n_heads, head_dim]` f32, rotated in place
 /// - `positions`: `[n]` u32
 /// - `cos`, `sin`: `[max_pos, head_dim / 2]` f32
