@@ -271,6 +271,17 @@ pub fn attention_combine_f32(
     )
 }
 
+/// Sampling: every row's logits read once (the top-k and top-p searches read them again
+/// from cache, not counted), the ids written.
+pub fn sample_f32(rows: usize, vocab: usize) -> Traffic {
+    t((rows * vocab) as u64 * F32 + rows as u64 * 4, 0)
+}
+
+/// The penalties: each entry read (3 words) and its logit read and written.
+pub fn penalize_f32(entries: usize) -> Traffic {
+    t(entries as u64 * (3 * 4 + 2 * F32), 0)
+}
+
 /// The CPU's f32 linear layer: the f32 matrix once, the `n x n_in` input, the output.
 pub fn matmul_f32(n: usize, n_in: usize, n_out: usize, bias: bool) -> Traffic {
     let (n, n_in, n_out) = (n as u64, n_in as u64, n_out as u64);

@@ -47,6 +47,7 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::swiglu_f32", swiglu_f32),
     ("kernel::residual_add_f32", residual_add_f32),
     ("kernel::argmax_f32", argmax_f32),
+    ("kernel::sample_f32, penalize_f32", sample_f32),
     ("kernel::fill_random_bf16", fill_random_bf16),
     ("kernel::read_probe_u32", read_probe_u32),
     (
@@ -1003,6 +1004,83 @@ fn argmax_f32(g: &Gpu, rng: &mut StdRng) {
     g.argmax_f32(&mut out.as_view_mut(), &up(g, &logits).as_view())
         .unwrap();
     assert_eq!(down(g, &out), cpu, "{rows} rows of {n}");
+}
+
+/// The device's sampler against its twin, every row with other parameters: greedy; top-k
+/// (down to 1, and past the vocabulary); top-p; min-p; all three; temperatures from 0.3 to 2.
+/// Both do the same integer arithmetic on the weights, so they draw the same tokens, unless a
+/// weight's last bit lands on a boundary (about one draw in millions); then the penalties,
+/// element by element.
+fn sample_f32(g: &Gpu, rng: &mut StdRng) {
+    for vocab in [1000, 49152] {
+        let rows = 48;
+        let logits = normal(rng, rows * vocab, 3.0);
+        let mut params = vec![];
+        for r in 0..rows {
+            let t = [0.0, 0.3, 0.7, 1.0, 1.3, 2.0][r % 6];
+            let (top_k, top_p, min_p) = match r / 6 {
+                0 => (0, 1.0, 0.0),
+                1 => (40, 1.0, 0.0),
+                2 => (0, 0.9, 0.0),
+                3 => (0, 1.0, 0.05),
+                4 => (50, 0.8, 0.02),
+                5 => (1, 1.0, 0.0),
+                6 => (vocab + 5, 0.5, 0.0),
+                _ => (0, 0.999, 0.3),
+            };
+            params.extend(ops::sample_params(t, top_k, top_p, min_p, rng.random()));
+        }
+        let steps: Vec<u32> = (0..rows).map(|_| rng.random_range(0..10_000)).collect();
+        let mut cpu = vec![0u32; rows];
+        ops::sample_f32(&mut cpu, &logits, &params, &steps, vocab);
+        let mut out = up(g, &vec![u32::MAX; rows]);
+        g.sample_f32(
+            &mut out.as_view_mut(),
+            &up(g, &logits).as_view(),
+            &up(g, &params).as_view(),
+            &up(g, &steps).as_view(),
+        )
+        .unwrap();
+        assert_eq!(down(g, &out), cpu, "vocab {vocab}: sampled tokens");
+    }
+    // Penalties: 5 rows of 300, each with its own distinct tokens.
+    let (rows, vocab) = (5, 300);
+    let logits = normal(rng, rows * vocab, 3.0);
+    let mut entries = vec![];
+    for r in 0..rows as u32 {
+        let mut tokens: Vec<u32> = (0..vocab as u32).collect();
+        for i in 0..40 {
+            let j = rng.random_range(i..tokens.len());
+            tokens.swap(i, j);
+        }
+        for &t in &tokens[..40] {
+            let counts = rng.random_range(0..4u32) | ((rng.random::<bool>() as u32) << 31);
+            entries.extend([r, t, counts]);
+        }
+    }
+    let penalties: Vec<f32> = (0..rows)
+        .flat_map(|_| {
+            [
+                rng.random_range(0.8..1.5),
+                rng.random_range(-1.0..1.0),
+                rng.random_range(-1.0..1.0),
+            ]
+        })
+        .collect();
+    let mut cpu = logits.clone();
+    ops::penalize_f32(&mut cpu, &entries, &penalties, vocab);
+    let mut dev = up(g, &logits);
+    // SAFETY: rows and tokens inside the logits, distinct within each row.
+    unsafe {
+        g.penalize_f32(
+            &mut dev.as_view_mut(),
+            &up(g, &entries).as_view(),
+            &up(g, &penalties).as_view(),
+            vocab,
+        )
+    }
+    .unwrap();
+    assert_close("penalties", &down(g, &dev), &cpu, ELEMENTWISE);
 }
 
 fn fill_random_bf16(g: &Gpu, rng: &mut StdRng) {

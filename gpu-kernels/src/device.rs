@@ -135,6 +135,23 @@ pub fn shfl_xor_u32(v: u32, mask: u32) -> u32 {
     out
 }
 
+/// The `v` of the lane `delta` below this one (`shfl.sync.up`); lanes below `delta` get
+/// their own `v`.
+#[inline(always)]
+pub fn shfl_up_u32(v: u32, delta: u32) -> u32 {
+    let out: u32;
+    // SAFETY: as `shfl_xor`: every lane of the warp executes it.
+    unsafe {
+        asm!(
+            "shfl.sync.up.b32 {out}, {v}, {delta}, 0, 0xffffffff;",
+            out = out(reg32) out,
+            v = in(reg32) v,
+            delta = in(reg32) delta,
+        );
+    }
+    out
+}
+
 /// The sum of `v` over the warp, in every lane (a butterfly: five exchanges).
 #[inline(always)]
 pub fn warp_sum(mut v: f32) -> f32 {

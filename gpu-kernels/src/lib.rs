@@ -29,6 +29,7 @@ pub mod mma;
 pub mod residual;
 pub mod rmsnorm;
 pub mod rope;
+pub mod sample;
 pub mod swiglu;
 /// Launch shapes shared with the host, which compiles the same file (`include!`).
 pub mod tiles;

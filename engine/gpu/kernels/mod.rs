@@ -18,6 +18,7 @@ pub mod kv_cache;
 pub mod residual;
 pub mod rmsnorm;
 pub mod rope;
+pub mod sample;
 pub mod swiglu;
 pub mod table;
 

@@ -61,6 +61,8 @@ kernel_table!(
     swiglu_f32,
     residual_add_f32,
     argmax_f32,
+    sample_f32,
+    penalize_f32,
     fill_random_bf16,
     read_probe_u32;
     optional: gemm_wgmma_bf16,
