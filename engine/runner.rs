@@ -65,6 +65,8 @@ pub struct Runner {
     batch: Batch,
     /// `[rows]` greedy choices on the CPU.
     ids: Vec<u32>,
+    /// `[rows, vocab]` the CPU's logits, copied to be penalised and drawn from.
+    logits: Vec<f32>,
     /// A batch that wants no logits, given one row for the GPU (`with_a_logits_row`).
     gpu_batch: Batch,
     max_batch_tokens: usize,
@@ -88,6 +90,38 @@ pub struct Limits {
     pub max_batch_seqs: usize,
 }
 
+/// How to choose each logits row's token, for `Forward::forward_sample`.
+#[derive(Clone, Debug, Default)]
+pub struct Choices {
+    /// `[rows, SAMPLE_PARAMS]` each row's parameters (`cpu::ops::sample_params`).
+    pub params: Vec<u32>,
+    /// `[rows]` the index of the draw (how many tokens the request generated before).
+    pub steps: Vec<u32>,
+    /// `[n, 3]` (row, token, times generated | in prompt << 31), distinct per row: the
+    /// tokens the penalties touch (empty when no row has one).
+    pub penalty_entries: Vec<u32>,
+    /// `[rows, 3]` repeat, presence and frequency penalty of each row.
+    pub penalties: Vec<f32>,
+}
+
+impl Choices {
+    pub fn clear(&mut self) {
+        self.params.clear();
+        self.steps.clear();
+        self.penalty_entries.clear();
+        self.penalties.clear();
+    }
+
+    /// The same choices on the host: `logits` (`[rows, vocab]`) penalised in place, then
+    /// drawn from, into `out`.
+    pub fn sample_on_host(&self, logits: &mut [f32], vocab: usize, out: &mut Vec<u32>) {
+        crate::cpu::ops::penalize_f32(logits, &self.penalty_entries, &self.penalties, vocab);
+        out.clear();
+        out.resize(self.steps.len(), 0);
+        crate::cpu::ops::sample_f32(out, logits, &self.params, &self.steps, vocab);
+    }
+}
+
 /// One forward pass over a batch: what the serving engine needs from a runner (the `Runner`,
 /// or a fake model in tests).
 pub trait Forward {
@@ -101,6 +135,11 @@ pub trait Forward {
     /// As `forward`, but returns only the most likely token of each logits row, `[rows]`: on
     /// the GPU the argmax runs on the device and the logits never leave it.
     fn forward_greedy(&mut self, batch: &Batch) -> Result<&[u32]>;
+
+    /// As `forward`, but returns each logits row's token drawn as `choices` says (penalties,
+    /// filters and a seeded draw, `cpu::ops::sample_f32`), `[rows]`: on the GPU the draw runs
+    /// on the device and the logits never leave it.
+    fn forward_sample(&mut self, batch: &Batch, choices: &Choices) -> Result<&[u32]>;
 }
 
 impl Runner {
@@ -156,6 +195,7 @@ impl Runner {
             backend: Backend::Cpu(Box::new(cpu)),
             batch: Batch::default(),
             ids: vec![],
+            logits: vec![],
             gpu_batch: Batch::default(),
             max_batch_tokens,
             config,
@@ -180,6 +220,7 @@ impl Runner {
             backend: Backend::Gpu(Box::new(g)),
             batch: Batch::default(),
             ids: vec![],
+            logits: vec![],
             gpu_batch: Batch::default(),
             max_batch_tokens: opts.max_batch_tokens,
             config,
@@ -201,6 +242,14 @@ impl Runner {
         match &self.backend {
             Backend::Cpu(_) => KvCache::bytes_per_token(&self.config),
             Backend::Gpu(_) => crate::gpu::backend::kv_bytes_per_token(&self.config),
+        }
+    }
+
+    /// The GPU's batch-invariant mode (`GpuBackend::set_batch_invariant`): a request's tokens
+    /// bit for bit the same whatever shares its batch. The CPU backend always is.
+    pub fn set_batch_invariant(&mut self, on: bool) {
+        if let Backend::Gpu(g) = &mut self.backend {
+            g.set_batch_invariant(on);
         }
     }
 
@@ -369,6 +418,23 @@ impl Forward for Runner {
             Backend::Gpu(gpu) => {
                 let batch = with_a_logits_row(&mut self.gpu_batch, batch);
                 gpu.forward(&self.config, batch)
+            }
+        }
+    }
+
+    fn forward_sample(&mut self, batch: &Batch, choices: &Choices) -> Result<&[u32]> {
+        match &mut self.backend {
+            Backend::Cpu(cpu) => {
+                let vocab = self.config.vocab_size;
+                let logits = cpu.forward(&self.config, batch);
+                self.logits.clear();
+                self.logits.extend_from_slice(logits);
+                choices.sample_on_host(&mut self.logits, vocab, &mut self.ids);
+                Ok(&self.ids)
+            }
+            Backend::Gpu(gpu) => {
+                let batch = with_a_logits_row(&mut self.gpu_batch, batch);
+                gpu.forward_sample(&self.config, batch, choices)
             }
         }
     }

@@ -1284,7 +1284,9 @@ fn synthetic_llama3_gpu_matches_cpu(g: &Gpu, rng: &mut StdRng) {
 /// be those of its run alone, but at a near-tie: alone, a decode step is one token through
 /// the GEMV on f32 activations, in a batch the skinny matmul's bf16 activations (rounding
 /// moves logits by a few hundredths here); and a prompt chunk's matmuls change kernel with
-/// the batch's size. The batched run must also repeat itself exactly.
+/// the batch's size. The batched run must also repeat itself exactly. Then in the
+/// batch-invariant mode (every matmul skinny, attention per head) alone and batched must agree
+/// bit for bit.
 fn batched_requests_match_their_runs_alone(g: &Gpu, rng: &mut StdRng) {
     use rustle::serve::engine::{Engine, EngineOptions, RequestParams};
     const NEAR_TIE: f32 = 0.5;
@@ -1367,6 +1369,34 @@ fn batched_requests_match_their_runs_alone(g: &Gpu, rng: &mut StdRng) {
         "  33 requests: {} with every greedy token of their run alone, {diverged} diverging at a near-tie",
         33 - diverged
     );
+
+    // The batch-invariant mode: alone (each request by itself through the engine) and
+    // batched give the same tokens, bit for bit, every one of them.
+    engine.model_mut().set_batch_invariant(true);
+    let alone: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| {
+            let params = RequestParams {
+                max_tokens: STEPS,
+                ignore_eos: true,
+                ..RequestParams::default()
+            };
+            let id = engine.add_request(p.clone(), params).unwrap();
+            let mut out = vec![];
+            while engine.has_work() {
+                for o in engine.step().unwrap() {
+                    assert_eq!(o.id, id);
+                    out.extend(o.token);
+                }
+            }
+            out
+        })
+        .collect();
+    let together = batched(&mut engine);
+    for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
+        assert_eq!(a, b, "batch-invariant mode: request {i} alone and batched");
+    }
+    eprintln!("  batch-invariant mode: 33/33 requests identical alone and batched");
 }
 
 /// bf16 weights, and in prefill bf16 activations into the tensor cores and bf16 attention

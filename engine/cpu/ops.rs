@@ -855,17 +855,38 @@ mod sample_tests {
         let logits = [1.0f32, 2.0, 0.5, -1.0, 3.0, 0.0, 2.5, -3.0];
         // Top-2: tokens 4 and 6 alone.
         let c = draws(&logits, sample_params(1.0, 2, 1.0, 0.0, 1), 2000);
-        assert!(c.iter().enumerate().all(|(i, &n)| n == 0 || i == 4 || i == 6), "{c:?}");
+        assert!(
+            c.iter()
+                .enumerate()
+                .all(|(i, &n)| n == 0 || i == 4 || i == 6),
+            "{c:?}"
+        );
         assert!(c[4] > 0 && c[6] > 0);
         // Top-p 0.5: token 4 alone holds 0.46 of the mass, with 6 it is past 0.5.
         let c = draws(&logits, sample_params(1.0, 0, 0.5, 0.0, 2), 2000);
-        assert!(c.iter().enumerate().all(|(i, &n)| n == 0 || i == 4 || i == 6), "{c:?}");
+        assert!(
+            c.iter()
+                .enumerate()
+                .all(|(i, &n)| n == 0 || i == 4 || i == 6),
+            "{c:?}"
+        );
         // Min-p 0.5: weights e^(l - 3) >= 0.5 keep tokens 4 (1.0) and 6 (0.61).
         let c = draws(&logits, sample_params(1.0, 0, 1.0, 0.5, 3), 2000);
-        assert!(c.iter().enumerate().all(|(i, &n)| n == 0 || i == 4 || i == 6), "{c:?}");
+        assert!(
+            c.iter()
+                .enumerate()
+                .all(|(i, &n)| n == 0 || i == 4 || i == 6),
+            "{c:?}"
+        );
         // Greedy, and top-k 1: the largest.
-        assert_eq!(draws(&logits, sample_params(0.0, 0, 1.0, 0.0, 4), 10)[4], 10);
-        assert_eq!(draws(&logits, sample_params(0.7, 1, 1.0, 0.0, 5), 10)[4], 10);
+        assert_eq!(
+            draws(&logits, sample_params(0.0, 0, 1.0, 0.0, 4), 10)[4],
+            10
+        );
+        assert_eq!(
+            draws(&logits, sample_params(0.7, 1, 1.0, 0.0, 5), 10)[4],
+            10
+        );
     }
 
     #[test]
@@ -873,12 +894,22 @@ mod sample_tests {
         let logits: Vec<f32> = (0..1000).map(|i| ((i * 37) % 101) as f32 / 25.0).collect();
         let one = |seed, step| {
             let mut out = [0u32];
-            sample_f32(&mut out, &logits, &sample_params(1.0, 0, 1.0, 0.0, seed), &[step], 1000);
+            sample_f32(
+                &mut out,
+                &logits,
+                &sample_params(1.0, 0, 1.0, 0.0, seed),
+                &[step],
+                1000,
+            );
             out[0]
         };
         assert_eq!(one(9, 3), one(9, 3));
         let differ = (0..20).filter(|&s| one(9, s) != one(10, s)).count();
-        assert!(differ > 10, "seeds 9 and 10 drew the same {} times of 20", 20 - differ);
+        assert!(
+            differ > 10,
+            "seeds 9 and 10 drew the same {} times of 20",
+            20 - differ
+        );
     }
 
     #[test]

@@ -262,6 +262,9 @@ struct MatmulScratch {
     /// `[splits, SKINNY_MAX_TOKENS, n_out]` the skinny matmul's split sums, for the model's
     /// widest split matrix (`skinny_splits`)
     parts: CudaSlice<f32>,
+    /// Every matmul through the skinny kernel (whose sums for a token do not depend on the
+    /// other tokens of the launch), one token too: `GpuBackend::set_batch_invariant`.
+    batch_invariant: bool,
 }
 
 impl MatmulScratch {
@@ -287,6 +290,31 @@ impl MatmulScratch {
         Ok(MatmulScratch {
             x_bf16: gpu.zeros(max_tokens * dim.max(q).max(ffn), "activations")?,
             parts: gpu.zeros(parts, "the skinny matmul's split sums")?,
+            batch_invariant: false,
+        })
+    }
+}
+
+/// `runner::Choices` on the device.
+struct DeviceChoices {
+    /// `[rows, SAMPLE_PARAMS]`
+    params: CudaSlice<u32>,
+    /// `[rows]`
+    steps: CudaSlice<u32>,
+    /// `[n, 3]`
+    entries: CudaSlice<u32>,
+    /// `[rows, 3]`
+    penalties: CudaSlice<f32>,
+}
+
+impl DeviceChoices {
+    fn new(gpu: &Gpu) -> Result<DeviceChoices> {
+        let u = || gpu.zeros::<u32>(64, "sampling parameters");
+        Ok(DeviceChoices {
+            params: u()?,
+            steps: u()?,
+            entries: u()?,
+            penalties: gpu.zeros(64, "sampling parameters")?,
         })
     }
 }
@@ -328,6 +356,8 @@ pub struct GpuBackend {
     table_stride: usize,
     logits_host: Vec<f32>,
     ids_host: Vec<u32>,
+    /// The sampling choices as the kernels read them, grown to the largest batch seen.
+    choices: DeviceChoices,
     /// The batch as uploaded, padding rows included (`upload`).
     batch_host: Batch,
     /// The spare KV block padding rows write and read: the pool's last, which the runner
@@ -407,6 +437,7 @@ impl GpuBackend {
             table_stride: max_blocks,
             logits_host: vec![],
             ids_host: vec![],
+            choices: DeviceChoices::new(&gpu)?,
             batch_host: Batch::default(),
             pad_block: n_blocks,
             partial_rows,
@@ -416,6 +447,18 @@ impl GpuBackend {
             weights,
             gpu,
         })
+    }
+
+    /// The batch-invariant mode: a token's logits, bit for bit, whatever else shares its
+    /// batch. Every matmul goes through the skinny kernel (one token too, where the GEMV
+    /// would be faster; 128 rows at a time for a prompt, where the warpgroup GEMM would be),
+    /// and attention through `attention_bf16`, whose sums for a token depend on its own
+    /// position alone. Decode graphs captured before are dropped.
+    pub fn set_batch_invariant(&mut self, on: bool) {
+        if self.mm.batch_invariant != on {
+            self.mm.batch_invariant = on;
+            self.graphs.clear();
+        }
     }
 
     pub fn set_rope(&mut self, rope: &RopeTables) -> Result<()> {
@@ -442,7 +485,7 @@ impl GpuBackend {
         accumulate: bool,
     ) -> Result<()> {
         let bias = bias.map(|b| b.as_view());
-        if n == 1 {
+        if n == 1 && !mm.batch_invariant {
             return gpu.gemv_bf16(out, x, &w.as_view(), bias.as_ref(), n_in, n_out, accumulate);
         }
         gpu.f32_to_bf16(&mut mm.x_bf16.slice_mut(..n * n_in), x)?;
@@ -450,7 +493,8 @@ impl GpuBackend {
     }
 
     /// The tensor-core matmul of `n` tokens already rounded into `mm.x_bf16`: the skinny one
-    /// for up to `SKINNY_MAX_TOKENS`, else `Gpu::prefill_gemm` (which cannot accumulate).
+    /// for up to `SKINNY_MAX_TOKENS` (in the batch-invariant mode for any number, that many
+    /// rows at a time), else `Gpu::prefill_gemm` (which cannot accumulate).
     #[allow(clippy::too_many_arguments)]
     fn gemm(
         gpu: &Gpu,
@@ -463,24 +507,28 @@ impl GpuBackend {
         n_out: usize,
         accumulate: bool,
     ) -> Result<()> {
-        let x = mm.x_bf16.slice(..n * n_in);
-        if n <= SKINNY_MAX_TOKENS {
+        if n <= SKINNY_MAX_TOKENS || mm.batch_invariant {
             let parts = &mut mm.parts.as_view_mut();
-            return gpu.gemm_skinny_bf16(
-                out,
-                &x,
-                &w.as_view(),
-                bias,
-                n_in,
-                n_out,
-                accumulate,
-                parts,
-            );
+            for first in (0..n).step_by(SKINNY_MAX_TOKENS) {
+                let rows = first..(first + SKINNY_MAX_TOKENS).min(n);
+                gpu.gemm_skinny_bf16(
+                    &mut out.slice_mut(rows.start * n_out..rows.end * n_out),
+                    &mm.x_bf16.slice(rows.start * n_in..rows.end * n_in),
+                    &w.as_view(),
+                    bias,
+                    n_in,
+                    n_out,
+                    accumulate,
+                    parts,
+                )?;
+            }
+            return Ok(());
         }
         assert!(
             !accumulate,
             "the prompt GEMM writes its output; add it separately"
         );
+        let x = mm.x_bf16.slice(..n * n_in);
         gpu.prefill_gemm(out, &x, &w.as_view(), bias, n, n_in, n_out)
     }
 
@@ -498,7 +546,7 @@ impl GpuBackend {
         n_in: usize,
         n_out: usize,
     ) -> Result<()> {
-        if n <= SKINNY_MAX_TOKENS {
+        if n <= SKINNY_MAX_TOKENS || mm.batch_invariant {
             return Self::matmul(gpu, x, input, mm, w, None, n, n_in, n_out, true);
         }
         let tmp = &mut tmp.slice_mut(..n * n_out);
@@ -533,6 +581,84 @@ impl GpuBackend {
         Ok(&self.ids_host)
     }
 
+    /// Runs `batch` and returns each logits row's token drawn as `choices` says: the
+    /// penalties and the draw run on the device, and only the ids come back.
+    pub fn forward_sample(
+        &mut self,
+        c: &Config,
+        batch: &Batch,
+        choices: &crate::runner::Choices,
+    ) -> Result<&[u32]> {
+        let rows = self.run(c, batch, false)?;
+        let vocab = c.vocab_size;
+        let s = &self.gpu.stream;
+        let up_err = Error::driver("copying the sampling parameters to the device");
+        let ch = &mut self.choices;
+        let grow = |buf: &mut CudaSlice<u32>, n: usize| -> Result<()> {
+            if buf.len() < n {
+                *buf = self
+                    .gpu
+                    .zeros(n.next_power_of_two(), "sampling parameters")?;
+            }
+            Ok(())
+        };
+        grow(&mut ch.params, choices.params.len())?;
+        grow(&mut ch.steps, rows)?;
+        grow(&mut ch.entries, choices.penalty_entries.len())?;
+        if ch.penalties.len() < choices.penalties.len().max(1) {
+            ch.penalties = self.gpu.zeros(
+                choices.penalties.len().max(1).next_power_of_two(),
+                "penalties",
+            )?;
+        }
+        assert!(choices.params.len() == rows * crate::cpu::ops::SAMPLE_PARAMS);
+        assert!(choices.steps.len() == rows);
+        s.memcpy_htod(
+            &choices.params,
+            &mut ch.params.slice_mut(..choices.params.len()),
+        )
+        .map_err(up_err)?;
+        s.memcpy_htod(&choices.steps, &mut ch.steps.slice_mut(..rows))
+            .map_err(up_err)?;
+        let logits = &mut self.logits.slice_mut(..rows * vocab);
+        if !choices.penalty_entries.is_empty() {
+            let n = choices.penalty_entries.len();
+            assert!(choices.penalties.len() == 3 * rows);
+            assert!(
+                choices
+                    .penalty_entries
+                    .chunks_exact(3)
+                    .all(|e| (e[0] as usize) < rows && (e[1] as usize) < vocab),
+                "penalty entries outside the batch's rows or the vocabulary"
+            );
+            s.memcpy_htod(&choices.penalty_entries, &mut ch.entries.slice_mut(..n))
+                .map_err(up_err)?;
+            s.memcpy_htod(&choices.penalties, &mut ch.penalties.slice_mut(..3 * rows))
+                .map_err(up_err)?;
+            // SAFETY: rows and tokens checked above; the engine builds each row's entries
+            // from its distinct tokens.
+            unsafe {
+                self.gpu.penalize_f32(
+                    logits,
+                    &ch.entries.slice(..n),
+                    &ch.penalties.slice(..3 * rows),
+                    vocab,
+                )
+            }?;
+        }
+        self.gpu.sample_f32(
+            &mut self.next_ids.slice_mut(..rows),
+            &logits.as_view(),
+            &ch.params.slice(..choices.params.len()),
+            &ch.steps.slice(..rows),
+        )?;
+        self.ids_host.resize(rows, 0);
+        s.memcpy_dtoh(&self.next_ids.slice(..rows), &mut self.ids_host)
+            .map_err(Error::driver("the forward pass failed"))?;
+        self.gpu.sync()?;
+        Ok(&self.ids_host)
+    }
+
     /// Uploads `batch` and launches its forward pass, with the argmax when `greedy`; returns
     /// its rows of logits. A decode step (one token of each of at most `GRAPH_MAX_BATCH`
     /// sequences, every row wanting logits) replays a CUDA graph of the whole pass: one
@@ -545,6 +671,7 @@ impl GpuBackend {
         let bucket = self.graph_bucket(batch);
         self.upload(batch, bucket.unwrap_or(batch.tokens.len()))?;
         let splits = splits_needed(c, batch, self.partial_rows);
+        let invariant = self.mm.batch_invariant;
         match (bucket, splits) {
             (Some(n), Some(needed)) => {
                 let key = (n, needed.next_power_of_two(), greedy);
@@ -557,12 +684,11 @@ impl GpuBackend {
                     .map_err(Error::driver("replaying the decode graph"))?;
             }
             _ => {
-                self.launch(
-                    c,
-                    batch.tokens.len(),
-                    &batch.logit_rows,
-                    Attention::of(c, batch, splits),
-                )?;
+                let attention = match invariant {
+                    true => Attention::PerHead,
+                    false => Attention::of(c, batch, splits),
+                };
+                self.launch(c, batch.tokens.len(), &batch.logit_rows, attention)?;
                 if greedy {
                     self.argmax_rows(c, rows)?;
                 }
@@ -590,19 +716,21 @@ impl GpuBackend {
         use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
         let cap_err = Error::driver("capturing the decode graph");
         let rows: Vec<u32> = (0..n as u32).collect();
+        let attention = match self.mm.batch_invariant {
+            true => Attention::PerHead,
+            false => Attention::Split(n_splits),
+        };
         self.gpu
             .stream
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(cap_err)?;
-        let recorded = self
-            .launch(c, n, &rows, Attention::Split(n_splits))
-            .and_then(|_| {
-                if greedy {
-                    self.argmax_rows(c, n)
-                } else {
-                    Ok(())
-                }
-            });
+        let recorded = self.launch(c, n, &rows, attention).and_then(|_| {
+            if greedy {
+                self.argmax_rows(c, n)
+            } else {
+                Ok(())
+            }
+        });
         let graph = self
             .gpu
             .stream
@@ -849,7 +977,7 @@ impl GpuBackend {
     fn swiglu(&mut self, c: &Config, n: usize, l: usize) -> Result<()> {
         let (g, lw) = (&self.gpu, &self.weights.layers[l]);
         let (dim, ffn) = (c.dim, c.ffn_dim);
-        if n == 1 {
+        if n == 1 && !self.mm.batch_invariant {
             return g.gemv_swiglu_bf16(
                 &mut self.hidden.slice_mut(..ffn),
                 &self.xb.slice(..dim),

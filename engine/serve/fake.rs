@@ -117,6 +117,17 @@ impl Forward for FakeModel {
         Ok(&self.logits)
     }
 
+    fn forward_sample(
+        &mut self,
+        batch: &Batch,
+        choices: &crate::runner::Choices,
+    ) -> Result<&[u32]> {
+        self.run(batch);
+        let vocab = self.limits.vocab_size;
+        choices.sample_on_host(&mut self.logits, vocab, &mut self.ids);
+        Ok(&self.ids)
+    }
+
     fn forward_greedy(&mut self, batch: &Batch) -> Result<&[u32]> {
         self.run(batch);
         let vocab = self.limits.vocab_size;
