@@ -47,6 +47,13 @@ pub struct Sequence {
     pub sampler: Sampler,
     pub stop: StopConditions,
     pub status: Status,
+    /// Report the chosen token's log-probability and this many of the most likely tokens'
+    /// with each token (`None`: no log-probabilities; the greedy path may skip the logits).
+    pub logprobs: Option<usize>,
+    /// A sibling of an earlier request with the same prompt (`n` choices): it is not
+    /// admitted while that request is still computing the prompt, and then takes the
+    /// prompt's full blocks from the prefix cache instead of computing them again.
+    pub wait_for: Option<RequestId>,
 }
 
 impl Sequence {
@@ -65,6 +72,8 @@ impl Sequence {
             sampler: Sampler::new(params),
             stop,
             status: Status::Waiting,
+            logprobs: None,
+            wait_for: None,
         }
     }
 
