@@ -334,7 +334,11 @@ mod tests {
     fn a_client_that_leaves_is_aborted_at_the_next_step_and_its_blocks_return() {
         let mut l = engine_loop();
         let (stays, _) = submit(&mut l, (1..40).collect(), vec![params(50)]);
-        let (leaves, _) = submit(&mut l, (2..60).collect(), vec![params(50)]);
+        let (leaves, _) = submit(
+            &mut l,
+            (0..58).map(|i| 1 + i % 30).collect(),
+            vec![params(50)],
+        );
         l.step();
         l.step();
         assert_eq!(l.engine().stats().running, 2);
