@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -138,11 +138,9 @@ impl<M: Forward> EngineLoop<M> {
                     Err(_) => return,
                 }
             }
-            loop {
-                match commands.try_recv() {
-                    Ok(c) => self.handle(c),
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-                }
+            // Whatever else arrived, then a step: new requests join the next batch.
+            while let Ok(c) = commands.try_recv() {
+                self.handle(c);
             }
             self.step();
         }
