@@ -702,7 +702,12 @@ mod tests {
                 tokens.extend(o.token);
             }
         }
-        assert_eq!(e.model().passes, 8, "logits path, one pass a token");
+        let m = e.model();
+        assert_eq!(
+            (m.passes, m.greedy_passes),
+            (8, 0),
+            "the logits path, never the greedy one"
+        );
         // The logits path chooses what the greedy path does.
         assert_eq!(tokens, alone(&p, &greedy(8)).0);
         // Without logprobs there are none; a sampled token has its own, below the top one.

@@ -296,7 +296,7 @@ fn check_context(engine: &EngineHandle, plan: &Plan, prompt: usize) -> Result<us
             format!(
                 "This model's context holds {context} tokens: a prompt of {prompt} tokens leaves room for {room} more, but {m} were asked for."
             ),
-            Some("max_tokens"),
+            Some(plan.max_tokens_param),
         )
         .with_code("context_length_exceeded")),
     }

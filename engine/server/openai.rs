@@ -163,6 +163,8 @@ pub struct Plan {
     pub include_usage: bool,
     /// `None`: up to the context's end.
     pub max_tokens: Option<usize>,
+    /// The field it came from: `max_tokens` or `max_completion_tokens`.
+    pub max_tokens_param: &'static str,
     /// The seed is the first choice's; choice `i` draws with `seed + i`.
     pub sampling: SamplingParams,
     /// Whether the request gave a seed (else each choice gets a random one).
@@ -450,6 +452,7 @@ fn check(endpoint: Endpoint, raw: Raw, served: &str) -> Result<Plan, ApiError> {
         stream,
         include_usage,
         max_tokens,
+        max_tokens_param: max_param,
         sampling,
         seeded: raw.seed.is_some(),
         n,
