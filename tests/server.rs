@@ -628,7 +628,7 @@ async fn key_queue_and_timeout() {
         json!({"max_tokens": 4000, "ignore_eos": true}),
     );
     let hog = tokio::spawn(key(c.post(s.url("/v1/completions")).json(&long)).send());
-    wait_for(&c, &s, "rustle_generation_tokens_total", |v| v > 0.0).await;
+    wait_for(&c, &s, "rustle_generation_tokens_total", |v| v > 2.0).await;
     let short = completion("Hi", json!({"max_tokens": 2}));
     let waiting = tokio::spawn(key(c.post(s.url("/v1/completions")).json(&short)).send());
     wait_for(&c, &s, "rustle_requests_waiting", |v| v == 1.0).await;

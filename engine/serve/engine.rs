@@ -129,7 +129,6 @@ pub struct Engine<M: Forward = Runner> {
     ranked: Vec<(f32, u32)>,
     /// The last step's log-probabilities, one per sampled chunk (`None` where not asked).
     logprobs: Vec<Option<TokenLogprobs>>,
-    prefix_cache: bool,
     next_id: RequestId,
     prompt_tokens: u64,
     generated_tokens: u64,
@@ -165,7 +164,6 @@ impl<M: Forward> Engine<M> {
             scratch: SamplerScratch::default(),
             ranked: vec![],
             logprobs: vec![],
-            prefix_cache: opts.prefix_cache,
             next_id: 0,
             prompt_tokens: 0,
             generated_tokens: 0,
@@ -217,7 +215,8 @@ impl<M: Forward> Engine<M> {
             self.check(&prompt, p)?;
         }
         // Only full blocks before the last token are shared: a shorter prompt gains nothing.
-        let shares = self.prefix_cache && params.len() > 1 && prompt.len() > BLOCK_SIZE;
+        let cache = self.scheduler.blocks.prefix.enabled();
+        let shares = cache && params.len() > 1 && prompt.len() > BLOCK_SIZE;
         let mut ids = Vec::with_capacity(params.len());
         for p in params {
             let leader = ids.first().copied().filter(|_| shares);
