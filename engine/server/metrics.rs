@@ -228,7 +228,7 @@ impl Metrics {
         let name = "rustle_requests_finished_total";
         let _ = writeln!(
             out,
-            "# HELP {name} Requests (choices) ended, by finish reason.\n# TYPE {name} counter"
+            "# HELP {name} Requests (choices) ended, by finish reason (abort: ended by the server: client gone, stop string matched, time limit).\n# TYPE {name} counter"
         );
         for (why, n) in ["stop", "length", "abort"].iter().zip(m.finished) {
             let _ = writeln!(out, "{name}{{{label},finish_reason=\"{why}\"}} {n}");
