@@ -10,6 +10,7 @@
 //!   reference backend or the GPU
 //! - `sampler`: choosing tokens, per request
 //! - `serve`: sequences, the scheduler and the engine loop that serve many requests at once
+//! - `server`: `rustle serve`, the engine behind an OpenAI-compatible HTTP server
 //! - `generate`: one prompt through the engine, streamed as text (the CLI)
 //! - `gpu`: the PTX the kernels compiled to (the GPU backend comes next)
 
@@ -35,6 +36,7 @@ pub mod runner;
 pub mod sampler;
 pub mod serve;
 pub mod serve_bench;
+pub mod server;
 pub mod shapes;
 pub mod tokenizer;
 pub mod traffic;

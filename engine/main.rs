@@ -19,6 +19,7 @@ use rustle::runner::{Device, Forward, Runner, RunnerOptions, cpu_kv_blocks};
 use rustle::sampler::SamplingParams;
 use rustle::serve::engine::DEFAULT_TOKEN_BUDGET;
 use rustle::serve::{Engine, EngineOptions, RequestParams};
+use rustle::server::args::ServeArgs;
 use rustle::tokenizer::MAX_BYTES_PER_TOKEN;
 
 /// Size flags are bounded where they are parsed, so that a mistyped number is one line naming
@@ -135,6 +136,9 @@ enum Command {
     /// ceilings measured in the same run: a table, a roofline chart (SVG and PNG) and the
     /// profile as JSON. `--from` redraws a saved profile without a GPU.
     Profile(ProfileCli),
+    /// Serve the model over HTTP with OpenAI's API (chat and text completions, streaming,
+    /// models), plus /health and /metrics; listens on 127.0.0.1:8000 by default.
+    Serve(ServeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -279,7 +283,8 @@ const EXAMPLES: &str = "Examples:
   rustle bench --shape llama3-8b --ctx 512,8192
   rustle bench --batch 1,8,32,64,128 --prompt-len 512 --steps 128
   rustle bench --serve --shape llama3-8b --requests 64 --prompt-len 512 --output-len 128
-  rustle profile --shape llama3-8b --out profile";
+  rustle profile --shape llama3-8b --out profile
+  rustle serve --port 8000";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum DeviceArg {
@@ -300,6 +305,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Bench(ref b)) => bench(b),
         Some(Command::Profile(ref p)) => profile(p),
+        Some(Command::Serve(ref s)) => rustle::server::run(s.clone()),
         None => run(cli),
     };
     match result {

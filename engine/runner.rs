@@ -15,6 +15,7 @@ use crate::kv::block_manager::{BLOCK_SIZE, BlockManager, BlockTable, blocks_for}
 use crate::kv_cache::KvCache;
 use crate::model::ModelWeights;
 use crate::rope::RopeTables;
+use crate::sampler::Choices;
 
 /// Where the forward pass runs.
 pub enum Device {
@@ -88,38 +89,6 @@ pub struct Limits {
     pub max_batch_tokens: usize,
     /// Most sequences in one forward pass.
     pub max_batch_seqs: usize,
-}
-
-/// How to choose each logits row's token, for `Forward::forward_sample`.
-#[derive(Clone, Debug, Default)]
-pub struct Choices {
-    /// `[rows, SAMPLE_PARAMS]` each row's parameters (`cpu::ops::sample_params`).
-    pub params: Vec<u32>,
-    /// `[rows]` the index of the draw (how many tokens the request generated before).
-    pub steps: Vec<u32>,
-    /// `[n, 3]` (row, token, times generated | in prompt << 31), distinct per row: the
-    /// tokens the penalties touch (empty when no row has one).
-    pub penalty_entries: Vec<u32>,
-    /// `[rows, 3]` repeat, presence and frequency penalty of each row.
-    pub penalties: Vec<f32>,
-}
-
-impl Choices {
-    pub fn clear(&mut self) {
-        self.params.clear();
-        self.steps.clear();
-        self.penalty_entries.clear();
-        self.penalties.clear();
-    }
-
-    /// The same choices on the host: `logits` (`[rows, vocab]`) penalised in place, then
-    /// drawn from, into `out`.
-    pub fn sample_on_host(&self, logits: &mut [f32], vocab: usize, out: &mut Vec<u32>) {
-        crate::cpu::ops::penalize_f32(logits, &self.penalty_entries, &self.penalties, vocab);
-        out.clear();
-        out.resize(self.steps.len(), 0);
-        crate::cpu::ops::sample_f32(out, logits, &self.params, &self.steps, vocab);
-    }
 }
 
 /// One forward pass over a batch: what the serving engine needs from a runner (the `Runner`,

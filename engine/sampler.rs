@@ -3,14 +3,15 @@
 //! In order, as vLLM applies them: the repetition penalty (over the prompt and the tokens
 //! generated so far, as Hugging Face defines it), the frequency and presence penalties (over
 //! the generated tokens, as OpenAI defines them), then (unless greedy) the temperature, top-k,
-//! top-p and min-p filters, then a draw from what remains. Each request carries its own
-//! parameters and its own seeded generator, so a seeded request draws the same tokens
-//! whatever else shares its batch.
+//! top-p and min-p filters, then a draw from what remains. The draw's random number is a hash
+//! of the request's seed and the index of the token being drawn, so a seeded request draws the
+//! same tokens whatever else shares its batch.
+//!
+//! A step's choices travel as `Choices`, one row per request: on the GPU the penalties and the
+//! draw run as kernels (`penalize_f32`, `sample_f32`) and only the ids come back; on the CPU
+//! the same functions (their twins) run on the host, so both backends choose alike.
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-
-use crate::cpu::ops::argmax_f32;
+use crate::cpu::ops::{SAMPLE_PARAMS, penalize_f32, sample_f32, sample_params};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
@@ -109,118 +110,87 @@ impl SamplingParams {
     }
 }
 
-/// Buffers every request's sampling shares (one request is sampled at a time), grown to the
-/// vocabulary once.
-#[derive(Default)]
-pub struct SamplerScratch {
-    /// `[vocab]` (probability, token) pairs.
-    candidates: Vec<(f32, u32)>,
-    /// `[vocab]` how often each token appears; all zeros between calls.
+/// How to choose each logits row's token in one step (`Forward::forward_sample`).
+#[derive(Clone, Debug, Default)]
+pub struct Choices {
+    /// `[rows, SAMPLE_PARAMS]` each row's parameters (`cpu::ops::sample_params`).
+    pub params: Vec<u32>,
+    /// `[rows]` the index of the draw (how many tokens the request generated before).
+    pub steps: Vec<u32>,
+    /// `[n, 3]` (row, token, times generated | in prompt << 31), distinct per row: the
+    /// tokens the penalties touch (none when no row has a penalty).
+    pub penalty_entries: Vec<u32>,
+    /// `[rows, 3]` repeat, presence and frequency penalty of each row.
+    pub penalties: Vec<f32>,
+    /// `[vocab]` per-token counts while a row's entries are built; all zeros between rows.
     counts: Vec<u32>,
 }
 
-/// One request's sampling: its parameters and its own generator.
-#[derive(Clone, Debug)]
-pub struct Sampler {
-    pub params: SamplingParams,
-    rng: StdRng,
-}
+/// The entry bit of a token seen in the prompt.
+const IN_PROMPT: u32 = 1 << 31;
 
-impl Sampler {
-    pub fn new(params: SamplingParams) -> Sampler {
-        let rng = StdRng::seed_from_u64(params.seed);
-        Sampler { params, rng }
+impl Choices {
+    pub fn clear(&mut self) {
+        self.params.clear();
+        self.steps.clear();
+        self.penalty_entries.clear();
+        self.penalties.clear();
     }
 
-    /// Picks a token from `logits` (`[vocab]`, modified in place). `prompt` and `generated`:
-    /// the request's tokens so far, for the penalties.
-    pub fn sample(
-        &mut self,
-        scratch: &mut SamplerScratch,
-        logits: &mut [f32],
-        prompt: &[u32],
-        generated: &[u32],
-    ) -> u32 {
-        let c = &self.params;
-        let vocab = logits.len();
-        let counts = &mut scratch.counts;
-        counts.resize(vocab, 0);
-        // Token ids as indices, those outside the vocabulary skipped.
-        fn in_vocab(t: &[u32], vocab: usize) -> impl Iterator<Item = usize> + '_ {
-            t.iter().map(|&t| t as usize).filter(move |&t| t < vocab)
-        }
-        let ids = |t| in_vocab(t, vocab);
-        if c.repeat_penalty != 1.0 {
-            // Once per distinct token of the prompt and the output: marked, then applied and
-            // unmarked at its first occurrence.
-            let p = c.repeat_penalty;
-            let seen = || ids(prompt).chain(ids(generated));
-            seen().for_each(|t| counts[t] = 1);
-            for t in seen() {
-                if std::mem::take(&mut counts[t]) == 1 {
-                    let l = &mut logits[t];
-                    *l = if *l > 0.0 { *l / p } else { *l * p };
-                }
-            }
-        }
-        if c.presence_penalty != 0.0 || c.frequency_penalty != 0.0 {
-            ids(generated).for_each(|t| counts[t] += 1);
-            for t in ids(generated) {
-                let n = std::mem::take(&mut counts[t]);
-                if n > 0 {
-                    logits[t] -= c.presence_penalty + c.frequency_penalty * n as f32;
-                }
-            }
-        }
-        if c.temperature == 0.0 {
-            return argmax_f32(logits);
-        }
+    pub fn rows(&self) -> usize {
+        self.steps.len()
+    }
 
-        // Softmax at the temperature, most likely first.
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        scratch.candidates.clear();
-        scratch.candidates.extend(
-            logits
-                .iter()
-                .enumerate()
-                .map(|(i, &l)| (((l - max) / c.temperature).exp(), i as u32)),
-        );
-        let cands = &mut scratch.candidates;
-        let by_prob = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
-        let mut keep = cands.len();
-        if c.top_k > 0 && c.top_k < keep {
-            cands.select_nth_unstable_by(c.top_k - 1, by_prob);
-            keep = c.top_k;
+    /// Adds the next row: a request with these parameters whose prompt and generated tokens
+    /// are these (every id inside `vocab`).
+    pub fn push(&mut self, p: &SamplingParams, prompt: &[u32], generated: &[u32], vocab: usize) {
+        let row = self.rows() as u32;
+        self.params.extend(sample_params(
+            p.temperature,
+            p.top_k,
+            p.top_p,
+            p.min_p,
+            p.seed,
+        ));
+        self.steps.push(generated.len() as u32);
+        self.penalties
+            .extend([p.repeat_penalty, p.presence_penalty, p.frequency_penalty]);
+        let repeat = p.repeat_penalty != 1.0;
+        if !repeat && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 {
+            return;
         }
-        cands[..keep].sort_unstable_by(by_prob);
-        let total: f32 = cands[..keep].iter().map(|c| c.0).sum();
-        if c.top_p < 1.0 {
-            let mut acc = 0.0;
-            for (i, cand) in cands[..keep].iter().enumerate() {
-                acc += cand.0 / total;
-                if acc >= c.top_p {
-                    keep = i + 1;
-                    break;
-                }
+        // Each distinct token once: counted (times generated, and whether in the prompt),
+        // then emitted and cleared at its first occurrence.
+        self.counts.resize(vocab, 0);
+        let prompt = if repeat { prompt } else { &[] };
+        prompt
+            .iter()
+            .for_each(|&t| self.counts[t as usize] |= IN_PROMPT);
+        generated.iter().for_each(|&t| self.counts[t as usize] += 1);
+        for &t in prompt.iter().chain(generated) {
+            let c = std::mem::take(&mut self.counts[t as usize]);
+            if c != 0 {
+                self.penalty_entries.extend([row, t, c]);
             }
         }
-        if c.min_p > 0.0 {
-            let floor = cands[0].0 * c.min_p;
-            keep = cands[..keep]
-                .iter()
-                .take_while(|cand| cand.0 >= floor)
-                .count()
-                .max(1);
-        }
-        let total: f32 = cands[..keep].iter().map(|c| c.0).sum();
-        let mut r = self.rng.random::<f32>() * total;
-        for cand in &cands[..keep] {
-            r -= cand.0;
-            if r <= 0.0 {
-                return cand.1;
-            }
-        }
-        cands[keep - 1].1
+    }
+
+    /// Whether every row is a plain argmax of the raw logits.
+    pub fn all_plain_greedy(&self) -> bool {
+        self.penalty_entries.is_empty()
+            && self
+                .params
+                .chunks_exact(SAMPLE_PARAMS)
+                .all(|p| f32::from_bits(p[0]) == 0.0)
+    }
+
+    /// The choices made on the host: `logits` (`[rows, vocab]`) penalised in place, then
+    /// drawn from, into `out`.
+    pub fn sample_on_host(&self, logits: &mut [f32], vocab: usize, out: &mut Vec<u32>) {
+        penalize_f32(logits, &self.penalty_entries, &self.penalties, vocab);
+        out.clear();
+        out.resize(self.rows(), 0);
+        sample_f32(out, logits, &self.params, &self.steps, vocab);
     }
 }
 
@@ -228,78 +198,85 @@ impl Sampler {
 mod tests {
     use super::*;
 
-    /// A request's sampler with its scratch, history passed as the prompt.
-    struct S(Sampler, SamplerScratch);
+    const LOGITS: [f32; 4] = [1.0, 3.0, 2.0, 0.0];
 
-    impl S {
-        fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
-            self.0.sample(&mut self.1, logits, history, &[])
-        }
-    }
-
-    fn sampler(f: impl FnOnce(&mut SamplingParams)) -> S {
+    fn params(f: impl FnOnce(&mut SamplingParams)) -> SamplingParams {
         let mut c = SamplingParams::default();
         f(&mut c);
         c.validate().unwrap();
-        S(Sampler::new(c), SamplerScratch::default())
+        c
     }
 
-    fn counts(s: &mut S, logits: &[f32], n: usize) -> Vec<usize> {
+    /// One draw from `logits` for a request with these parameters and tokens so far.
+    fn draw(p: &SamplingParams, logits: &mut [f32], prompt: &[u32], generated: &[u32]) -> u32 {
+        let mut ch = Choices::default();
+        ch.push(p, prompt, generated, logits.len());
+        let mut out = vec![];
+        ch.sample_on_host(logits, logits.len(), &mut out);
+        out[0]
+    }
+
+    /// How often each token is drawn over `n` draws (the draw index running 0..n).
+    fn counts(p: &SamplingParams, logits: &[f32], n: usize) -> Vec<usize> {
         let mut counts = vec![0; logits.len()];
-        for _ in 0..n {
-            counts[s.sample(&mut logits.to_vec(), &[]) as usize] += 1;
+        let generated = vec![0u32; n];
+        for i in 0..n {
+            let mut l = logits.to_vec();
+            // No penalties here: the generated tokens only set the draw index.
+            counts[draw(p, &mut l, &[], &generated[..i]) as usize] += 1;
         }
         counts
     }
 
-    const LOGITS: [f32; 4] = [1.0, 3.0, 2.0, 0.0];
-
     #[test]
     fn greedy_takes_the_largest() {
-        assert_eq!(sampler(|_| {}).sample(&mut LOGITS.to_vec(), &[]), 1);
+        assert_eq!(draw(&params(|_| {}), &mut LOGITS.to_vec(), &[], &[]), 1);
     }
 
     #[test]
     fn repetition_penalty_can_change_the_greedy_choice() {
-        let mut s = sampler(|c| c.repeat_penalty = 2.0);
+        let p = params(|c| c.repeat_penalty = 2.0);
         // token 1 (3.0) was seen: 1.5 < 2.0, so token 2 wins
-        assert_eq!(s.sample(&mut LOGITS.to_vec(), &[1]), 2);
+        assert_eq!(draw(&p, &mut LOGITS.to_vec(), &[1], &[]), 2);
         // a negative logit is multiplied, pushed further down
         let mut l = vec![-1.0, -1.5];
-        assert_eq!(s.sample(&mut l, &[0]), 1);
+        assert_eq!(draw(&p, &mut l, &[0], &[]), 1);
         assert_eq!(l, vec![-2.0, -1.5]);
         // once per distinct token, whether in the prompt, the output or both
         let mut l = vec![8.0, 8.0, 1.0];
-        s.0.sample(&mut s.1, &mut l, &[0, 0, 1], &[1, 0, 1]);
+        draw(&p, &mut l, &[0, 0, 1], &[1, 0, 1]);
         assert_eq!(l, vec![4.0, 4.0, 1.0]);
     }
 
     #[test]
     fn presence_and_frequency_penalties_count_the_output_only() {
-        let mut s = sampler(|c| {
+        let p = params(|c| {
             c.presence_penalty = 0.5;
             c.frequency_penalty = 0.25
         });
         let mut l = vec![4.0, 4.0, 4.0, 4.0];
         // token 0 only in the prompt: untouched; token 1 once, token 2 three times
-        let t = s.0.sample(&mut s.1, &mut l, &[0, 3], &[1, 2, 2, 2]);
+        let mut ch = Choices::default();
+        ch.push(&p, &[0, 3], &[1, 2, 2, 2], 4);
+        let mut out = vec![];
+        ch.sample_on_host(&mut l, 4, &mut out);
         assert_eq!(l, vec![4.0, 3.25, 2.75, 4.0]);
-        assert_eq!(t, 0);
-        assert!(s.1.counts.iter().all(|&n| n == 0), "scratch left clean");
+        assert_eq!(out, vec![0]);
+        assert!(ch.counts.iter().all(|&n| n == 0), "scratch left clean");
     }
 
     #[test]
     fn top_k_one_is_greedy_and_top_k_two_never_leaves_the_two() {
-        let mut s = sampler(|c| {
+        let p = params(|c| {
             c.temperature = 1.0;
             c.top_k = 1
         });
-        assert_eq!(counts(&mut s, &LOGITS, 50)[1], 50);
-        let mut s = sampler(|c| {
+        assert_eq!(counts(&p, &LOGITS, 50)[1], 50);
+        let p = params(|c| {
             c.temperature = 1.0;
             c.top_k = 2
         });
-        let n = counts(&mut s, &LOGITS, 2000);
+        let n = counts(&p, &LOGITS, 2000);
         assert_eq!(n[0] + n[3], 0);
         // p(1) / p(2) = e: expect about 1462 vs 538
         assert!(n[1] > 1300 && n[2] > 400, "{n:?}");
@@ -308,45 +285,46 @@ mod tests {
     #[test]
     fn top_p_keeps_the_smallest_sufficient_set() {
         // probabilities of LOGITS: [.087, .644, .237, .032]; top 1 covers .644
-        let mut s = sampler(|c| {
+        let p = params(|c| {
             c.temperature = 1.0;
             c.top_p = 0.6
         });
-        assert_eq!(counts(&mut s, &LOGITS, 200)[1], 200);
-        let mut s = sampler(|c| {
+        assert_eq!(counts(&p, &LOGITS, 200)[1], 200);
+        let p = params(|c| {
             c.temperature = 1.0;
             c.top_p = 0.85
         });
-        let n = counts(&mut s, &LOGITS, 500);
+        let n = counts(&p, &LOGITS, 500);
         assert!(n[0] + n[3] == 0 && n[2] > 0, "{n:?}");
     }
 
     #[test]
     fn min_p_drops_the_unlikely() {
         // relative to the best: [.135, 1, .368, .050]; min_p .3 keeps tokens 1 and 2
-        let mut s = sampler(|c| {
+        let p = params(|c| {
             c.temperature = 1.0;
             c.min_p = 0.3
         });
-        let n = counts(&mut s, &LOGITS, 500);
+        let n = counts(&p, &LOGITS, 500);
         assert!(n[0] + n[3] == 0 && n[1] > 0 && n[2] > 0, "{n:?}");
     }
 
     #[test]
     fn seed_makes_runs_repeatable_and_temperature_flattens() {
         let run = |seed| {
-            let mut s = sampler(|c| {
+            let p = params(|c| {
                 c.temperature = 1.0;
                 c.seed = seed
             });
+            let generated = [0u32; 40];
             (0..40)
-                .map(|_| s.sample(&mut LOGITS.to_vec(), &[]))
+                .map(|i| draw(&p, &mut LOGITS.to_vec(), &[], &generated[..i]))
                 .collect::<Vec<_>>()
         };
         assert_eq!(run(7), run(7));
         assert_ne!(run(7), run(8));
-        let mut hot = sampler(|c| c.temperature = 100.0);
-        let n = counts(&mut hot, &LOGITS, 2000);
+        let hot = params(|c| c.temperature = 100.0);
+        let n = counts(&hot, &LOGITS, 2000);
         assert!(
             n.iter().all(|&k| k > 350),
             "near-uniform at high temperature: {n:?}"

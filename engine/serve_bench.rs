@@ -290,6 +290,7 @@ pub fn run(a: &ServeBenchArgs) -> Result<ServeReport> {
                 max_tokens: s.output,
                 stop_token_ids: vec![],
                 ignore_eos: true,
+                ..Default::default()
             };
             let id = engine.add_request(s.prompt.clone(), params)?;
             ids.insert(id, next);

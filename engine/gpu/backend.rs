@@ -587,7 +587,7 @@ impl GpuBackend {
         &mut self,
         c: &Config,
         batch: &Batch,
-        choices: &crate::runner::Choices,
+        choices: &crate::sampler::Choices,
     ) -> Result<&[u32]> {
         let rows = self.run(c, batch, false)?;
         let vocab = c.vocab_size;

@@ -6,9 +6,9 @@ use super::scheduler::{ScheduledStep, Scheduler, SchedulerConfig};
 use super::sequence::{FinishReason, RequestId, Sequence, Status, StopConditions};
 use crate::batch::{Batch, SeqChunk};
 use crate::error::{Error, Result};
-use crate::kv::block_manager::BlockManager;
+use crate::kv::block_manager::{BLOCK_SIZE, BlockManager};
 use crate::runner::{Forward, Limits, Runner};
-use crate::sampler::{SamplerScratch, SamplingParams};
+use crate::sampler::{Choices, SamplingParams};
 
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
@@ -46,7 +46,14 @@ pub struct RequestParams {
     pub stop_token_ids: Vec<u32>,
     /// Generate past the model's end-of-sequence ids.
     pub ignore_eos: bool,
+    /// Report each chosen token's log-probability and those of this many most likely
+    /// tokens (at most `MAX_TOP_LOGPROBS`); `None`: none. A request that asks takes the
+    /// logits path, never `forward_greedy`.
+    pub logprobs: Option<usize>,
 }
+
+/// Most alternatives a request may ask log-probabilities of (OpenAI's `top_logprobs` limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
 
 impl Default for RequestParams {
     fn default() -> Self {
@@ -55,12 +62,13 @@ impl Default for RequestParams {
             max_tokens: 16,
             stop_token_ids: vec![],
             ignore_eos: false,
+            logprobs: None,
         }
     }
 }
 
 /// One request's news from a step.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct StepOutput {
     pub id: RequestId,
     /// The token generated this step; `None` when the step sampled a stop token (which is
@@ -68,6 +76,20 @@ pub struct StepOutput {
     pub token: Option<u32>,
     /// Set when the request has ended: its blocks are already released.
     pub finish: Option<FinishReason>,
+    /// The sampled token's log-probability and the top alternatives', when the request
+    /// asked (`RequestParams::logprobs`).
+    pub logprobs: Option<TokenLogprobs>,
+}
+
+/// Log-probabilities under the model's own distribution: the softmax of the raw logits,
+/// before penalties, temperature and filters (what OpenAI and vLLM report by default).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprobs {
+    /// The sampled token (a stop token included) and its log-probability.
+    pub token: u32,
+    pub logprob: f32,
+    /// The most likely tokens with theirs, most likely first (ties: lower id first).
+    pub top: Vec<(u32, f32)>,
 }
 
 /// A snapshot of the engine's state and counters.
@@ -100,9 +122,15 @@ pub struct Engine<M: Forward = Runner> {
     scheduler: Scheduler,
     eos: Vec<u32>,
     batch: Batch,
-    /// `[vocab]` one row's logits, copied out to be edited by the penalties.
-    row: Vec<f32>,
-    scratch: SamplerScratch,
+    /// `[rows, vocab]` the step's logits, copied out to be penalised and drawn from when
+    /// log-probabilities are wanted (the raw logits give those).
+    logits: Vec<f32>,
+    /// How each row of the step chooses its token.
+    choices: Choices,
+    /// `[vocab]` (logit, token) pairs, for the top log-probabilities.
+    ranked: Vec<(f32, u32)>,
+    /// The last step's log-probabilities, one per sampled chunk (`None` where not asked).
+    logprobs: Vec<Option<TokenLogprobs>>,
     next_id: RequestId,
     prompt_tokens: u64,
     generated_tokens: u64,
@@ -134,8 +162,10 @@ impl<M: Forward> Engine<M> {
             scheduler: Scheduler::new(config, blocks),
             eos: opts.eos,
             batch: Batch::default(),
-            row: vec![],
-            scratch: SamplerScratch::default(),
+            logits: vec![],
+            choices: Choices::default(),
+            ranked: vec![],
+            logprobs: vec![],
             next_id: 0,
             prompt_tokens: 0,
             generated_tokens: 0,
@@ -168,6 +198,41 @@ impl<M: Forward> Engine<M> {
     /// is accepted can always finish (alone, the pool holds it).
     pub fn add_request(&mut self, prompt: Vec<u32>, params: RequestParams) -> Result<RequestId> {
         self.check(&prompt, &params)?;
+        Ok(self.queue(prompt, params, None))
+    }
+
+    /// Queues several requests on one prompt (OpenAI's `n` choices), one per entry of
+    /// `params`, all checked before any is queued. The prompt is computed once: the others
+    /// wait until the first has computed it, then take its full blocks from the prefix cache
+    /// (without the prefix cache, each computes its own).
+    pub fn add_group(
+        &mut self,
+        prompt: Vec<u32>,
+        params: Vec<RequestParams>,
+    ) -> Result<Vec<RequestId>> {
+        if params.is_empty() {
+            return Err(Error::InvalidRequest("a group needs a request".into()));
+        }
+        for p in &params {
+            self.check(&prompt, p)?;
+        }
+        // Only full blocks before the last token are shared: a shorter prompt gains nothing.
+        let cache = self.scheduler.blocks.prefix.enabled();
+        let shares = cache && params.len() > 1 && prompt.len() > BLOCK_SIZE;
+        let mut ids = Vec::with_capacity(params.len());
+        for p in params {
+            let leader = ids.first().copied().filter(|_| shares);
+            ids.push(self.queue(prompt.clone(), p, leader));
+        }
+        Ok(ids)
+    }
+
+    fn queue(
+        &mut self,
+        prompt: Vec<u32>,
+        params: RequestParams,
+        wait_for: Option<RequestId>,
+    ) -> RequestId {
         let id = self.next_id;
         self.next_id += 1;
         self.prompt_tokens += prompt.len() as u64;
@@ -180,9 +245,11 @@ impl<M: Forward> Engine<M> {
             },
             stop_token_ids: params.stop_token_ids,
         };
-        self.scheduler
-            .add(Sequence::new(id, prompt, params.sampling, stop));
-        Ok(id)
+        let mut seq = Sequence::new(id, prompt, params.sampling, stop);
+        seq.logprobs = params.logprobs;
+        seq.wait_for = wait_for;
+        self.scheduler.add(seq);
+        id
     }
 
     fn check(&self, prompt: &[u32], params: &RequestParams) -> Result<()> {
@@ -205,6 +272,13 @@ impl<M: Forward> Engine<M> {
         }
         if params.max_tokens == 0 {
             return bad("max_tokens must be at least 1".into());
+        }
+        if let Some(k) = params.logprobs
+            && k > MAX_TOP_LOGPROBS
+        {
+            return bad(format!(
+                "at most {MAX_TOP_LOGPROBS} top log-probabilities, {k} asked"
+            ));
         }
         params
             .sampling
@@ -264,7 +338,9 @@ impl<M: Forward> Engine<M> {
 
         let mut outputs = Vec::with_capacity(ids.len());
         let with_logits = step.chunks.iter().filter(|c| c.logits);
-        for (chunk, token) in with_logits.zip(ids) {
+        let mut logprobs = std::mem::take(&mut self.logprobs);
+        logprobs.resize(ids.len(), None);
+        for ((chunk, token), logprobs) in with_logits.zip(ids).zip(logprobs.drain(..)) {
             let seq = &mut self.scheduler.running_mut()[chunk.seq];
             self.generated_tokens += 1;
             let (kept, finish) = seq.push(token);
@@ -275,15 +351,18 @@ impl<M: Forward> Engine<M> {
                 id: seq.id,
                 token: kept.then_some(token),
                 finish,
+                logprobs,
             });
         }
+        self.logprobs = logprobs;
         self.scheduler.retire_finished();
         Ok(outputs)
     }
 
     /// Runs the step's batch and chooses a token for each chunk that wants logits: on the
-    /// runner's greedy path when every such sequence takes the plain argmax, else sampled here
-    /// from the logits, each with its own parameters and generator.
+    /// runner's greedy path when every such sequence takes the plain argmax and wants no
+    /// log-probabilities, else sampled here from the logits, each with its own parameters and
+    /// generator (log-probabilities, where asked, go to `self.logprobs`).
     fn run(&mut self, step: &ScheduledStep) -> Result<Vec<u32>> {
         let running = self.scheduler.running();
         let chunks: Vec<SeqChunk> = step
@@ -305,20 +384,40 @@ impl<M: Forward> Engine<M> {
             .filter(|c| c.logits)
             .map(|c| c.seq)
             .collect();
-        if sampled
-            .iter()
-            .all(|&i| running[i].sampler.params.is_plain_greedy())
-        {
-            return Ok(self.model.forward_greedy(&self.batch)?.to_vec());
-        }
+        self.logprobs.clear();
         let vocab = self.limits.vocab_size;
-        let logits = self.model.forward(&self.batch)?;
-        let running = self.scheduler.running_mut();
-        let mut ids = Vec::with_capacity(sampled.len());
-        for (&i, row) in sampled.iter().zip(logits.chunks_exact(vocab)) {
-            self.row.clear();
-            self.row.extend_from_slice(row);
-            ids.push(running[i].sample(&mut self.scratch, &mut self.row));
+        self.choices.clear();
+        for &i in &sampled {
+            let s = &running[i];
+            self.choices
+                .push(&s.sampling, s.prompt(), s.generated(), vocab);
+        }
+        let logprobs_wanted = sampled.iter().any(|&i| running[i].logprobs.is_some());
+        if !logprobs_wanted {
+            // The device (or the CPU backend) chooses, and only the ids come back.
+            return Ok(match self.choices.all_plain_greedy() {
+                true => self.model.forward_greedy(&self.batch)?.to_vec(),
+                false => self
+                    .model
+                    .forward_sample(&self.batch, &self.choices)?
+                    .to_vec(),
+            });
+        }
+        // Log-probabilities come from the raw logits: the choices are made on the host, by
+        // the same functions the device runs.
+        let raw = self.model.forward(&self.batch)?;
+        let rows = sampled.len();
+        self.logits.clear();
+        self.logits.extend_from_slice(&raw[..rows * vocab]);
+        let mut ids = Vec::with_capacity(rows);
+        self.choices
+            .sample_on_host(&mut self.logits, vocab, &mut ids);
+        for (r, &i) in sampled.iter().enumerate() {
+            let row = &raw[r * vocab..(r + 1) * vocab];
+            let lp = running[i]
+                .logprobs
+                .map(|k| token_logprobs(row, ids[r], k, &mut self.ranked));
+            self.logprobs.push(lp);
         }
         Ok(ids)
     }
@@ -346,6 +445,36 @@ impl<M: Forward> Engine<M> {
     /// The longest sequence (prompt and generated tokens but the last) a request may reach.
     pub fn max_context(&self) -> usize {
         self.limits.max_context
+    }
+}
+
+/// `token`'s log-probability in `logits` (`[vocab]`, raw) and the `k` most likely tokens'.
+fn token_logprobs(
+    logits: &[f32],
+    token: u32,
+    k: usize,
+    ranked: &mut Vec<(f32, u32)>,
+) -> TokenLogprobs {
+    // log softmax: l - (max + ln sum exp(l - max))
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+    let lse = max + sum.ln() as f32;
+    let mut top = vec![];
+    if k > 0 {
+        ranked.clear();
+        ranked.extend(logits.iter().enumerate().map(|(i, &l)| (l, i as u32)));
+        let by_logit = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        let k = k.min(ranked.len());
+        if k < ranked.len() {
+            ranked.select_nth_unstable_by(k - 1, by_logit);
+        }
+        ranked[..k].sort_unstable_by(by_logit);
+        top.extend(ranked[..k].iter().map(|&(l, t)| (t, l - lse)));
+    }
+    TokenLogprobs {
+        token,
+        logprob: logits[token as usize] - lse,
+        top,
     }
 }
 
@@ -561,6 +690,113 @@ mod tests {
         let id = e.add_request(mine, sampled(7)).unwrap();
         drain(&mut e, &mut out);
         assert_eq!(out[&id].0, want);
+    }
+
+    #[test]
+    fn logprobs_report_the_chosen_token_and_the_most_likely() {
+        let p: Vec<u32> = (1..30).collect();
+        let with = RequestParams {
+            logprobs: Some(3),
+            ..greedy(8)
+        };
+        let mut e = engine(16, 32, 8, true);
+        let id = e.add_request(p.clone(), with).unwrap();
+        let mut tokens = vec![];
+        while e.has_work() {
+            for o in e.step().unwrap() {
+                assert_eq!(o.id, id);
+                let lp = o.logprobs.expect("asked for");
+                assert_eq!(o.token.unwrap_or(lp.token), lp.token);
+                // Greedy: the chosen token is the most likely one.
+                assert_eq!(lp.top.len(), 3);
+                assert_eq!((lp.top[0].0, lp.top[0].1), (lp.token, lp.logprob));
+                assert!(lp.top.windows(2).all(|w| w[0].1 >= w[1].1));
+                let mass: f32 = lp.top.iter().map(|t| t.1.exp()).sum();
+                assert!(lp.logprob < 0.0 && mass < 1.0, "{lp:?}");
+                tokens.extend(o.token);
+            }
+        }
+        let m = e.model();
+        assert_eq!(
+            (m.passes, m.greedy_passes),
+            (8, 0),
+            "the logits path, never the greedy one"
+        );
+        // The logits path chooses what the greedy path does.
+        assert_eq!(tokens, alone(&p, &greedy(8)).0);
+        // Without logprobs there are none; a sampled token has its own, below the top one.
+        let sampled = RequestParams {
+            sampling: SamplingParams {
+                temperature: 1.5,
+                seed: 3,
+                ..Default::default()
+            },
+            logprobs: Some(0),
+            ..greedy(20)
+        };
+        let mut e = engine(16, 32, 8, true);
+        e.add_request(p.clone(), greedy(3)).unwrap();
+        e.add_request(p, sampled).unwrap();
+        while e.has_work() {
+            for o in e.step().unwrap() {
+                match o.id {
+                    0 => assert!(o.logprobs.is_none()),
+                    _ => assert!(o.logprobs.unwrap().top.is_empty()),
+                }
+            }
+        }
+        let too_many = RequestParams {
+            logprobs: Some(MAX_TOP_LOGPROBS + 1),
+            ..greedy(3)
+        };
+        assert!(e.add_request(vec![1, 2], too_many).is_err());
+    }
+
+    /// `n` choices of one prompt: the prompt is computed once and its full blocks are held
+    /// by every choice.
+    #[test]
+    fn siblings_share_the_prompts_full_blocks() {
+        // 40 tokens: 2 full blocks before the last
+        let p: Vec<u32> = (0..40).map(|i| 1 + i % 39).collect();
+        let mut e = engine(32, 64, 8, true);
+        let ids = e.add_group(p.clone(), vec![greedy(6); 3]).unwrap();
+        let mut out = Outputs::new();
+        collect(&mut out, e.step().unwrap());
+        let s = e.stats();
+        assert_eq!(
+            (s.running, s.waiting),
+            (1, 2),
+            "the first computes the prompt"
+        );
+        collect(&mut out, e.step().unwrap());
+        let running = e.scheduler().running();
+        assert_eq!(running.len(), 3);
+        let shared = &running[0].table.blocks[..2];
+        for seq in &running[1..] {
+            assert_eq!(&seq.table.blocks[..2], shared);
+            assert_ne!(seq.table.blocks[2], running[0].table.blocks[2]);
+        }
+        for &b in shared {
+            assert_eq!(e.scheduler().blocks.refcount(b), 3);
+        }
+        assert_eq!(e.stats().prefix_hit_tokens, 2 * 32);
+        drain(&mut e, &mut out);
+        let want = alone(&p, &greedy(6));
+        for id in ids {
+            assert_eq!(out[&id], (want.0.clone(), Some(want.1)));
+        }
+        // Without the prefix cache there is nothing to wait for: all start at once.
+        let mut e = engine(32, 128, 8, false);
+        e.add_group(p.clone(), vec![greedy(6); 3]).unwrap();
+        e.step().unwrap();
+        assert_eq!(e.stats().running, 3);
+        // One bad member refuses the whole group.
+        let bad = RequestParams {
+            max_tokens: 0,
+            ..greedy(1)
+        };
+        assert!(e.add_group(p, vec![greedy(1), bad]).is_err());
+        assert_eq!(e.stats().waiting, 0);
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub struct FakeModel {
     ids: Vec<u32>,
     /// Forward passes run, and the most tokens and sequences one of them held.
     pub passes: usize,
+    /// Of those, the ones through `forward_greedy` (no logits returned).
+    pub greedy_passes: usize,
     pub max_tokens_seen: usize,
     pub max_seqs_seen: usize,
 }
@@ -58,6 +60,7 @@ impl FakeModel {
             logits: vec![],
             ids: vec![],
             passes: 0,
+            greedy_passes: 0,
             max_tokens_seen: 0,
             max_seqs_seen: 0,
         }
@@ -120,7 +123,7 @@ impl Forward for FakeModel {
     fn forward_sample(
         &mut self,
         batch: &Batch,
-        choices: &crate::runner::Choices,
+        choices: &crate::sampler::Choices,
     ) -> Result<&[u32]> {
         self.run(batch);
         let vocab = self.limits.vocab_size;
@@ -130,6 +133,7 @@ impl Forward for FakeModel {
 
     fn forward_greedy(&mut self, batch: &Batch) -> Result<&[u32]> {
         self.run(batch);
+        self.greedy_passes += 1;
         let vocab = self.limits.vocab_size;
         self.ids.clear();
         self.ids.extend(

@@ -8,5 +8,7 @@ pub mod fake;
 pub mod scheduler;
 pub mod sequence;
 
-pub use engine::{Engine, EngineOptions, EngineStats, RequestParams, StepOutput};
+pub use engine::{
+    Engine, EngineOptions, EngineStats, MAX_TOP_LOGPROBS, RequestParams, StepOutput, TokenLogprobs,
+};
 pub use sequence::{FinishReason, RequestId};

@@ -7,6 +7,8 @@
 //! 2. running sequences part-way through their prompt get the next chunk of it;
 //! 3. waiting sequences are admitted, first come first served, each with a first chunk,
 //!    while the budget lasts and the pool has room for that chunk (past its cached prefix).
+//!    A sibling (another choice of the same prompt) waits at the head of the queue until
+//!    the first of its group has computed the prompt, then finds its blocks in the cache.
 //!
 //! A long prompt is thus cut into chunks and never holds up the decodes. When a running
 //! sequence needs a block and none is free, the newest running sequence not yet in this step
@@ -153,6 +155,13 @@ impl Scheduler {
             let Some(seq) = self.waiting.front() else {
                 break;
             };
+            if seq
+                .wait_for
+                .is_some_and(|leader| self.computing_prompt(leader))
+            {
+                // Its prompt's blocks will be in the prefix cache in a step or two.
+                break;
+            }
             let tokens = seq.tokens();
             // The last token is always computed: its logits choose the next one.
             let hit = self.blocks.lookup(&tokens[..tokens.len() - 1]);
@@ -191,6 +200,13 @@ impl Scheduler {
             })
             .collect();
         ScheduledStep { chunks }
+    }
+
+    /// Whether running sequence `id` has not finished computing its prompt yet.
+    fn computing_prompt(&self, id: RequestId) -> bool {
+        self.running
+            .iter()
+            .any(|s| s.id == id && s.computed() < s.prompt().len())
     }
 
     /// Frees blocks until `need` are available, by preempting running sequences newer than

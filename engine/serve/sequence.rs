@@ -2,7 +2,7 @@
 //! how to sample it and when to stop.
 
 use crate::kv::block_manager::BlockTable;
-use crate::sampler::{Sampler, SamplerScratch, SamplingParams};
+use crate::sampler::SamplingParams;
 
 pub type RequestId = u64;
 
@@ -44,9 +44,18 @@ pub struct Sequence {
     prompt_len: usize,
     /// Its blocks; `table.len` tokens have been computed (their KV is in the cache).
     pub table: BlockTable,
-    pub sampler: Sampler,
+    /// How its tokens are chosen; the seed with the draw index (tokens generated so far)
+    /// makes each draw.
+    pub sampling: SamplingParams,
     pub stop: StopConditions,
     pub status: Status,
+    /// Report the chosen token's log-probability and this many of the most likely tokens'
+    /// with each token (`None`: no log-probabilities; the greedy path may skip the logits).
+    pub logprobs: Option<usize>,
+    /// A sibling of an earlier request with the same prompt (`n` choices): it is not
+    /// admitted while that request is still computing the prompt, and then takes the
+    /// prompt's full blocks from the prefix cache instead of computing them again.
+    pub wait_for: Option<RequestId>,
 }
 
 impl Sequence {
@@ -62,9 +71,11 @@ impl Sequence {
             prompt_len: prompt.len(),
             tokens: prompt,
             table: BlockTable::default(),
-            sampler: Sampler::new(params),
+            sampling: params,
             stop,
             status: Status::Waiting,
+            logprobs: None,
+            wait_for: None,
         }
     }
 
@@ -97,12 +108,6 @@ impl Sequence {
     /// token generated) at each decode step.
     pub fn pending(&self) -> usize {
         self.tokens.len() - self.table.len
-    }
-
-    /// Samples the next token from `logits` (`[vocab]`, modified in place).
-    pub fn sample(&mut self, scratch: &mut SamplerScratch, logits: &mut [f32]) -> u32 {
-        let (prompt, generated) = self.tokens.split_at(self.prompt_len);
-        self.sampler.sample(scratch, logits, prompt, generated)
     }
 
     /// Takes the token chosen for this sequence. Returns whether it is part of the output

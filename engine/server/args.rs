@@ -1,0 +1,112 @@
+//! `rustle serve`'s flags.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use crate::error::{Error, Result};
+use crate::serve::engine::DEFAULT_TOKEN_BUDGET;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DeviceArg {
+    Auto,
+    Cpu,
+    Gpu,
+}
+
+/// Serve a model over HTTP with OpenAI's API: /v1/chat/completions, /v1/completions,
+/// /v1/models, plus /health and /metrics (Prometheus).
+#[derive(Args, Clone, Debug)]
+#[command(after_help = EXAMPLES)]
+pub struct ServeArgs {
+    /// A Hugging Face model folder or a .gguf file. Default: $RUSTLE_MODEL, else
+    /// SmolLM2-135M-Instruct.
+    #[arg(short, long, value_name = "PATH")]
+    pub model: Option<PathBuf>,
+
+    /// Address to listen on; 127.0.0.1 answers this machine only, 0.0.0.0 everyone.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+
+    /// Port to listen on (0: any free one; the address is printed).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+
+    /// Where to run: auto picks the GPU when there is one, else the CPU.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+    pub device: DeviceArg,
+
+    /// Require `Authorization: Bearer KEY` on /v1 (default: $RUSTLE_API_KEY, else none).
+    /// /health and /metrics stay open.
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
+
+    /// Most requests waiting for their first token; more are refused with 429 and
+    /// Retry-After (default: no limit).
+    #[arg(long, value_name = "N")]
+    pub max_queued: Option<usize>,
+
+    /// End a request that runs longer than this (a 408, or an error event in a stream).
+    #[arg(long, value_name = "SECS")]
+    pub request_timeout: Option<f64>,
+
+    /// The model name clients ask for (default: the model file's or folder's name).
+    #[arg(long, value_name = "NAME")]
+    pub served_model_name: Option<String>,
+
+    /// Most tokens in one forward pass: decode tokens first, prompt chunks fill the rest.
+    #[arg(long, default_value_t = DEFAULT_TOKEN_BUDGET, value_name = "N")]
+    pub token_budget: usize,
+
+    /// Most sequences in one forward pass.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub max_seqs: usize,
+
+    /// KV-cache size in blocks of 16 tokens (default: on the CPU one full context, at most
+    /// 4 GiB; on the GPU most of the free memory).
+    #[arg(long, value_name = "N")]
+    pub kv_blocks: Option<usize>,
+
+    /// Do not keep full KV blocks for reuse by prompts that share a prefix (then the `n`
+    /// choices of a request each compute the prompt).
+    #[arg(long)]
+    pub no_prefix_cache: bool,
+}
+
+const EXAMPLES: &str = "Examples:
+  rustle serve --port 8000
+  rustle serve -m ./Llama-3.2-1B-Instruct --host 0.0.0.0 --api-key secret --max-queued 64
+  curl http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{\"model\": \"SmolLM2-135M-Instruct.Q4_1\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'";
+
+impl ServeArgs {
+    /// Checks what clap cannot; resolves the key from the environment.
+    pub fn validate(&mut self) -> Result<()> {
+        if let Some(t) = self.request_timeout
+            && !(t > 0.0 && t.is_finite())
+        {
+            return Err(Error::Usage(format!(
+                "--request-timeout must be above 0 seconds, got {t}"
+            )));
+        }
+        if self.max_queued == Some(0) {
+            return Err(Error::Usage(
+                "--max-queued must be at least 1 (leave it out for no limit)".into(),
+            ));
+        }
+        if self.token_budget == 0 || self.max_seqs == 0 {
+            return Err(Error::Usage(
+                "--token-budget and --max-seqs must be at least 1".into(),
+            ));
+        }
+        if self.api_key.is_none() {
+            self.api_key = std::env::var("RUSTLE_API_KEY")
+                .ok()
+                .filter(|k| !k.is_empty());
+        }
+        if self.api_key.as_deref() == Some("") {
+            return Err(Error::Usage("--api-key must not be empty".into()));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,185 @@
+//! `rustle serve`: the serving engine behind an OpenAI-compatible HTTP server.
+//!
+//! The engine runs on its own OS thread (`engine_loop`), fed by channels; axum and tokio
+//! answer HTTP on theirs (`http`). A request is parsed and checked (`openai`), tokenized,
+//! given a place in the queue and submitted; its tokens come back on its own channel and
+//! become text (`request`, with stop strings held back by `stop`), sent whole or as
+//! server-sent events (`sse`). Errors take OpenAI's shape (`errors`); `/metrics` shows the
+//! engine's state and latencies (`metrics`).
+
+pub mod args;
+pub mod engine_loop;
+pub mod errors;
+pub mod http;
+pub mod metrics;
+pub mod openai;
+pub mod request;
+pub mod sse;
+pub mod stop;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::gpu::backend::check_supported;
+use crate::loader;
+use crate::runner::{Device, Runner, RunnerOptions};
+use crate::serve::{Engine, EngineOptions};
+use crate::tokenizer::Tokenizer;
+use args::{DeviceArg, ServeArgs};
+
+/// Loads the model, starts the engine thread, and serves until Ctrl-C or SIGTERM; then
+/// finishes the requests in flight and returns.
+pub fn run(mut args: ServeArgs) -> Result<()> {
+    args.validate()?;
+    // Bind first: a port in use fails before the (possibly long) model load.
+    let addr = format!("{}:{}", args.host, args.port);
+    let cannot = |e: std::io::Error| Error::Usage(format!("cannot listen on {addr}: {e}"));
+    let listener = std::net::TcpListener::bind(&addr).map_err(cannot)?;
+    listener.set_nonblocking(true).map_err(cannot)?;
+    let local: SocketAddr = listener.local_addr().map_err(cannot)?;
+    let path = loader::resolve_model_path(args.model.clone())?;
+    let name = args
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| model_name(&path));
+    let metrics = Arc::new(metrics::Metrics::new(&name));
+    let opts = args.clone();
+    let (handle, (tokenizer, device_name), thread) =
+        engine_loop::spawn(move || load(&opts, &path), metrics.clone())?;
+    let limits = handle.limits;
+    let tokenizer = Arc::new(tokenizer);
+    let thread = Arc::new(thread);
+    let alive = thread.clone();
+    let state = Arc::new(http::AppState {
+        engine: handle,
+        tokenizer,
+        metrics,
+        model: name.clone(),
+        created: http::unix_now(),
+        api_key: args.api_key.clone(),
+        max_queued: args.max_queued,
+        request_timeout: args.request_timeout,
+        queued: Arc::new(AtomicUsize::new(0)),
+        engine_alive: Box::new(move || !alive.is_finished()),
+    });
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("rustle-http")
+        .build()
+        .map_err(|e| Error::Usage(format!("cannot start the HTTP runtime: {e}")))?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(cannot)?;
+        eprintln!(
+            "rustle serve: {name} on {device_name}, context {} tokens, {} KV blocks{}",
+            limits.max_context,
+            limits.n_blocks,
+            if args.api_key.is_some() {
+                ", API key required"
+            } else {
+                ""
+            }
+        );
+        eprintln!("rustle serve: listening on http://{local}");
+        axum::serve(listener, http::router(state))
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .map_err(|e| Error::Usage(format!("the server failed: {e}")))
+    })?;
+    // Every handle is gone with the router: the engine thread ends once idle.
+    if let Some(thread) = Arc::into_inner(thread) {
+        let _ = thread.join();
+    }
+    eprintln!("rustle serve: stopped");
+    Ok(())
+}
+
+/// The model as a serving engine (on the engine thread), with its tokenizer and the
+/// device's name.
+fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, String))> {
+    // Open the GPU before the (possibly long) model load, so a missing one fails fast.
+    let gpu = match args.device {
+        DeviceArg::Cpu => None,
+        DeviceArg::Gpu => Some(Gpu::new()?),
+        DeviceArg::Auto => Gpu::new()
+            .inspect_err(|e| eprintln!("rustle serve: device auto: running on the CPU ({e})"))
+            .ok(),
+    };
+    let t = Instant::now();
+    let model = loader::load(path)?;
+    eprintln!(
+        "rustle serve: loaded {} in {:.1} s",
+        model.description,
+        t.elapsed().as_secs_f64()
+    );
+    let device = match gpu {
+        None => Device::Cpu,
+        Some(gpu) => match (check_supported(&model.config), args.device) {
+            (Ok(()), _) => Device::Gpu(Box::new(gpu)),
+            (Err(e), DeviceArg::Gpu) => return Err(e),
+            (Err(e), _) => {
+                eprintln!("rustle serve: device auto: running on the CPU ({e})");
+                Device::Cpu
+            }
+        },
+    };
+    let runner = Runner::new(
+        model.config,
+        model.weights,
+        &RunnerOptions {
+            kv_blocks: args.kv_blocks,
+            max_batch_tokens: args.token_budget,
+        },
+        device,
+    )?;
+    let device_name = runner.device_name();
+    let engine = Engine::new(
+        runner,
+        EngineOptions {
+            token_budget: args.token_budget,
+            max_seqs: args.max_seqs,
+            prefix_cache: !args.no_prefix_cache,
+            eos: model.tokenizer.eos_tokens.clone(),
+        },
+    )?;
+    Ok((engine, (model.tokenizer, device_name)))
+}
+
+/// The name clients ask for by default: the model file's name without its extension, or
+/// the folder's name.
+fn model_name(path: &Path) -> String {
+    let name = if path.is_dir() {
+        path.file_name()
+    } else {
+        path.file_stem()
+    };
+    name.map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "rustle".into())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+    eprintln!("rustle serve: shutting down: finishing the requests in flight");
+}
