@@ -14,28 +14,24 @@
 //! - `gpu`: the PTX the kernels compiled to (the GPU backend comes next)
 
 pub mod batch;
-pub mod batch_bench;
-pub mod bench;
 pub mod chat;
 pub mod config;
 pub mod cpu;
 pub mod default_model;
 pub mod error;
-pub mod gemm_bench;
-pub mod gemv_bench;
 pub mod generate;
 pub mod gpu;
 pub mod kv;
 pub mod kv_cache;
 pub mod loader;
 pub mod model;
-pub mod profile;
 pub mod rope;
 pub mod runner;
 pub mod sampler;
 pub mod serve;
-pub mod serve_bench;
+pub mod shapes;
 pub mod tokenizer;
+pub mod tools;
 pub mod traffic;
 pub mod weights;
 

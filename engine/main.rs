@@ -435,7 +435,7 @@ fn bench(b: &BenchCli) -> Result<()> {
             "bench needs at least one --ctx, --steps and --prompt-len above 0".into(),
         ));
     }
-    let report = rustle::bench::run(&rustle::bench::BenchArgs {
+    let report = rustle::tools::bench::run(&rustle::tools::bench::BenchArgs {
         shape: b.shape.clone(),
         model: b.model.clone(),
         ctx: b.ctx.clone(),
@@ -449,7 +449,7 @@ fn bench(b: &BenchCli) -> Result<()> {
             serde_json::to_string_pretty(&report).expect("a report serialises")
         );
     } else {
-        rustle::bench::print(&report);
+        rustle::tools::bench::print(&report);
     }
     Ok(())
 }
@@ -461,14 +461,16 @@ fn bench_batch(b: &BenchCli, sizes: &[usize]) -> Result<()> {
         ));
     }
     let gpu = Gpu::new()?;
-    let bandwidth = rustle::bench::measure_bandwidth(&gpu)?.copy_bytes_per_s;
+    let bandwidth = rustle::tools::ceilings::gpu_bandwidth(&gpu)?.copy_bytes_per_s;
     let most = sizes.iter().copied().max().unwrap_or(1);
     let opts = RunnerOptions {
         kv_blocks: None,
         max_batch_tokens: b.prompt_len.max(most),
     };
-    let (mut runner, name) = rustle::bench::gpu_runner(&gpu, &b.shape, b.model.as_deref(), &opts)?;
-    let results = rustle::batch_bench::run(&mut runner, sizes, b.prompt_len, b.steps, bandwidth)?;
+    let (mut runner, name) =
+        rustle::tools::setup::gpu_runner(&gpu, &b.shape, b.model.as_deref(), &opts)?;
+    let results =
+        rustle::tools::batch_bench::run(&mut runner, sizes, b.prompt_len, b.steps, bandwidth)?;
     if b.json {
         println!(
             "{}",
@@ -480,13 +482,13 @@ fn bench_batch(b: &BenchCli, sizes: &[usize]) -> Result<()> {
             gpu.description,
             bandwidth / 1e12
         );
-        rustle::batch_bench::print(&results);
+        rustle::tools::batch_bench::print(&results);
     }
     Ok(())
 }
 
 fn bench_serve(b: &BenchCli) -> Result<()> {
-    use rustle::serve_bench::{ServeBenchArgs, Workload};
+    use rustle::tools::serve_bench::{ServeBenchArgs, Workload};
     if let Some(r) = b.rate
         && !(r > 0.0 && r.is_finite())
     {
@@ -508,7 +510,7 @@ fn bench_serve(b: &BenchCli) -> Result<()> {
             output,
         },
     };
-    let report = rustle::serve_bench::run(&ServeBenchArgs {
+    let report = rustle::tools::serve_bench::run(&ServeBenchArgs {
         shape: b.shape.clone(),
         model: b.model.clone(),
         device_cpu: b.cpu,
@@ -527,13 +529,13 @@ fn bench_serve(b: &BenchCli) -> Result<()> {
             serde_json::to_string_pretty(&report).expect("a report serialises")
         );
     } else {
-        rustle::serve_bench::print(&report);
+        rustle::tools::serve_bench::print(&report);
     }
     Ok(())
 }
 
 fn profile(p: &ProfileCli) -> Result<()> {
-    use rustle::profile::{Profile, chart, collect, table};
+    use rustle::tools::profile::{Profile, chart, collect, table};
     let profile = match &p.from {
         Some(path) => Profile::load(path)?,
         None => {

@@ -929,7 +929,7 @@ mod tests {
     /// the split kernels.
     #[test]
     fn prompts_take_the_tensor_cores_and_decode_the_splits() {
-        let mut c = crate::bench::shape_config("llama3-8b").unwrap();
+        let mut c = crate::shapes::shape_config("llama3-8b").unwrap();
         c.n_heads = 8;
         c.n_kv_heads = 2;
         let of = |c: &Config, b: &Batch| {

@@ -123,39 +123,6 @@ impl Profile {
     }
 }
 
-/// Adds launches (kernel, phase, seconds, bytes, flops) into per-kernel rows, slowest first
-/// within each phase.
-pub fn aggregate(launches: impl IntoIterator<Item = (String, Phase, f64, u64, u64)>) -> Vec<Row> {
-    let mut rows: Vec<Row> = vec![];
-    for (kernel, phase, seconds, bytes, flops) in launches {
-        match rows
-            .iter_mut()
-            .find(|r| r.kernel == kernel && r.phase == phase)
-        {
-            Some(r) => {
-                r.calls += 1;
-                r.seconds += seconds;
-                r.bytes += bytes;
-                r.flops += flops;
-            }
-            None => rows.push(Row {
-                kernel,
-                phase,
-                calls: 1,
-                seconds,
-                bytes,
-                flops,
-            }),
-        }
-    }
-    rows.sort_by(|a, b| {
-        (a.phase as u8)
-            .cmp(&(b.phase as u8))
-            .then(b.seconds.total_cmp(&a.seconds))
-    });
-    rows
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,25 +166,5 @@ mod tests {
         };
         assert!(!gemm.memory_bound(&c));
         assert_eq!(gemm.share_of_ceiling(&c), 500e12 / 800e12);
-    }
-
-    #[test]
-    fn aggregate_sums_per_kernel_and_phase() {
-        let rows = aggregate([
-            ("a".to_string(), Phase::Decode, 1.0, 10, 20),
-            ("a".to_string(), Phase::Decode, 2.0, 10, 20),
-            ("a".to_string(), Phase::Prefill, 5.0, 1, 1),
-            ("b".to_string(), Phase::Decode, 4.0, 1, 0),
-        ]);
-        assert_eq!(rows.len(), 3);
-        assert_eq!(
-            (rows[0].kernel.as_str(), rows[0].phase),
-            ("a", Phase::Prefill)
-        );
-        assert_eq!((rows[1].kernel.as_str(), rows[1].seconds), ("b", 4.0));
-        assert_eq!(
-            (rows[2].calls, rows[2].seconds, rows[2].bytes, rows[2].flops),
-            (2, 3.0, 20, 40)
-        );
     }
 }

@@ -1,0 +1,78 @@
+//! Named model shapes (llama3-8b, llama3.2-1b, qwen2.5-7b, smollm2-135m), as their
+//! `config.json` files give them: benchmarks and profiles build synthetic weights of one, so
+//! that they need no download, and tests size their problems by them.
+
+use crate::config::{Config, HfConfig};
+use crate::error::{Error, Result};
+
+/// Named shapes, as their `config.json` files give them.
+pub const SHAPES: &[(&str, &str)] = &[
+    (
+        "llama3-8b",
+        r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+            "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "vocab_size": 128256, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
+            "rope_theta": 500000.0, "tie_word_embeddings": false}"#,
+    ),
+    (
+        "llama3.2-1b",
+        r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "intermediate_size": 8192,
+            "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "head_dim": 64, "vocab_size": 128256, "max_position_embeddings": 131072,
+            "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": true,
+            "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}"#,
+    ),
+    (
+        "qwen2.5-7b",
+        r#"{"architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584, "intermediate_size": 18944,
+            "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+            "vocab_size": 152064, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000.0, "tie_word_embeddings": false}"#,
+    ),
+    (
+        "smollm2-135m",
+        r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 576, "intermediate_size": 1536,
+            "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+            "vocab_size": 49152, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
+            "rope_theta": 100000.0, "tie_word_embeddings": true}"#,
+    ),
+];
+
+/// The resolved `Config` of the shape named `name`, or a usage error listing the names.
+pub fn shape_config(name: &str) -> Result<Config> {
+    let (_, json) = SHAPES.iter().find(|(n, _)| *n == name).ok_or_else(|| {
+        let names: Vec<&str> = SHAPES.iter().map(|(n, _)| *n).collect();
+        Error::Usage(format!(
+            "unknown shape {name:?}; known: {}",
+            names.join(", ")
+        ))
+    })?;
+    let hf: HfConfig = serde_json::from_str(json).map_err(|e| Error::Config(e.to_string()))?;
+    Config::resolve(&hf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_named_shape_resolves() {
+        for (name, _) in SHAPES {
+            shape_config(name).unwrap();
+        }
+        let c = shape_config("llama3-8b").unwrap();
+        assert_eq!(
+            (c.q_dim(), c.kv_dim(), c.group_size(), c.head_dim),
+            (4096, 1024, 4, 128)
+        );
+        let c = shape_config("llama3.2-1b").unwrap();
+        assert!(c.tie_embeddings && c.head_dim == 64);
+        assert!(
+            shape_config("gpt-2")
+                .unwrap_err()
+                .to_string()
+                .contains("llama3-8b")
+        );
+    }
+}
