@@ -120,10 +120,10 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct ProfileCli {
-    /// A model shape with random weights made on the GPU: llama3-8b, llama3.2-1b,
-    /// qwen2.5-7b, smollm2-135m.
-    #[arg(long, default_value = "llama3-8b")]
-    shape: String,
+    /// A model shape with random weights: llama3-8b, llama3.2-1b, qwen2.5-7b, smollm2-135m.
+    /// Default: llama3-8b on the GPU; on the CPU the default model (real weights).
+    #[arg(long)]
+    shape: Option<String>,
 
     /// Profile a real model instead (folder or .gguf).
     #[arg(short, long, value_name = "PATH")]
@@ -145,8 +145,8 @@ struct ProfileCli {
     #[arg(long, value_name = "FILE")]
     from: Option<PathBuf>,
 
-    /// Profile the GPU kernels or the CPU reference backend (with the CPU's own ceilings;
-    /// pick a small --shape such as smollm2-135m, or --model).
+    /// Profile the GPU kernels or the CPU reference backend (with the CPU's own ceilings:
+    /// memory, each private cache, the reference matmul; by default on the default model).
     #[arg(long, value_enum, default_value_t = ProfileDevice::Gpu)]
     device: ProfileDevice,
 }

@@ -1329,7 +1329,7 @@ fn profile_times_every_launch_of_a_step(g: &Gpu, _: &mut StdRng) {
 fn profile_puts_decode_on_the_slope(g: &Gpu, _: &mut StdRng) {
     use rustle::tools::profile::{Phase, collect};
     let args = collect::ProfileArgs {
-        shape: "smollm2-135m".into(),
+        shape: Some("smollm2-135m".into()),
         model: None,
         prompt_len: 128,
         steps: 4,

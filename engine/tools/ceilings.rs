@@ -108,34 +108,155 @@ pub fn mma_peak_flops(gpu: &Gpu) -> Result<f64> {
     Ok(flops / (ms * 1e-3))
 }
 
-/// The CPU's copy bandwidth, bytes read + written per second: a parallel copy of 512 MiB,
-/// far larger than the caches, best of three.
-pub fn cpu_copy_bandwidth() -> f64 {
+// The CPU. Its ceilings are taken as the best of several runs: the machine may be shared,
+// and a ceiling measured while another process ran would be too low, so that operations
+// timed later could beat it.
+
+/// Runs `f` `reps` times; the shortest time, in seconds.
+fn best_seconds(reps: usize, mut f: impl FnMut()) -> f64 {
+    (0..reps)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// The CPU's memory bandwidth, bytes per second, over 512 MiB buffers (far past any cache):
+/// the faster of a parallel copy (bytes read + written) and a parallel read. A copy's
+/// stores first read each destination line into the cache (write-allocate), so memory moves
+/// three bytes for each two counted; an operation that mostly reads (a matmul's weights)
+/// can beat the copy's count, never the read.
+pub fn cpu_memory_bandwidth() -> (f64, String) {
     use rayon::prelude::*;
-    use std::time::Instant;
-    let n = 1usize << 27; // 512 MiB of f32 each way
-    let src: Vec<f32> = (0..n)
+    let n = 1usize << 27; // 512 MiB of u32 each way
+    let src: Vec<u32> = (0..n)
         .into_par_iter()
-        .map(|i| (i % 1000) as f32 + 0.5)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761))
         .collect();
-    let mut dst = vec![0f32; n];
-    let mut best = f64::INFINITY;
-    for _ in 0..3 {
-        let t = Instant::now();
+    let mut dst = vec![1u32; n];
+    let copy = best_seconds(5, || {
         dst.par_chunks_mut(1 << 20)
             .zip(src.par_chunks(1 << 20))
             .for_each(|(d, s)| d.copy_from_slice(s));
-        best = best.min(t.elapsed().as_secs_f64());
+        std::hint::black_box(&mut dst);
+    });
+    drop(dst);
+    let read = best_seconds(5, || {
+        // Wrapping integer adds vectorise (a float sum would not: its order is fixed).
+        let sum = src
+            .par_chunks(1 << 20)
+            .map(|c| c.iter().fold(0u32, |a, &x| a.wrapping_add(x)))
+            .reduce(|| 0, u32::wrapping_add);
+        std::hint::black_box(sum);
+    });
+    let bytes = (n * 4) as f64;
+    let (copy, read) = (2.0 * bytes / copy, bytes / read);
+    let source = format!(
+        "512 MiB: parallel read {:.1} GB/s, copy {:.1} GB/s (read + write)",
+        read / 1e9,
+        copy / 1e9
+    );
+    (copy.max(read), source)
+}
+
+/// A cache private to each core, as Linux describes it (`/sys/devices/system/cpu/cpu0/
+/// cache`): the L1 data cache and the L2.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuCache {
+    /// "L1d", "L2"
+    pub name: String,
+    pub bytes: usize,
+}
+
+/// The data caches that core 0 has to itself, smallest first; empty where the system does
+/// not say. Shared caches (the L3) are left out: the weights stream through them, so that
+/// an operation's bytes fitting there says nothing about where they come from.
+pub fn cpu_private_caches() -> Vec<CpuCache> {
+    let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
+    let read = |p: std::path::PathBuf| std::fs::read_to_string(p).ok();
+    let mut caches = vec![];
+    for i in 0..8 {
+        let d = dir.join(format!("index{i}"));
+        let (Some(level), Some(kind), Some(size), Some(shared)) = (
+            read(d.join("level")),
+            read(d.join("type")),
+            read(d.join("size")),
+            read(d.join("shared_cpu_list")),
+        ) else {
+            continue;
+        };
+        let Some(bytes) = parse_cache_size(size.trim()) else {
+            continue;
+        };
+        let private = shared.trim() == "0";
+        if kind.trim() == "Instruction" || !private {
+            continue;
+        }
+        let name = match kind.trim() {
+            "Data" => format!("L{}d", level.trim()),
+            _ => format!("L{}", level.trim()),
+        };
+        caches.push(CpuCache { name, bytes });
     }
-    2.0 * (n * 4) as f64 / best
+    caches.sort_by_key(|c| c.bytes);
+    caches
+}
+
+/// "32K", "1024K", "2M" (sysfs's spelling) in bytes.
+fn parse_cache_size(s: &str) -> Option<usize> {
+    let (digits, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: usize = digits.parse().ok()?;
+    match unit {
+        "" => Some(n),
+        "K" => Some(n << 10),
+        "M" => Some(n << 20),
+        "G" => Some(n << 30),
+        _ => None,
+    }
+}
+
+/// The bandwidth of a cache of `bytes` per core: every thread copies back and forth
+/// between two buffers of its own that together fill half of it (the rest is left to the
+/// stack and whatever else the core touches), bytes read + written per second, all threads
+/// together.
+pub fn cpu_cache_bandwidth(bytes: usize) -> f64 {
+    use std::time::Instant;
+    let per_buffer = (bytes / 4 / 4).max(256); // u32s
+    // About 64 MiB copied per thread per run: long enough to time, short enough to repeat.
+    let rounds = ((64usize << 20) / (per_buffer * 4)).max(2);
+    let mut best = f64::INFINITY;
+    for _ in 0..7 {
+        // Every thread at once, each timing its own rounds; the slowest decides.
+        let times: Vec<f64> = rayon::broadcast(|_| {
+            let mut a: Vec<u32> = (0..per_buffer as u32).collect();
+            let mut b = vec![0u32; per_buffer];
+            b.copy_from_slice(&a); // in cache before the clock starts
+            let t = Instant::now();
+            for _ in 0..rounds / 2 {
+                b.copy_from_slice(std::hint::black_box(&a));
+                a.copy_from_slice(std::hint::black_box(&b));
+            }
+            t.elapsed().as_secs_f64()
+        });
+        best = best.min(times.into_iter().fold(0.0, f64::max));
+    }
+    let threads = rayon::current_num_threads();
+    let moved = 2.0 * (rounds / 2 * 2 * per_buffer * 4 * threads) as f64;
+    moved / best
 }
 
 /// The CPU's matrix throughput, FLOP/s: the reference matmul (`cpu::ops::matmul_f32`) on
-/// 256 tokens of a 2048 x 2048 weight, best of three.
-pub fn cpu_matmul_flops() -> f64 {
+/// 256 tokens of a square weight that fits in half of `cache_bytes` (the L2), so that its
+/// arithmetic, not the memory behind it, sets the pace; best of several runs. (A weight far
+/// larger than the caches measures their bandwidth instead, and a model whose matrices fit
+/// in them then beats that "ceiling".)
+pub fn cpu_matmul_flops(cache_bytes: usize) -> (f64, String) {
     use crate::cpu::ops::matmul_f32;
-    use std::time::Instant;
-    let (m, k) = (256, 2048);
+    // The largest multiple of 64 whose square of f32 fits in half the cache, 128 to 1024.
+    let k = (((cache_bytes / 8) as f64).sqrt() as usize / 64 * 64).clamp(128, 1024);
+    let m = 256;
     let x: Vec<f32> = (0..m * k)
         .map(|i| ((i % 97) as f32 - 48.0) / 97.0)
         .collect();
@@ -143,11 +264,21 @@ pub fn cpu_matmul_flops() -> f64 {
         .map(|i| ((i % 89) as f32 - 44.0) / 89.0)
         .collect();
     let mut out = vec![0f32; m * k];
-    let mut best = f64::INFINITY;
-    for _ in 0..3 {
-        let t = Instant::now();
-        matmul_f32(&mut out, &x, &w, None, k);
-        best = best.min(t.elapsed().as_secs_f64());
+    let best = best_seconds(9, || matmul_f32(&mut out, &x, &w, None, k));
+    let source = format!("rustle's reference matmul, {m} x {k} x {k}, weights in cache");
+    (2.0 * (m * k * k) as f64 / best, source)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_sizes_as_sysfs_spells_them() {
+        assert_eq!(parse_cache_size("32K"), Some(32 << 10));
+        assert_eq!(parse_cache_size("1024K"), Some(1 << 20));
+        assert_eq!(parse_cache_size("2M"), Some(2 << 20));
+        assert_eq!(parse_cache_size("512"), Some(512));
+        assert_eq!(parse_cache_size("lots"), None);
     }
-    2.0 * (m * k * k) as f64 / best
 }

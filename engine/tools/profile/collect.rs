@@ -2,20 +2,25 @@
 //! (decode steps run without graphs, since events cannot be recorded inside a replayed
 //! graph), with the bytes and FLOPs from the counting formulas beside the launch wrappers.
 
-use super::report::{Ceilings, Phase, Profile, Row};
+use super::report::{CacheCeiling, Ceilings, Phase, Profile, Row};
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::kv::block_manager::blocks_for;
 use crate::runner::{Runner, RunnerOptions};
 use crate::tools::ceilings::{
-    cpu_copy_bandwidth, cpu_matmul_flops, cublas_gemm_flops, gpu_bandwidth, mma_peak_flops,
-    rustle_gemm_flops,
+    cpu_cache_bandwidth, cpu_matmul_flops, cpu_memory_bandwidth, cpu_private_caches,
+    cublas_gemm_flops, gpu_bandwidth, mma_peak_flops, rustle_gemm_flops,
 };
 use crate::tools::setup::{cpu_runner, gpu_runner, synthetic_prompt};
 use crate::tools::timing::by_kernel;
 
+/// The shape the GPU profile runs without `--shape` or `--model`.
+pub const DEFAULT_GPU_SHAPE: &str = "llama3-8b";
+
 pub struct ProfileArgs {
-    pub shape: String,
+    /// A named shape with synthetic weights; `None`: on the GPU `DEFAULT_GPU_SHAPE`, on the
+    /// CPU the default model (or `model`).
+    pub shape: Option<String>,
     pub model: Option<std::path::PathBuf>,
     pub prompt_len: usize,
     pub steps: usize,
@@ -52,9 +57,15 @@ pub fn gpu(args: &ProfileArgs) -> Result<Profile> {
         compute_source,
         rustle_gemm_flops_per_s: Some(ours),
         mma_peak_flops_per_s: Some(mma_peak),
+        caches: vec![],
     };
 
-    let (mut runner, model) = gpu_runner(&gpu, &args.shape, args.model.as_deref(), &opts(args))?;
+    let (mut runner, model) = gpu_runner(
+        &gpu,
+        args.shape.as_deref().unwrap_or(DEFAULT_GPU_SHAPE),
+        args.model.as_deref(),
+        &opts(args),
+    )?;
     runner.set_graphs(false);
     // One untimed pass first, so module load and first touches stay out of the figures.
     let prompt = synthetic_prompt(args.prompt_len, runner.config.vocab_size);
@@ -80,8 +91,11 @@ pub fn gpu(args: &ProfileArgs) -> Result<Profile> {
 }
 
 /// The same profile for the CPU reference backend: each operation of the forward pass timed,
-/// against the CPU's ceilings measured the same way (a copy far larger than the caches; the
-/// reference matmul on a prompt-sized problem).
+/// against the CPU's ceilings measured the same way: memory (a read and a copy far larger
+/// than the caches), each private cache (a copy within it), and the reference matmul with
+/// its weights in cache. An operation whose bytes per call fit a cache is held to that
+/// cache's bandwidth (`Ceilings::bandwidth_for`): on a CPU the residual stream and a norm's
+/// output stay in cache from one operation to the next.
 pub fn cpu(args: &ProfileArgs) -> Result<Profile> {
     let threads = rayon::current_num_threads();
     let device = format!(
@@ -89,20 +103,38 @@ pub fn cpu(args: &ProfileArgs) -> Result<Profile> {
         cpu_name().unwrap_or_else(|| "CPU".into())
     );
     progress(&format!(
-        "on {device}: measuring memory bandwidth (a 1 GiB copy)"
+        "on {device}: measuring memory bandwidth (a read and a copy of 512 MiB)"
     ));
-    let bytes_per_s = cpu_copy_bandwidth();
-    progress("measuring matrix throughput (the reference matmul, 256 x 2048 x 2048)");
-    let flops_per_s = cpu_matmul_flops();
+    let (bytes_per_s, bandwidth_source) = cpu_memory_bandwidth();
+    let private = cpu_private_caches();
+    let mut caches = vec![];
+    for c in &private {
+        progress(&format!(
+            "measuring the {} cache's bandwidth ({} KiB per core)",
+            c.name,
+            c.bytes >> 10
+        ));
+        caches.push(CacheCeiling {
+            name: c.name.clone(),
+            size: c.bytes as u64,
+            bytes_per_s: cpu_cache_bandwidth(c.bytes),
+        });
+    }
+    // The matmul's weights sized to the largest private cache (1 MiB if none is known).
+    let cache = private.last().map_or(1 << 20, |c| c.bytes);
+    progress("measuring matrix throughput (the reference matmul, weights in cache)");
+    let (flops_per_s, compute_source) = cpu_matmul_flops(cache);
     let ceilings = Ceilings {
         bytes_per_s,
         flops_per_s,
-        bandwidth_source: "parallel copy of 512 MiB, read + write".into(),
-        compute_source: "rustle's reference matmul, 256 x 2048 x 2048".into(),
+        bandwidth_source,
+        compute_source,
         rustle_gemm_flops_per_s: None,
         mma_peak_flops_per_s: None,
+        caches,
     };
-    let (mut runner, model) = cpu_runner(Some(&args.shape), args.model.as_deref(), &opts(args))?;
+    let (mut runner, model) =
+        cpu_runner(args.shape.as_deref(), args.model.as_deref(), &opts(args))?;
     progress(&format!(
         "prefill of {} tokens and {} decode steps, every operation timed",
         args.prompt_len, args.steps
