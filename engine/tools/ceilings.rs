@@ -136,14 +136,14 @@ pub fn cpu_memory_bandwidth() -> (f64, String) {
         .map(|i| (i as u32).wrapping_mul(2_654_435_761))
         .collect();
     let mut dst = vec![1u32; n];
-    let copy = best_seconds(5, || {
+    let copy = best_seconds(10, || {
         dst.par_chunks_mut(1 << 20)
             .zip(src.par_chunks(1 << 20))
             .for_each(|(d, s)| d.copy_from_slice(s));
         std::hint::black_box(&mut dst);
     });
     drop(dst);
-    let read = best_seconds(5, || {
+    let read = best_seconds(10, || {
         // Wrapping integer adds vectorise (a float sum would not: its order is fixed).
         let sum = src
             .par_chunks(1 << 20)
