@@ -241,7 +241,8 @@ struct BenchCli {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Serving (--serve)")]
     kv_blocks: Option<u64>,
 
-    /// With --serve: run on the CPU reference backend (needs --model; no roofline).
+    /// With --serve: run on the CPU reference backend (--model, or the default model; no
+    /// roofline).
     #[arg(long, help_heading = "Serving (--serve)")]
     cpu: bool,
 }
