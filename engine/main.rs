@@ -143,10 +143,10 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct ProfileCli {
-    /// A model shape with random weights made on the GPU: llama3-8b, llama3.2-1b,
-    /// qwen2.5-7b, smollm2-135m.
-    #[arg(long, default_value = "llama3-8b")]
-    shape: String,
+    /// A model shape with random weights: llama3-8b, llama3.2-1b, qwen2.5-7b, smollm2-135m.
+    /// Default: llama3-8b on the GPU; on the CPU the default model (real weights).
+    #[arg(long)]
+    shape: Option<String>,
 
     /// Profile a real model instead (folder or .gguf).
     #[arg(short, long, value_name = "PATH")]
@@ -168,8 +168,8 @@ struct ProfileCli {
     #[arg(long, value_name = "FILE")]
     from: Option<PathBuf>,
 
-    /// Profile the GPU kernels or the CPU reference backend (with the CPU's own ceilings;
-    /// pick a small --shape such as smollm2-135m, or --model).
+    /// Profile the GPU kernels or the CPU reference backend (with the CPU's own ceilings:
+    /// memory, each private cache, the reference matmul; by default on the default model).
     #[arg(long, value_enum, default_value_t = ProfileDevice::Gpu)]
     device: ProfileDevice,
 }
@@ -264,7 +264,8 @@ struct BenchCli {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Serving (--serve)")]
     kv_blocks: Option<u64>,
 
-    /// With --serve: run on the CPU reference backend (needs --model; no roofline).
+    /// With --serve: run on the CPU reference backend (--model, or the default model; no
+    /// roofline).
     #[arg(long, help_heading = "Serving (--serve)")]
     cpu: bool,
 }
@@ -511,7 +512,7 @@ fn bench(b: &BenchCli) -> Result<()> {
             "bench needs at least one --ctx, --steps and --prompt-len above 0".into(),
         ));
     }
-    let report = rustle::bench::run(&rustle::bench::BenchArgs {
+    let report = rustle::tools::bench::run(&rustle::tools::bench::BenchArgs {
         shape: b.shape.clone(),
         model: b.model.clone(),
         ctx: b.ctx.clone(),
@@ -525,7 +526,7 @@ fn bench(b: &BenchCli) -> Result<()> {
             serde_json::to_string_pretty(&report).expect("a report serialises")
         );
     } else {
-        rustle::bench::print(&report);
+        rustle::tools::bench::print(&report);
     }
     Ok(())
 }
@@ -537,14 +538,16 @@ fn bench_batch(b: &BenchCli, sizes: &[usize]) -> Result<()> {
         ));
     }
     let gpu = Gpu::new()?;
-    let bandwidth = rustle::bench::measure_bandwidth(&gpu)?.copy_bytes_per_s;
+    let bandwidth = rustle::tools::ceilings::gpu_bandwidth(&gpu)?.copy_bytes_per_s;
     let most = sizes.iter().copied().max().unwrap_or(1);
     let opts = RunnerOptions {
         kv_blocks: None,
         max_batch_tokens: b.prompt_len.max(most),
     };
-    let (mut runner, name) = rustle::bench::gpu_runner(&gpu, &b.shape, b.model.as_deref(), &opts)?;
-    let results = rustle::batch_bench::run(&mut runner, sizes, b.prompt_len, b.steps, bandwidth)?;
+    let (mut runner, name) =
+        rustle::tools::setup::gpu_runner(&gpu, &b.shape, b.model.as_deref(), &opts)?;
+    let results =
+        rustle::tools::batch_bench::run(&mut runner, sizes, b.prompt_len, b.steps, bandwidth)?;
     if b.json {
         println!(
             "{}",
@@ -556,13 +559,13 @@ fn bench_batch(b: &BenchCli, sizes: &[usize]) -> Result<()> {
             gpu.description,
             bandwidth / 1e12
         );
-        rustle::batch_bench::print(&results);
+        rustle::tools::batch_bench::print(&results);
     }
     Ok(())
 }
 
 fn bench_serve(b: &BenchCli) -> Result<()> {
-    use rustle::serve_bench::{ServeBenchArgs, Workload};
+    use rustle::tools::serve_bench::{ServeBenchArgs, Workload};
     if let Some(r) = b.rate
         && !(r > 0.0 && r.is_finite())
     {
@@ -584,7 +587,7 @@ fn bench_serve(b: &BenchCli) -> Result<()> {
             output,
         },
     };
-    let report = rustle::serve_bench::run(&ServeBenchArgs {
+    let report = rustle::tools::serve_bench::run(&ServeBenchArgs {
         shape: b.shape.clone(),
         model: b.model.clone(),
         device_cpu: b.cpu,
@@ -603,13 +606,13 @@ fn bench_serve(b: &BenchCli) -> Result<()> {
             serde_json::to_string_pretty(&report).expect("a report serialises")
         );
     } else {
-        rustle::serve_bench::print(&report);
+        rustle::tools::serve_bench::print(&report);
     }
     Ok(())
 }
 
 fn profile(p: &ProfileCli) -> Result<()> {
-    use rustle::profile::{Profile, chart, collect, table};
+    use rustle::tools::profile::{Profile, chart, collect, table};
     let profile = match &p.from {
         Some(path) => Profile::load(path)?,
         None => {

@@ -16,6 +16,7 @@ use crate::kv_cache::KvCache;
 use crate::model::ModelWeights;
 use crate::rope::RopeTables;
 use crate::sampler::Choices;
+use crate::traffic::KernelTime;
 
 /// Where the forward pass runs.
 pub enum Device {
@@ -265,6 +266,79 @@ impl Runner {
         Solo {
             table: BlockTable::default(),
             blocks: BlockManager::new(self.n_blocks(), false),
+        }
+    }
+
+    // What the measuring tools (`tools/`: bench, profile) observe and set. They use these
+    // and the public methods above, never the backends' fields.
+
+    /// A `Solo` sequence that starts `len` tokens in: it holds the blocks of `len` positions
+    /// whose keys and values are whatever the cache holds there (noise, after
+    /// `fill_kv_with_noise`), so that a benchmark can decode at a long context without
+    /// computing the prompt first.
+    pub fn solo_at(&self, len: usize) -> Result<Solo> {
+        let mut seq = self.solo();
+        seq.reserve(len.max(1))?;
+        seq.table.len = len;
+        Ok(seq)
+    }
+
+    /// Whether the GPU replays decode-only steps from CUDA graphs (on by default). Timing
+    /// every launch needs them off: events cannot be recorded inside a replayed graph. The
+    /// CPU has no graphs: there this does nothing.
+    pub fn set_graphs(&mut self, on: bool) {
+        if let Backend::Gpu(g) = &mut self.backend {
+            g.use_graphs = on;
+        }
+    }
+
+    /// Fills the whole KV pool with random values (the GPU: bf16 of unit scale, made on the
+    /// device; the CPU: a fixed pseudo-random pattern), so that attention over positions
+    /// taken by `solo_at` reads real-looking data.
+    pub fn fill_kv_with_noise(&mut self) -> Result<()> {
+        match &mut self.backend {
+            Backend::Gpu(g) => {
+                let gpu = g.gpu.clone();
+                gpu.fill_random_bf16(&mut g.k_cache.as_view_mut(), 3, 1.0)?;
+                gpu.fill_random_bf16(&mut g.v_cache.as_view_mut(), 4, 1.0)?;
+                gpu.sync()
+            }
+            Backend::Cpu(c) => {
+                // An LCG's top bits as floats in [-1, 1): cheap, and never all zeros.
+                let mut state = 0x2545_f491_4f6c_dd1du64;
+                for x in c.kv.k.iter_mut().chain(c.kv.v.iter_mut()) {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    *x = (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// From now on every kernel launch (GPU, timed by CUDA events) or reference operation
+    /// (CPU, timed by the clock) is recorded with its traffic, until `profile_stop`.
+    pub fn profile_start(&mut self) {
+        match &mut self.backend {
+            Backend::Gpu(g) => g.gpu.profile_start(),
+            Backend::Cpu(c) => c.ops.profile_start(),
+        }
+    }
+
+    /// Every launch or operation since `profile_start`, in order.
+    pub fn profile_stop(&mut self) -> Result<Vec<KernelTime>> {
+        match &mut self.backend {
+            Backend::Gpu(g) => g.gpu.profile_stop(),
+            Backend::Cpu(c) => Ok(c.ops.profile_stop()),
+        }
+    }
+
+    /// The GPU this runner runs on, if it runs on one.
+    pub fn gpu(&self) -> Option<&Gpu> {
+        match &self.backend {
+            Backend::Gpu(g) => Some(&g.gpu),
+            Backend::Cpu(_) => None,
         }
     }
 

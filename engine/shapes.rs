@@ -1,5 +1,6 @@
-//! Named model shapes, as their `config.json` files give them: what the benchmarks and the
-//! profiler build random weights of, so that they need no download.
+//! Named model shapes (llama3-8b, llama3.2-1b, qwen2.5-7b, smollm2-135m), as their
+//! `config.json` files give them: benchmarks and profiles build synthetic weights of one, so
+//! that they need no download, and tests size their problems by them.
 
 use crate::config::{Config, HfConfig};
 use crate::error::{Error, Result};
@@ -38,6 +39,7 @@ pub const SHAPES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The resolved `Config` of the shape named `name`, or a usage error listing the names.
 pub fn shape_config(name: &str) -> Result<Config> {
     let (_, json) = SHAPES.iter().find(|(n, _)| *n == name).ok_or_else(|| {
         let names: Vec<&str> = SHAPES.iter().map(|(n, _)| *n).collect();
@@ -48,4 +50,29 @@ pub fn shape_config(name: &str) -> Result<Config> {
     })?;
     let hf: HfConfig = serde_json::from_str(json).map_err(|e| Error::Config(e.to_string()))?;
     Config::resolve(&hf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_named_shape_resolves() {
+        for (name, _) in SHAPES {
+            shape_config(name).unwrap();
+        }
+        let c = shape_config("llama3-8b").unwrap();
+        assert_eq!(
+            (c.q_dim(), c.kv_dim(), c.group_size(), c.head_dim),
+            (4096, 1024, 4, 128)
+        );
+        let c = shape_config("llama3.2-1b").unwrap();
+        assert!(c.tie_embeddings && c.head_dim == 64);
+        assert!(
+            shape_config("gpt-2")
+                .unwrap_err()
+                .to_string()
+                .contains("llama3-8b")
+        );
+    }
 }

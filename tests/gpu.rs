@@ -1422,9 +1422,8 @@ fn default_model_gpu_matches_transformers(g: &Gpu, _: &mut StdRng) {
 fn profile_times_every_launch_of_a_step(g: &Gpu, _: &mut StdRng) {
     let (mut r, _) = common::load(None, 256, gpu_device(g));
     let c = r.config.clone();
-    let backend = r.gpu_backend().unwrap();
-    backend.use_graphs = false;
-    let weight_bytes = backend.weights.bytes_per_token(&c) as u64;
+    r.set_graphs(false);
+    let weight_bytes = r.weight_bytes_per_step() as u64;
     let mut seq = r.solo();
     let t = r.extend_greedy(&mut seq, &[1, 2, 3]).unwrap();
     g.profile_start();
@@ -1457,9 +1456,9 @@ fn profile_times_every_launch_of_a_step(g: &Gpu, _: &mut StdRng) {
 /// `rustle profile`'s collection on a small shape: decode's kernels are memory-bound, and the
 /// prefill GEMM does far more arithmetic per byte than the decode GEMV.
 fn profile_puts_decode_on_the_slope(g: &Gpu, _: &mut StdRng) {
-    use rustle::profile::{Phase, collect};
+    use rustle::tools::profile::{Phase, collect};
     let args = collect::ProfileArgs {
-        shape: "smollm2-135m".into(),
+        shape: Some("smollm2-135m".into()),
         model: None,
         prompt_len: 128,
         steps: 4,

@@ -148,7 +148,7 @@ fn the_tensor_instruction_peak_is_shown_when_measured() {
     let (out, stdout) = profile_into("mma-profile", &["--from", file.to_str().unwrap()]);
     assert!(stdout.contains("mma.sync peak 600.0 TFLOP/s"), "{stdout}");
     let svg = std::fs::read_to_string(out.join("roofline.svg")).unwrap();
-    assert!(svg.contains("mma.sync peak: 600 TFLOP/s"));
+    assert!(svg.contains("mma.sync peak: 600.0 TFLOP/s"), "{svg}");
     // Without the field (the fixture as saved), neither appears.
     let (out, stdout) = profile_into(
         "no-mma-profile",
@@ -159,5 +159,47 @@ fn the_tensor_instruction_peak_is_shown_when_measured() {
         !std::fs::read_to_string(out.join("roofline.svg"))
             .unwrap()
             .contains("mma.sync")
+    );
+}
+
+/// A CPU profile's caches: an operation whose bytes per call fit one is held to that cache's
+/// bandwidth (the table's bound column names it, the chart draws its slope), not to the
+/// memory's, which it could beat; the legend gives small ceilings in their own units.
+#[test]
+fn operations_in_cache_meet_the_cache_roof() {
+    let mut p: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string("tests/fixtures/profile-example.json").unwrap(),
+    )
+    .unwrap();
+    // A CPU's scale: 20 GB/s of memory, 20 GFLOP/s, an L2 of 1 MiB at 200 GB/s.
+    p["ceilings"]["bytes_per_s"] = serde_json::json!(20e9);
+    p["ceilings"]["flops_per_s"] = serde_json::json!(20e9);
+    p["ceilings"]["caches"] =
+        serde_json::json!([{"name": "L2", "size": 1 << 20, "bytes_per_s": 200e9}]);
+    // 60 calls of 884,736 bytes (128 x 576 floats, read twice and written once) in 2 ms:
+    // 26.5 GB/s, faster than memory; 13% of the L2.
+    p["rows"] = serde_json::json!([{
+        "kernel": "residual_add_f32", "phase": "prefill", "calls": 60, "seconds": 2e-3,
+        "bytes": 60 * 884_736u64, "flops": 60 * 73_728u64
+    }]);
+    let file = std::env::temp_dir().join(format!("rustle-cache-{}.json", std::process::id()));
+    std::fs::write(&file, p.to_string()).unwrap();
+    let (out, stdout) = profile_into("cache-profile", &["--from", file.to_str().unwrap()]);
+    assert!(
+        stdout.contains("caches: L2 (1024 KiB a core) 200.0 GB/s"),
+        "{stdout}"
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("residual_add_f32"))
+        .unwrap();
+    assert!(
+        line.trim_end().ends_with("L2") && line.contains("13.3%"),
+        "{line}"
+    );
+    let svg = std::fs::read_to_string(out.join("roofline.svg")).unwrap();
+    assert!(
+        svg.contains("memory 20.0 GB/s, compute 20.0 GFLOP/s") && svg.contains("L2 cache"),
+        "{svg}"
     );
 }

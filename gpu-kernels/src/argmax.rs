@@ -1,13 +1,19 @@
 //! Greedy decoding on the GPU: the index of the largest logit, so only one number needs to
 //! come back to the host.
 
-use crate::device::{WARP, block_dim_x, dynamic_shared, shfl_xor, shfl_xor_u32, sync_threads, thread_idx_x};
+use crate::device::{
+    WARP, block_dim_x, dynamic_shared, shfl_xor, shfl_xor_u32, sync_threads, thread_idx_x,
+};
 
 /// Keeps the better of two (value, index) candidates: the larger value, and on a tie the
 /// smaller index (the CPU twin's choice: the first maximum).
 #[inline(always)]
 fn better(v: f32, i: u32, ov: f32, oi: u32) -> (f32, u32) {
-    if ov > v || (ov == v && oi < i) { (ov, oi) } else { (v, i) }
+    if ov > v || (ov == v && oi < i) {
+        (ov, oi)
+    } else {
+        (v, i)
+    }
 }
 
 /// `out[r] = argmax_i logits[r, i]` (the first index on a tie), for every row `r`.
@@ -70,7 +76,11 @@ pub unsafe extern "gpu-kernel" fn argmax_f32(out: *mut u32, logits: *const f32, 
         }
         sync_threads();
         if warp == 0 {
-            let (v, idx) = if lane < n_warps { (*sv.add(lane), *si.add(lane)) } else { (f32::NEG_INFINITY, u32::MAX) };
+            let (v, idx) = if lane < n_warps {
+                (*sv.add(lane), *si.add(lane))
+            } else {
+                (f32::NEG_INFINITY, u32::MAX)
+            };
             let (_, idx) = reduce(v, idx);
             if lane == 0 {
                 *out = idx;

@@ -1,7 +1,10 @@
 //! Causal grouped-query attention over the paged KV cache.
 
+use crate::device::{
+    WARP, bf16_to_f32, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp, sqrt,
+    sync_threads, thread_idx_x, warp_sum,
+};
 use crate::tiles::{BLOCK_SIZE, MAX_HEAD_DIM};
-use crate::device::{WARP, bf16_to_f32, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp, sqrt, sync_threads, thread_idx_x, warp_sum};
 
 /// Most dimensions of a head one lane holds: `head_dim <= 32 * MAX_PER_LANE` =
 /// `MAX_HEAD_DIM`, the widest head of the Llama family. Holding only what a 128-wide head needs keeps the split
@@ -49,7 +52,21 @@ pub unsafe extern "gpu-kernel" fn attention_f32(
     head_dim: u32,
 ) {
     // SAFETY: the preconditions, passed on.
-    unsafe { per_head(out, q, k_cache, v_cache, block_tables, token_seq, positions, max_blocks, n_heads, n_kv_heads, head_dim) }
+    unsafe {
+        per_head(
+            out,
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
+            token_seq,
+            positions,
+            max_blocks,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+        )
+    }
 }
 
 /// As `attention_f32`, over a bf16 cache (`k_cache`, `v_cache`: `[n_blocks * 16, n_kv_heads,
@@ -72,7 +89,21 @@ pub unsafe extern "gpu-kernel" fn attention_bf16(
     head_dim: u32,
 ) {
     // SAFETY: the preconditions, passed on.
-    unsafe { per_head(out, q, k_cache, v_cache, block_tables, token_seq, positions, max_blocks, n_heads, n_kv_heads, head_dim) }
+    unsafe {
+        per_head(
+            out,
+            q,
+            k_cache,
+            v_cache,
+            block_tables,
+            token_seq,
+            positions,
+            max_blocks,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+        )
+    }
 }
 
 /// A cache element: f32, or bf16 bits.
@@ -120,9 +151,14 @@ unsafe fn per_head<T: KvElem>(
     head_dim: u32,
 ) {
     crate::device::wait_for_previous_kernel();
-    let (n_heads, n_kv_heads, head_dim) = (n_heads as usize, n_kv_heads as usize, head_dim as usize);
+    let (n_heads, n_kv_heads, head_dim) =
+        (n_heads as usize, n_kv_heads as usize, head_dim as usize);
     let (h, t) = (block_idx_x(), block_idx_y());
-    let (lane, warp, n_warps) = (thread_idx_x() % WARP, thread_idx_x() / WARP, block_dim_x() / WARP);
+    let (lane, warp, n_warps) = (
+        thread_idx_x() % WARP,
+        thread_idx_x() / WARP,
+        block_dim_x() / WARP,
+    );
     let kv_dim = n_kv_heads * head_dim;
     let kv_off = (h / (n_heads / n_kv_heads)) * head_dim;
     let scale = 1.0 / sqrt(head_dim as f32);
@@ -130,7 +166,10 @@ unsafe fn per_head<T: KvElem>(
     // SAFETY (all reads below): t < n; the table row and slots are valid (preconditions);
     // every d = lane + 32 e read is checked against head_dim.
     let (pos, table) = unsafe {
-        (*positions.add(t) as usize, block_tables.add(*token_seq.add(t) as usize * max_blocks as usize))
+        (
+            *positions.add(t) as usize,
+            block_tables.add(*token_seq.add(t) as usize * max_blocks as usize),
+        )
     };
     let q_row = unsafe { q.add((t * n_heads + h) * head_dim) };
     let mut q_reg = [0.0f32; MAX_PER_LANE];
@@ -159,7 +198,8 @@ unsafe fn per_head<T: KvElem>(
         l = l * rescale + weight;
         for e in 0..MAX_PER_LANE {
             if lane + WARP * e < head_dim {
-                acc[e] = acc[e] * rescale + weight * unsafe { T::load(v_cache, base + lane + WARP * e) };
+                acc[e] =
+                    acc[e] * rescale + weight * unsafe { T::load(v_cache, base + lane + WARP * e) };
             }
         }
         m = m_new;
@@ -249,7 +289,8 @@ pub unsafe extern "gpu-kernel" fn attention_split_bf16(
     crate::device::wait_for_previous_kernel();
     use crate::device::{block_idx_z, grid_dim_y};
     use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, shared_addr};
-    let (n_heads, n_kv_heads, head_dim) = (n_heads as usize, n_kv_heads as usize, head_dim as usize);
+    let (n_heads, n_kv_heads, head_dim) =
+        (n_heads as usize, n_kv_heads as usize, head_dim as usize);
     let split_len = split_len as usize;
     let (kv_head, split, t) = (block_idx_x(), block_idx_y(), block_idx_z());
     let n_splits = grid_dim_y();
@@ -283,7 +324,10 @@ pub unsafe extern "gpu-kernel" fn attention_split_bf16(
             while c < hi * chunks_per_key {
                 let (j, d) = (c / chunks_per_key, 8 * (c % chunks_per_key));
                 let k = start + j;
-                let row = (*table.add(k / BLOCK_SIZE) as usize * BLOCK_SIZE + k % BLOCK_SIZE) * kv_dim + kv_off + d;
+                let row = (*table.add(k / BLOCK_SIZE) as usize * BLOCK_SIZE + k % BLOCK_SIZE)
+                    * kv_dim
+                    + kv_off
+                    + d;
                 let at = j * head_dim + d;
                 cp_async_16(shared_addr(k_s.add(at)), k_cache.add(row), true);
                 cp_async_16(shared_addr(v_s.add(at)), v_cache.add(row), true);
@@ -322,12 +366,25 @@ pub unsafe extern "gpu-kernel" fn attention_split_bf16(
             while j < hi {
                 let row = |i: usize| (j + i).min(hi - 1) * head_dim;
                 let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
-                let (mut k0, mut k1, mut k2, mut k3) = ([0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE]);
-                let (mut v0, mut v1, mut v2, mut v3) = ([0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE], [0.0f32; MAX_PER_LANE]);
+                let (mut k0, mut k1, mut k2, mut k3) = (
+                    [0.0f32; MAX_PER_LANE],
+                    [0.0f32; MAX_PER_LANE],
+                    [0.0f32; MAX_PER_LANE],
+                    [0.0f32; MAX_PER_LANE],
+                );
+                let (mut v0, mut v1, mut v2, mut v3) = (
+                    [0.0f32; MAX_PER_LANE],
+                    [0.0f32; MAX_PER_LANE],
+                    [0.0f32; MAX_PER_LANE],
+                    [0.0f32; MAX_PER_LANE],
+                );
                 for e in 0..MAX_PER_LANE {
                     let d = lane + WARP * e;
                     if d < head_dim {
-                        let (k, v) = (|r: usize| bf16_to_f32(*k_s.add(r + d)), |r: usize| bf16_to_f32(*v_s.add(r + d)));
+                        let (k, v) = (
+                            |r: usize| bf16_to_f32(*k_s.add(r + d)),
+                            |r: usize| bf16_to_f32(*v_s.add(r + d)),
+                        );
                         (k0[e], k1[e], k2[e], k3[e]) = (k(r0), k(r1), k(r2), k(r3));
                         (v0[e], v1[e], v2[e], v3[e]) = (v(r0), v(r1), v(r2), v(r3));
                     }
@@ -343,7 +400,12 @@ pub unsafe extern "gpu-kernel" fn attention_split_bf16(
                 let (s0, s1, s2, s3) = (score(&k0, 0), score(&k1, 1), score(&k2, 2), score(&k3, 3));
                 let m_new = m.max(s0).max(s1).max(s2).max(s3);
                 let rescale = exp(m - m_new);
-                let (w0, w1, w2, w3) = (exp(s0 - m_new), exp(s1 - m_new), exp(s2 - m_new), exp(s3 - m_new));
+                let (w0, w1, w2, w3) = (
+                    exp(s0 - m_new),
+                    exp(s1 - m_new),
+                    exp(s2 - m_new),
+                    exp(s3 - m_new),
+                );
                 l = l * rescale + w0 + w1 + w2 + w3;
                 for e in 0..MAX_PER_LANE {
                     acc[e] = acc[e] * rescale + w0 * v0[e] + w1 * v1[e] + w2 * v2[e] + w3 * v3[e];
@@ -416,7 +478,9 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32(
     // n_splits + blockDim.x floats (launch); every thread reaches every barrier.
     unsafe {
         let own = (*positions.add(t) as usize / split_len as usize + 1).min(n_splits);
-        let groups = (own / 8).clamp(1, 1024 / head_dim).min(block_dim_x() / head_dim);
+        let groups = (own / 8)
+            .clamp(1, 1024 / head_dim)
+            .min(block_dim_x() / head_dim);
         let (group, d) = (tid / head_dim, tid % head_dim);
         let weights = scratch.add(WARP);
         let sums = weights.add(n_splits);

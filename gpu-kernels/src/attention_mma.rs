@@ -11,8 +11,14 @@
 //! the weights by the values (`O += P V`), the weights going from the first product's output
 //! registers straight into the second's input registers.
 
-use crate::device::{WARP, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp2_approx, pack_bf16x2, shfl_xor, shfl_xor_u32, sqrt, sync_threads, thread_idx_x};
-use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_bf16_16816, shared_addr};
+use crate::device::{
+    WARP, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp2_approx, pack_bf16x2,
+    shfl_xor, shfl_xor_u32, sqrt, sync_threads, thread_idx_x,
+};
+use crate::mma::{
+    cp_async_16, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_bf16_16816,
+    shared_addr,
+};
 use crate::tiles::{ATTN_MMA_KEYS, ATTN_MMA_ROWS, BLOCK_SIZE};
 
 /// `i = 0, 1, ..., n - 1` (n at most 16) as that many copies of the body, `i` a constant in
@@ -132,15 +138,26 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
     // A row past the end attends to key 0 alone (its result is not stored), so that every
     // row has a finite maximum.
     // SAFETY: token(h) < n.
-    let pos = [0, 1].map(|h| if exists(h) { unsafe { *a.positions.add(token(h)) as usize } } else { 0 });
-    let row_offset = |h: usize| (token(h) * a.n_heads + kv_head * group + row(h) % group) * head_dim;
+    let pos = [0, 1].map(|h| {
+        if exists(h) {
+            unsafe { *a.positions.add(token(h)) as usize }
+        } else {
+            0
+        }
+    });
+    let row_offset =
+        |h: usize| (token(h) * a.n_heads + kv_head * group + row(h) % group) * head_dim;
 
     // The block's last position: every thread reads one token of the block's (at most 64),
     // then a warp maximum, then the four warps' maxima through shared memory.
     let first = r0 / group;
     let last = ((r0 + ATTN_MMA_ROWS - 1) / group).min(a.n - 1);
     // SAFETY: first + tid <= last < n.
-    let mut max_pos = if first + tid <= last { unsafe { *a.positions.add(first + tid) } } else { 0 };
+    let mut max_pos = if first + tid <= last {
+        unsafe { *a.positions.add(first + tid) }
+    } else {
+        0
+    };
     for mask in [16, 8, 4, 2, 1] {
         max_pos = max_pos.max(shfl_xor_u32(max_pos, mask));
     }
@@ -158,9 +175,17 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
     // SAFETY: every thread reaches it.
     unsafe { sync_threads() };
     // SAFETY: written above.
-    let max_pos = unsafe { (*maxima).max(*maxima.add(1)).max(*maxima.add(2)).max(*maxima.add(3)) } as usize;
+    let max_pos = unsafe {
+        (*maxima)
+            .max(*maxima.add(1))
+            .max(*maxima.add(2))
+            .max(*maxima.add(3))
+    } as usize;
     // SAFETY: first < n; the sequence's row of the table.
-    let table = unsafe { a.block_tables.add(*a.token_seq.add(first) as usize * a.max_blocks) };
+    let table = unsafe {
+        a.block_tables
+            .add(*a.token_seq.add(first) as usize * a.max_blocks)
+    };
 
     // Buffer `b`'s keys' and values' tiles.
     let k_tile = |b: usize| shared_addr(smem) + (2 * b * tile_bytes) as u32;

@@ -208,7 +208,10 @@ pub fn bf16_to_f32(bits: u16) -> f32 {
 /// The two bf16 packed in a `u32` (little-endian: element 0 in the low half), as f32.
 #[inline(always)]
 pub fn bf16x2_to_f32(pair: u32) -> (f32, f32) {
-    (f32::from_bits(pair << 16), f32::from_bits(pair & 0xffff_0000))
+    (
+        f32::from_bits(pair << 16),
+        f32::from_bits(pair & 0xffff_0000),
+    )
 }
 
 /// Two f32 rounded to nearest-even bf16 and packed in a `u32`, `lo` in the low half (the
@@ -292,7 +295,11 @@ pub unsafe fn block_sum(v: f32, scratch: *mut f32) -> f32 {
             *scratch.add(warp) = v;
         }
         sync_threads();
-        let partial = if lane < n_warps { *scratch.add(lane) } else { 0.0 };
+        let partial = if lane < n_warps {
+            *scratch.add(lane)
+        } else {
+            0.0
+        };
         let total = warp_sum(partial);
         // Nobody may overwrite `scratch` (a second call) before every warp has read it.
         sync_threads();

@@ -16,7 +16,12 @@ use crate::device::{bf16_to_f32, block_dim_x, block_idx_x, block_idx_y, thread_i
 /// # Safety
 /// The host's launch wrapper checks the preconditions.
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn embedding_bf16(out: *mut f32, table: *const u16, tokens: *const u32, dim: u32) {
+pub unsafe extern "gpu-kernel" fn embedding_bf16(
+    out: *mut f32,
+    table: *const u16,
+    tokens: *const u32,
+    dim: u32,
+) {
     crate::device::wait_for_previous_kernel();
     let (t, dim) = (block_idx_y(), dim as usize);
     let i = block_idx_x() * block_dim_x() + thread_idx_x();

@@ -60,7 +60,11 @@ pub unsafe extern "gpu-kernel" fn read_probe_u32(partial: *mut u32, data: *const
     let stride = (grid_dim_x() * block_dim_x()) as u64;
     let mut i = global_idx_x() as u64;
     let mut sum = 0u32;
-    let fold = |v: [u32; 4]| v[0].wrapping_add(v[1]).wrapping_add(v[2]).wrapping_add(v[3]);
+    let fold = |v: [u32; 4]| {
+        v[0].wrapping_add(v[1])
+            .wrapping_add(v[2])
+            .wrapping_add(v[3])
+    };
     while i + 3 * stride < n_vec4 {
         // SAFETY: all four indices are below n_vec4.
         let (a, b, c, d) = unsafe {
@@ -71,7 +75,11 @@ pub unsafe extern "gpu-kernel" fn read_probe_u32(partial: *mut u32, data: *const
                 ld_nc_v4(data.add(4 * (i + 3 * stride) as usize)),
             )
         };
-        sum = sum.wrapping_add(fold(a)).wrapping_add(fold(b)).wrapping_add(fold(c)).wrapping_add(fold(d));
+        sum = sum
+            .wrapping_add(fold(a))
+            .wrapping_add(fold(b))
+            .wrapping_add(fold(c))
+            .wrapping_add(fold(d));
         i += 4 * stride;
     }
     while i < n_vec4 {

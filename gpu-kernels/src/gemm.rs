@@ -3,7 +3,9 @@
 //! SIMT arithmetic (16 TFLOP/s on an H200); the prefill runs `gemm_mma_bf16`, its
 //! tensor-core successor, about fifteen times faster.
 
-use crate::device::{bf16_to_f32, block_idx_x, block_idx_y, dynamic_shared, sync_threads, thread_idx_x, thread_idx_y};
+use crate::device::{
+    bf16_to_f32, block_idx_x, block_idx_y, dynamic_shared, sync_threads, thread_idx_x, thread_idx_y,
+};
 
 /// Tokens per block tile.
 pub const BM: usize = 64;
@@ -70,8 +72,16 @@ pub unsafe extern "gpu-kernel" fn gemm_bf16(
             let (gm, gn, gk) = (m0 + row, n0 + row, k0 + k);
             // SAFETY: reads are guarded by the bounds; the tiles hold BK * PAD floats each.
             unsafe {
-                *xs.add(k * PAD + row) = if gm < n && gk < n_in { *x.add(gm * n_in + gk) } else { 0.0 };
-                *ws.add(k * PAD + row) = if gn < n_out && gk < n_in { bf16_to_f32(*w.add(gn * n_in + gk)) } else { 0.0 };
+                *xs.add(k * PAD + row) = if gm < n && gk < n_in {
+                    *x.add(gm * n_in + gk)
+                } else {
+                    0.0
+                };
+                *ws.add(k * PAD + row) = if gn < n_out && gk < n_in {
+                    bf16_to_f32(*w.add(gn * n_in + gk))
+                } else {
+                    0.0
+                };
             }
         }
         // SAFETY: every thread of the block reaches both barriers.

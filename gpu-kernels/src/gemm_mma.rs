@@ -8,9 +8,15 @@
 //! registers), several steps in flight while the tensor cores work on the oldest, and
 //! `ldmatrix` to bring tiles into the registers `mma` wants.
 
-use crate::device::{WARP, block_idx_x, block_idx_y, block_idx_z, dynamic_shared, grid_dim_z, sync_threads, thread_idx_x};
+use crate::device::{
+    WARP, block_idx_x, block_idx_y, block_idx_z, dynamic_shared, grid_dim_z, sync_threads,
+    thread_idx_x,
+};
+use crate::mma::{
+    cp_async_16, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_bf16_16816, red_add_f32,
+    shared_addr,
+};
 use crate::tiles::{MMA_BK, MMA_BM, MMA_BN, MMA_STAGES, MMA_STRIDE, MMA_THREADS};
-use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, ldmatrix_x4, mma_bf16_16816, red_add_f32, shared_addr};
 
 const BK: usize = MMA_BK;
 const STAGES: usize = MMA_STAGES;
@@ -90,9 +96,17 @@ pub unsafe extern "gpu-kernel" fn gemm_mma_bf16(
             // aligned (the base is, and n_in % 8 == 0); otherwise the base is named and
             // the 16 bytes are zero-filled. Destinations are inside buffer s.
             unsafe {
-                let xs = if x_ok { x.add((m0 + row) * n_in + k0 + k) } else { x };
+                let xs = if x_ok {
+                    x.add((m0 + row) * n_in + k0 + k)
+                } else {
+                    x
+                };
                 cp_async_16(at(x_tile(s), row, k), xs, x_ok);
-                let ws = if w_ok { w.add((n0 + row) * n_in + k0 + k) } else { w };
+                let ws = if w_ok {
+                    w.add((n0 + row) * n_in + k0 + k)
+                } else {
+                    w
+                };
                 cp_async_16(at(w_tile(s), row, k), ws, w_ok);
             }
         }
@@ -225,7 +239,12 @@ pub unsafe extern "gpu-kernel" fn f32_to_bf16(out: *mut u16, x: *const f32, len:
 /// # Safety
 /// `out` holds a float per thread of the launch.
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn mma_probe_bf16(out: *mut f32, a_bits: u32, b_bits: u32, iters: u32) {
+pub unsafe extern "gpu-kernel" fn mma_probe_bf16(
+    out: *mut f32,
+    a_bits: u32,
+    b_bits: u32,
+    iters: u32,
+) {
     crate::device::wait_for_previous_kernel();
     let pair = |bits: u32| (bits & 0xffff) | (bits << 16);
     let (a, b) = (pair(a_bits), pair(b_bits));

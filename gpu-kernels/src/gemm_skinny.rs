@@ -28,9 +28,15 @@
 //! rows keep their two 64-byte halves swapped, so that the eight lanes of a load phase (two
 //! rows, four 16-byte pieces each) hit distinct banks.
 
-use crate::device::{WARP, block_idx_x, block_idx_y, dynamic_shared, grid_dim_y, sync_threads, thread_idx_x};
-use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, ld_shared_v4, mma_bf16_16816, shared_addr};
-use crate::tiles::{SKINNY_FEATURES, SKINNY_KC, SKINNY_THREADS, skinny_stage_bytes, skinny_stages, skinny_tiles};
+use crate::device::{
+    WARP, block_idx_x, block_idx_y, dynamic_shared, grid_dim_y, sync_threads, thread_idx_x,
+};
+use crate::mma::{
+    cp_async_16, cp_async_commit, cp_async_wait, ld_shared_v4, mma_bf16_16816, shared_addr,
+};
+use crate::tiles::{
+    SKINNY_FEATURES, SKINNY_KC, SKINNY_THREADS, skinny_stage_bytes, skinny_stages, skinny_tiles,
+};
 
 /// 16-byte pieces in a 128-byte row of a stage (64 bf16).
 const PIECES: usize = SKINNY_KC / 8;
@@ -98,7 +104,16 @@ pub unsafe extern "gpu-kernel" fn gemm_skinny_bf16(
     accumulate: u32,
 ) {
     crate::device::wait_for_previous_kernel();
-    let args = Args { out, x, w, bias, n: n as usize, n_in: n_in as usize, n_out: n_out as usize, accumulate: accumulate != 0 };
+    let args = Args {
+        out,
+        x,
+        w,
+        bias,
+        n: n as usize,
+        n_in: n_in as usize,
+        n_out: n_out as usize,
+        accumulate: accumulate != 0,
+    };
     // One body per token-tile count, so that each keeps its accumulators in registers.
     // SAFETY: the preconditions, passed on.
     unsafe {
@@ -154,7 +169,13 @@ impl<const T: usize> Tiles<T> {
     /// As `step` for two slabs of features, `self` and `other`, each tile's activations
     /// loaded once for both: half the shared-memory reads of two `step`s.
     #[inline(always)]
-    fn step_pair(&mut self, other: &mut Self, (a0, a1): Slab, (b0, b1): Slab, x_at: impl Fn(usize) -> u32) {
+    fn step_pair(
+        &mut self,
+        other: &mut Self,
+        (a0, a1): Slab,
+        (b0, b1): Slab,
+        x_at: impl Fn(usize) -> u32,
+    ) {
         for (j, (acc, acc2)) in self.0.iter_mut().zip(other.0.iter_mut()).enumerate() {
             // SAFETY: as in `step`.
             let xv = unsafe { ld_shared_v4(x_at(j)) };
@@ -184,7 +205,11 @@ unsafe fn body<const M: usize, const T: usize>(a: &Args) {
     let stages = skinny_stages(tiles);
     let f_block = block_idx_x() * SKINNY_FEATURES;
     // This warp's slabs of features (rows of the weights' tile) and first token tile.
-    let (slab, t0) = if M == 1 { (warp * 16, 0) } else { ((warp % 4) * 32, (warp / 4) * T) };
+    let (slab, t0) = if M == 1 {
+        (warp * 16, 0)
+    } else {
+        ((warp % 4) * 32, (warp / 4) * T)
+    };
 
     // This block's stages of the reduction.
     let chunks = a.n_in.div_ceil(SKINNY_KC);
@@ -207,7 +232,11 @@ unsafe fn body<const M: usize, const T: usize>(a: &Args) {
             let (r, p) = (e / PIECES, e % PIECES);
             let (f, k) = (f_block + r, k0 + 8 * p);
             let valid = f < a.n_out && k < a.n_in;
-            let src = if valid { a.w.wrapping_add(f * a.n_in + k) } else { a.w };
+            let src = if valid {
+                a.w.wrapping_add(f * a.n_in + k)
+            } else {
+                a.w
+            };
             // SAFETY: inside buffer b; src, when valid, 8 weights of row f at a multiple of
             // 8 elements from w's aligned start.
             unsafe { cp_async_16(at(w_tile(b), r, p), src, valid) };
@@ -218,7 +247,11 @@ unsafe fn body<const M: usize, const T: usize>(a: &Args) {
             let (t, p) = (e / PIECES, e % PIECES);
             let k = k0 + 8 * p;
             let valid = t < a.n && k < a.n_in;
-            let src = if valid { a.x.wrapping_add(t * a.n_in + k) } else { a.x };
+            let src = if valid {
+                a.x.wrapping_add(t * a.n_in + k)
+            } else {
+                a.x
+            };
             // SAFETY: as above, for token t's activations.
             unsafe { cp_async_16(at(x_tile(b), t, p), src, valid) };
             e += SKINNY_THREADS;
@@ -255,7 +288,12 @@ unsafe fn body<const M: usize, const T: usize>(a: &Args) {
             // mma step (their first halves) and of the second.
             let weights = |r: usize| -> Slab {
                 // SAFETY: inside buffer b, published by the barrier above.
-                let (lo, hi) = unsafe { (ld_shared_v4(at(w_rows, r + g, p)), ld_shared_v4(at(w_rows, r + g + 8, p))) };
+                let (lo, hi) = unsafe {
+                    (
+                        ld_shared_v4(at(w_rows, r + g, p)),
+                        ld_shared_v4(at(w_rows, r + g + 8, p)),
+                    )
+                };
                 ([lo[0], hi[0], lo[1], hi[1]], [lo[2], hi[2], lo[3], hi[3]])
             };
             let x_at = |j: usize| at(x_rows, 8 * (t0 + j) + g, p);
@@ -270,8 +308,21 @@ unsafe fn body<const M: usize, const T: usize>(a: &Args) {
 
     // acc[j] holds features f (elements 0, 1) and f + 8 (2, 3) of tokens 8(t0 + j) + 2q, +1.
     let split = grid_dim_y() > 1;
-    let dst = if split { a.out.wrapping_add(block_idx_y() * a.n * a.n_out) } else { a.out };
-    let store = |f0: usize| Store { dst, n: a.n, n_out: a.n_out, split, accumulate: a.accumulate, bias: a.bias, f0, q };
+    let dst = if split {
+        a.out.wrapping_add(block_idx_y() * a.n * a.n_out)
+    } else {
+        a.out
+    };
+    let store = |f0: usize| Store {
+        dst,
+        n: a.n,
+        n_out: a.n_out,
+        split,
+        accumulate: a.accumulate,
+        bias: a.bias,
+        f0,
+        q,
+    };
     let slabs = [(acc, slab), (acc2, slab + 16)];
     for &(tiles, slab) in &slabs[..M] {
         let st = store(f_block + slab + g);
@@ -315,7 +366,11 @@ impl Store {
                         *o = v;
                     } else {
                         let prev = if self.accumulate { *o } else { 0.0 };
-                        let b = if self.bias.is_null() { 0.0 } else { *self.bias.add(f) };
+                        let b = if self.bias.is_null() {
+                            0.0
+                        } else {
+                            *self.bias.add(f)
+                        };
                         *o = prev + v + b;
                     }
                 }
@@ -360,7 +415,11 @@ pub unsafe extern "gpu-kernel" fn gemm_skinny_reduce_f32(
             sum += *parts.add(s * len + i);
         }
         let prev = if accumulate != 0 { *out.add(i) } else { 0.0 };
-        let b = if bias.is_null() { 0.0 } else { *bias.add(i % n_out) };
+        let b = if bias.is_null() {
+            0.0
+        } else {
+            *bias.add(i % n_out)
+        };
         *out.add(i) = prev + sum + b;
     }
 }

@@ -12,7 +12,9 @@
 //! The tiles are laid out as the descriptor's 128-byte swizzle wants them (see
 //! `wgmma::swizzle_128b`); `cp.async` copies each 16-byte chunk straight to its place.
 
-use crate::device::{block_idx_x, block_idx_y, block_idx_z, dynamic_shared, grid_dim_z, sync_threads, thread_idx_x};
+use crate::device::{
+    block_idx_x, block_idx_y, block_idx_z, dynamic_shared, grid_dim_z, sync_threads, thread_idx_x,
+};
 use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, red_add_f32, shared_addr};
 use crate::tiles::{WGMMA_BK, WGMMA_BM, WGMMA_MAX_BN, WGMMA_STAGES, WGMMA_THREADS};
 use crate::wgmma::{self, Accumulators, descriptor_sw128, swizzle_128b};
@@ -114,21 +116,26 @@ unsafe fn gemm<A: Accumulators>(
     // Copies the 16-byte chunks `tid`, `tid + 256`, ... of a `rows x 64` slice of `src`
     // (row `r0` on, `valid_rows` of them inside the matrix) from column `k0` into the
     // swizzled tile at `tile`: neighbouring threads cover a row's 128 bytes.
-    let copy = |tile: u32, src: *const u16, r0: usize, valid_rows: usize, rows: usize, k0: usize| {
-        for j in 0..rows * CHUNKS / WGMMA_THREADS {
-            let c = tid + WGMMA_THREADS * j;
-            let (row, chunk) = (c / CHUNKS, c % CHUNKS);
-            let k = k0 + 8 * chunk;
-            let ok = k < n_in && row < valid_rows;
-            // SAFETY: the source is read only when valid: inside its matrix, and 16-byte
-            // aligned (the base is, and n_in % 8 == 0); otherwise the base is named and the
-            // 16 bytes are zero-filled. The destination is inside the tile.
-            unsafe {
-                let from = if ok { src.add((r0 + row) * n_in + k) } else { src };
-                cp_async_16(tile + swizzle_128b(row, chunk) as u32, from, ok);
+    let copy =
+        |tile: u32, src: *const u16, r0: usize, valid_rows: usize, rows: usize, k0: usize| {
+            for j in 0..rows * CHUNKS / WGMMA_THREADS {
+                let c = tid + WGMMA_THREADS * j;
+                let (row, chunk) = (c / CHUNKS, c % CHUNKS);
+                let k = k0 + 8 * chunk;
+                let ok = k < n_in && row < valid_rows;
+                // SAFETY: the source is read only when valid: inside its matrix, and 16-byte
+                // aligned (the base is, and n_in % 8 == 0); otherwise the base is named and the
+                // 16 bytes are zero-filled. The destination is inside the tile.
+                unsafe {
+                    let from = if ok {
+                        src.add((r0 + row) * n_in + k)
+                    } else {
+                        src
+                    };
+                    cp_async_16(tile + swizzle_128b(row, chunk) as u32, from, ok);
+                }
             }
-        }
-    };
+        };
     // Requests step `t` into buffer `s`.
     let request = |s: usize, t: usize| {
         let k0 = (first + t) * WGMMA_BK;
@@ -195,7 +202,7 @@ unsafe fn gemm<A: Accumulators>(
     let add_bias = !bias.is_null() && block_idx_z() == 0;
     // Two neighbouring columns at a time: one 8-byte store where both are inside and the
     // row's start keeps them 8-byte aligned (an even n_out).
-    let pairs = n_out % 2 == 0;
+    let pairs = n_out.is_multiple_of(2);
     let store = |row: usize, col: usize, [a, b]: [f32; 2]| {
         if row >= n || col >= n_out {
             return;
@@ -205,7 +212,10 @@ unsafe fn gemm<A: Accumulators>(
         unsafe {
             let both = col + 1 < n_out;
             let (a, b) = match add_bias {
-                true => (a + *bias.add(col), if both { b + *bias.add(col + 1) } else { b }),
+                true => (
+                    a + *bias.add(col),
+                    if both { b + *bias.add(col + 1) } else { b },
+                ),
                 false => (a, b),
             };
             let at = out.add(row * n_out + col);

@@ -3,8 +3,8 @@
 //! the kernel's job is to keep enough loads in flight to reach that speed.
 
 use crate::device::{
-    WARP, bf16x2_to_f32, block_dim_x, block_dim_y, block_idx_x, dynamic_shared, exp, ld_nc_v4, sync_threads, thread_idx_x,
-    thread_idx_y, warp_sum,
+    WARP, bf16x2_to_f32, block_dim_x, block_dim_y, block_idx_x, dynamic_shared, exp, ld_nc_v4,
+    sync_threads, thread_idx_x, thread_idx_y, warp_sum,
 };
 
 /// Weights one warp reads per 16-byte load instruction: 32 lanes x 8 bf16.
@@ -136,7 +136,9 @@ pub unsafe extern "gpu-kernel" fn gemv_bf16(
     if row < n_out {
         // SAFETY: row < n_out; start is a multiple of 8 inside the row; the preconditions
         // cover the loads.
-        sum = warp_sum(unsafe { row_dot(w.add(row * n_in + start), x.add(start), end - start, lane) });
+        sum = warp_sum(unsafe {
+            row_dot(w.add(row * n_in + start), x.add(start), end - start, lane)
+        });
     }
     // SAFETY: every thread gets here; shared memory holds a float per warp (launch).
     if let Some(total) = unsafe { combine_parts(sum) }
@@ -180,8 +182,18 @@ pub unsafe extern "gpu-kernel" fn gemv_swiglu_bf16(
     if row < n_out {
         // SAFETY: as in gemv_bf16.
         unsafe {
-            g = warp_sum(row_dot(w_gate.add(row * n_in + start), x.add(start), end - start, lane));
-            u = warp_sum(row_dot(w_up.add(row * n_in + start), x.add(start), end - start, lane));
+            g = warp_sum(row_dot(
+                w_gate.add(row * n_in + start),
+                x.add(start),
+                end - start,
+                lane,
+            ));
+            u = warp_sum(row_dot(
+                w_up.add(row * n_in + start),
+                x.add(start),
+                end - start,
+                lane,
+            ));
         }
     }
     // The gate and up sums travel through shared memory one after the other.

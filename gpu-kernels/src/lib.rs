@@ -9,8 +9,19 @@
 //! backend (`engine/cpu/ops.rs`); the tests hold one against the other.
 
 #![no_std]
-#![feature(abi_gpu_kernel, stdarch_nvptx, asm_experimental_arch, gpu_launch_sized_workgroup_mem, gpu_intrinsics, core_intrinsics)]
+#![feature(
+    abi_gpu_kernel,
+    stdarch_nvptx,
+    asm_experimental_arch,
+    gpu_launch_sized_workgroup_mem,
+    gpu_intrinsics,
+    core_intrinsics
+)]
 #![allow(internal_features)]
+// Per-lane register arrays (`q_reg[e]`, `acc[i][j]`) are indexed by the same counter that
+// computes each element's address and bounds check: an index loop says that best, and
+// fixed-size loops over them unroll into registers.
+#![allow(clippy::needless_range_loop)]
 
 pub mod argmax;
 pub mod attention;

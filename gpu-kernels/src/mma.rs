@@ -11,10 +11,14 @@ use core::arch::asm;
 /// The shared-window address of a generic pointer into shared memory
 /// (`__cvta_generic_to_shared`). Shared memory is at most 228 KiB, so 32 bits hold it.
 #[inline(always)]
+// `cvta` converts the address; it reads and writes no memory, so `nomem` is right.
+#[allow(clippy::pointers_in_nomem_asm_block)]
 pub fn shared_addr<T>(p: *const T) -> u32 {
     let a: u64;
     // SAFETY: a register-only conversion; the callers pass pointers into shared memory.
-    unsafe { asm!("cvta.to.shared.u64 {a}, {p};", a = out(reg64) a, p = in(reg64) p, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("cvta.to.shared.u64 {a}, {p};", a = out(reg64) a, p = in(reg64) p, options(pure, nomem, nostack))
+    };
     a as u32
 }
 
@@ -142,7 +146,9 @@ pub fn mma_bf16_16816(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
 #[inline(always)]
 pub unsafe fn red_add_f32(p: *mut f32, v: f32) {
     // SAFETY: the caller's guarantee.
-    unsafe { asm!("red.global.add.f32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack)) };
+    unsafe {
+        asm!("red.global.add.f32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack))
+    };
 }
 
 /// A 16-byte load from shared memory into four registers (`ld.shared.v4.u32`).

@@ -19,7 +19,13 @@ use crate::device::{block_dim_x, block_idx_x, block_sum, dynamic_shared, sqrt, t
 /// # Safety
 /// The host's launch wrapper checks the preconditions.
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn rmsnorm_f32(out: *mut f32, x: *const f32, weight: *const f32, eps: f32, dim: u32) {
+pub unsafe extern "gpu-kernel" fn rmsnorm_f32(
+    out: *mut f32,
+    x: *const f32,
+    weight: *const f32,
+    eps: f32,
+    dim: u32,
+) {
     crate::device::wait_for_previous_kernel();
     const HELD: usize = 8;
     let dim = dim as usize;

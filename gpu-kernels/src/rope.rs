@@ -101,8 +101,16 @@ pub unsafe extern "gpu-kernel" fn qkv_rope_write_bf16(
         let rotate = |src: *const f32, pair: usize| {
             let (h, i) = (pair / half, pair % half);
             let (c, s) = (*cos.add(pos * half + i), *sin.add(pos * half + i));
-            let (a, b) = (*src.add(h * head_dim + i), *src.add(h * head_dim + i + half));
-            (a * c - b * s, b * c + a * s, h * head_dim + i, h * head_dim + i + half)
+            let (a, b) = (
+                *src.add(h * head_dim + i),
+                *src.add(h * head_dim + i + half),
+            );
+            (
+                a * c - b * s,
+                b * c + a * s,
+                h * head_dim + i,
+                h * head_dim + i + half,
+            )
         };
         if u < q_dim / 2 {
             let (x, y, i, j) = rotate(row, u);

@@ -10,7 +10,10 @@
 //! of draws. The draw's random number comes from a hash of the request's seed and the index
 //! of the token being drawn, so a seeded request draws the same whatever shares its batch.
 
-use crate::device::{WARP, block_dim_x, block_idx_x, dynamic_shared, exp2_approx, shfl_up_u32, shfl_xor, shfl_xor_u32, sync_threads, thread_idx_x};
+use crate::device::{
+    WARP, block_dim_x, block_idx_x, dynamic_shared, exp2_approx, shfl_up_u32, shfl_xor,
+    shfl_xor_u32, sync_threads, thread_idx_x,
+};
 use crate::fill::hash;
 
 /// Words of a row's parameters in `params`.
@@ -61,7 +64,13 @@ pub fn draw_bits(seed_lo: u32, seed_hi: u32, step: u32) -> u32 {
 /// # Safety
 /// The host's launch wrapper checks the preconditions.
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn sample_f32(out: *mut u32, logits: *const f32, params: *const u32, steps: *const u32, vocab: u32) {
+pub unsafe extern "gpu-kernel" fn sample_f32(
+    out: *mut u32,
+    logits: *const f32,
+    params: *const u32,
+    steps: *const u32,
+    vocab: u32,
+) {
     crate::device::wait_for_previous_kernel();
     let vocab = vocab as usize;
     let r = block_idx_x();
@@ -174,11 +183,21 @@ pub unsafe extern "gpu-kernel" fn sample_f32(out: *mut u32, logits: *const f32, 
 /// Every thread calls it; `scratch` holds `blockDim.x / 32` u64 of shared memory.
 #[inline(always)]
 unsafe fn block_argmax(mut v: f32, mut i: u32, scratch: *mut u64) -> (f32, u32) {
-    let better = |v: f32, i: u32, ov: f32, oi: u32| if ov > v || (ov == v && oi < i) { (ov, oi) } else { (v, i) };
+    let better = |v: f32, i: u32, ov: f32, oi: u32| {
+        if ov > v || (ov == v && oi < i) {
+            (ov, oi)
+        } else {
+            (v, i)
+        }
+    };
     for mask in [16, 8, 4, 2, 1] {
         (v, i) = better(v, i, shfl_xor(v, mask), shfl_xor_u32(i, mask));
     }
-    let (lane, warp, n_warps) = (thread_idx_x() % WARP, thread_idx_x() / WARP, block_dim_x() / WARP);
+    let (lane, warp, n_warps) = (
+        thread_idx_x() % WARP,
+        thread_idx_x() / WARP,
+        block_dim_x() / WARP,
+    );
     // SAFETY: warp < n_warps; every thread reaches both barriers.
     unsafe {
         if lane == 0 {
@@ -211,7 +230,11 @@ unsafe fn block_sum_u64(v: u64, scratch: *mut u64) -> u64 {
 /// As `block_argmax`.
 #[inline(always)]
 unsafe fn block_scan_u64(v: u64, scratch: *mut u64) -> (u64, u64) {
-    let (lane, warp, n_warps) = (thread_idx_x() % WARP, thread_idx_x() / WARP, block_dim_x() / WARP);
+    let (lane, warp, n_warps) = (
+        thread_idx_x() % WARP,
+        thread_idx_x() / WARP,
+        block_dim_x() / WARP,
+    );
     // Inclusive scan within the warp (shuffles of the two halves).
     let mut incl = v;
     let mut d = 1u32;
@@ -257,7 +280,13 @@ unsafe fn block_scan_u64(v: u64, scratch: *mut u64) -> (u64, u64) {
 /// # Safety
 /// The host's launch wrapper checks what it can; the caller, that entries are distinct.
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn penalize_f32(logits: *mut f32, entries: *const u32, penalties: *const f32, n: u32, vocab: u32) {
+pub unsafe extern "gpu-kernel" fn penalize_f32(
+    logits: *mut f32,
+    entries: *const u32,
+    penalties: *const f32,
+    n: u32,
+    vocab: u32,
+) {
     crate::device::wait_for_previous_kernel();
     let e = crate::device::global_idx_x();
     if e >= n as usize {
@@ -265,7 +294,11 @@ pub unsafe extern "gpu-kernel" fn penalize_f32(logits: *mut f32, entries: *const
     }
     // SAFETY: e < n; the entry's row and token are inside logits (preconditions).
     unsafe {
-        let (r, token, counts) = (*entries.add(3 * e) as usize, *entries.add(3 * e + 1) as usize, *entries.add(3 * e + 2));
+        let (r, token, counts) = (
+            *entries.add(3 * e) as usize,
+            *entries.add(3 * e + 1) as usize,
+            *entries.add(3 * e + 2),
+        );
         let generated = counts & 0x7fff_ffff;
         let in_prompt = counts >> 31 == 1;
         let pen = penalties.add(3 * r);

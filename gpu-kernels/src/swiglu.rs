@@ -11,7 +11,12 @@ use crate::device::{exp, global_idx_x};
 /// # Safety
 /// All three buffers hold `n` floats.
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn swiglu_f32(out: *mut f32, gate: *const f32, up: *const f32, n: u32) {
+pub unsafe extern "gpu-kernel" fn swiglu_f32(
+    out: *mut f32,
+    gate: *const f32,
+    up: *const f32,
+    n: u32,
+) {
     crate::device::wait_for_previous_kernel();
     let i = global_idx_x();
     if i < n as usize {

@@ -3,16 +3,7 @@
 
 use std::fmt::Write;
 
-use super::report::{Phase, Profile};
-
-/// `x` with an SI prefix: 23.4 G, 755.4 T.
-fn si(x: f64) -> String {
-    let (v, p) = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
-        .into_iter()
-        .find(|(scale, _)| x >= *scale)
-        .map_or((x, ""), |(scale, p)| (x / scale, p));
-    format!("{v:.1} {p}")
-}
+use super::report::{Phase, Profile, si};
 
 pub fn render(p: &Profile) -> String {
     let c = &p.ceilings;
@@ -38,6 +29,26 @@ pub fn render(p: &Profile) -> String {
         )),
         c.ridge()
     );
+    if !c.caches.is_empty() {
+        let caches: Vec<String> = c
+            .caches
+            .iter()
+            .map(|k| {
+                format!(
+                    "{} ({} KiB a core) {}B/s",
+                    k.name,
+                    k.size >> 10,
+                    si(k.bytes_per_s)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "  caches: {} (a copy within each, every core); an operation whose bytes per call \
+             fit one is held to its bandwidth: the bound column names it",
+            caches.join(", ")
+        );
+    }
     for phase in [Phase::Prefill, Phase::Decode] {
         let rows: Vec<_> = p.rows.iter().filter(|r| r.phase == phase).collect();
         if rows.is_empty() {
@@ -46,7 +57,7 @@ pub fn render(p: &Profile) -> String {
         let total = p.phase_seconds(phase);
         let _ = writeln!(
             s,
-            "  {:<22} {:<7} {:>6} {:>10} {:>6} {:>8} {:>9} {:>9} {:>8} {:>7}",
+            "  {:<22} {:<7} {:>6} {:>10} {:>6} {:>8} {:>9} {:>9} {:>8} {:>8}",
             "kernel",
             "phase",
             "calls",
@@ -61,7 +72,7 @@ pub fn render(p: &Profile) -> String {
         for r in rows {
             let _ = writeln!(
                 s,
-                "  {:<22} {:<7} {:>6} {:>10.3} {:>5.1}% {:>8.0} {:>9.1} {:>9.2} {:>7.1}% {:>7}",
+                "  {:<22} {:<7} {:>6} {:>10.3} {:>5.1}% {:>8.0} {:>9.1} {:>9.2} {:>7.1}% {:>8}",
                 r.kernel,
                 phase.name(),
                 r.calls,
@@ -71,11 +82,7 @@ pub fn render(p: &Profile) -> String {
                 r.flops_per_s() / 1e9,
                 r.intensity(),
                 100.0 * r.share_of_ceiling(c),
-                if r.memory_bound(c) {
-                    "memory"
-                } else {
-                    "compute"
-                }
+                r.bound(c)
             );
         }
         let bytes: u64 = p

@@ -6,7 +6,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
-use super::report::{Phase, Profile};
+use super::report::{Phase, Profile, si};
 use crate::error::{Error, Result};
 
 /// The chart's font, from the `dejavu` crate: no system fonts needed, on any machine.
@@ -100,11 +100,32 @@ where
         .draw_series(LineSeries::new(roof, BLACK.stroke_width(3)))
         .map_err(e)?
         .label(format!(
-            "measured roof: {:.0} GB/s, {:.0} TFLOP/s",
-            c.bytes_per_s / 1e9,
-            c.flops_per_s / 1e12
+            "measured roof: memory {}B/s, compute {}FLOP/s",
+            si(c.bytes_per_s),
+            si(c.flops_per_s)
         ))
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(3)));
+    // Each cache's slope (CPU): the roof of the operations whose bytes per call fit in it,
+    // drawn hollow.
+    let cache_colors = [RGBColor(44, 160, 44), RGBColor(148, 103, 189)];
+    for (k, color) in c.caches.iter().zip(cache_colors.into_iter().cycle()) {
+        let slope: Vec<(f64, f64)> = (0..=200)
+            .map(|j| lo_i * (hi_i / lo_i).powf(j as f64 / 200.0))
+            .map(|i| (i, c.attainable_at(i, k.bytes_per_s)))
+            .collect();
+        chart
+            .draw_series(DashedLineSeries::new(slope, 8, 5, color.stroke_width(2)))
+            .map_err(e)?
+            .label(format!(
+                "{} cache ({} KiB a core): {}B/s (hollow points)",
+                k.name,
+                k.size >> 10,
+                si(k.bytes_per_s)
+            ))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
     // The tensor instruction rustle's GEMM is written with has its own, lower roof on GPUs
     // whose reference GEMM uses a newer one (wgmma on Hopper).
     if let Some(peak) = c.mma_peak_flops_per_s.filter(|&p| p < c.flops_per_s) {
@@ -116,7 +137,7 @@ where
                 grey.stroke_width(2),
             ))
             .map_err(e)?
-            .label(format!("mma.sync peak: {:.0} TFLOP/s", peak / 1e12))
+            .label(format!("mma.sync peak: {}FLOP/s", si(peak)))
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], grey.stroke_width(2))
             });
@@ -127,10 +148,14 @@ where
     ] {
         let ps: Vec<_> = points.iter().filter(|r| r.phase == phase).collect();
         chart
-            .draw_series(
-                ps.iter()
-                    .map(|r| Circle::new((r.intensity(), r.flops_per_s()), 7, color.filled())),
-            )
+            .draw_series(ps.iter().map(|r| {
+                // Hollow: held to a cache's bandwidth, not memory's.
+                let style = match r.bandwidth(c).0 {
+                    "memory" => color.filled(),
+                    _ => color.stroke_width(2),
+                };
+                Circle::new((r.intensity(), r.flops_per_s()), 7, style)
+            }))
             .map_err(e)?
             .label(phase.name())
             .legend(move |(x, y)| Circle::new((x + 10, y), 6, color.filled()));

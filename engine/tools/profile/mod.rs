@@ -12,4 +12,4 @@ pub mod collect;
 pub mod report;
 pub mod table;
 
-pub use report::{Ceilings, Phase, Profile, Row};
+pub use report::{CacheCeiling, Ceilings, Phase, Profile, Row};

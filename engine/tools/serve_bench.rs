@@ -12,9 +12,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+use super::ceilings::{gpu_bandwidth, gpu_matrix_flops};
+use super::setup::{cpu_runner, gpu_runner};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::runner::{Device, Runner, RunnerOptions};
+use crate::runner::{Runner, RunnerOptions};
 use crate::sampler::SamplingParams;
 use crate::serve::engine::{Engine, EngineOptions, RequestParams};
 
@@ -226,18 +228,11 @@ pub fn run(a: &ServeBenchArgs) -> Result<ServeReport> {
         max_batch_tokens: a.token_budget,
     };
     let (runner, model, gpu) = if a.device_cpu {
-        let path = crate::loader::resolve_model_path(a.model.clone())?;
-        progress(&format!("loading {}", path.display()));
-        let m = crate::loader::load(&path)?;
-        let name = m.description.clone();
-        (
-            Runner::new(m.config, m.weights, &opts, Device::Cpu)?,
-            name,
-            None,
-        )
+        let (r, name) = cpu_runner(None, a.model.as_deref(), &opts)?;
+        (r, name, None)
     } else {
         let gpu = Gpu::new()?;
-        let (r, name) = crate::bench::gpu_runner(&gpu, &a.shape, a.model.as_deref(), &opts)?;
+        let (r, name) = gpu_runner(&gpu, &a.shape, a.model.as_deref(), &opts)?;
         (r, name, Some(gpu))
     };
     let device = runner.device_name();
@@ -461,11 +456,8 @@ fn roofline(
     kv_bytes_per_token: f64,
 ) -> Result<Roofline> {
     progress("measuring the ceilings: memory bandwidth (2 GiB copies), matrix throughput");
-    let bandwidth = crate::bench::measure_bandwidth(gpu)?.copy_bytes_per_s;
-    let matrix_flops = match crate::gemv_bench::cublas_gemm_flops(gpu, 8192)? {
-        Some(f) => f,
-        None => crate::gemv_bench::rustle_gemm_flops(gpu, 8192)?,
-    };
+    let bandwidth = gpu_bandwidth(gpu)?.copy_bytes_per_s;
+    let matrix_flops = gpu_matrix_flops(gpu, 8192)?;
     // Parameters a token multiplies: every matrix but the embedding (the head included).
     let params = (c.n_layers * (c.dim * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.dim)
         + c.n_layers * 3 * c.dim * c.ffn_dim

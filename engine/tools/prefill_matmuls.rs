@@ -1,12 +1,12 @@
 //! The prefill matmuls alone: rustle's tensor-core GEMMs against cuBLAS on a model's shapes
 //! for a prompt of `n` tokens, timed with CUDA events over back-to-back launches.
 
-use cudarc::cublas::CudaBlas;
 use serde::Serialize;
 
+use super::cublas;
+use super::timing::time_ms;
 use crate::config::Config;
-use crate::error::{Error, Result};
-use crate::gemv_bench::cublas_linear;
+use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::gpu::gemm_plan::GemmPlan;
 use crate::gpu::tiles::WGMMA_WIDTHS;
@@ -57,15 +57,10 @@ pub fn prefill_shapes(c: &Config) -> Vec<(&'static str, usize, usize)> {
 pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmResult>> {
     const BATCH: usize = 10;
     let time_us = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
-        let ms = crate::bench::time_ms(gpu, 5, &mut || (0..BATCH).try_for_each(|_| f()))?;
+        let ms = time_ms(gpu, 5, &mut || (0..BATCH).try_for_each(|_| f()))?;
         Ok(ms * 1e3 / BATCH as f64)
     };
-    // SAFETY: only asks whether libcublas can be loaded.
-    let blas = if unsafe { cudarc::cublas::sys::is_culib_present() } {
-        Some(CudaBlas::new(gpu.stream.clone()).map_err(Error::cublas("creating a handle"))?)
-    } else {
-        None
-    };
+    let blas = cublas::load(gpu)?;
     let mut results = vec![];
     for (name, n_in, n_out) in prefill_shapes(c) {
         let mut w = gpu.zeros::<u16>(n_out * n_in, "the GEMM benchmark")?;
@@ -102,7 +97,7 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmR
         let cublas_us = match &blas {
             None => None,
             Some(blas) => Some(time_us(&mut || {
-                cublas_linear(gpu, blas, &mut out, &w, &x, n, n_in, n_out)
+                cublas::linear(gpu, blas, &mut out, &w, &x, n, n_in, n_out)
             })?),
         };
         let wgmma_plan = match gpu.has_wgmma() {

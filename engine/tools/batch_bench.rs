@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use super::timing::{KernelRow, by_kernel};
 use crate::batch::{Batch, SeqChunk};
-use crate::bench::KernelRow;
 use crate::error::{Error, Result};
 use crate::kv::block_manager::{BlockManager, BlockTable};
 use crate::runner::{Forward, Runner};
@@ -113,17 +113,17 @@ fn one(
     let decode_s = start.elapsed().as_secs_f64();
     let timed_steps = steps.saturating_sub(1).max(1);
 
-    // One more step, every launch timed.
-    let gpu = runner.gpu_backend().map(|g| g.gpu.clone());
+    // One more step, every launch timed (on the GPU; graphs off, since events cannot be
+    // recorded inside a replayed graph).
     let mut kernels = vec![];
-    if let Some(gpu) = gpu {
-        runner.gpu_backend().expect("a GPU runner").use_graphs = false;
-        gpu.profile_start();
+    if runner.gpu().is_some() {
+        runner.set_graphs(false);
+        runner.profile_start();
         let result = decode(runner, &mut tables, &mut next, &mut batch);
-        let launches = gpu.profile_stop()?;
-        runner.gpu_backend().expect("a GPU runner").use_graphs = true;
+        let launches = runner.profile_stop()?;
+        runner.set_graphs(true);
         result?;
-        kernels = crate::bench::by_kernel(launches);
+        kernels = by_kernel(launches);
     }
     for t in tables.iter_mut() {
         blocks.release(t);

@@ -37,18 +37,60 @@ pub struct Ceilings {
     /// instructions (Hopper's `wgmma`, which `gemm_wgmma_bf16` uses).
     #[serde(default)]
     pub mma_peak_flops_per_s: Option<f64>,
+    /// Caches private to each core, smallest first, each with its own bandwidth (the CPU;
+    /// none on the GPU). An operation whose bytes per call fit in one works on data the
+    /// operation before it left there (the residual stream, a norm's output), so memory's
+    /// bandwidth is not its limit: it is placed against the smallest cache that holds them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caches: Vec<CacheCeiling>,
+}
+
+/// One cache level's bandwidth, measured by the same run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CacheCeiling {
+    /// "L1d", "L2"
+    pub name: String,
+    /// Capacity per core, bytes.
+    pub size: u64,
+    /// A copy within it on every core, bytes read + written per second.
+    pub bytes_per_s: f64,
 }
 
 impl Ceilings {
-    /// The intensity (FLOP/byte) where the bandwidth slope meets the compute roof.
+    /// The intensity (FLOP/byte) where the memory bandwidth slope meets the compute roof.
     pub fn ridge(&self) -> f64 {
         self.flops_per_s / self.bytes_per_s
     }
 
-    /// The most FLOP/s a kernel of this intensity can reach.
+    /// The most FLOP/s a kernel of this intensity can reach from memory.
     pub fn attainable(&self, intensity: f64) -> f64 {
-        (intensity * self.bytes_per_s).min(self.flops_per_s)
+        self.attainable_at(intensity, self.bytes_per_s)
     }
+
+    /// The most FLOP/s a kernel of this intensity can reach at `bytes_per_s`.
+    pub fn attainable_at(&self, intensity: f64, bytes_per_s: f64) -> f64 {
+        (intensity * bytes_per_s).min(self.flops_per_s)
+    }
+
+    /// The bandwidth a kernel moving `bytes_per_call` per launch is held to, and its name:
+    /// the smallest cache that holds them, else memory.
+    pub fn bandwidth_for(&self, bytes_per_call: u64) -> (&str, f64) {
+        self.caches
+            .iter()
+            .find(|c| bytes_per_call <= c.size)
+            .map_or(("memory", self.bytes_per_s), |c| {
+                (c.name.as_str(), c.bytes_per_s)
+            })
+    }
+}
+
+/// `x` with an SI prefix: "23.4 G", "755.4 T", "12.0 " (append the unit).
+pub fn si(x: f64) -> String {
+    let (v, p) = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+        .into_iter()
+        .find(|(scale, _)| x >= *scale)
+        .map_or((x, ""), |(scale, p)| (x / scale, p));
+    format!("{v:.1} {p}")
 }
 
 /// One kernel in one phase, all its launches summed.
@@ -74,14 +116,30 @@ impl Row {
     pub fn intensity(&self) -> f64 {
         self.flops as f64 / self.bytes.max(1) as f64
     }
-    /// Whether the bandwidth (below the ridge) or the compute roof binds it.
+    /// Bytes one launch moves, on average.
+    pub fn bytes_per_call(&self) -> u64 {
+        self.bytes / self.calls.max(1) as u64
+    }
+    /// The bandwidth ceiling this kernel is held to (memory, or the cache its bytes per call
+    /// fit in) and its name.
+    pub fn bandwidth<'c>(&self, c: &'c Ceilings) -> (&'c str, f64) {
+        c.bandwidth_for(self.bytes_per_call())
+    }
+    /// Whether a bandwidth (below its ridge) or the compute roof binds it.
     pub fn memory_bound(&self, c: &Ceilings) -> bool {
-        self.intensity() < c.ridge()
+        self.intensity() * self.bandwidth(c).1 < c.flops_per_s
+    }
+    /// What binds it: "memory", a cache's name, or "compute".
+    pub fn bound(&self, c: &Ceilings) -> String {
+        match self.memory_bound(c) {
+            true => self.bandwidth(c).0.to_string(),
+            false => "compute".into(),
+        }
     }
     /// Achieved over what the binding ceiling allows at this intensity.
     pub fn share_of_ceiling(&self, c: &Ceilings) -> f64 {
         if self.memory_bound(c) {
-            self.bytes_per_s() / c.bytes_per_s
+            self.bytes_per_s() / self.bandwidth(c).1
         } else {
             self.flops_per_s() / c.flops_per_s
         }
@@ -123,39 +181,6 @@ impl Profile {
     }
 }
 
-/// Adds launches (kernel, phase, seconds, bytes, flops) into per-kernel rows, slowest first
-/// within each phase.
-pub fn aggregate(launches: impl IntoIterator<Item = (String, Phase, f64, u64, u64)>) -> Vec<Row> {
-    let mut rows: Vec<Row> = vec![];
-    for (kernel, phase, seconds, bytes, flops) in launches {
-        match rows
-            .iter_mut()
-            .find(|r| r.kernel == kernel && r.phase == phase)
-        {
-            Some(r) => {
-                r.calls += 1;
-                r.seconds += seconds;
-                r.bytes += bytes;
-                r.flops += flops;
-            }
-            None => rows.push(Row {
-                kernel,
-                phase,
-                calls: 1,
-                seconds,
-                bytes,
-                flops,
-            }),
-        }
-    }
-    rows.sort_by(|a, b| {
-        (a.phase as u8)
-            .cmp(&(b.phase as u8))
-            .then(b.seconds.total_cmp(&a.seconds))
-    });
-    rows
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +193,7 @@ mod tests {
             compute_source: "test".into(),
             rustle_gemm_flops_per_s: None,
             mma_peak_flops_per_s: None,
+            caches: vec![],
         }
     }
 
@@ -202,22 +228,49 @@ mod tests {
     }
 
     #[test]
-    fn aggregate_sums_per_kernel_and_phase() {
-        let rows = aggregate([
-            ("a".to_string(), Phase::Decode, 1.0, 10, 20),
-            ("a".to_string(), Phase::Decode, 2.0, 10, 20),
-            ("a".to_string(), Phase::Prefill, 5.0, 1, 1),
-            ("b".to_string(), Phase::Decode, 4.0, 1, 0),
-        ]);
-        assert_eq!(rows.len(), 3);
-        assert_eq!(
-            (rows[0].kernel.as_str(), rows[0].phase),
-            ("a", Phase::Prefill)
-        );
-        assert_eq!((rows[1].kernel.as_str(), rows[1].seconds), ("b", 4.0));
-        assert_eq!(
-            (rows[2].calls, rows[2].seconds, rows[2].bytes, rows[2].flops),
-            (2, 3.0, 20, 40)
-        );
+    fn operations_that_fit_a_cache_meet_its_bandwidth() {
+        let mut c = ceilings();
+        c.caches = vec![
+            CacheCeiling {
+                name: "L1d".into(),
+                size: 32 << 10,
+                bytes_per_s: 40e12,
+            },
+            CacheCeiling {
+                name: "L2".into(),
+                size: 1 << 20,
+                bytes_per_s: 16e12,
+            },
+        ];
+        let add = |bytes_per_call: u64| Row {
+            kernel: "residual_add_f32".into(),
+            phase: Phase::Decode,
+            calls: 10,
+            seconds: 1e-3,
+            bytes: 10 * bytes_per_call,
+            flops: 10 * bytes_per_call / 12,
+        };
+        // 12 KiB a call: it fits the L1d, and is held to its bandwidth.
+        let small = add(12 << 10);
+        assert_eq!(small.bandwidth(&c).0, "L1d");
+        assert_eq!(small.bound(&c), "L1d");
+        let mid = add(600 << 10);
+        assert_eq!(mid.bound(&c), "L2");
+        assert!((mid.share_of_ceiling(&c) - mid.bytes_per_s() / 16e12).abs() < 1e-12);
+        // Past every cache: memory, as before.
+        let big = add(8 << 20);
+        assert_eq!(big.bound(&c), "memory");
+        assert_eq!(big.share_of_ceiling(&c), big.bytes_per_s() / 4e12);
+        // Without caches (the GPU) nothing changes.
+        c.caches.clear();
+        assert_eq!(small.bound(&c), "memory");
+    }
+
+    #[test]
+    fn si_prefixes() {
+        assert_eq!(si(23.4e9), "23.4 G");
+        assert_eq!(si(28.2e9), "28.2 G");
+        assert_eq!(si(755.4e12), "755.4 T");
+        assert_eq!(si(12.0), "12.0 ");
     }
 }

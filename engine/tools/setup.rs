@@ -1,0 +1,82 @@
+//! What every tool starts from: a runner over a real model or over synthetic weights of a
+//! named shape (`shapes.rs`), and a synthetic prompt.
+
+use std::path::Path;
+
+use crate::error::Result;
+use crate::gpu::Gpu;
+use crate::gpu::backend::GpuWeights;
+use crate::loader;
+use crate::model::ModelWeights;
+use crate::runner::{Device, Runner, RunnerOptions};
+use crate::shapes::shape_config;
+
+fn progress(msg: &str) {
+    eprintln!("rustle: {msg}");
+}
+
+/// A GPU runner over `model` (a folder or file) or, without one, random weights of `shape`
+/// made on the device; and the model's name for reports.
+pub fn gpu_runner(
+    gpu: &Gpu,
+    shape: &str,
+    model: Option<&Path>,
+    opts: &RunnerOptions,
+) -> Result<(Runner, String)> {
+    match model {
+        Some(path) => {
+            progress(&format!("loading {}", path.display()));
+            let m = loader::load(path)?;
+            let name = m.description.clone();
+            let device = Device::Gpu(Box::new(gpu.clone()));
+            Ok((Runner::new(m.config, m.weights, opts, device)?, name))
+        }
+        None => {
+            let config = shape_config(shape)?;
+            progress(&format!(
+                "building {shape} weights on the GPU (synthetic, bf16)"
+            ));
+            let weights = GpuWeights::synthetic(gpu, &config, 1)?;
+            Ok((
+                Runner::with_gpu_weights(config, gpu.clone(), weights, None, opts)?,
+                format!("{shape} (synthetic)"),
+            ))
+        }
+    }
+}
+
+/// A CPU runner over `model` (a folder or file) or, with `shape`, random f32 weights of that
+/// shape made in host memory (refused if they would not fit); with neither, the default
+/// model. The model's name for reports comes with it.
+pub fn cpu_runner(
+    shape: Option<&str>,
+    model: Option<&Path>,
+    opts: &RunnerOptions,
+) -> Result<(Runner, String)> {
+    let (config, weights, name) = match (model, shape) {
+        (None, Some(shape)) => {
+            let config = shape_config(shape)?;
+            loader::check_params_fit(&config)?;
+            progress(&format!(
+                "building {shape} weights in host memory (synthetic, f32)"
+            ));
+            let w = ModelWeights::synthetic(&config, 1);
+            (config, w, format!("{shape} (synthetic)"))
+        }
+        (model, _) => {
+            let path = loader::resolve_model_path(model.map(Path::to_owned))?;
+            progress(&format!("loading {}", path.display()));
+            let m = loader::load(&path)?;
+            let name = m.description.clone();
+            (m.config, m.weights, name)
+        }
+    };
+    Ok((Runner::new(config, weights, opts, Device::Cpu)?, name))
+}
+
+/// A prompt of `n` token ids spread over a vocabulary of `vocab`, for timing runs.
+pub fn synthetic_prompt(n: usize, vocab: usize) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| (i * 7919 + 13) % vocab as u32)
+        .collect()
+}
