@@ -15,7 +15,7 @@ use rustle::generate::{StopReason, generate};
 use rustle::gpu::Gpu;
 use rustle::gpu::backend::check_supported;
 use rustle::loader;
-use rustle::runner::{Device, Forward, Runner, RunnerOptions, cpu_kv_blocks};
+use rustle::runner::{Device, Runner, RunnerOptions, cpu_kv_blocks};
 use rustle::sampler::SamplingParams;
 use rustle::serve::engine::DEFAULT_TOKEN_BUDGET;
 use rustle::serve::{Engine, EngineOptions, RequestParams};
@@ -457,8 +457,7 @@ fn run(cli: Cli) -> Result<()> {
         },
         device,
     )?;
-    // One prompt's pool may hold fewer tokens than the budget: a step never needs more.
-    let token_budget = cli.token_budget.min(runner.limits().max_batch_tokens);
+    let token_budget = cli.token_budget;
     let mut engine = Engine::new(
         runner,
         EngineOptions {

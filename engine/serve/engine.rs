@@ -140,19 +140,19 @@ pub struct Engine<M: Forward = Runner> {
 impl<M: Forward> Engine<M> {
     pub fn new(model: M, opts: EngineOptions) -> Result<Engine<M>> {
         let limits = model.limits();
-        if opts.token_budget == 0 || opts.token_budget > limits.max_batch_tokens {
-            return Err(Error::Usage(format!(
-                "--token-budget must be between 1 and the runner's batch of {} tokens, got {}",
-                limits.max_batch_tokens, opts.token_budget
-            )));
+        if opts.token_budget == 0 {
+            return Err(Error::Usage("--token-budget must be at least 1".into()));
         }
+        // A runner may take fewer tokens a pass than the budget (a small model's context,
+        // one prompt's pool): a step never needs more than it takes.
+        let token_budget = opts.token_budget.min(limits.max_batch_tokens);
         if opts.max_seqs == 0 {
             return Err(Error::Usage(
                 "the engine must run at least one sequence".into(),
             ));
         }
         let config = SchedulerConfig {
-            token_budget: opts.token_budget,
+            token_budget,
             max_seqs: opts.max_seqs.min(limits.max_batch_seqs),
         };
         let blocks = BlockManager::new(limits.n_blocks, opts.prefix_cache);

@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::gpu::backend::check_supported;
+use crate::gpu::backend::{GpuWeights, check_supported};
 use crate::loader;
 use crate::runner::{Device, Runner, RunnerOptions};
 use crate::serve::{Engine, EngineOptions};
@@ -117,6 +117,12 @@ fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, St
         model.description,
         t.elapsed().as_secs_f64()
     );
+    if let Some(shape) = &args.shape {
+        let gpu = gpu.ok_or_else(|| {
+            Error::Usage("--shape makes its weights on the GPU: there is none here".into())
+        })?;
+        return synthetic(args, shape, gpu, model.tokenizer);
+    }
     let device = match gpu {
         None => Device::Cpu,
         Some(gpu) => match (check_supported(&model.config), args.device) {
@@ -148,6 +154,36 @@ fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, St
         },
     )?;
     Ok((engine, (model.tokenizer, device_name)))
+}
+
+/// An engine over random weights of `shape` on `gpu`, its vocabulary the tokenizer's.
+fn synthetic(
+    args: &ServeArgs,
+    shape: &str,
+    gpu: Gpu,
+    tokenizer: Tokenizer,
+) -> Result<(Engine<Runner>, (Tokenizer, String))> {
+    let mut config = crate::shapes::shape_config(shape)?;
+    config.vocab_size = tokenizer.vocab_size();
+    check_supported(&config)?;
+    eprintln!("rustle serve: making {shape} weights on the GPU (random, bf16)");
+    let weights = GpuWeights::synthetic(&gpu, &config, 1)?;
+    let opts = RunnerOptions {
+        kv_blocks: args.kv_blocks,
+        max_batch_tokens: args.token_budget,
+    };
+    let runner = Runner::with_gpu_weights(config, gpu, weights, None, &opts)?;
+    let device_name = format!("{} ({shape}, random weights)", runner.device_name());
+    let engine = Engine::new(
+        runner,
+        EngineOptions {
+            token_budget: args.token_budget,
+            max_seqs: args.max_seqs,
+            prefix_cache: !args.no_prefix_cache,
+            eos: tokenizer.eos_tokens.clone(),
+        },
+    )?;
+    Ok((engine, (tokenizer, device_name)))
 }
 
 /// The name clients ask for by default: the model file's name without its extension, or
