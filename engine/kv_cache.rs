@@ -34,6 +34,13 @@ impl KvCache {
             .checked_mul(BLOCK_SIZE * config.kv_dim())
             .ok_or_else(too_big)?;
         let n = config.n_layers.checked_mul(layer_len).ok_or_else(too_big)?;
+        // The pool's pages are mapped lazily, so the allocator may grant far more than the
+        // machine holds; a pool past physical memory could never fill, and would fail late,
+        // under load. Refuse it now.
+        let bytes = (2 * n) as u64 * std::mem::size_of::<f32>() as u64;
+        if host_memory_bytes().is_some_and(|total| bytes > total) {
+            return Err(too_big());
+        }
         Ok(KvCache {
             k: zeroed(n).ok_or_else(too_big)?,
             v: zeroed(n).ok_or_else(too_big)?,
@@ -57,6 +64,15 @@ impl KvCache {
         let r = l * self.layer_len..(l + 1) * self.layer_len;
         (&mut self.k[r.clone()], &mut self.v[r])
     }
+}
+
+/// The machine's physical memory (`MemTotal` in `/proc/meminfo`), or `None` where that
+/// cannot be read (not Linux).
+fn host_memory_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 /// `n` zeros, or `None` when the allocator refuses. The memory comes from `alloc_zeroed`,

@@ -48,6 +48,11 @@ fn partial_rows_for(c: &Config) -> usize {
 /// attention (`Attention::of`): its 64-row tiles are mostly full, and each key tile is read
 /// once for all of them.
 const MIN_TENSOR_CORE_ROWS: usize = 64;
+/// Where `gemm_wgmma_bf16` exists, the skinny matmul takes at most this many tokens; past
+/// half as many, only for a matrix of at most `SKINNY_OVER_WGMMA_ROWS` rows
+/// (`takes_skinny`).
+const SKINNY_OVER_WGMMA_TOKENS: usize = 64;
+const SKINNY_OVER_WGMMA_ROWS: usize = 8192;
 /// Most splits the combine kernel's shared memory holds (one float each, under 48 KiB).
 const MAX_SPLITS: usize = 8192;
 /// Share of the free device memory the KV pool may take by default.
@@ -467,9 +472,25 @@ impl GpuBackend {
         Ok(())
     }
 
+    /// Whether `n` tokens through an `n_out`-row matrix take the skinny matmul rather than
+    /// the prompt GEMM: always in the batch-invariant mode; without `wgmma`, for all it
+    /// takes (`gemm_mma_bf16` is behind it even at 128 tokens); with `wgmma`, where that
+    /// one's 128-wide output tiles would leave SMs idle. On the H200 (Llama-3-8B,
+    /// `rustle bench --prompt-len N`, us skinny/wgmma): ahead on all four matrices up to 32
+    /// tokens (gate 40/46 at 32); at 64 tokens qkv 35/42, o_proj 23/33, down 55/69, but gate
+    /// 59/47 (14336 rows: 112 tiles fill the GPU); at 128 tokens behind on every matrix
+    /// (287 us against 184 for the four).
+    fn takes_skinny(gpu: &Gpu, mm: &MatmulScratch, n: usize, n_out: usize) -> bool {
+        if mm.batch_invariant || !gpu.has_wgmma() {
+            return mm.batch_invariant || n <= SKINNY_MAX_TOKENS;
+        }
+        n <= SKINNY_OVER_WGMMA_TOKENS / 2
+            || (n <= SKINNY_OVER_WGMMA_TOKENS && n_out <= SKINNY_OVER_WGMMA_ROWS)
+    }
+
     /// One linear layer for `n` tokens: `out (+)= x w^T + bias`, added to what `out` holds
-    /// when `accumulate` (a fused residual add). The GEMV for one token; for up to
-    /// `SKINNY_MAX_TOKENS` the skinny tensor-core matmul; for more the prompt GEMM, which
+    /// when `accumulate` (a fused residual add). The GEMV for one token; for a few (see
+    /// `takes_skinny`) the skinny tensor-core matmul; for more the prompt GEMM, which
     /// cannot accumulate (callers add its output themselves).
     #[allow(clippy::too_many_arguments)]
     fn matmul(
@@ -493,7 +514,7 @@ impl GpuBackend {
     }
 
     /// The tensor-core matmul of `n` tokens already rounded into `mm.x_bf16`: the skinny one
-    /// for up to `SKINNY_MAX_TOKENS` (in the batch-invariant mode for any number, that many
+    /// where `takes_skinny` (in the batch-invariant mode for any number, `SKINNY_MAX_TOKENS`
     /// rows at a time), else `Gpu::prefill_gemm` (which cannot accumulate).
     #[allow(clippy::too_many_arguments)]
     fn gemm(
@@ -507,7 +528,7 @@ impl GpuBackend {
         n_out: usize,
         accumulate: bool,
     ) -> Result<()> {
-        if n <= SKINNY_MAX_TOKENS || mm.batch_invariant {
+        if Self::takes_skinny(gpu, mm, n, n_out) {
             let parts = &mut mm.parts.as_view_mut();
             for first in (0..n).step_by(SKINNY_MAX_TOKENS) {
                 let rows = first..(first + SKINNY_MAX_TOKENS).min(n);
@@ -532,8 +553,8 @@ impl GpuBackend {
         gpu.prefill_gemm(out, &x, &w.as_view(), bias, n, n_in, n_out)
     }
 
-    /// `x += input w^T` for `n` tokens: fused into the matmul's output for up to
-    /// `SKINNY_MAX_TOKENS` tokens; for more, through `tmp` and a residual add.
+    /// `x += input w^T` for `n` tokens: fused into the matmul's output where the GEMV or the
+    /// skinny matmul runs it; otherwise through `tmp` and a residual add.
     #[allow(clippy::too_many_arguments)]
     fn add_matmul(
         gpu: &Gpu,
@@ -546,7 +567,7 @@ impl GpuBackend {
         n_in: usize,
         n_out: usize,
     ) -> Result<()> {
-        if n <= SKINNY_MAX_TOKENS || mm.batch_invariant {
+        if n == 1 || Self::takes_skinny(gpu, mm, n, n_out) {
             return Self::matmul(gpu, x, input, mm, w, None, n, n_in, n_out, true);
         }
         let tmp = &mut tmp.slice_mut(..n * n_out);

@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::gpu::gemm_plan::GemmPlan;
+use crate::gpu::kernels::gemm_skinny::{SKINNY_MAX_TOKENS, skinny_splits};
 use crate::gpu::tiles::WGMMA_WIDTHS;
 
 #[derive(Serialize)]
@@ -22,6 +23,9 @@ pub struct GemmResult {
     pub wgmma_us: Option<f64>,
     /// `gemm_mma_bf16`.
     pub mma_us: f64,
+    /// `gemm_skinny_bf16` (batched decode's), for up to `SKINNY_MAX_TOKENS` tokens: where it
+    /// and the prompt GEMM cross over.
+    pub skinny_us: Option<f64>,
     /// None when cuBLAS could not be loaded.
     pub cublas_us: Option<f64>,
     /// The plan `gemm_wgmma_bf16` chose, on GPUs that have it.
@@ -81,6 +85,17 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmR
             let o = &mut out.as_view_mut();
             gpu.gemm_mma_bf16(o, &xv, &wv, None, n, n_in, n_out)
         })?;
+        let skinny_us = match n <= SKINNY_MAX_TOKENS {
+            false => None,
+            true => {
+                let splits = skinny_splits(n_in, n_out, gpu.sm_count);
+                let mut parts = gpu.zeros::<f32>(splits * n * n_out, "the GEMM benchmark")?;
+                Some(time_us(&mut || {
+                    let (o, p) = (&mut out.as_view_mut(), &mut parts.as_view_mut());
+                    gpu.gemm_skinny_bf16(o, &xv, &wv, None, n_in, n_out, false, p)
+                })?)
+            }
+        };
         let mut plans = vec![];
         if all_plans && gpu.has_wgmma() {
             for tile_n in WGMMA_WIDTHS {
@@ -111,6 +126,7 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmR
             n_out,
             wgmma_us,
             mma_us,
+            skinny_us,
             cublas_us,
             wgmma_plan,
             plans,
@@ -123,7 +139,7 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmR
 /// time over rustle's (above 1: rustle is faster).
 pub fn print(results: &[GemmResult]) {
     println!(
-        "  {:<14} {:>6} {:>6} {:>6} {:>9} {:>18} {:>18} {:>18} {:>12}",
+        "  {:<14} {:>6} {:>6} {:>6} {:>9} {:>18} {:>18} {:>18} {:>18} {:>12}",
         "prefill matmul",
         "tokens",
         "in",
@@ -131,6 +147,7 @@ pub fn print(results: &[GemmResult]) {
         "plan",
         "wgmma us (TF/s)",
         "mma.sync us (TF/s)",
+        "skinny us (TF/s)",
         "cuBLAS us (TF/s)",
         "cuBLAS/ours"
     );
@@ -144,7 +161,7 @@ pub fn print(results: &[GemmResult]) {
             .map_or("no cuBLAS".into(), |c| format!("{:.2}", c / g.rustle_us()));
         let plan = g.wgmma_plan.map_or("-".into(), plan_name);
         println!(
-            "  {:<14} {:>6} {:>6} {:>6} {:>9} {:>18} {:>18} {:>18} {:>12}",
+            "  {:<14} {:>6} {:>6} {:>6} {:>9} {:>18} {:>18} {:>18} {:>18} {:>12}",
             g.name,
             g.n,
             g.n_in,
@@ -152,6 +169,7 @@ pub fn print(results: &[GemmResult]) {
             plan,
             cell(g.wgmma_us),
             cell(Some(g.mma_us)),
+            cell(g.skinny_us),
             cell(g.cublas_us),
             ratio
         );
