@@ -18,7 +18,8 @@ use rustle::config::{Config, HfConfig};
 use rustle::cpu::ops;
 use rustle::gpu::Gpu;
 use rustle::gpu::backend::to_bf16;
-use rustle::gpu::gemm_plan::GemmPlan;
+use rustle::gpu::gemm_plan::{GemmPlan, WGMMA_SPLITS};
+use rustle::gpu::kernels::attention_split_mma::attention_split_mma_supports;
 use rustle::gpu::kernels::{In, Out};
 use rustle::model::{LayerWeights, ModelWeights};
 use rustle::runner::{Device, Runner, RunnerOptions};
@@ -40,7 +41,7 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::qkv_rope_write_bf16", qkv_rope_write_bf16),
     ("kernel::kv_write_f32", kv_write_f32),
     (
-        "kernel::attention_f32, attention_bf16 (and split + combine)",
+        "kernel::attention_f32, attention_bf16 (and both splits + combine)",
         attention_f32,
     ),
     ("kernel::attention_mma_bf16", attention_mma_bf16),
@@ -379,25 +380,46 @@ fn gemm_mma_bf16(g: &Gpu, rng: &mut StdRng) {
 }
 
 /// The same shapes as `gemm_mma_bf16`, with the plans `gemm_plan` picks; then every tile
-/// width, split and unsplit, over tails on every side (rows past a tile, a reduction that
-/// ends inside a 64-wide step, features past a tile).
+/// width and split, over tails on every side (rows past a tile, a reduction that ends
+/// inside a 64-wide step, features past a tile, a tile of at most 64 tokens whose second
+/// warpgroup has no rows, a split whose last parts have no steps).
 fn gemm_wgmma_bf16(g: &Gpu, rng: &mut StdRng) {
     let input = |rng: &mut StdRng, len| bf16_weights(rng, len, 1.0);
-    let (gpu, cpu) = (Gpu::gemm_wgmma_bf16, ops::gemm_wgmma_bf16);
+    let cpu = ops::gemm_wgmma_bf16;
+    // Room for any split of any shape below: the kernel's parts, added in order after it.
+    let mut parts: CudaSlice<f32> = g.zeros(8 * 300 * 4096, "split sums").unwrap();
+    let parts = std::cell::RefCell::new(&mut parts);
+    let gpu = |g: &Gpu,
+               o: &mut Out<f32>,
+               x: &In<u16>,
+               w: &In<u16>,
+               b: Option<&In<f32>>,
+               n,
+               n_in,
+               n_out| {
+        let mut parts = parts.borrow_mut();
+        g.gemm_wgmma_bf16(o, x, w, b, n, n_in, n_out, &mut parts.as_view_mut())
+    };
     check_gemm(g, rng, gpu, cpu, input, &TENSOR_GEMM_SHAPES);
     for tile_n in [128, 192, 224, 256] {
-        for k_splits in [1, 2] {
+        for k_splits in WGMMA_SPLITS {
             let plan = GemmPlan { tile_n, k_splits };
-            let shapes = [(130, 1096, 500, true), (64, 2048, 224, false)];
-            let planned = move |g: &Gpu,
-                                o: &mut Out<f32>,
-                                x: &In<u16>,
-                                w: &In<u16>,
-                                b: Option<&In<f32>>,
-                                n,
-                                n_in,
-                                n_out| {
-                g.gemm_wgmma_planned(plan, o, x, w, b, n, n_in, n_out)
+            let shapes = [
+                (130, 1096, 500, true),
+                (64, 2048, 224, false),
+                (5, 4104, 300, true),
+            ];
+            let planned = |g: &Gpu,
+                           o: &mut Out<f32>,
+                           x: &In<u16>,
+                           w: &In<u16>,
+                           b: Option<&In<f32>>,
+                           n,
+                           n_in,
+                           n_out| {
+                let mut parts = parts.borrow_mut();
+                let p = &mut parts.as_view_mut();
+                g.gemm_wgmma_planned(plan, o, x, w, b, n, n_in, n_out, p)
             };
             check_gemm(g, rng, planned, cpu, input, &shapes);
         }
@@ -822,15 +844,67 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
         let what = format!("{what}, bf16 cache");
         assert_close(&what, &down(g, &out), &cpu, LONG_REDUCTION);
 
-        // Flash-decoding over the same batch: splits of 32 positions (and of 8, so that a
-        // split holds fewer keys than a round of four and its halves are uneven), each
-        // split's partials against the CPU twin's, then the combined output against the
-        // one-pass attention above. Splits past a token's position are empty.
+        // Flash-decoding over the same batch, by both split kernels: the per-lane one with
+        // splits of 32 positions (and of 8, so that a split holds fewer keys than a round of
+        // eight and its halves are uneven), the tensor-core one (where it takes the heads)
+        // with splits of 32 and 64 (two key tiles). Each split's partials against the CPU
+        // twin's, then the combined output against the one-pass attention above (the
+        // tensor-core kernel's, which rounds its weights to bf16, against its twin's
+        // partials combined). Splits past a token's position are empty.
+        type Split = unsafe fn(
+            &Gpu,
+            &mut Out<f32>,
+            &mut Out<f32>,
+            &In<f32>,
+            &In<u16>,
+            &In<u16>,
+            &In<u32>,
+            &In<u32>,
+            &In<u32>,
+            usize,
+            usize,
+            usize,
+            usize,
+            usize,
+        ) -> rustle::error::Result<()>;
+        type Twin = fn(
+            &mut [f32],
+            &mut [f32],
+            &[f32],
+            &[u16],
+            &[u16],
+            &[u32],
+            &[u32],
+            &[u32],
+            usize,
+            usize,
+            usize,
+            usize,
+            usize,
+        );
+        let mut kernels: Vec<(&str, Split, Twin, usize, f64)> = vec![];
         for split_len in [32, 8] {
+            let (gpu, twin): (Split, Twin) = (Gpu::attention_split_bf16, ops::attention_split_bf16);
+            kernels.push(("attention_split_bf16", gpu, twin, split_len, LONG_REDUCTION));
+        }
+        for split_len in [32, 64] {
+            if attention_split_mma_supports(head_dim, n_heads, n_kv_heads, split_len) {
+                let (gpu, twin): (Split, Twin) =
+                    (Gpu::attention_split_mma_bf16, ops::attention_split_mma_bf16);
+                kernels.push((
+                    "attention_split_mma_bf16",
+                    gpu,
+                    twin,
+                    split_len,
+                    BF16_WEIGHTS,
+                ));
+            }
+        }
+        for (name, split_kernel, twin, split_len, tol) in kernels {
             let n_splits = 704usize.div_ceil(split_len);
             let rows = n * n_heads * n_splits;
             let (mut po_cpu, mut ml_cpu) = (vec![0.0; rows * head_dim], vec![0.0; rows * 2]);
-            ops::attention_split_bf16(
+            twin(
                 &mut po_cpu,
                 &mut ml_cpu,
                 &q,
@@ -854,7 +928,8 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
             );
             // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
             unsafe {
-                g.attention_split_bf16(
+                split_kernel(
+                    g,
                     &mut po.as_view_mut(),
                     &mut ml.as_view_mut(),
                     &qd.as_view(),
@@ -871,12 +946,12 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
                 )
             }
             .unwrap();
-            let what = format!("{what}, splits of {split_len}");
+            let what = format!("{what}, {name}, splits of {split_len}");
             assert_close(
                 &format!("{what}: partial outputs"),
                 &down(g, &po),
                 &po_cpu,
-                LONG_REDUCTION,
+                tol,
             );
             // The maxima of empty splits are -inf on both sides; the rest compare as numbers.
             let (ml_gpu, finite) = (down(g, &ml), |v: &f32| v.is_finite());
@@ -890,7 +965,7 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
                 &format!("{what}: (m, l)"),
                 &keep(&ml_gpu),
                 &keep(&ml_cpu),
-                LONG_REDUCTION,
+                tol,
             );
             let combine = |po: &CudaSlice<f32>, ml: &CudaSlice<f32>| {
                 let mut combined = poisoned(g, q.len());
@@ -907,12 +982,16 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
                 down(g, &combined)
             };
             let combined = combine(&po, &ml);
-            assert_close(
-                &format!("{what}: combined"),
-                &combined,
-                &cpu,
-                LONG_REDUCTION,
-            );
+            let expected = if tol == LONG_REDUCTION {
+                cpu.clone()
+            } else {
+                let mut out = vec![0.0; q.len()];
+                ops::attention_combine_f32(
+                    &mut out, &po_cpu, &ml_cpu, &positions, n_splits, split_len, head_dim,
+                );
+                out
+            };
+            assert_close(&format!("{what}: combined"), &combined, &expected, tol);
 
             // The same tokens in a launch with more (empty) splits per row, as when a longer
             // sequence shares the batch: bit for bit the same result.
@@ -921,7 +1000,8 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
             let (mut po, mut ml) = (poisoned(g, rows * head_dim), poisoned(g, rows * 2));
             // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
             unsafe {
-                g.attention_split_bf16(
+                split_kernel(
+                    g,
                     &mut po.as_view_mut(),
                     &mut ml.as_view_mut(),
                     &qd.as_view(),

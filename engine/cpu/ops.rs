@@ -453,6 +453,48 @@ pub fn attention_mma_bf16(
     );
 }
 
+/// `attention_split_bf16` as the tensor cores compute it: q, scaled by log2(e) /
+/// sqrt(head_dim), rounded to bf16 (the weights are powers of two of its products). The twin
+/// of `attention_split_mma_bf16`; its maxima come back in natural units, as the kernel's.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_split_mma_bf16(
+    partial_o: &mut [f32],
+    partial_ml: &mut [f32],
+    q: &[f32],
+    k_cache: &[u16],
+    v_cache: &[u16],
+    block_tables: &[u32],
+    token_seq: &[u32],
+    positions: &[u32],
+    max_blocks: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    split_len: usize,
+) {
+    let round = |x: f32| half::bf16::from_f32(x).to_f32();
+    let scale = std::f32::consts::LOG2_E / (head_dim as f32).sqrt();
+    // attention_split_bf16 scales by 1 / sqrt(head_dim) and takes powers of e: undo both, so
+    // that its weights are 2^(q . k) with q as rounded here.
+    let unscale = (head_dim as f32).sqrt() * std::f32::consts::LN_2;
+    let q: Vec<f32> = q.iter().map(|&x| round(x * scale) * unscale).collect();
+    attention_split_bf16(
+        partial_o,
+        partial_ml,
+        &q,
+        k_cache,
+        v_cache,
+        block_tables,
+        token_seq,
+        positions,
+        max_blocks,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        split_len,
+    );
+}
+
 /// Flash-decoding's first half: for each token, query head and split of `split_len`
 /// positions, the unnormalised attention over that split: running maximum `m`, sum `l` of
 /// `e^(score - m)`, and the weighted sum of values, over a bf16 cache. The twin of

@@ -12,6 +12,7 @@ use cudarc::driver::{CudaGraph, CudaSlice};
 
 use super::context::Gpu;
 use super::kernels::attention_mma::attention_mma_supports;
+use super::kernels::attention_split_mma::attention_split_mma_supports;
 use super::kernels::gemm_skinny::{SKINNY_MAX_TOKENS, skinny_splits};
 use super::kernels::{In, Out};
 use super::tiles::{BLOCK_SIZE, MAX_HEAD_DIM};
@@ -48,11 +49,9 @@ fn partial_rows_for(c: &Config) -> usize {
 /// attention (`Attention::of`): its 64-row tiles are mostly full, and each key tile is read
 /// once for all of them.
 const MIN_TENSOR_CORE_ROWS: usize = 64;
-/// Where `gemm_wgmma_bf16` exists, the skinny matmul takes at most this many tokens; past
-/// half as many, only for a matrix of at most `SKINNY_OVER_WGMMA_ROWS` rows
+/// Where `gemm_wgmma_bf16` exists, the skinny matmul takes at most this many tokens
 /// (`takes_skinny`).
-const SKINNY_OVER_WGMMA_TOKENS: usize = 64;
-const SKINNY_OVER_WGMMA_ROWS: usize = 8192;
+const SKINNY_OVER_WGMMA_TOKENS: usize = 16;
 /// Most splits the combine kernel's shared memory holds (one float each, under 48 KiB).
 const MAX_SPLITS: usize = 8192;
 /// Share of the free device memory the KV pool may take by default.
@@ -106,7 +105,8 @@ fn splits_needed(c: &Config, batch: &Batch, partial_rows: usize) -> Option<usize
 /// Which kernels a pass attends with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Attention {
-    /// `attention_split_bf16` + `attention_combine_f32`, with this many splits.
+    /// `attention_split_mma_bf16` (or `attention_split_bf16` for heads it does not take) +
+    /// `attention_combine_f32`, with this many splits.
     Split(usize),
     /// `attention_mma_bf16`: one sequence's prompt chunk, a head of 64 or 128.
     TensorCores,
@@ -264,8 +264,9 @@ impl GpuWeights {
 struct MatmulScratch {
     /// `[max_tokens, max(dim, q_dim, ffn_dim)]` the input rounded to bf16 for the tensor cores
     x_bf16: CudaSlice<u16>,
-    /// `[splits, SKINNY_MAX_TOKENS, n_out]` the skinny matmul's split sums, for the model's
-    /// widest split matrix (`skinny_splits`)
+    /// The split sums of the skinny matmul (`[splits, SKINNY_MAX_TOKENS, n_out]` for the
+    /// model's widest split matrix, `skinny_splits`) or of the warpgroup GEMM (`[k_splits,
+    /// n, n_out]` for the largest split its plans make up to `max_tokens`): the larger
     parts: CudaSlice<f32>,
     /// Every matmul through the skinny kernel (whose sums for a token do not depend on the
     /// other tokens of the launch), one token too: `GpuBackend::set_batch_invariant`.
@@ -282,19 +283,27 @@ impl MatmulScratch {
             (ffn, dim),
             (dim, c.vocab_size),
         ];
+        let skinny =
+            |&(n_in, n_out): &(usize, usize)| match skinny_splits(n_in, n_out, gpu.sm_count) {
+                1 => 0,
+                s => s * SKINNY_MAX_TOKENS * n_out,
+            };
+        // Every token count a step may bring: the plans split only small grids, so this is
+        // a few dozen MiB at most (Llama 3 8B: 8 x 128 x 4096 for down at 128 tokens).
+        let wgmma = |&(n_in, n_out): &(usize, usize)| {
+            (1..=max_tokens)
+                .map(|n| gpu.wgmma_parts_len(n, n_in, n_out))
+                .max()
+                .unwrap_or(0)
+        };
         let parts = matrices
             .iter()
-            .map(
-                |&(n_in, n_out)| match skinny_splits(n_in, n_out, gpu.sm_count) {
-                    1 => 0,
-                    s => s * SKINNY_MAX_TOKENS * n_out,
-                },
-            )
+            .map(|m| skinny(m).max(wgmma(m)))
             .max()
             .unwrap_or(0);
         Ok(MatmulScratch {
             x_bf16: gpu.zeros(max_tokens * dim.max(q).max(ffn), "activations")?,
-            parts: gpu.zeros(parts, "the skinny matmul's split sums")?,
+            parts: gpu.zeros(parts.max(1), "the tensor-core matmuls' split sums")?,
             batch_invariant: false,
         })
     }
@@ -472,20 +481,19 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// Whether `n` tokens through an `n_out`-row matrix take the skinny matmul rather than
-    /// the prompt GEMM: always in the batch-invariant mode; without `wgmma`, for all it
-    /// takes (`gemm_mma_bf16` is behind it even at 128 tokens); with `wgmma`, where that
-    /// one's 128-wide output tiles would leave SMs idle. On the H200 (Llama-3-8B,
-    /// `rustle bench --prompt-len N`, us skinny/wgmma): ahead on all four matrices up to 32
-    /// tokens (gate 40/46 at 32); at 64 tokens qkv 35/42, o_proj 23/33, down 55/69, but gate
-    /// 59/47 (14336 rows: 112 tiles fill the GPU); at 128 tokens behind on every matrix
-    /// (287 us against 184 for the four).
-    fn takes_skinny(gpu: &Gpu, mm: &MatmulScratch, n: usize, n_out: usize) -> bool {
+    /// Whether `n` tokens take the skinny matmul rather than the prompt GEMM: always in the
+    /// batch-invariant mode; without `wgmma`, for all it takes (`gemm_mma_bf16` is behind it
+    /// even at 128 tokens); with `wgmma`, to `SKINNY_OVER_WGMMA_TOKENS`. On the H200
+    /// (Llama-3-8B, `rustle bench --prompt-len N --gemm-plans`, BENCHMARKS.md round 18), us
+    /// skinny/wgmma for qkv, o_proj, gate, down: at 16 tokens 19.8/18.7, 12.4/11.0,
+    /// 34.9/38.6, 36.0/37.6 (even); at 32, 24.0/21.2, 15.9/12.2, 40.4/38.1, 38.8/37.9, and
+    /// at 64 wgmma ahead by a third, now that its reduction splits up to 8 ways to fill the
+    /// SMs.
+    fn takes_skinny(gpu: &Gpu, mm: &MatmulScratch, n: usize) -> bool {
         if mm.batch_invariant || !gpu.has_wgmma() {
             return mm.batch_invariant || n <= SKINNY_MAX_TOKENS;
         }
-        n <= SKINNY_OVER_WGMMA_TOKENS / 2
-            || (n <= SKINNY_OVER_WGMMA_TOKENS && n_out <= SKINNY_OVER_WGMMA_ROWS)
+        n <= SKINNY_OVER_WGMMA_TOKENS
     }
 
     /// One linear layer for `n` tokens: `out (+)= x w^T + bias`, added to what `out` holds
@@ -528,7 +536,7 @@ impl GpuBackend {
         n_out: usize,
         accumulate: bool,
     ) -> Result<()> {
-        if Self::takes_skinny(gpu, mm, n, n_out) {
+        if Self::takes_skinny(gpu, mm, n) {
             let parts = &mut mm.parts.as_view_mut();
             for first in (0..n).step_by(SKINNY_MAX_TOKENS) {
                 let rows = first..(first + SKINNY_MAX_TOKENS).min(n);
@@ -550,7 +558,8 @@ impl GpuBackend {
             "the prompt GEMM writes its output; add it separately"
         );
         let x = mm.x_bf16.slice(..n * n_in);
-        gpu.prefill_gemm(out, &x, &w.as_view(), bias, n, n_in, n_out)
+        let parts = &mut mm.parts.as_view_mut();
+        gpu.prefill_gemm(out, &x, &w.as_view(), bias, n, n_in, n_out, parts)
     }
 
     /// `x += input w^T` for `n` tokens: fused into the matmul's output where the GEMV or the
@@ -567,7 +576,7 @@ impl GpuBackend {
         n_in: usize,
         n_out: usize,
     ) -> Result<()> {
-        if n == 1 || Self::takes_skinny(gpu, mm, n, n_out) {
+        if n == 1 || Self::takes_skinny(gpu, mm, n) {
             return Self::matmul(gpu, x, input, mm, w, None, n, n_in, n_out, true);
         }
         let tmp = &mut tmp.slice_mut(..n * n_out);
@@ -964,12 +973,23 @@ impl GpuBackend {
                     &mut self.partial_o.slice_mut(..rows * head_dim),
                     &mut self.partial_ml.slice_mut(..rows * 2),
                 );
-                unsafe {
-                    g.attention_split_bf16(
-                        partial_o, partial_ml, &q, &k, &v, &tables, &token_seq, &positions,
-                        max_blocks, nh, nkv, head_dim, SPLIT_LEN,
-                    )
-                }?;
+                // The query heads of a KV head as the rows of one `mma` where it takes the
+                // model's heads; the per-lane kernel otherwise.
+                if attention_split_mma_supports(head_dim, nh, nkv, SPLIT_LEN) {
+                    unsafe {
+                        g.attention_split_mma_bf16(
+                            partial_o, partial_ml, &q, &k, &v, &tables, &token_seq, &positions,
+                            max_blocks, nh, nkv, head_dim, SPLIT_LEN,
+                        )
+                    }?;
+                } else {
+                    unsafe {
+                        g.attention_split_bf16(
+                            partial_o, partial_ml, &q, &k, &v, &tables, &token_seq, &positions,
+                            max_blocks, nh, nkv, head_dim, SPLIT_LEN,
+                        )
+                    }?;
+                }
                 g.attention_combine_f32(
                     out,
                     &partial_o.as_view(),

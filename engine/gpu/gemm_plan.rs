@@ -14,7 +14,8 @@ use super::tiles::{MMA_BM, MMA_BN, WGMMA_BM};
 pub struct GemmPlan {
     /// Output features per block tile.
     pub tile_n: usize,
-    /// 1, or 2: each half of the reduction in its own block, both added into a zeroed output.
+    /// 1, or 2, 4 or 8 (`WGMMA_SPLITS`): each part of the reduction in its own block, all
+    /// added into a zeroed output.
     pub k_splits: usize,
 }
 
@@ -23,19 +24,25 @@ pub struct GemmPlan {
 /// round 14): narrower tiles copy more bytes per product, so a column costs more.
 const WGMMA_STEP_COST: [(usize, f64); 4] = [(128, 0.75), (192, 0.85), (224, 0.94), (256, 1.0)];
 
-/// What a split reduction adds to each block, in steps of its width: zeroing the output and
-/// adding both halves into it with `red.add` (measured, round 14: 20 to 27 us on 8B's
-/// o_proj and down, about 30 steps). The halves themselves take half the steps each.
+/// The splits of the reduction `gemm_wgmma_bf16` runs. Few tokens make few tiles (4096
+/// outputs are 16 to 32 of them, on 132 SMs): only splitting the reduction fills the GPU.
+pub const WGMMA_SPLITS: [usize; 4] = [1, 2, 4, 8];
+
+/// What a split reduction adds to a block of 128 tokens, in steps of its width: storing its
+/// part apart and adding the parts in order after the GEMM (measured as zeroing and
+/// `red.add`, round 14: 20 to 27 us on 8B's o_proj and down at 512 tokens, about 30 steps;
+/// the parts' rows cost about as much, round 18). A block with fewer tokens stores fewer
+/// rows: the cost scales with them.
 const SPLIT_STEPS: f64 = 32.0;
 
-/// Reductions shallower than this are not split: each half would be a few steps.
-const MIN_SPLIT_DEPTH: usize = 1024;
+/// No part of a split reduction is shallower than this: it would be a few steps.
+const MIN_PART_DEPTH: usize = 512;
 
 /// `gemm_mma_bf16`'s plan: its one tile width, split when even the halves fit in one wave
 /// of `slots` blocks (a second wave costs more than the idle SMs: round 13).
 pub fn mma(n: usize, n_in: usize, n_out: usize, slots: usize) -> GemmPlan {
     let tiles = n_out.div_ceil(MMA_BN) * n.div_ceil(MMA_BM);
-    let split = 2 * tiles <= slots && n_in >= MIN_SPLIT_DEPTH;
+    let split = 2 * tiles <= slots && n_in >= 2 * MIN_PART_DEPTH;
     GemmPlan {
         tile_n: MMA_BN,
         k_splits: if split { 2 } else { 1 },
@@ -47,6 +54,7 @@ pub fn mma(n: usize, n_in: usize, n_out: usize, slots: usize) -> GemmPlan {
 /// to no split.
 pub fn wgmma(n: usize, n_in: usize, n_out: usize, slots: usize) -> GemmPlan {
     let steps = n_in.div_ceil(64) as f64;
+    let rows = n.min(WGMMA_BM) as f64 / WGMMA_BM as f64;
     let mut best = (
         f64::INFINITY,
         GemmPlan {
@@ -55,13 +63,17 @@ pub fn wgmma(n: usize, n_in: usize, n_out: usize, slots: usize) -> GemmPlan {
         },
     );
     for &(tile_n, step_cost) in WGMMA_STEP_COST.iter().rev() {
-        for k_splits in [1, 2] {
-            if k_splits == 2 && n_in < MIN_SPLIT_DEPTH {
+        for k_splits in WGMMA_SPLITS {
+            if k_splits > 1 && n_in < k_splits * MIN_PART_DEPTH {
                 continue;
             }
             let blocks = n_out.div_ceil(tile_n) * n.div_ceil(WGMMA_BM) * k_splits;
             let waves = blocks.div_ceil(slots) as f64;
-            let split_steps = if k_splits == 2 { SPLIT_STEPS } else { 0.0 };
+            let split_steps = if k_splits > 1 {
+                SPLIT_STEPS * rows
+            } else {
+                0.0
+            };
             let time = waves * (steps / k_splits as f64 + split_steps) * step_cost;
             if time < best.0 * 0.999 {
                 best = (time, GemmPlan { tile_n, k_splits });

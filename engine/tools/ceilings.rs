@@ -69,6 +69,7 @@ pub fn rustle_gemm_flops(gpu: &Gpu, n: usize) -> Result<f64> {
     let mut x = gpu.zeros::<u16>(n * n, "the GEMM benchmark")?;
     gpu.fill_random_bf16(&mut x.as_view_mut(), 14, 1.0)?;
     let mut out = gpu.zeros::<f32>(n * n, "the GEMM benchmark")?;
+    let mut parts = gpu.zeros::<f32>(gpu.wgmma_parts_len(n, n, n).max(1), "the GEMM benchmark")?;
     let ms = time_ms(gpu, 3, &mut || {
         gpu.prefill_gemm(
             &mut out.as_view_mut(),
@@ -78,6 +79,7 @@ pub fn rustle_gemm_flops(gpu: &Gpu, n: usize) -> Result<f64> {
             n,
             n,
             n,
+            &mut parts.as_view_mut(),
         )
     })?;
     Ok(2.0 * (n as f64).powi(3) / (ms * 1e-3))

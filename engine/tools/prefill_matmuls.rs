@@ -8,7 +8,7 @@ use super::timing::time_ms;
 use crate::config::Config;
 use crate::error::Result;
 use crate::gpu::Gpu;
-use crate::gpu::gemm_plan::GemmPlan;
+use crate::gpu::gemm_plan::{GemmPlan, WGMMA_SPLITS};
 use crate::gpu::kernels::gemm_skinny::{SKINNY_MAX_TOKENS, skinny_splits};
 use crate::gpu::tiles::WGMMA_WIDTHS;
 
@@ -73,12 +73,15 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmR
         let mut x = gpu.zeros::<u16>(n * n_in, "the GEMM benchmark")?;
         gpu.fill_random_bf16(&mut x.as_view_mut(), 201, 1.0)?;
         let mut out = gpu.zeros::<f32>(n * n_out, "the GEMM benchmark")?;
+        // Room for the widest split any plan makes.
+        let most_splits = WGMMA_SPLITS[WGMMA_SPLITS.len() - 1];
+        let mut parts = gpu.zeros::<f32>(most_splits * n * n_out, "the GEMM benchmark")?;
         let (xv, wv) = (x.as_view(), w.as_view());
         let wgmma_us = match gpu.has_wgmma() {
             false => None,
             true => Some(time_us(&mut || {
-                let o = &mut out.as_view_mut();
-                gpu.gemm_wgmma_bf16(o, &xv, &wv, None, n, n_in, n_out)
+                let (o, p) = (&mut out.as_view_mut(), &mut parts.as_view_mut());
+                gpu.gemm_wgmma_bf16(o, &xv, &wv, None, n, n_in, n_out, p)
             })?),
         };
         let mma_us = time_us(&mut || {
@@ -99,11 +102,11 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmR
         let mut plans = vec![];
         if all_plans && gpu.has_wgmma() {
             for tile_n in WGMMA_WIDTHS {
-                for k_splits in [1, 2] {
+                for k_splits in WGMMA_SPLITS {
                     let plan = GemmPlan { tile_n, k_splits };
                     let us = time_us(&mut || {
-                        let o = &mut out.as_view_mut();
-                        gpu.gemm_wgmma_planned(plan, o, &xv, &wv, None, n, n_in, n_out)
+                        let (o, p) = (&mut out.as_view_mut(), &mut parts.as_view_mut());
+                        gpu.gemm_wgmma_planned(plan, o, &xv, &wv, None, n, n_in, n_out, p)
                     })?;
                     plans.push((plan, us));
                 }

@@ -20,23 +20,7 @@ use crate::mma::{
     shared_addr,
 };
 use crate::tiles::{ATTN_MMA_KEYS, ATTN_MMA_ROWS, BLOCK_SIZE};
-
-/// `i = 0, 1, ..., n - 1` (n at most 16) as that many copies of the body, `i` a constant in
-/// each: the fragments below are arrays of registers, and a loop the compiler kept rolled
-/// would index them through local memory.
-macro_rules! unroll {
-    ($i:ident < $n:expr => $body:block) => {
-        unroll!(@ $i, $n, $body, [0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15])
-    };
-    (@ $i:ident, $n:expr, $body:block, [$($k:literal)*]) => {
-        $(
-            if $k < $n {
-                let $i: usize = $k;
-                $body
-            }
-        )*
-    };
-}
+use crate::unroll::unroll;
 
 /// For each (token, query head) row: `out = softmax(q . K^T / sqrt(head_dim)) V` over the keys
 /// and values of the token's sequence at positions `0..=positions[t]`, read from KV head

@@ -95,6 +95,18 @@ pub unsafe fn sync_threads() {
     unsafe { nvptx::_syncthreads() }
 }
 
+/// `__syncwarp()`: every lane of the warp waits here, and memory writes (shared memory
+/// included) made by any of them before it are visible to all after it (`bar.warp.sync`).
+/// A block of one warp needs no more than this where it would call `sync_threads`.
+///
+/// # Safety
+/// Every lane of the warp must reach it.
+#[inline(always)]
+pub unsafe fn sync_warp() {
+    // SAFETY: the caller guarantees every lane arrives; the mask names all 32.
+    unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) }
+}
+
 /// The block's dynamic shared memory (the launch's `shared_mem_bytes`), as `T`s.
 #[inline(always)]
 pub fn dynamic_shared<T>() -> *mut T {

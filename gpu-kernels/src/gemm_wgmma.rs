@@ -15,7 +15,7 @@
 use crate::device::{
     block_idx_x, block_idx_y, block_idx_z, dynamic_shared, grid_dim_z, sync_threads, thread_idx_x,
 };
-use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, red_add_f32, shared_addr};
+use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, shared_addr};
 use crate::tiles::{WGMMA_BK, WGMMA_BM, WGMMA_MAX_BN, WGMMA_STAGES, WGMMA_THREADS};
 use crate::wgmma::{self, Accumulators, descriptor_sw128, swizzle_128b};
 
@@ -36,7 +36,7 @@ const CHUNKS: usize = WGMMA_BK / 8;
 /// `out[t, o] = sum_i x[t, i] * w[o, i] + bias[o]`, bf16 inputs, products summed in f32: the
 /// same contract as `gemm_mma_bf16`, on sm_90a.
 ///
-/// - `out`: `[n, n_out]` f32
+/// - `out`: `[n, n_out]` f32; split, `[gridDim.z, n, n_out]`
 /// - `x`: `[n, n_in]` bf16 (as `u16` bits): the activations, rounded by `f32_to_bf16`
 /// - `w`: `[n_out, n_in]` bf16
 /// - `bias`: `[n_out]` f32, or null for none
@@ -51,11 +51,16 @@ const CHUNKS: usize = WGMMA_BK / 8;
 /// multiplied, step `t - 1`'s products may still be running and steps `t + 1` and `t + 2`
 /// are arriving. Past `n`, `n_in` or `n_out` the tiles hold zeros, and nothing is stored.
 ///
-/// As in `gemm_mma_bf16`, `gridDim.z == 2` splits the reduction in two halves, each added
-/// into an output the host has zeroed.
+/// `gridDim.z = k > 1` splits the reduction into `k` parts: with few tokens there are few
+/// tiles (a few dozen for 4096 features), and only the split fills the GPU. Block `z` then
+/// stores its part's sums, without the bias, as `out[z]` of an `out` of `[k, n, n_out]`; the
+/// host adds the parts in order (`gemm_skinny_reduce_f32`), so that the result does not
+/// depend on which part finished first (`red.add` of more than two parts would). A
+/// warpgroup whose 64 rows are all past `n` (a tile of at most 64 tokens) copies its share
+/// but multiplies nothing.
 ///
 /// PRECONDITIONS: `n_in % 8 == 0`; `x` and `w` 16-byte aligned; block `(256)`; grid
-/// `(ceil(n_out / tile_n), ceil(n / WGMMA_BM), 1 or 2)`, and `out` zeroed when 2;
+/// `(ceil(n_out / tile_n), ceil(n / WGMMA_BM), splits)`;
 /// `WGMMA_SHARED_BYTES` of dynamic shared memory.
 ///
 /// # Safety
@@ -170,6 +175,8 @@ unsafe fn gemm<A: Accumulators>(
         }
         cp_async_commit();
     }
+    // Uniform across the warpgroup, as `wgmma` needs: all its rows are zeros past `n`.
+    let has_rows = m0 + 64 * group < n;
     let mut acc = A::zeros();
     for t in 0..steps {
         cp_async_wait::<{ (AHEAD - 1) as u32 }>();
@@ -179,10 +186,12 @@ unsafe fn gemm<A: Accumulators>(
         // refilled below.
         // SAFETY: all threads run the same number of steps.
         unsafe { sync_threads() };
-        // The accumulators are ready for the products (zeroed, on the first step).
-        wgmma::fence();
-        multiply(t % WGMMA_STAGES, &mut acc);
-        wgmma::commit_group();
+        if has_rows {
+            // The accumulators are ready for the products (zeroed, on the first step).
+            wgmma::fence();
+            multiply(t % WGMMA_STAGES, &mut acc);
+            wgmma::commit_group();
+        }
         let ahead = t + AHEAD;
         if ahead < steps {
             request(ahead % WGMMA_STAGES, ahead);
@@ -198,8 +207,11 @@ unsafe fn gemm<A: Accumulators>(
     let lane = tid % 128;
     let row0 = m0 + 64 * group + 16 * (lane / 32) + lane % 32 / 4;
     let col0 = n0 + 2 * (lane % 4);
+    // Split, this block's part of the output: `out[z]`, no bias.
     let split = grid_dim_z() > 1;
-    let add_bias = !bias.is_null() && block_idx_z() == 0;
+    let add_bias = !bias.is_null() && !split;
+    // SAFETY: `out` holds gridDim.z parts of n * n_out when split.
+    let out = unsafe { out.add(block_idx_z() * n * n_out) };
     // Two neighbouring columns at a time: one 8-byte store where both are inside and the
     // row's start keeps them 8-byte aligned (an even n_out).
     let pairs = n_out.is_multiple_of(2);
@@ -219,12 +231,7 @@ unsafe fn gemm<A: Accumulators>(
                 false => (a, b),
             };
             let at = out.add(row * n_out + col);
-            if split {
-                red_add_f32(at, a);
-                if both {
-                    red_add_f32(at.add(1), b);
-                }
-            } else if both && pairs {
+            if both && pairs {
                 *(at as *mut Pair) = Pair([a, b]);
             } else {
                 *at = a;

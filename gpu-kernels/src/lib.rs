@@ -26,6 +26,7 @@
 pub mod argmax;
 pub mod attention;
 pub mod attention_mma;
+pub mod attention_split_mma;
 pub mod device;
 pub mod embedding;
 pub mod fill;
@@ -44,6 +45,7 @@ pub mod sample;
 pub mod swiglu;
 /// Launch shapes shared with the host, which compiles the same file (`include!`).
 pub mod tiles;
+mod unroll;
 #[cfg(target_feature = "sm_90a")]
 pub mod wgmma;
 

@@ -108,3 +108,17 @@ pub const fn skinny_shared_bytes(n: usize) -> usize {
     let tiles = skinny_tiles(n);
     skinny_stages(tiles) * skinny_stage_bytes(tiles)
 }
+
+/// Keys `attention_split_mma_bf16` stages and multiplies at a time; its splits are a
+/// multiple of this long.
+pub const ATTN_SPLIT_MMA_KEYS: usize = 32;
+/// Query heads sharing a KV head that `attention_split_mma_bf16` takes at most: the rows of
+/// its `mma` that are not padding (the first 8 of 16).
+pub const ATTN_SPLIT_MMA_MAX_GROUP: usize = 8;
+
+/// Dynamic shared memory of `attention_split_mma_bf16`: one tile of keys and one of values,
+/// `[ATTN_SPLIT_MMA_KEYS][head_dim + 8]` bf16 each (8 of padding per row: rows that differ by
+/// one start 16 bytes apart in the banks, so `ldmatrix` reads conflict-free).
+pub const fn attn_split_mma_shared_bytes(head_dim: usize) -> usize {
+    2 * ATTN_SPLIT_MMA_KEYS * (head_dim + 8) * 2
+}

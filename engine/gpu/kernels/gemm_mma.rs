@@ -21,6 +21,10 @@ pub(super) struct TensorGemm {
     pub(super) shared: usize,
     /// Whether the kernel takes the tile width as its last argument.
     pub(super) takes_tile_n: bool,
+    /// How a split reduction's parts meet: false, both halves `red.add` into the zeroed
+    /// output; true, each part is stored apart (`out` is `[k_splits, n, n_out]`) for the
+    /// caller to add in order.
+    pub(super) split_parts: bool,
     pub(super) traffic: fn(usize, usize, usize, bool) -> Traffic,
 }
 
@@ -31,6 +35,7 @@ const MMA_GEMM: TensorGemm = TensorGemm {
     threads: MMA_THREADS,
     shared: MMA_SHARED_BYTES,
     takes_tile_n: false,
+    split_parts: false,
     traffic: traffic::gemm_mma_bf16,
 };
 
@@ -76,13 +81,14 @@ impl Gpu {
             n_in.is_multiple_of(8),
             "{name} moves 8 values at a time: n_in {n_in} must be a multiple of 8"
         );
-        assert!(x.len() == n * n_in && out.len() == n * n_out && w.len() == n_out * n_in);
+        let parts = if k.split_parts { plan.k_splits } else { 1 };
+        assert!(x.len() == n * n_in && out.len() == parts * n * n_out && w.len() == n_out * n_in);
         assert!(bias.is_none_or(|b| b.len() == n_out));
         assert!(
             aligned16(w, &self.stream) && aligned16(x, &self.stream),
             "{name} needs 16-byte aligned w and x"
         );
-        if plan.k_splits > 1 {
+        if plan.k_splits > 1 && !k.split_parts {
             // Timed like a kernel, so that a profile counts what the split costs.
             let traffic = traffic::zero_f32(out.len());
             self.timed("zero_f32 (split GEMM)", traffic, || {

@@ -7,6 +7,7 @@
 pub mod argmax;
 pub mod attention;
 pub mod attention_mma;
+pub mod attention_split_mma;
 pub mod embedding;
 pub mod fill;
 pub mod gemm;

@@ -57,6 +57,7 @@ kernel_table!(
     attention_bf16,
     attention_mma_bf16,
     attention_split_bf16,
+    attention_split_mma_bf16,
     attention_combine_f32,
     swiglu_f32,
     residual_add_f32,

@@ -1,0 +1,313 @@
+//! Flash-decoding's first half on tensor cores: the split kernel for many sequences at once.
+//!
+//! `attention_split_bf16` scores a key with a warp's shuffles and multiplies its value with
+//! each lane's own multiply-adds: at 128 sequences of 512-640 positions it moved 1.5 TB/s,
+//! bound by instructions, not bytes (BENCHMARKS.md rounds 11, 16 and 18). Here the query heads that share a KV head are the rows of one
+//! `mma.sync` (up to 8 of its 16; the rest are zeros), so a split of 32 keys costs a warp 32
+//! products for `S = Q K^T` and 32 for `O = P V`, where the shuffles and multiply-adds cost
+//! it a few thousand instructions. The layouts are `attention_mma_bf16`'s: the same
+//! fragments, one warp, one tile of keys at a time.
+
+use crate::device::{
+    WARP, block_idx_x, block_idx_y, block_idx_z, dynamic_shared, exp2_approx, grid_dim_y,
+    pack_bf16x2, shfl_xor, sqrt, sync_warp, thread_idx_x,
+};
+use crate::mma::{
+    cp_async_16, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_bf16_16816,
+    shared_addr,
+};
+use crate::tiles::{ATTN_SPLIT_MMA_KEYS, BLOCK_SIZE};
+use crate::unroll::unroll;
+
+/// The contract of `attention_split_bf16` (the same arguments, shapes and partial results,
+/// which `attention_combine_f32` merges), with q (scaled) and the softmax weights rounded
+/// to bf16 for the tensor cores, sums in f32.
+///
+/// - `partial_o`: `[n, n_heads, n_splits, head_dim]` f32, unnormalised
+/// - `partial_ml`: `[n, n_heads, n_splits, 2]` f32: the split's maximum score `m` and the
+///   sum `l` of `e^(score - m)`
+/// - `q`: `[n, n_heads, head_dim]` f32
+/// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads, head_dim]` bf16
+/// - `block_tables`: `[n_seqs, max_blocks]` u32; `token_seq`, `positions`: `[n]` u32
+///
+/// Thread mapping: grid `(n_kv_heads, n_splits, n)`; block `(32)`: one warp per (KV head,
+/// split, token). Row `r < group` of its `mma` is query head `kv_head * group + r`; in the
+/// `mma` layouts lane `l` holds row `l / 4` (and row `l / 4 + 8`, always padding). The warp
+/// stages `ATTN_SPLIT_MMA_KEYS` keys and values at a time in shared memory (`cp.async`, 16
+/// bytes a copy, zeros past the split's end), multiplies, takes an online softmax per row
+/// (its values across a quad of lanes: two shuffles), and multiplies the weights, straight
+/// from the first product's output registers, by the values. A split past the token's
+/// position writes m = -inf, l = 0 and zeros.
+///
+/// PRECONDITIONS: `head_dim` 64 or 128; `n_heads / n_kv_heads <= 8`; `split_len` a multiple
+/// of `ATTN_SPLIT_MMA_KEYS`; `n_splits * split_len > positions[t]` for every token; the keys
+/// and values of every position up to each token's own written, and their block-table
+/// entries valid; the caches 16-byte aligned; block `(32)`; dynamic shared memory
+/// `attn_split_mma_shared_bytes(head_dim)`.
+///
+/// # Safety
+/// The host's launch wrapper checks the preconditions it can.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn attention_split_mma_bf16(
+    partial_o: *mut f32,
+    partial_ml: *mut f32,
+    q: *const f32,
+    k_cache: *const u16,
+    v_cache: *const u16,
+    block_tables: *const u32,
+    token_seq: *const u32,
+    positions: *const u32,
+    max_blocks: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    head_dim: u32,
+    split_len: u32,
+) {
+    crate::device::wait_for_previous_kernel();
+    let args = Args {
+        partial_o,
+        partial_ml,
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        token_seq,
+        positions,
+        max_blocks: max_blocks as usize,
+        n_heads: n_heads as usize,
+        n_kv_heads: n_kv_heads as usize,
+        split_len: split_len as usize,
+    };
+    // SAFETY: the preconditions, passed on; the head width becomes a constant.
+    unsafe {
+        if head_dim == 64 {
+            split::<4, 8>(args)
+        } else {
+            split::<8, 16>(args)
+        }
+    }
+}
+
+struct Args {
+    partial_o: *mut f32,
+    partial_ml: *mut f32,
+    q: *const f32,
+    k_cache: *const u16,
+    v_cache: *const u16,
+    block_tables: *const u32,
+    token_seq: *const u32,
+    positions: *const u32,
+    max_blocks: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    split_len: usize,
+}
+
+/// The kernel for `head_dim = 16 KC = 8 NT`: `KC` 16-wide chunks of a head (the reduction
+/// of `Q K^T`), `NT` 8-wide tiles of the output.
+///
+/// # Safety
+/// As `attention_split_mma_bf16`.
+#[inline(always)]
+unsafe fn split<const KC: usize, const NT: usize>(a: Args) {
+    const KEYS: usize = ATTN_SPLIT_MMA_KEYS;
+    let head_dim = 16 * KC;
+    let group = a.n_heads / a.n_kv_heads;
+    let kv_dim = a.n_kv_heads * head_dim;
+    let (kv_head, split, t) = (block_idx_x(), block_idx_y(), block_idx_z());
+    let n_splits = grid_dim_y();
+    let lane = thread_idx_x() % WARP;
+    let (g, c) = (lane / 4, 2 * (lane % 4));
+    // This lane's row g is query head `h` when it is not padding.
+    let real = g < group;
+    let h = kv_head * group + g;
+    let at = (t * a.n_heads + h) * n_splits + split;
+
+    // SAFETY: t < n; the sequence's row of the block table.
+    let (pos, table) = unsafe {
+        (
+            *a.positions.add(t) as usize,
+            a.block_tables
+                .add(*a.token_seq.add(t) as usize * a.max_blocks),
+        )
+    };
+    let start = split * a.split_len;
+    let end = (start + a.split_len).min(pos + 1);
+    if start >= end {
+        // Past the token's position: an empty split (the combine skips it; written anyway,
+        // as the CPU twin does).
+        if real {
+            unroll!(j < NT => {
+                // SAFETY: row `at` of the partials; 8 j + c + 1 < head_dim.
+                unsafe {
+                    *a.partial_o.add(at * head_dim + 8 * j + c) = 0.0;
+                    *a.partial_o.add(at * head_dim + 8 * j + c + 1) = 0.0;
+                }
+            });
+            if lane.is_multiple_of(4) {
+                // SAFETY: row `at` of the partials.
+                unsafe {
+                    *a.partial_ml.add(2 * at) = f32::NEG_INFINITY;
+                    *a.partial_ml.add(2 * at + 1) = 0.0;
+                }
+            }
+        }
+        return;
+    }
+
+    // Shared memory: keys `[KEYS][head_dim + 8]` bf16, then values the same.
+    let stride = head_dim + 8;
+    let k_tile = shared_addr(dynamic_shared::<u8>());
+    let v_tile = k_tile + (KEYS * stride * 2) as u32;
+    let tile_at = |tile: u32, key: usize, d: usize| tile + ((key * stride + d) * 2) as u32;
+
+    // q as the `a` operand, scaled by log2(e) / sqrt(head_dim) (the softmax in powers of
+    // two) and rounded to bf16: (row g, dims 16 kc + c, + 1), (row g + 8: zero), (row g,
+    // + 8), (row g + 8: zero).
+    let scale = core::f32::consts::LOG2_E / sqrt(head_dim as f32);
+    let q_row = (t * a.n_heads + h) * head_dim;
+    let q_pair = |d: usize| -> u32 {
+        if !real {
+            return 0;
+        }
+        // SAFETY: the row is inside q; d + 1 < head_dim.
+        let p = unsafe { a.q.add(q_row + d) };
+        unsafe { pack_bf16x2(*p * scale, *p.add(1) * scale) }
+    };
+    let mut qf = [[0u32; 4]; KC];
+    unroll!(kc < KC => {
+        let d = 16 * kc + c;
+        qf[kc] = [q_pair(d), 0, q_pair(d + 8), 0];
+    });
+
+    // The online softmax's state per row (r = 0: row g; r = 1: row g + 8) and the output in
+    // the accumulator layout: o[j] holds (row g, dims 8 j + c, + 1), (row g + 8, same).
+    let (mut m, mut l) = ([f32::NEG_INFINITY; 2], [0.0f32; 2]);
+    let mut o = [[0.0f32; 4]; NT];
+    // 16-byte pieces of a key's head (8 bf16 each).
+    let per_key = head_dim / 8;
+
+    let mut k0 = start;
+    while k0 < end {
+        // Keys k0 .. k0 + KEYS, zeros past the split's end. Lane `lane` takes pieces `lane`,
+        // `lane + 32`, ...
+        let mut piece = lane;
+        while piece < KEYS * per_key {
+            let (key, part) = (piece / per_key, piece % per_key);
+            let p = k0 + key;
+            let valid = p < end;
+            // SAFETY: p is a position of the sequence when valid: its table entry is valid,
+            // and the 16 bytes lie inside its slot's head (aligned: head_dim % 8 == 0);
+            // otherwise nothing is read and zeros land. Destinations inside the tiles,
+            // 16-byte aligned (stride and 8 part are multiples of 8).
+            unsafe {
+                let src = if valid {
+                    let slot = *table.add(p / BLOCK_SIZE) as usize * BLOCK_SIZE + p % BLOCK_SIZE;
+                    slot * kv_dim + kv_head * head_dim + 8 * part
+                } else {
+                    0
+                };
+                cp_async_16(tile_at(k_tile, key, 8 * part), a.k_cache.add(src), valid);
+                cp_async_16(tile_at(v_tile, key, 8 * part), a.v_cache.add(src), valid);
+            }
+            piece += WARP;
+        }
+        cp_async_commit();
+        cp_async_wait::<0>();
+        // Every lane's copies are visible to the whole warp (the block is this warp).
+        // SAFETY: all lanes run the same tiles.
+        unsafe { sync_warp() };
+
+        // S = Q K^T: s[j] holds (row g, keys k0 + 8 j + c, + 1), (row g + 8, same). The keys'
+        // tile is `[key][dim]`, the `b` operand's column-major layout.
+        let mut s = [[0.0f32; 4]; KEYS / 8];
+        unroll!(kc < KC => {
+            unroll!(pair < KEYS / 16 => {
+                let key = 16 * pair + lane % 8 + 8 * (lane / 16);
+                // SAFETY: inside the keys' tile; the whole warp is here.
+                let b = unsafe { ldmatrix_x4(tile_at(k_tile, key, 16 * kc + 8 * (lane / 8 % 2))) };
+                mma_bf16_16816(&mut s[2 * pair], qf[kc], [b[0], b[1]]);
+                mma_bf16_16816(&mut s[2 * pair + 1], qf[kc], [b[2], b[3]]);
+            });
+        });
+
+        // Keys past the split's end weigh nothing; then the online softmax of each row (its
+        // values across a quad of lanes: the maximum and the sum take two shuffles).
+        let mut step_max = m;
+        unroll!(j < KEYS / 8 => {
+            unroll!(e < 4 => {
+                let r = e / 2;
+                if k0 + 8 * j + c + e % 2 >= end {
+                    s[j][e] = f32::NEG_INFINITY;
+                }
+                step_max[r] = step_max[r].max(s[j][e]);
+            });
+        });
+        let mut rescale = [0.0f32; 2];
+        unroll!(r < 2 => {
+            step_max[r] = step_max[r].max(shfl_xor(step_max[r], 1));
+            step_max[r] = step_max[r].max(shfl_xor(step_max[r], 2));
+            // Key k0 is inside the split, so the maximum is finite from the first tile;
+            // 2^-inf = 0 for the first tile's empty history.
+            rescale[r] = exp2_approx(m[r] - step_max[r]);
+        });
+        let mut sum = [0.0f32; 2];
+        unroll!(j < KEYS / 8 => {
+            unroll!(e < 4 => {
+                let r = e / 2;
+                s[j][e] = exp2_approx(s[j][e] - step_max[r]);
+                sum[r] += s[j][e];
+            });
+        });
+        unroll!(r < 2 => {
+            sum[r] += shfl_xor(sum[r], 1);
+            sum[r] += shfl_xor(sum[r], 2);
+            l[r] = l[r] * rescale[r] + sum[r];
+            m[r] = step_max[r];
+        });
+        unroll!(j < NT => {
+            o[j] = [o[j][0] * rescale[0], o[j][1] * rescale[0], o[j][2] * rescale[1], o[j][3] * rescale[1]];
+        });
+
+        // O += P V. The weights of keys 16 kc2 .. + 16 are, in s's layout, exactly the `a`
+        // operand's; the values' tile `[key][dim]` is the `b` operand transposed, which
+        // `ldmatrix.trans` undoes.
+        unroll!(kc2 < KEYS / 16 => {
+            let (lo, hi) = (s[2 * kc2], s[2 * kc2 + 1]);
+            let p = [pack_bf16x2(lo[0], lo[1]), pack_bf16x2(lo[2], lo[3]), pack_bf16x2(hi[0], hi[1]), pack_bf16x2(hi[2], hi[3])];
+            unroll!(dp < NT / 2 => {
+                let key = 16 * kc2 + lane % 8 + 8 * (lane / 8 % 2);
+                // SAFETY: inside the values' tile; the whole warp is here.
+                let b = unsafe { ldmatrix_x4_trans(tile_at(v_tile, key, 16 * dp + 8 * (lane / 16))) };
+                mma_bf16_16816(&mut o[2 * dp], p, [b[0], b[1]]);
+                mma_bf16_16816(&mut o[2 * dp + 1], p, [b[2], b[3]]);
+            });
+        });
+
+        k0 += KEYS;
+        if k0 < end {
+            // Everyone is done reading the tiles before the next copies overwrite them.
+            // SAFETY: all lanes run the same tiles.
+            unsafe { sync_warp() };
+        }
+    }
+
+    // Row g's partial result: the weighted values unnormalised, the maximum back in natural
+    // units (the scores were in powers of two), the sum of weights.
+    if real {
+        unroll!(j < NT => {
+            // SAFETY: row `at` of the partials; 8 j + c + 1 < head_dim.
+            unsafe {
+                *a.partial_o.add(at * head_dim + 8 * j + c) = o[j][0];
+                *a.partial_o.add(at * head_dim + 8 * j + c + 1) = o[j][1];
+            }
+        });
+        if lane.is_multiple_of(4) {
+            // SAFETY: row `at` of the partials.
+            unsafe {
+                *a.partial_ml.add(2 * at) = m[0] * core::f32::consts::LN_2;
+                *a.partial_ml.add(2 * at + 1) = l[0];
+            }
+        }
+    }
+}
