@@ -419,10 +419,43 @@ fn gemm_wgmma_bf16(g: &Gpu, rng: &mut StdRng) {
                            n_out| {
                 let mut parts = parts.borrow_mut();
                 let p = &mut parts.as_view_mut();
-                g.gemm_wgmma_planned(plan, o, x, w, b, n, n_in, n_out, p)
+                g.gemm_wgmma_planned(plan, o, x, w, b, n, n_in, n_out, p, false)
             };
             check_gemm(g, rng, planned, cpu, input, &shapes);
         }
+    }
+
+    // A split plan adding into what the output holds (the residual add of o_proj and down).
+    for k_splits in [2, 4, 8] {
+        let plan = GemmPlan {
+            tile_n: 128,
+            k_splits,
+        };
+        let (n, n_in, n_out) = (40, 4104, 300);
+        let (x, w) = (input(rng, n * n_in), bf16_weights(rng, n_out * n_in, 0.05));
+        let before = normal(rng, n * n_out, 1.0);
+        let mut expected = vec![0.0; n * n_out];
+        cpu(&mut expected, &x, &w, None, n_in);
+        for (e, b) in expected.iter_mut().zip(&before) {
+            *e += b;
+        }
+        let mut out = up(g, &before);
+        let mut parts = parts.borrow_mut();
+        g.gemm_wgmma_planned(
+            plan,
+            &mut out.as_view_mut(),
+            &up(g, &x).as_view(),
+            &up(g, &w).as_view(),
+            None,
+            n,
+            n_in,
+            n_out,
+            &mut parts.as_view_mut(),
+            true,
+        )
+        .unwrap();
+        let what = format!("{n} tokens, {n_out} x {n_in}, split {k_splits}, accumulated");
+        assert_close(&what, &down(g, &out), &expected, LONG_REDUCTION);
     }
 }
 

@@ -563,7 +563,8 @@ impl GpuBackend {
     }
 
     /// `x += input w^T` for `n` tokens: fused into the matmul's output where the GEMV or the
-    /// skinny matmul runs it; otherwise through `tmp` and a residual add.
+    /// skinny matmul runs it, or into the in-order sum of a split warpgroup GEMM; otherwise
+    /// through `tmp` and a residual add.
     #[allow(clippy::too_many_arguments)]
     fn add_matmul(
         gpu: &Gpu,
@@ -578,6 +579,12 @@ impl GpuBackend {
     ) -> Result<()> {
         if n == 1 || Self::takes_skinny(gpu, mm, n) {
             return Self::matmul(gpu, x, input, mm, w, None, n, n_in, n_out, true);
+        }
+        if gpu.wgmma_parts_len(n, n_in, n_out) > 0 {
+            // A split warpgroup GEMM: its parts' sum adds into x.
+            gpu.f32_to_bf16(&mut mm.x_bf16.slice_mut(..n * n_in), input)?;
+            let (xb, parts) = (mm.x_bf16.slice(..n * n_in), &mut mm.parts.as_view_mut());
+            return gpu.gemm_wgmma_add_bf16(x, &xb, &w.as_view(), n, n_in, n_out, parts);
         }
         let tmp = &mut tmp.slice_mut(..n * n_out);
         Self::matmul(gpu, tmp, input, mm, w, None, n, n_in, n_out, false)?;

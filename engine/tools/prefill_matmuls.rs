@@ -106,7 +106,7 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmR
                     let plan = GemmPlan { tile_n, k_splits };
                     let us = time_us(&mut || {
                         let (o, p) = (&mut out.as_view_mut(), &mut parts.as_view_mut());
-                        gpu.gemm_wgmma_planned(plan, o, &xv, &wv, None, n, n_in, n_out, p)
+                        gpu.gemm_wgmma_planned(plan, o, &xv, &wv, None, n, n_in, n_out, p, false)
                     })?;
                     plans.push((plan, us));
                 }

@@ -39,7 +39,25 @@ impl Gpu {
         parts: &mut Out<f32>,
     ) -> Result<()> {
         let plan = self.wgmma_plan(n, n_in, n_out)?;
-        self.gemm_wgmma_planned(plan, out, x, w, bias, n, n_in, n_out, parts)
+        self.gemm_wgmma_planned(plan, out, x, w, bias, n, n_in, n_out, parts, false)
+    }
+
+    /// `out += x w^T` through `gemm_wgmma_bf16`, where its plan for this shape splits the
+    /// reduction (`wgmma_parts_len > 0`): the in-order sum of the parts adds into `out`, so
+    /// the residual add costs no launch of its own.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_wgmma_add_bf16(
+        &self,
+        out: &mut Out<f32>,
+        x: &In<u16>,
+        w: &In<u16>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+        parts: &mut Out<f32>,
+    ) -> Result<()> {
+        let plan = self.wgmma_plan(n, n_in, n_out)?;
+        self.gemm_wgmma_planned(plan, out, x, w, None, n, n_in, n_out, parts, true)
     }
 
     /// The tile width and split `gemm_wgmma_bf16` runs `n` tokens through an
@@ -62,7 +80,8 @@ impl Gpu {
     /// `gemm_wgmma_bf16` with the tile width and split chosen by the caller (one of
     /// `WGMMA_WIDTHS` and of `WGMMA_SPLITS`), not by `gemm_plan::wgmma`: for measuring the
     /// plans. Split, the parts go to `parts` and `gemm_skinny_reduce_f32` adds them, in
-    /// order, and the bias into `out`: the same sums whatever order the blocks ran in.
+    /// order, and the bias into `out` (onto what it holds when `accumulate`, which only a
+    /// split plan takes): the same sums whatever order the blocks ran in.
     #[allow(clippy::too_many_arguments)]
     pub fn gemm_wgmma_planned(
         &self,
@@ -75,8 +94,13 @@ impl Gpu {
         n_in: usize,
         n_out: usize,
         parts: &mut Out<f32>,
+        accumulate: bool,
     ) -> Result<()> {
         assert!(WGMMA_WIDTHS.contains(&plan.tile_n) && WGMMA_SPLITS.contains(&plan.k_splits));
+        assert!(
+            !accumulate || plan.k_splits > 1,
+            "gemm_wgmma_bf16 adds into its output only through a split's sum"
+        );
         let func = self.wgmma_kernel()?;
         if plan.k_splits == 1 {
             return self.tensor_gemm(func, &WGMMA_GEMM, plan, out, x, w, bias, n, n_in, n_out);
@@ -90,7 +114,7 @@ impl Gpu {
         );
         let parts = &mut parts.slice_mut(..len);
         self.tensor_gemm(func, &WGMMA_GEMM, plan, parts, x, w, None, n, n_in, n_out)?;
-        self.gemm_skinny_reduce_f32(out, &parts.as_view(), bias, n_out, false)
+        self.gemm_skinny_reduce_f32(out, &parts.as_view(), bias, n_out, accumulate)
     }
 
     fn wgmma_kernel(&self) -> Result<&CudaFunction> {
