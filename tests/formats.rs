@@ -30,8 +30,15 @@ fn dtype(name: &str) -> DType {
         "q8_0" => DType::Q8_0,
         "q4_0" => DType::Q4_0,
         "q4_1" => DType::Q4_1,
+        "q5_0" => DType::Q5_0,
+        "q5_1" => DType::Q5_1,
+        "q2_k" => DType::Q2K,
+        "q3_k" => DType::Q3K,
         "q4_k" => DType::Q4K,
+        "q5_k" => DType::Q5K,
         "q6_k" => DType::Q6K,
+        "iq4_nl" => DType::IQ4NL,
+        "iq4_xs" => DType::IQ4XS,
         other => panic!("unexpected type {other}"),
     }
 }
@@ -59,7 +66,10 @@ fn dequantization_matches_the_gguf_package() {
     }
     assert_eq!(
         seen,
-        ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
+        [
+            "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q5_0", "q5_1", "q2_k",
+            "q3_k", "q5_k", "iq4_nl", "iq4_xs"
+        ]
     );
 }
 

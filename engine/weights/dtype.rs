@@ -21,6 +21,9 @@ pub enum DType {
     Q5K,
     Q6K,
     Q8K,
+    /// IQ4_NL and IQ4_XS: 4-bit indices into a fixed non-uniform table of 16 values.
+    IQ4NL,
+    IQ4XS,
     /// Anything else a safetensors file may hold (integers, f64, ...): indexed, never loaded.
     Other(&'static str),
 }
@@ -43,6 +46,8 @@ impl DType {
             13 => DType::Q5K,
             14 => DType::Q6K,
             15 => DType::Q8K,
+            20 => DType::IQ4NL,
+            23 => DType::IQ4XS,
             30 => DType::BF16,
             _ => return None,
         })
@@ -54,6 +59,8 @@ impl DType {
             DType::F32 | DType::F16 | DType::BF16 | DType::Other(_) => 1,
             DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 | DType::Q8_1 => 32,
             DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::Q8K => 256,
+            DType::IQ4NL => 32,
+            DType::IQ4XS => 256,
         }
     }
 
@@ -62,23 +69,26 @@ impl DType {
         match self {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::Q4_0 => 18, // f16 scale, 16 bytes of 4-bit values
-            DType::Q4_1 => 20, // f16 scale, f16 min, 16 bytes of 4-bit values
-            DType::Q5_0 => 22, // f16 scale, 4 bytes of fifth bits, 16 bytes of nibbles
-            DType::Q5_1 => 24, // f16 scale, f16 min, 4 + 16 bytes
-            DType::Q8_0 => 34, // f16 scale, 32 i8
-            DType::Q8_1 => 36, // f16 scale, f16 sum, 32 i8
-            DType::Q2K => 84,  // 16 scale bytes, 64 bytes of 2-bit values, f16 d, f16 dmin
-            DType::Q3K => 110, // 32 + 64 + 12 bytes, f16 d
-            DType::Q4K => 144, // f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes
-            DType::Q5K => 176, // f16 d, f16 dmin, 12 + 32 + 128 bytes
-            DType::Q6K => 210, // 128 low nibbles, 64 high-bit bytes, 16 i8 scales, f16 d
-            DType::Q8K => 292, // f32 d, 256 i8, 16 i16 sums
+            DType::Q4_0 => 18,   // f16 scale, 16 bytes of 4-bit values
+            DType::Q4_1 => 20,   // f16 scale, f16 min, 16 bytes of 4-bit values
+            DType::Q5_0 => 22,   // f16 scale, 4 bytes of fifth bits, 16 bytes of nibbles
+            DType::Q5_1 => 24,   // f16 scale, f16 min, 4 + 16 bytes
+            DType::Q8_0 => 34,   // f16 scale, 32 i8
+            DType::Q8_1 => 36,   // f16 scale, f16 sum, 32 i8
+            DType::Q2K => 84,    // 16 scale bytes, 64 bytes of 2-bit values, f16 d, f16 dmin
+            DType::Q3K => 110,   // 32 + 64 + 12 bytes, f16 d
+            DType::Q4K => 144,   // f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes
+            DType::Q5K => 176,   // f16 d, f16 dmin, 12 + 32 + 128 bytes
+            DType::Q6K => 210,   // 128 low nibbles, 64 high-bit bytes, 16 i8 scales, f16 d
+            DType::Q8K => 292,   // f32 d, 256 i8, 16 i16 sums
+            DType::IQ4NL => 18,  // f16 scale, 16 bytes of 4-bit table indices
+            DType::IQ4XS => 136, // f16 d, u16 + 4 bytes of 6-bit scales, 128 bytes of indices
             DType::Other(_) => 0,
         }
     }
 
-    /// Whether rustle can turn this type into f32.
+    /// Whether rustle can turn this type into f32: every type in common use. Q8_1 and Q8_K
+    /// are llama.cpp's scratch formats for activations, not found in model files.
     pub fn is_loadable(self) -> bool {
         matches!(
             self,
@@ -87,9 +97,16 @@ impl DType {
                 | DType::BF16
                 | DType::Q4_0
                 | DType::Q4_1
+                | DType::Q5_0
+                | DType::Q5_1
                 | DType::Q8_0
+                | DType::Q2K
+                | DType::Q3K
                 | DType::Q4K
+                | DType::Q5K
                 | DType::Q6K
+                | DType::IQ4NL
+                | DType::IQ4XS
         )
     }
 }
@@ -112,6 +129,8 @@ impl fmt::Display for DType {
             DType::Q5K => "q5_k",
             DType::Q6K => "q6_k",
             DType::Q8K => "q8_k",
+            DType::IQ4NL => "iq4_nl",
+            DType::IQ4XS => "iq4_xs",
             DType::Other(s) => s,
         };
         f.write_str(s)

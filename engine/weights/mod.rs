@@ -6,6 +6,7 @@
 //! whatever the file.
 
 pub mod dequant;
+mod dequant_k;
 pub mod dtype;
 pub mod gguf;
 pub mod safetensors;

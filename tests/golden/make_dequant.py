@@ -13,6 +13,7 @@ import json
 import os
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize
 
@@ -38,7 +39,16 @@ def blocks(qtype, n_blocks):
         T.Q4_1: (20, [0, 2]),
         T.Q4_K: (144, [0, 2]),
         T.Q6_K: (210, [208]),
+        T.Q5_0: (22, [0]),
+        T.Q5_1: (24, [0, 2]),
+        T.Q2_K: (84, [80, 82]),
+        T.Q3_K: (110, [108]),
+        T.Q5_K: (176, [0, 2]),
+        T.IQ4_NL: (18, [0]),
+        T.IQ4_XS: (136, [0]),
     }[qtype]
+    # The package's own table of block sizes: the offsets above belong to these layouts.
+    assert size == GGML_QUANT_SIZES[qtype][1], (qtype.name, size, GGML_QUANT_SIZES[qtype])
     raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
     for at in scale_fields:
         raw[:, at:at + 2] = f16_bytes(rng.uniform(-0.1, 0.1, size=n_blocks)).reshape(n_blocks, 2)
@@ -47,8 +57,11 @@ def blocks(qtype, n_blocks):
 
 def main():
     cases = []
+    # New types go at the end, so that the random bytes of the earlier cases stay the same.
     for qtype, n_blocks in [(T.F32, 7), (T.F16, 9), (T.BF16, 9), (T.Q8_0, 3), (T.Q4_0, 3),
-                            (T.Q4_1, 3), (T.Q4_K, 2), (T.Q6_K, 2)]:
+                            (T.Q4_1, 3), (T.Q4_K, 2), (T.Q6_K, 2), (T.Q5_0, 3), (T.Q5_1, 3),
+                            (T.Q2_K, 2), (T.Q3_K, 2), (T.Q5_K, 2), (T.IQ4_NL, 3),
+                            (T.IQ4_XS, 2)]:
         raw = blocks(qtype, n_blocks)
         values = dequantize(raw, qtype).astype(np.float32).reshape(-1)
         cases.append({
