@@ -454,14 +454,20 @@ mod tests {
             assert!(w.iter().all(|x| x.is_finite()) && w.iter().any(|&x| x != 0.0));
         }
 
-        // Q8_K (ggml type 15) is llama.cpp's scratch type: known by name, never loaded.
-        let path = model((15, DType::Q8K));
-        let e = load(&path).err().unwrap().to_string();
-        std::fs::remove_file(&path).unwrap();
-        assert_eq!(
-            e,
-            "weight model.layers.0.mlp.down_proj.weight: want [256, 256] (f32, f16, bf16 or a GGUF quantization rustle reads), found [256, 256] q8_k"
-        );
+        // Q8_K (ggml type 15) is llama.cpp's scratch type, IQ2_XXS (16) and TQ1_0 (34) types
+        // rustle does not read: each known by name, never loaded.
+        let reads = "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs";
+        for (id, name) in [(15, "q8_k"), (16, "iq2_xxs"), (34, "tq1_0")] {
+            let path = model((id, DType::from_ggml(id).unwrap()));
+            let e = load(&path).err().unwrap().to_string();
+            std::fs::remove_file(&path).unwrap();
+            assert_eq!(
+                e,
+                format!(
+                    "weight model.layers.0.mlp.down_proj.weight: want [256, 256], found [256, 256] {name}, which rustle does not read (it reads: {reads})"
+                )
+            );
+        }
     }
 
     #[test]

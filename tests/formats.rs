@@ -12,6 +12,16 @@ use serde::Deserialize;
 #[derive(Deserialize)]
 struct Dequant {
     cases: Vec<DequantCase>,
+    ggml_types: Vec<GgmlTypeRow>,
+}
+
+/// One entry of the package's `GGMLQuantizationType`, with its `GGML_QUANT_SIZES`.
+#[derive(Deserialize)]
+struct GgmlTypeRow {
+    id: u32,
+    name: String,
+    block_len: usize,
+    block_bytes: usize,
 }
 
 #[derive(Deserialize)]
@@ -71,6 +81,32 @@ fn dequantization_matches_the_gguf_package() {
             "q3_k", "q5_k", "iq4_nl", "iq4_xs"
         ]
     );
+}
+
+/// Every type ggml defines has rustle's name for it (so a file holding one is refused by
+/// name) and the same block geometry (so its tensors are placed right in the file); every
+/// other id is unknown.
+#[test]
+fn every_ggml_type_is_named_as_the_gguf_package_names_it() {
+    let text = std::fs::read_to_string("tests/golden/dequant.json").unwrap();
+    let golden: Dequant = serde_json::from_str(&text).unwrap();
+    for t in &golden.ggml_types {
+        let ours = DType::from_ggml(t.id).unwrap_or_else(|| panic!("ggml type {}", t.id));
+        assert_eq!(ours.to_string(), t.name, "ggml type {}", t.id);
+        // The package lists Q8_1 with f32 scales (40 bytes); ggml's block_q8_1 has f16 ones.
+        let bytes = if t.name == "q8_1" { 36 } else { t.block_bytes };
+        assert_eq!(
+            (ours.block_len(), ours.block_bytes()),
+            (t.block_len, bytes),
+            "{}",
+            t.name
+        );
+    }
+    for id in 0..1024 {
+        if !golden.ggml_types.iter().any(|t| t.id == id) {
+            assert_eq!(DType::from_ggml(id), None, "ggml type {id}");
+        }
+    }
 }
 
 #[test]

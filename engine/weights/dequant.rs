@@ -60,7 +60,7 @@ pub fn to_f32(dtype: DType, bytes: &[u8], n: usize) -> Result<Vec<f32>, String> 
         DType::Q4K => blocks.zip(outs).for_each(|(b, y)| dequant_k::q4_k(b, y)),
         DType::Q5K => blocks.zip(outs).for_each(|(b, y)| dequant_k::q5_k(b, y)),
         DType::Q6K => blocks.zip(outs).for_each(|(b, y)| dequant_k::q6_k(b, y)),
-        DType::Q8_1 | DType::Q8K | DType::Other(_) => return Err(unsupported()),
+        DType::Ggml(_) | DType::Other(_) => return Err(unsupported()),
     }
     Ok(out)
 }
@@ -255,7 +255,7 @@ mod tests {
         assert!(to_f32(DType::Q4_1, &[0; 19], 32).is_err());
         assert!(to_f32(DType::Q4_1, &[0; 20], 31).is_err());
         assert!(
-            to_f32(DType::Q8K, &[0; 292], 256)
+            to_f32(DType::from_ggml(15).unwrap(), &[0; 292], 256)
                 .unwrap_err()
                 .contains("q8_k")
         );

@@ -3,7 +3,8 @@
 
 For each GGML type rustle loads, a few blocks of seeded random bytes (with sane f16 scales,
 so no value is inf or NaN) and what `gguf.quants.dequantize` makes of them. An independent
-implementation of the same block layouts: rustle's `dequant.rs` must agree.
+implementation of the same block layouts: rustle's `dequant.rs` must agree. Also every type
+ggml defines (id, name, block geometry), so that rustle names each one it refuses.
 
     pip install gguf numpy
     python3 tests/golden/make_dequant.py      # writes tests/golden/dequant.json
@@ -11,6 +12,7 @@ implementation of the same block layouts: rustle's `dequant.rs` must agree.
 
 import json
 import os
+from importlib.metadata import version
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES
@@ -69,9 +71,12 @@ def main():
             "bytes_hex": raw.tobytes().hex(),
             "values": [float(v) for v in values],
         })
+    ggml_types = [{"id": t.value, "name": t.name.lower(), "block_len": GGML_QUANT_SIZES[t][0],
+                   "block_bytes": GGML_QUANT_SIZES[t][1]} for t in T]
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dequant.json")
     with open(path, "w") as f:
-        json.dump({"made_by": "tests/golden/make_dequant.py", "cases": cases}, f)
+        json.dump({"made_by": "tests/golden/make_dequant.py", "gguf": version("gguf"),
+                   "cases": cases, "ggml_types": ggml_types}, f)
     print("wrote", path, [(c["type"], len(c["values"])) for c in cases])
 
 
