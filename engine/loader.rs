@@ -374,6 +374,102 @@ mod tests {
         assert_eq!(hf_name("rope_freqs.weight"), "rope_freqs.weight");
     }
 
+    /// A one-layer llama whose matrices hold the GGUF types that Q4_K_M, Q5_K_M and IQ4_XS
+    /// files mix: it loads (the CPU and the GPU backends both start from these f32 weights),
+    /// each matrix is its bytes dequantized, and a type rustle does not read is refused by
+    /// name before anything is read.
+    #[test]
+    fn gguf_quantized_types_load_and_others_are_refused_by_name() {
+        use crate::weights::DType;
+        use crate::weights::dequant::to_f32;
+        use crate::weights::gguf::tests::Writer;
+        // dim 256: each row is one k-quant block. Every byte 0x11, so each f16 scale is
+        // 0x1111 (about 5.7e-4) and every value finite.
+        let dim = 256;
+        let bytes = |ty: DType| vec![0x11u8; dim * dim / ty.block_len() * ty.block_bytes()];
+        // (GGUF name, ggml type id, type); ffn_down's type is the test's to choose.
+        let matrices = [
+            ("attn_q", 6, DType::Q5_0),
+            ("attn_k", 13, DType::Q5K),
+            ("attn_v", 23, DType::IQ4XS),
+            ("attn_output", 7, DType::Q5_1),
+            ("ffn_gate", 10, DType::Q2K),
+            ("ffn_up", 11, DType::Q3K),
+        ];
+        let model = |(down_id, down): (u32, DType)| {
+            let mut w = Writer::new();
+            w.meta_str("general.architecture", "llama")
+                .meta_u32("llama.embedding_length", dim as u32)
+                .meta_u32("llama.feed_forward_length", dim as u32)
+                .meta_u32("llama.block_count", 1)
+                .meta_u32("llama.attention.head_count", 4)
+                .meta_u32("llama.attention.head_count_kv", 4)
+                .meta_u32("llama.context_length", 64)
+                .meta_str("tokenizer.ggml.model", "gpt2")
+                .meta_str("tokenizer.ggml.pre", "smollm")
+                .meta_strs("tokenizer.ggml.tokens", &["<|end|>", "a", "b", "ab"])
+                .meta_i32s("tokenizer.ggml.token_type", &[3, 1, 1, 1])
+                .meta_strs("tokenizer.ggml.merges", &["a b"])
+                .meta_u32("tokenizer.ggml.eos_token_id", 0);
+            let d = dim as u64;
+            w.tensor_raw("token_embd.weight", &[d, 4], 8, &bytes(DType::Q8_0));
+            for norm in ["output_norm", "blk.0.attn_norm", "blk.0.ffn_norm"] {
+                w.tensor_f32(&format!("{norm}.weight"), &[d], &vec![1.0; dim]);
+            }
+            for (name, id, ty) in matrices {
+                w.tensor_raw(&format!("blk.0.{name}.weight"), &[d, d], id, &bytes(ty));
+            }
+            w.tensor_raw("blk.0.ffn_down.weight", &[d, d], down_id, &bytes(down));
+            let path = std::env::temp_dir()
+                .join(format!("rustle-quant-{}-{down}.gguf", std::process::id()));
+            std::fs::write(&path, w.finish()).unwrap();
+            path
+        };
+
+        let path = model((20, DType::IQ4NL));
+        let m = load(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let layer = &m.weights.layers[0];
+        let n = dim * dim;
+        assert_eq!(
+            layer.wv,
+            to_f32(DType::IQ4XS, &bytes(DType::IQ4XS), n).unwrap()
+        );
+        assert_eq!(
+            layer.w_down,
+            to_f32(DType::IQ4NL, &bytes(DType::IQ4NL), n).unwrap()
+        );
+        assert_eq!(
+            layer.w_up,
+            to_f32(DType::Q3K, &bytes(DType::Q3K), n).unwrap()
+        );
+        for w in [
+            &layer.wq,
+            &layer.wk,
+            &layer.wv,
+            &layer.wo,
+            &layer.w_gate,
+            &layer.w_up,
+        ] {
+            assert!(w.iter().all(|x| x.is_finite()) && w.iter().any(|&x| x != 0.0));
+        }
+
+        // Q8_K (ggml type 15) is llama.cpp's scratch type, IQ2_XXS (16) and TQ1_0 (34) types
+        // rustle does not read: each known by name, never loaded.
+        let reads = "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs";
+        for (id, name) in [(15, "q8_k"), (16, "iq2_xxs"), (34, "tq1_0")] {
+            let path = model((id, DType::from_ggml(id).unwrap()));
+            let e = load(&path).err().unwrap().to_string();
+            std::fs::remove_file(&path).unwrap();
+            assert_eq!(
+                e,
+                format!(
+                    "weight model.layers.0.mlp.down_proj.weight: want [256, 256], found [256, 256] {name}, which rustle does not read (it reads: {reads})"
+                )
+            );
+        }
+    }
+
     #[test]
     fn gguf_metadata_of_the_wrong_type_is_named() {
         use crate::weights::gguf::tests::Writer;

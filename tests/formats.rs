@@ -12,6 +12,16 @@ use serde::Deserialize;
 #[derive(Deserialize)]
 struct Dequant {
     cases: Vec<DequantCase>,
+    ggml_types: Vec<GgmlTypeRow>,
+}
+
+/// One entry of the package's `GGMLQuantizationType`, with its `GGML_QUANT_SIZES`.
+#[derive(Deserialize)]
+struct GgmlTypeRow {
+    id: u32,
+    name: String,
+    block_len: usize,
+    block_bytes: usize,
 }
 
 #[derive(Deserialize)]
@@ -30,8 +40,15 @@ fn dtype(name: &str) -> DType {
         "q8_0" => DType::Q8_0,
         "q4_0" => DType::Q4_0,
         "q4_1" => DType::Q4_1,
+        "q5_0" => DType::Q5_0,
+        "q5_1" => DType::Q5_1,
+        "q2_k" => DType::Q2K,
+        "q3_k" => DType::Q3K,
         "q4_k" => DType::Q4K,
+        "q5_k" => DType::Q5K,
         "q6_k" => DType::Q6K,
+        "iq4_nl" => DType::IQ4NL,
+        "iq4_xs" => DType::IQ4XS,
         other => panic!("unexpected type {other}"),
     }
 }
@@ -59,8 +76,37 @@ fn dequantization_matches_the_gguf_package() {
     }
     assert_eq!(
         seen,
-        ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
+        [
+            "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q5_0", "q5_1", "q2_k",
+            "q3_k", "q5_k", "iq4_nl", "iq4_xs"
+        ]
     );
+}
+
+/// Every type ggml defines has rustle's name for it (so a file holding one is refused by
+/// name) and the same block geometry (so its tensors are placed right in the file); every
+/// other id is unknown.
+#[test]
+fn every_ggml_type_is_named_as_the_gguf_package_names_it() {
+    let text = std::fs::read_to_string("tests/golden/dequant.json").unwrap();
+    let golden: Dequant = serde_json::from_str(&text).unwrap();
+    for t in &golden.ggml_types {
+        let ours = DType::from_ggml(t.id).unwrap_or_else(|| panic!("ggml type {}", t.id));
+        assert_eq!(ours.to_string(), t.name, "ggml type {}", t.id);
+        // The package lists Q8_1 with f32 scales (40 bytes); ggml's block_q8_1 has f16 ones.
+        let bytes = if t.name == "q8_1" { 36 } else { t.block_bytes };
+        assert_eq!(
+            (ours.block_len(), ours.block_bytes()),
+            (t.block_len, bytes),
+            "{}",
+            t.name
+        );
+    }
+    for id in 0..1024 {
+        if !golden.ggml_types.iter().any(|t| t.id == id) {
+            assert_eq!(DType::from_ggml(id), None, "ggml type {id}");
+        }
+    }
 }
 
 #[test]

@@ -2,7 +2,9 @@
 //! transformers produced on the same weights. The default model (GGUF, Llama architecture)
 //! comes from tests/golden/make_golden.py; two tiny random models in Hugging Face folders
 //! (Llama 3 with llama3 RoPE scaling and an untied head in bf16; Qwen2 with q/k/v bias, tied,
-//! f16, sharded) from tests/golden/make_tiny.py.
+//! f16, sharded) from tests/golden/make_tiny.py; a tiny Llama GGUF whose matrices mix Q4_K,
+//! Q5_0, Q6_K and Q8_0 from tests/golden/make_tiny_quant.py (transformers ran on what the
+//! `gguf` package dequantizes).
 
 mod common;
 
@@ -28,6 +30,11 @@ fn tiny_llama3_matches_transformers() {
 #[test]
 fn tiny_qwen2_matches_transformers() {
     check_model(Some("tests/golden/tiny-qwen2"), "tiny-qwen2");
+}
+
+#[test]
+fn tiny_quant_gguf_matches_transformers() {
+    check_model(Some("tests/golden/tiny-quant.gguf"), "tiny-quant");
 }
 
 fn check_model(path: Option<&str>, golden_name: &str) {

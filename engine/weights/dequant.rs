@@ -1,24 +1,34 @@
 //! Turning stored weights into f32: the plain float types and GGUF's block quantizations.
 //!
 //! Each quantized format stores a block of values as small integers plus one or two scales.
-//! The layouts are GGML's (little-endian, blocks back to back along a row):
+//! The layouts are GGML's (little-endian, blocks back to back along a row); the k-quants
+//! (Q2_K to Q6_K) are in `dequant_k.rs`, the rest here:
 //! - Q8_0 (32 values, 34 bytes): `d: f16, q: [i8; 32]`;  x = d * q
 //! - Q4_0 (32 values, 18 bytes): `d: f16, q: [u8; 16]`;  x = d * (nibble - 8)
 //! - Q4_1 (32 values, 20 bytes): `d: f16, m: f16, q: [u8; 16]`;  x = d * nibble + m
 //!   (in both 4-bit types byte j holds value j in its low nibble and value j + 16 in its high)
-//! - Q4_K (256 values, 144 bytes): `d: f16, dmin: f16, scales: [u8; 12], q: [u8; 128]`:
-//!   eight sub-blocks of 32, each with a 6-bit scale and 6-bit min; x = d*sc*nibble - dmin*m
-//! - Q6_K (256 values, 210 bytes): `ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16`:
-//!   6-bit values (4 low bits in ql, 2 high bits in qh) minus 32, sixteen sub-blocks of 16
-//!   each with an i8 scale; x = d * scale * q
+//! - Q5_0 (32 values, 22 bytes): `d: f16, qh: [u8; 4], q: [u8; 16]`;  x = d * (q - 16), the
+//!   low four bits of q in nibbles as Q4_0, the fifth of value j in bit j of qh (a u32)
+//! - Q5_1 (32 values, 24 bytes): `d: f16, m: f16, qh: [u8; 4], q: [u8; 16]`;  x = d * q + m
+//! - IQ4_NL (32 values, 18 bytes): `d: f16, q: [u8; 16]`, nibbles as Q4_0;
+//!   x = d * LEVELS[nibble], sixteen fixed levels that crowd near zero as weights do
+//! - IQ4_XS (256 values, 136 bytes): `d: f16, scales_h: u16, scales_l: [u8; 4], q: [u8; 128]`:
+//!   eight sub-blocks of 32, each a 6-bit scale stored plus 32 (low 4 bits in nibble s % 2
+//!   of scales_l[s / 2], top 2 in bits 2s.. of scales_h) and 16 bytes of IQ4_NL nibbles;
+//!   x = d * scale * LEVELS[nibble]
 
 use half::{bf16, f16};
 
+use super::dequant_k;
 use super::dtype::DType;
 
 /// Decodes `n` elements of type `dtype` from `bytes`. The caller has checked that `bytes`
 /// holds exactly `n / block_len` blocks.
 pub fn to_f32(dtype: DType, bytes: &[u8], n: usize) -> Result<Vec<f32>, String> {
+    let unsupported = || format!("rustle cannot dequantize {dtype}");
+    if !dtype.is_loadable() {
+        return Err(unsupported());
+    }
     let block_len = dtype.block_len();
     if !n.is_multiple_of(block_len) || bytes.len() != n / block_len * dtype.block_bytes() {
         return Err(format!(
@@ -41,9 +51,16 @@ pub fn to_f32(dtype: DType, bytes: &[u8], n: usize) -> Result<Vec<f32>, String> 
         DType::Q8_0 => blocks.zip(outs).for_each(|(b, y)| q8_0(b, y)),
         DType::Q4_0 => blocks.zip(outs).for_each(|(b, y)| q4_0(b, y)),
         DType::Q4_1 => blocks.zip(outs).for_each(|(b, y)| q4_1(b, y)),
-        DType::Q4K => blocks.zip(outs).for_each(|(b, y)| q4_k(b, y)),
-        DType::Q6K => blocks.zip(outs).for_each(|(b, y)| q6_k(b, y)),
-        other => return Err(format!("rustle cannot dequantize {other} yet")),
+        DType::Q5_0 => blocks.zip(outs).for_each(|(b, y)| q5_0(b, y)),
+        DType::Q5_1 => blocks.zip(outs).for_each(|(b, y)| q5_1(b, y)),
+        DType::IQ4NL => blocks.zip(outs).for_each(|(b, y)| iq4_nl(b, y)),
+        DType::IQ4XS => blocks.zip(outs).for_each(|(b, y)| iq4_xs(b, y)),
+        DType::Q2K => blocks.zip(outs).for_each(|(b, y)| dequant_k::q2_k(b, y)),
+        DType::Q3K => blocks.zip(outs).for_each(|(b, y)| dequant_k::q3_k(b, y)),
+        DType::Q4K => blocks.zip(outs).for_each(|(b, y)| dequant_k::q4_k(b, y)),
+        DType::Q5K => blocks.zip(outs).for_each(|(b, y)| dequant_k::q5_k(b, y)),
+        DType::Q6K => blocks.zip(outs).for_each(|(b, y)| dequant_k::q6_k(b, y)),
+        DType::Ggml(_) | DType::Other(_) => return Err(unsupported()),
     }
     Ok(out)
 }
@@ -75,58 +92,60 @@ fn q4_1(b: &[u8], y: &mut [f32]) {
     }
 }
 
-/// Q4_K packs eight 6-bit scales and eight 6-bit mins into 12 bytes: sub-blocks 0..4 use the
-/// low 6 bits of bytes 0..4 (scales) and 4..8 (mins); sub-blocks 4..8 take their low 4 bits
-/// from bytes 8..12 and their top 2 bits from the spare high bits of bytes 0..8.
-fn q4_k_scale_min(j: usize, s: &[u8]) -> (f32, f32) {
-    if j < 4 {
-        ((s[j] & 63) as f32, (s[j + 4] & 63) as f32)
-    } else {
-        let sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-        let m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-        (sc as f32, m as f32)
+/// The 32 five-bit values of a Q5_0 or Q5_1 block: the low four bits as in Q4_0, the
+/// fifth of value j in bit j of `qh` read as a little-endian u32.
+fn five_bits(qh: &[u8], q: &[u8]) -> [u8; 32] {
+    let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    let fifth = |j: usize| ((qh >> j) & 1) as u8;
+    let mut out = [0u8; 32];
+    for (j, &q) in q.iter().enumerate() {
+        out[j] = (q & 0x0f) | (fifth(j) << 4);
+        out[j + 16] = (q >> 4) | (fifth(j + 16) << 4);
+    }
+    out
+}
+
+fn q5_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    for (y, q) in y.iter_mut().zip(five_bits(&b[2..6], &b[6..22])) {
+        *y = d * (q as i32 - 16) as f32;
     }
 }
 
-fn q4_k(b: &[u8], y: &mut [f32]) {
-    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
-    let scales = &b[4..16];
-    let q = &b[16..144];
-    // Each 32-byte run of q holds two sub-blocks: the low nibbles, then the high nibbles.
-    for chunk in 0..4 {
-        let (sc_lo, m_lo) = q4_k_scale_min(2 * chunk, scales);
-        let (sc_hi, m_hi) = q4_k_scale_min(2 * chunk + 1, scales);
-        let qs = &q[32 * chunk..32 * chunk + 32];
-        let ys = &mut y[64 * chunk..64 * chunk + 64];
-        for l in 0..32 {
-            ys[l] = d * sc_lo * (qs[l] & 0x0f) as f32 - dmin * m_lo;
-            ys[l + 32] = d * sc_hi * (qs[l] >> 4) as f32 - dmin * m_hi;
-        }
+fn q5_1(b: &[u8], y: &mut [f32]) {
+    let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+    for (y, q) in y.iter_mut().zip(five_bits(&b[4..8], &b[8..24])) {
+        *y = d * q as f32 + m;
     }
 }
 
-fn q6_k(b: &[u8], y: &mut [f32]) {
-    let (ql, qh, scales) = (&b[0..128], &b[128..192], &b[192..208]);
-    let d = f16_at(b, 208);
-    // Two halves of 128 values; in each, value l + 32*k (k = 0..4) takes nibble k/2 of
-    // ql[l + 32*(k%2)] and bits 2k..2k+2 of qh[l].
-    for half in 0..2 {
-        let (ql, qh) = (&ql[64 * half..], &qh[32 * half..]);
-        let sc = &scales[8 * half..];
-        let ys = &mut y[128 * half..128 * half + 128];
-        for l in 0..32 {
-            let is = l / 16;
-            let q = [
-                (ql[l] & 0x0f) | ((qh[l] & 3) << 4),
-                (ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4),
-                (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4),
-                (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4),
-            ];
-            for (k, &q) in q.iter().enumerate() {
-                let scale = sc[is + 2 * k] as i8 as f32;
-                ys[l + 32 * k] = d * scale * (q as i32 - 32) as f32;
-            }
-        }
+/// The sixteen levels an IQ4_NL or IQ4_XS nibble indexes: finer near zero, where most
+/// weights are, than sixteen even steps would be.
+const IQ4_LEVELS: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// Sixteen bytes of IQ4 nibbles (value j low, value j + 16 high) times `d`.
+fn iq4_run(d: f32, q: &[u8], y: &mut [f32]) {
+    for (j, &q) in q.iter().enumerate() {
+        y[j] = d * IQ4_LEVELS[(q & 0x0f) as usize] as f32;
+        y[j + 16] = d * IQ4_LEVELS[(q >> 4) as usize] as f32;
+    }
+}
+
+fn iq4_nl(b: &[u8], y: &mut [f32]) {
+    iq4_run(f16_at(b, 0), &b[2..18], y);
+}
+
+fn iq4_xs(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let scales_h = u16::from_le_bytes([b[2], b[3]]);
+    let (scales_l, q) = (&b[4..8], &b[8..136]);
+    for (s, (q, y)) in q.chunks_exact(16).zip(y.chunks_exact_mut(32)).enumerate() {
+        let low = (scales_l[s / 2] >> (4 * (s % 2))) & 0x0f;
+        let high = ((scales_h >> (2 * s)) & 3) as u8;
+        let scale = (low | (high << 4)) as i32 - 32;
+        iq4_run(d * scale as f32, q, y);
     }
 }
 
@@ -177,43 +196,58 @@ mod tests {
     }
 
     #[test]
-    fn q4_k_by_hand() {
-        let mut b = vec![0u8; 144];
-        b[0..2].copy_from_slice(&h(1.0)); // d
-        b[2..4].copy_from_slice(&h(0.5)); // dmin
-        // sub-block 0: scale 2, min 3; sub-block 1: scale 5, min 1.
-        b[4] = 2;
-        b[5] = 5;
-        b[8] = 3;
-        b[9] = 1;
-        // Bytes 12 and 13 (s[8], s[9]) give sub-blocks 4 and 5 their low 4 bits of scale;
-        // the top two bits of byte 5 (s[1]) are the high bits of sub-block 5's scale.
-        b[12] = 3; // sub-block 4: scale 3, min 0
-        b[13] = 1; // sub-block 5: scale 1 | (s[1] >> 6) << 4
-        b[5] |= 1 << 6; // s[1]'s low six bits stay 5, so sub-block 1 is unchanged; sub-block 5's scale becomes 17
-        b[16] = 0x4 | (0x7 << 4); // value 0: nibble 4; value 32: nibble 7
-        b[16 + 64] = 0x2 | (0x1 << 4); // value 128 (sub-block 4): 2; value 160 (sub-block 5): 1
-        let y = to_f32(DType::Q4K, &b, 256).unwrap();
-        assert_eq!(y[0], 1.0 * 2.0 * 4.0 - 0.5 * 3.0);
-        assert_eq!(y[32], 1.0 * 5.0 * 7.0 - 0.5 * 1.0);
-        assert_eq!(y[1], -1.5); // nibble 0
-        assert_eq!(y[128], 3.0 * 2.0);
-        assert_eq!(y[160], 17.0 * 1.0);
+    fn q5_0_and_q5_1_by_hand() {
+        // qh = 0x8000_0001: the fifth bit of value 0 and of value 31.
+        let qh = [0x01, 0x00, 0x00, 0x80];
+        let q = (0..16u8).map(|j| j | (15 << 4)); // value j: nibble j; value j + 16: 15
+        let mut b = vec![];
+        b.extend(h(0.5));
+        b.extend(qh);
+        b.extend(q.clone());
+        let y = to_f32(DType::Q5_0, &b, 32).unwrap();
+        assert_eq!(y[0], 0.5 * (16.0 - 16.0)); // 0 | 16
+        assert_eq!(y[1], 0.5 * (1.0 - 16.0));
+        assert_eq!(y[16], 0.5 * (15.0 - 16.0));
+        assert_eq!(y[31], 0.5 * (31.0 - 16.0)); // 15 | 16
+        let mut b = vec![];
+        b.extend(h(0.5));
+        b.extend(h(-2.0));
+        b.extend(qh);
+        b.extend(q);
+        let y = to_f32(DType::Q5_1, &b, 32).unwrap();
+        assert_eq!(y[0], 0.5 * 16.0 - 2.0);
+        assert_eq!(y[31], 0.5 * 31.0 - 2.0);
     }
 
     #[test]
-    fn q6_k_by_hand() {
-        let mut b = vec![0u8; 210];
-        b[208..210].copy_from_slice(&h(0.5));
-        b[192] = 2; // scale of values 0..16
-        b[194] = (-3i8) as u8; // scale of values 32..48
-        b[0] = 0x21; // value 0: low nibble 1; value 64: low nibble 2
-        b[128] = 0b0000_0110; // value 0: high bits 2 (q = 1 | 32 = 33); value 32: high bits 1
-        b[32] = 0x05; // value 32: low nibble 5 -> q = 5 | 16 = 21
-        let y = to_f32(DType::Q6K, &b, 256).unwrap();
-        assert_eq!(y[0], 0.5 * 2.0 * (33.0 - 32.0));
-        assert_eq!(y[32], 0.5 * -3.0 * (21.0 - 32.0));
-        assert_eq!(y[1], 0.5 * 2.0 * -32.0);
+    fn iq4_nl_and_iq4_xs_by_hand() {
+        let mut b = vec![];
+        b.extend(h(0.5));
+        b.extend((0..16u8).map(|j| j | ((15 - j) << 4)));
+        let y = to_f32(DType::IQ4NL, &b, 32).unwrap();
+        assert_eq!(y[0], 0.5 * -127.0);
+        assert_eq!(y[8], 0.5 * 1.0);
+        assert_eq!(y[16], 0.5 * 113.0);
+        // IQ4_XS sub-block 1: scale (low 3 | high 2 << 4) - 32 = 3; sub-block 2: 0 - 32.
+        let mut b = vec![0u8; 136];
+        b[0..2].copy_from_slice(&h(0.25));
+        b[2..4].copy_from_slice(&(2u16 << 2).to_le_bytes()); // scales_h: sub-block 1 gets 2
+        b[4] = 3 << 4; // scales_l[0], high nibble: sub-block 1's low bits
+        b[8 + 16] = 0x9 | (0xf << 4); // sub-block 1: value 32 is level 9, value 48 level 15
+        let y = to_f32(DType::IQ4XS, &b, 256).unwrap();
+        assert_eq!(y[32], 0.25 * 3.0 * 13.0);
+        assert_eq!(y[48], 0.25 * 3.0 * 113.0);
+        assert_eq!(y[64], 0.25 * -32.0 * -127.0); // sub-block 2, nibble 0
+    }
+
+    #[test]
+    fn every_loadable_type_decodes_and_no_other() {
+        let others = [DType::Other("i64")];
+        for dtype in (0..64).filter_map(DType::from_ggml).chain(others) {
+            let n = dtype.block_len();
+            let got = to_f32(dtype, &vec![0; dtype.block_bytes()], n);
+            assert_eq!(got.is_ok(), dtype.is_loadable(), "{dtype}: {got:?}");
+        }
     }
 
     #[test]
@@ -221,9 +255,9 @@ mod tests {
         assert!(to_f32(DType::Q4_1, &[0; 19], 32).is_err());
         assert!(to_f32(DType::Q4_1, &[0; 20], 31).is_err());
         assert!(
-            to_f32(DType::Q5K, &[0; 176], 256)
+            to_f32(DType::from_ggml(15).unwrap(), &[0; 292], 256)
                 .unwrap_err()
-                .contains("q5_k")
+                .contains("q8_k")
         );
     }
 }

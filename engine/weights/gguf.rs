@@ -568,6 +568,25 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn types_rustle_does_not_read_are_indexed_by_name_and_undefined_ids_refused() {
+        // IQ2_XXS (ggml type 16): 256 values in 66 bytes, placed in the file like any other.
+        let buf = Writer::new()
+            .tensor_raw("q", &[256, 2], 16, &[0; 132])
+            .tensor_f32("n", &[2], &[1.0, 2.0])
+            .finish();
+        let (_, _, tensors) = parse(&buf).unwrap();
+        assert_eq!(tensors[0].dtype.to_string(), "iq2_xxs");
+        assert_eq!(tensors[0].n_bytes, 132);
+        assert!(!tensors[0].dtype.is_loadable());
+        // Type 4 was Q4_2, long removed from ggml: no type at all.
+        let buf = Writer::new().tensor_raw("q", &[32], 4, &[0; 20]).finish();
+        assert_eq!(
+            parse(&buf).unwrap_err(),
+            "tensor \"q\": unknown ggml type 4"
+        );
+    }
+
+    #[test]
     fn counts_of_huge_arrays_are_checked_against_their_item_size() {
         // An array of 2^20 u64 values claimed in a file far too short to hold them.
         let mut w = Writer::new();

@@ -6,6 +6,7 @@
 //! whatever the file.
 
 pub mod dequant;
+mod dequant_k;
 pub mod dtype;
 pub mod gguf;
 pub mod safetensors;
@@ -91,9 +92,17 @@ impl Weights {
 }
 
 fn mismatch(name: &str, shape: &[usize], t: &RawTensor) -> Error {
+    let mut found = format!("{:?} {}", t.shape, t.dtype);
+    if !t.dtype.is_loadable() {
+        let reads: Vec<String> = DType::LOADABLE.iter().map(|d| d.to_string()).collect();
+        found += &format!(
+            ", which rustle does not read (it reads: {})",
+            reads.join(", ")
+        );
+    }
     Error::WeightMismatch {
         name: name.to_owned(),
-        want: format!("{shape:?} (f32, f16, bf16 or a GGUF quantization rustle reads)"),
-        found: format!("{:?} {}", t.shape, t.dtype),
+        want: format!("{shape:?}"),
+        found,
     }
 }

@@ -63,6 +63,11 @@ def build(name, config, dtype, shard):
             os.remove(path)
     # The golden outputs come from the saved (rounded) weights, computed in float32.
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    write_golden(name, model, tok, "tests/golden/make_tiny.py")
+
+
+def write_golden(name, model, tok, made_by):
+    """Greedy tokens, their margins and the top logits of `model` on PROMPTS, as NAME.json."""
     cases = []
     for prompt in PROMPTS:
         ids = tok(prompt, add_special_tokens=False)["input_ids"]
@@ -85,18 +90,23 @@ def build(name, config, dtype, shard):
                       "greedy_margins": margins, "top_logits": tops})
         print(name, repr(prompt[:20]), "min margin", min(margins))
     with open(os.path.join(HERE, name + ".json"), "w") as f:
-        json.dump({"made_by": "tests/golden/make_tiny.py", "model": name,
+        json.dump({"made_by": made_by, "model": name,
                    "transformers": __import__("transformers").__version__,
                    "dtype": "float32", "cases": cases}, f, indent=1)
 
 
-common = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, vocab_size=264, max_position_embeddings=256,
-              rms_norm_eps=1e-5, bos_token_id=256, eos_token_id=256)
-build("tiny-llama3", LlamaConfig(**common, head_dim=16, rope_theta=500000.0, tie_word_embeddings=False,
-                                 rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                               "high_freq_factor": 4.0,
-                                               "original_max_position_embeddings": 64}),
-      torch.bfloat16, shard=False)
-build("tiny-qwen2", Qwen2Config(**common, rope_theta=10000.0, tie_word_embeddings=True,
-                                use_sliding_window=False), torch.float16, shard=True)
+def main():
+    common = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=264, max_position_embeddings=256,
+                  rms_norm_eps=1e-5, bos_token_id=256, eos_token_id=256)
+    build("tiny-llama3", LlamaConfig(**common, head_dim=16, rope_theta=500000.0, tie_word_embeddings=False,
+                                     rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                   "high_freq_factor": 4.0,
+                                                   "original_max_position_embeddings": 64}),
+          torch.bfloat16, shard=False)
+    build("tiny-qwen2", Qwen2Config(**common, rope_theta=10000.0, tie_word_embeddings=True,
+                                    use_sliding_window=False), torch.float16, shard=True)
+
+
+if __name__ == "__main__":
+    main()
