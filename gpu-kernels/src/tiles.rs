@@ -122,3 +122,7 @@ pub const ATTN_SPLIT_MMA_MAX_GROUP: usize = 8;
 pub const fn attn_split_mma_shared_bytes(head_dim: usize) -> usize {
     2 * ATTN_SPLIT_MMA_KEYS * (head_dim + 8) * 2
 }
+
+/// Most parts `gemm_skinny_reduce_f32` adds: the skinny matmul's splits and the warpgroup
+/// GEMM's are at most this many.
+pub const REDUCE_MAX_PARTS: usize = 8;

@@ -7,7 +7,8 @@ use super::{In, Out, aligned16, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
 use crate::gpu::tiles::{
-    SKINNY_FEATURES, SKINNY_KC, SKINNY_MAX_TILES, SKINNY_THREADS, skinny_shared_bytes,
+    REDUCE_MAX_PARTS, SKINNY_FEATURES, SKINNY_KC, SKINNY_MAX_TILES, SKINNY_THREADS,
+    skinny_shared_bytes,
 };
 use crate::traffic;
 
@@ -123,6 +124,10 @@ impl Gpu {
         );
         assert!(bias.is_none_or(|b| b.len() == n_out));
         let splits = parts.len() / len;
+        assert!(
+            (1..=REDUCE_MAX_PARTS).contains(&splits),
+            "gemm_skinny_reduce_f32 adds 1 to {REDUCE_MAX_PARTS} parts, not {splits}"
+        );
         let cfg = linear(len);
         let traffic =
             traffic::gemm_skinny_reduce_f32(len, n_out, splits, bias.is_some(), accumulate);
