@@ -40,6 +40,12 @@ pub fn rmsnorm_f32(rows: usize, dim: usize) -> Traffic {
     t(2 * rows * dim * F32 + dim * F32, 4 * rows * dim)
 }
 
+/// `rmsnorm_f32`'s, and the output written again as bf16.
+pub fn rmsnorm_f32_bf16(rows: usize, dim: usize) -> Traffic {
+    let norm = rmsnorm_f32(rows, dim);
+    t(norm.bytes + (rows * dim) as u64 * BF16, norm.flops)
+}
+
 /// The matrix once, x once, out written (and read first when accumulating), the bias.
 pub fn gemv_bf16(n_in: usize, n_out: usize, accumulate: bool, bias: bool) -> Traffic {
     let (n_in, n_out) = (n_in as u64, n_out as u64);

@@ -28,7 +28,7 @@ type Test = fn(&Gpu, &mut StdRng);
 
 const TESTS: &[(&str, Test)] = &[
     ("kernel::embedding_bf16", embedding_bf16),
-    ("kernel::rmsnorm_f32", rmsnorm_f32),
+    ("kernel::rmsnorm_f32 (and _bf16)", rmsnorm_f32),
     ("kernel::gemv_bf16", gemv_bf16),
     ("kernel::gemv_swiglu_bf16", gemv_swiglu_bf16),
     ("kernel::gemm_bf16", gemm_bf16),
@@ -235,6 +235,26 @@ fn rmsnorm_f32(g: &Gpu, rng: &mut StdRng) {
             &cpu,
             REDUCTION,
         );
+
+        // With the bf16 copy: the f32 output as before, and the copy exactly that output
+        // rounded, as `f32_to_bf16`'s twin rounds it.
+        let mut out = poisoned(g, rows * dim);
+        let mut out_bf16 = up(g, &vec![0x7fc1u16; rows * dim]);
+        g.rmsnorm_f32_bf16(
+            &mut out.as_view_mut(),
+            &mut out_bf16.as_view_mut(),
+            &up(g, &x).as_view(),
+            &up(g, &w).as_view(),
+            1e-5,
+            dim,
+        )
+        .unwrap();
+        let out = down(g, &out);
+        let what = format!("rows {rows} dim {dim}, with bf16");
+        assert_close(&what, &out, &cpu, REDUCTION);
+        let mut rounded = vec![0u16; rows * dim];
+        ops::f32_to_bf16(&mut rounded, &out);
+        assert!(down(g, &out_bf16) == rounded, "{what}: the bf16 copy");
     }
 }
 

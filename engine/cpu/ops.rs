@@ -55,6 +55,19 @@ pub fn rmsnorm_f32(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
     }
 }
 
+/// `rmsnorm_f32`, the output also rounded to bf16 bits into `out_bf16` (`[n, dim]`). The twin
+/// of `rmsnorm_f32_bf16`.
+pub fn rmsnorm_f32_bf16(
+    out: &mut [f32],
+    out_bf16: &mut [u16],
+    x: &[f32],
+    weight: &[f32],
+    eps: f32,
+) {
+    rmsnorm_f32(out, x, weight, eps);
+    f32_to_bf16(out_bf16, out);
+}
+
 /// Dot product with eight independent sums, so the compiler can keep them in one vector
 /// register instead of waiting on a single running sum.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {

@@ -274,6 +274,12 @@ struct MatmulScratch {
 }
 
 impl MatmulScratch {
+    /// Whether a linear layer of `n` tokens takes its input rounded to bf16 in `x_bf16` (a
+    /// tensor-core matmul), rather than in f32 (the GEMV of one token).
+    fn rounds(&self, n: usize) -> bool {
+        n > 1 || self.batch_invariant
+    }
+
     fn new(gpu: &Gpu, c: &Config, max_tokens: usize) -> Result<MatmulScratch> {
         let (dim, q, kv, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
         let matrices = [
@@ -514,7 +520,7 @@ impl GpuBackend {
         accumulate: bool,
     ) -> Result<()> {
         let bias = bias.map(|b| b.as_view());
-        if n == 1 && !mm.batch_invariant {
+        if !mm.rounds(n) {
             return gpu.gemv_bf16(out, x, &w.as_view(), bias.as_ref(), n_in, n_out, accumulate);
         }
         gpu.f32_to_bf16(&mut mm.x_bf16.slice_mut(..n * n_in), x)?;
@@ -864,25 +870,51 @@ impl GpuBackend {
         for l in 0..c.n_layers {
             let (g, lw) = (&self.gpu, &self.weights.layers[l]);
             // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream.
-            g.rmsnorm_f32(
-                &mut self.xb.slice_mut(..n * dim),
-                &self.x.slice(..n * dim),
-                &lw.attn_norm.as_view(),
-                c.rms_eps,
-                dim,
-            )?;
-            Self::matmul(
-                g,
-                &mut self.qkv.slice_mut(..n * qkv_dim),
-                &self.xb.slice(..n * dim),
-                &mut self.mm,
-                &lw.wqkv,
-                lw.bqkv.as_ref(),
-                n,
-                dim,
-                qkv_dim,
-                false,
-            )?;
+            let qkv = &mut self.qkv.slice_mut(..n * qkv_dim);
+            if self.mm.rounds(n) {
+                // The norm rounds its output for the tensor cores itself.
+                g.rmsnorm_f32_bf16(
+                    &mut self.xb.slice_mut(..n * dim),
+                    &mut self.mm.x_bf16.slice_mut(..n * dim),
+                    &self.x.slice(..n * dim),
+                    &lw.attn_norm.as_view(),
+                    c.rms_eps,
+                    dim,
+                )?;
+                let bias = lw.bqkv.as_ref().map(|b| b.as_view());
+                Self::gemm(
+                    g,
+                    qkv,
+                    &mut self.mm,
+                    &lw.wqkv,
+                    bias.as_ref(),
+                    n,
+                    dim,
+                    qkv_dim,
+                    false,
+                )?;
+            } else {
+                g.rmsnorm_f32(
+                    &mut self.xb.slice_mut(..n * dim),
+                    &self.x.slice(..n * dim),
+                    &lw.attn_norm.as_view(),
+                    c.rms_eps,
+                    dim,
+                )?;
+                let (xb, bias) = (&self.xb.slice(..n * dim), lw.bqkv.as_ref());
+                Self::matmul(
+                    g,
+                    qkv,
+                    xb,
+                    &mut self.mm,
+                    &lw.wqkv,
+                    bias,
+                    n,
+                    dim,
+                    qkv_dim,
+                    false,
+                )?;
+            }
             self.rope_and_cache_write(c, n, l)?;
             self.attention(c, n, l, attention)?;
             let (g, lw) = (&self.gpu, &self.weights.layers[l]);
@@ -898,14 +930,15 @@ impl GpuBackend {
                 dim,
             )?;
 
-            // MLP: x += down(silu(gate(x)) * up(x)) over the normed stream.
-            g.rmsnorm_f32(
-                &mut self.xb.slice_mut(..n * dim),
-                &self.x.slice(..n * dim),
-                &lw.ffn_norm.as_view(),
-                c.rms_eps,
-                dim,
-            )?;
+            // MLP: x += down(silu(gate(x)) * up(x)) over the normed stream (rounded for the
+            // tensor cores by the norm, where `swiglu` takes them).
+            let (xb, x) = (&mut self.xb.slice_mut(..n * dim), &self.x.slice(..n * dim));
+            if self.mm.rounds(n) {
+                let xb_bf16 = &mut self.mm.x_bf16.slice_mut(..n * dim);
+                g.rmsnorm_f32_bf16(xb, xb_bf16, x, &lw.ffn_norm.as_view(), c.rms_eps, dim)?;
+            } else {
+                g.rmsnorm_f32(xb, x, &lw.ffn_norm.as_view(), c.rms_eps, dim)?;
+            }
             self.swiglu(c, n, l)?;
             let (g, lw) = (&self.gpu, &self.weights.layers[l]);
             Self::add_matmul(
@@ -1021,11 +1054,12 @@ impl GpuBackend {
     }
 
     /// Layer `l`'s `hidden = silu(xb w_gate^T) * (xb w_up^T)`: one fused GEMV for a token;
-    /// for more, the two matmuls on one rounded input, then the SwiGLU kernel.
+    /// for more, the two matmuls on the input the norm rounded into `mm.x_bf16`, then the
+    /// SwiGLU kernel.
     fn swiglu(&mut self, c: &Config, n: usize, l: usize) -> Result<()> {
         let (g, lw) = (&self.gpu, &self.weights.layers[l]);
         let (dim, ffn) = (c.dim, c.ffn_dim);
-        if n == 1 && !self.mm.batch_invariant {
+        if !self.mm.rounds(n) {
             return g.gemv_swiglu_bf16(
                 &mut self.hidden.slice_mut(..ffn),
                 &self.xb.slice(..dim),
@@ -1035,10 +1069,6 @@ impl GpuBackend {
                 ffn,
             );
         }
-        g.f32_to_bf16(
-            &mut self.mm.x_bf16.slice_mut(..n * dim),
-            &self.xb.slice(..n * dim),
-        )?;
         for (out, w) in [(&mut self.gate, &lw.w_gate), (&mut self.up, &lw.w_up)] {
             let out = &mut out.slice_mut(..n * ffn);
             Self::gemm(g, out, &mut self.mm, w, None, n, dim, ffn, false)?;

@@ -1,6 +1,8 @@
 //! RMSNorm: each row scaled to unit root-mean-square, then by a learned weight.
 
-use crate::device::{block_dim_x, block_idx_x, block_sum, dynamic_shared, sqrt, thread_idx_x};
+use crate::device::{
+    block_dim_x, block_idx_x, block_sum, dynamic_shared, f32_to_bf16, sqrt, thread_idx_x,
+};
 
 /// `out[r, i] = x[r, i] / sqrt(mean_j x[r, j]^2 + eps) * weight[i]`.
 ///
@@ -27,12 +29,58 @@ pub unsafe extern "gpu-kernel" fn rmsnorm_f32(
     dim: u32,
 ) {
     crate::device::wait_for_previous_kernel();
+    // SAFETY: the same preconditions; no second output.
+    unsafe { rmsnorm(out, core::ptr::null_mut(), x, weight, eps, dim) }
+}
+
+/// `rmsnorm_f32`, each output also rounded to bf16 into `out_bf16` (`[n_rows, dim]`, as
+/// `u16` bits, rounded as `f32_to_bf16` rounds): the input of the tensor-core matmul that
+/// follows, which would otherwise take a launch of `f32_to_bf16` of its own.
+///
+/// PRECONDITIONS and thread mapping: as `rmsnorm_f32`.
+///
+/// # Safety
+/// The host's launch wrapper checks the preconditions.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn rmsnorm_f32_bf16(
+    out: *mut f32,
+    out_bf16: *mut u16,
+    x: *const f32,
+    weight: *const f32,
+    eps: f32,
+    dim: u32,
+) {
+    crate::device::wait_for_previous_kernel();
+    // SAFETY: the preconditions, passed on.
+    unsafe { rmsnorm(out, out_bf16, x, weight, eps, dim) }
+}
+
+/// The body of both kernels: `out_bf16` null for none.
+///
+/// # Safety
+/// As `rmsnorm_f32`.
+#[inline(always)]
+unsafe fn rmsnorm(
+    out: *mut f32,
+    out_bf16: *mut u16,
+    x: *const f32,
+    weight: *const f32,
+    eps: f32,
+    dim: u32,
+) {
     const HELD: usize = 8;
     let dim = dim as usize;
     let (t, bd) = (thread_idx_x(), block_dim_x());
     // SAFETY (all accesses): row + i < n_rows * dim for every i < dim read or written.
     unsafe {
-        let (x, out) = (x.add(block_idx_x() * dim), out.add(block_idx_x() * dim));
+        let row = block_idx_x() * dim;
+        let (x, out) = (x.add(row), out.add(row));
+        let store = |i: usize, v: f32| {
+            *out.add(i) = v;
+            if !out_bf16.is_null() {
+                *out_bf16.add(row + i) = f32_to_bf16(v);
+            }
+        };
         let mut held = [0.0f32; HELD];
         let mut sum_sq = 0.0f32;
         for (k, h) in held.iter_mut().enumerate() {
@@ -56,12 +104,12 @@ pub unsafe extern "gpu-kernel" fn rmsnorm_f32(
         for (k, h) in held.iter().enumerate() {
             let i = t + k * bd;
             if i < dim {
-                *out.add(i) = *h * scale * *weight.add(i);
+                store(i, *h * scale * *weight.add(i));
             }
         }
         let mut i = t + HELD * bd;
         while i < dim {
-            *out.add(i) = *x.add(i) * scale * *weight.add(i);
+            store(i, *x.add(i) * scale * *weight.add(i));
             i += bd;
         }
     }

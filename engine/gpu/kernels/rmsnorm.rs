@@ -1,4 +1,4 @@
-//! `rmsnorm_f32`.
+//! `rmsnorm_f32`, and `rmsnorm_f32_bf16` (the same, its output also rounded to bf16).
 
 use cudarc::driver::LaunchConfig;
 
@@ -33,5 +33,37 @@ impl Gpu {
         b.arg(out).arg(x).arg(weight).arg(&eps).arg(&dim);
         // SAFETY: shapes checked; 1024 threads (a multiple of 32) and 32 floats of shared memory.
         self.timed("rmsnorm_f32", traffic, || unsafe { b.launch(cfg) })
+    }
+
+    /// `rmsnorm_f32`, also writing the output rounded to bf16 into `out_bf16` (`[n_rows,
+    /// dim]`): a tensor-core matmul's input without a rounding launch of its own.
+    pub fn rmsnorm_f32_bf16(
+        &self,
+        out: &mut Out<f32>,
+        out_bf16: &mut Out<u16>,
+        x: &In<f32>,
+        weight: &In<f32>,
+        eps: f32,
+        dim: usize,
+    ) -> Result<()> {
+        let rows = x.len() / dim;
+        assert!(dim > 0 && x.len() == rows * dim && out.len() == x.len() && weight.len() == dim);
+        assert_eq!(out_bf16.len(), x.len());
+        let cfg = LaunchConfig {
+            grid_dim: (u32_of(rows, "rows"), 1, 1),
+            block_dim: (ROW_THREADS, 1, 1),
+            shared_mem_bytes: 32 * 4,
+        };
+        let dim = u32_of(dim, "dim");
+        let traffic = traffic::rmsnorm_f32_bf16(rows, dim as usize);
+        let mut b = self.launcher(&self.kernels.rmsnorm_f32_bf16);
+        b.arg(out)
+            .arg(out_bf16)
+            .arg(x)
+            .arg(weight)
+            .arg(&eps)
+            .arg(&dim);
+        // SAFETY: shapes checked; 1024 threads (a multiple of 32) and 32 floats of shared memory.
+        self.timed("rmsnorm_f32_bf16", traffic, || unsafe { b.launch(cfg) })
     }
 }

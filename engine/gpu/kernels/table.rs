@@ -42,6 +42,7 @@ macro_rules! kernel_table {
 kernel_table!(
     embedding_bf16,
     rmsnorm_f32,
+    rmsnorm_f32_bf16,
     gemv_bf16,
     gemv_swiglu_bf16,
     gemm_bf16,
