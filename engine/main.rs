@@ -212,6 +212,11 @@ struct BenchCli {
     #[arg(long)]
     json: bool,
 
+    /// The lesson's steps instead (docs/): each GEMV step, from a thread per row to
+    /// `gemv_bf16`, timed on the shape's decode matrices against the read bandwidth.
+    #[arg(long)]
+    lesson: bool,
+
     /// Batched decode instead, for each of these numbers of sequences (comma-separated):
     /// each prefilled with --prompt-len tokens, then --steps decode steps of all of them,
     /// as llama.cpp's llama-batched-bench measures.
@@ -283,6 +288,7 @@ const EXAMPLES: &str = "Examples:
   rustle -m ./Llama-3.2-1B-Instruct -f prompt.txt
   rustle bench --shape llama3-8b --ctx 512,8192
   rustle bench --batch 1,8,32,64,128 --prompt-len 512 --steps 128
+  rustle bench --lesson --shape llama3-8b
   rustle bench --serve --shape llama3-8b --requests 64 --prompt-len 512 --output-len 128
   rustle profile --shape llama3-8b --out profile
   rustle serve --port 8000";
@@ -506,6 +512,9 @@ fn bench(b: &BenchCli) -> Result<()> {
     if let Some(sizes) = &b.batch {
         return bench_batch(b, sizes);
     }
+    if b.lesson {
+        return bench_lesson(b);
+    }
     if b.ctx.is_empty() || b.steps == 0 || b.prompt_len == 0 {
         return Err(Error::Usage(
             "bench needs at least one --ctx, --steps and --prompt-len above 0".into(),
@@ -526,6 +535,29 @@ fn bench(b: &BenchCli) -> Result<()> {
         );
     } else {
         rustle::tools::bench::print(&report);
+    }
+    Ok(())
+}
+
+fn bench_lesson(b: &BenchCli) -> Result<()> {
+    let gpu = Gpu::new()?;
+    let c = rustle::shapes::shape_config(&b.shape)?;
+    eprintln!("rustle bench --lesson: {} on {}", b.shape, gpu.description);
+    let read = rustle::tools::ceilings::gpu_bandwidth(&gpu)?.read_bytes_per_s;
+    let rows = rustle::tools::lesson::run(&gpu, &c)?;
+    if b.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).expect("a report serialises")
+        );
+    } else {
+        println!(
+            "{} on {}, read bandwidth {:.2} TB/s (the share of it in parentheses)",
+            b.shape,
+            gpu.description,
+            read / 1e12
+        );
+        rustle::tools::lesson::print(&rows, read);
     }
     Ok(())
 }

@@ -30,6 +30,10 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::embedding_bf16", embedding_bf16),
     ("kernel::rmsnorm_f32 (and _bf16)", rmsnorm_f32),
     ("kernel::gemv_bf16", gemv_bf16),
+    (
+        "kernel::gemv_step1_thread_per_row_bf16, gemv_step2_warp_per_row_bf16",
+        gemv_steps,
+    ),
     ("kernel::gemv_swiglu_bf16", gemv_swiglu_bf16),
     ("kernel::gemm_bf16", gemm_bf16),
     ("kernel::gemm_mma_bf16", gemm_mma_bf16),
@@ -294,6 +298,46 @@ fn gemv_bf16(g: &Gpu, rng: &mut StdRng) {
         .unwrap();
         let what = format!("{n_out} x {n_in}, bias {bias}, accumulate {accumulate}");
         assert_close(&what, &down(g, &out), &cpu, LONG_REDUCTION);
+    }
+}
+
+/// The lesson's GEMV steps against their twins: rows past a block of 256 threads (step 1)
+/// or of 8 warps (step 2), widths that are not a multiple of a warp, one row, one column.
+fn gemv_steps(g: &Gpu, rng: &mut StdRng) {
+    type Step = fn(&Gpu, &mut Out<f32>, &In<f32>, &In<u16>, usize, usize) -> rustle::Result<()>;
+    type Twin = fn(&mut [f32], &[f32], &[u16], usize);
+    let steps: [(&str, Step, Twin); 2] = [
+        (
+            "step 1",
+            Gpu::gemv_step1_thread_per_row_bf16,
+            ops::gemv_step1_thread_per_row_bf16,
+        ),
+        (
+            "step 2",
+            Gpu::gemv_step2_warp_per_row_bf16,
+            ops::gemv_step2_warp_per_row_bf16,
+        ),
+    ];
+    for (name, gpu, twin) in steps {
+        for (n_in, n_out) in [(64, 1), (100, 257), (4096, 1000), (1, 9), (2048, 4099)] {
+            let x = normal(rng, n_in, 1.0);
+            let w = bf16_weights(rng, n_out * n_in, 0.05);
+            let mut cpu = vec![0.0; n_out];
+            twin(&mut cpu, &x, &w, n_in);
+            let mut out = poisoned(g, n_out);
+            let (xd, wd) = (up(g, &x), up(g, &w));
+            gpu(
+                g,
+                &mut out.as_view_mut(),
+                &xd.as_view(),
+                &wd.as_view(),
+                n_in,
+                n_out,
+            )
+            .unwrap();
+            let what = format!("{name}: {n_out} x {n_in}");
+            assert_close(&what, &down(g, &out), &cpu, LONG_REDUCTION);
+        }
     }
 }
 

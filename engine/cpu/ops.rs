@@ -133,6 +133,16 @@ pub fn gemv_bf16(
     });
 }
 
+/// The lesson's GEMV step 1 (a thread per row): `out = w x`. Its twin is the product itself.
+pub fn gemv_step1_thread_per_row_bf16(out: &mut [f32], x: &[f32], w: &[u16], n_in: usize) {
+    gemv_bf16(out, x, w, None, n_in, false);
+}
+
+/// The lesson's GEMV step 2 (a warp per row): `out = w x`.
+pub fn gemv_step2_warp_per_row_bf16(out: &mut [f32], x: &[f32], w: &[u16], n_in: usize) {
+    gemv_bf16(out, x, w, None, n_in, false);
+}
+
 /// `out[o] = silu(w_gate[o] . x) * (w_up[o] . x)`: the twin of the GPU's fused gate/up
 /// matmul with SwiGLU.
 ///

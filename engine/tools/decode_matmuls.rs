@@ -26,7 +26,7 @@ pub struct GemvResult {
 }
 
 /// Copies of each matrix to rotate through: together well past the 60 MB L2.
-fn copies(bytes: usize) -> usize {
+pub fn copies(bytes: usize) -> usize {
     (256usize << 20).div_ceil(bytes).clamp(2, 16)
 }
 

@@ -17,6 +17,7 @@ pub mod bench;
 pub mod ceilings;
 pub mod cublas;
 pub mod decode_matmuls;
+pub mod lesson;
 pub mod prefill_matmuls;
 pub mod profile;
 pub mod serve_bench;

@@ -45,6 +45,8 @@ kernel_table!(
     rmsnorm_f32_bf16,
     gemv_bf16,
     gemv_swiglu_bf16,
+    gemv_step1_thread_per_row_bf16,
+    gemv_step2_warp_per_row_bf16,
     gemm_bf16,
     gemm_mma_bf16,
     gemm_skinny_bf16,
