@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::model::ModelWeights;
 use crate::tokenizer::Tokenizer;
 use crate::weights::gguf::{GgufFile, MetaValue};
-use crate::weights::{RawTensor, Weights, safetensors};
+use crate::weights::{DType, RawTensor, Weights, safetensors};
 
 pub struct LoadedModel {
     pub config: Config,
@@ -17,6 +17,32 @@ pub struct LoadedModel {
     pub tokenizer: Tokenizer,
     /// What was opened, for messages: "SmolLM2-135M-Instruct.Q4_1.gguf (GGUF, llama)".
     pub description: String,
+    /// The tensors as the files store them: (dtype, how many, bytes), the most bytes first.
+    pub stored: Vec<(DType, usize, usize)>,
+}
+
+impl LoadedModel {
+    /// "4.92 GB in the files: q4_k 193 (3.37 GB), q6_k 33 (1.32 GB), f32 65 (266.5 kB)".
+    pub fn stored_summary(&self) -> String {
+        let total: usize = self.stored.iter().map(|s| s.2).sum();
+        let parts: Vec<String> = self
+            .stored
+            .iter()
+            .map(|(d, n, b)| format!("{d} {n} ({})", bytes_text(*b)))
+            .collect();
+        format!("{} in the files: {}", bytes_text(total), parts.join(", "))
+    }
+}
+
+/// A size for messages: "3.37 GB", "97.1 MB", "266.5 kB", "12 bytes".
+pub fn bytes_text(b: usize) -> String {
+    let b = b as f64;
+    match b {
+        b if b >= 1e9 => format!("{:.2} GB", b / 1e9),
+        b if b >= 1e6 => format!("{:.1} MB", b / 1e6),
+        b if b >= 1e3 => format!("{:.1} kB", b / 1e3),
+        b => format!("{b} bytes"),
+    }
 }
 
 /// Opens `path`: a folder with `config.json`, or a `.gguf` file. Everything cheap is checked
@@ -48,6 +74,7 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
     let weights = ModelWeights::load(&config, &raw, qk_permuted)?;
     Ok(LoadedModel {
         description: format!("{} (GGUF, {arch})", file_name(path)),
+        stored: raw.by_type(),
         config,
         weights,
         tokenizer,
@@ -59,9 +86,11 @@ fn load_hf_folder(dir: &Path) -> Result<LoadedModel> {
     check_vocab(&config, &tokenizer)?;
     ModelWeights::check(&config, &weights)?;
     check_params_fit(&config)?;
+    let stored = weights.by_type();
     let weights = ModelWeights::load(&config, &weights, false)?;
     Ok(LoadedModel {
         description: format!("{} (safetensors, {:?})", file_name(dir), config.arch),
+        stored,
         config,
         weights,
         tokenizer,
@@ -354,6 +383,14 @@ pub fn resolve_model_path(arg: Option<PathBuf>) -> Result<PathBuf> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sizes_read_in_the_unit_that_fits() {
+        assert_eq!(bytes_text(12), "12 bytes");
+        assert_eq!(bytes_text(266_500), "266.5 kB");
+        assert_eq!(bytes_text(97_120_000), "97.1 MB");
+        assert_eq!(bytes_text(3_370_000_000), "3.37 GB");
+    }
+
     use super::*;
 
     #[test]

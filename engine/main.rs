@@ -419,6 +419,19 @@ fn run(cli: Cli) -> Result<()> {
             }
         },
     };
+    // What the file stores against what this run holds: GGUF quantizations are dequantized
+    // at load (to bf16 on the GPU, f32 for the CPU reference), so memory is said up front.
+    let (matrices, vectors) = model.weights.params();
+    let held = match &device {
+        Device::Gpu(_) => ("the GPU holds them in bf16", 2 * matrices + 4 * vectors),
+        Device::Cpu => ("the CPU holds them in f32", 4 * (matrices + vectors)),
+    };
+    eprintln!(
+        "rustle: weights: {}; {} ({})",
+        model.stored_summary(),
+        held.0,
+        loader::bytes_text(held.1)
+    );
     // Text longer than the context could hold is refused before it is tokenized.
     let context = model.config.max_seq_len;
     let prompt = if cli.chat {

@@ -50,6 +50,26 @@ impl ModelWeights {
         self.lm_head.as_deref().unwrap_or(&self.embed)
     }
 
+    /// Values of every matrix (the embedding and the head included) and of every vector
+    /// (norms, biases, RoPE factors): what a backend's copy of the weights holds.
+    pub fn params(&self) -> (usize, usize) {
+        let mut matrices = self.embed.len() + self.lm_head.as_ref().map_or(0, |h| h.len());
+        let mut vectors =
+            self.final_norm.len() + self.rope_freq_factors.as_ref().map_or(0, |f| f.len());
+        for l in &self.layers {
+            matrices += [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
+                .iter()
+                .map(|m| m.len())
+                .sum::<usize>();
+            vectors += l.attn_norm.len() + l.ffn_norm.len();
+            vectors += [&l.bq, &l.bk, &l.bv]
+                .iter()
+                .map(|b| b.as_ref().map_or(0, |b| b.len()))
+                .sum::<usize>();
+        }
+        (matrices, vectors)
+    }
+
     /// Bytes a forward pass reads from the weights: every matrix and norm (and bias) once,
     /// the head once; the embedding only for the rows it looks up, counted as none.
     pub fn bytes(&self) -> usize {

@@ -37,6 +37,22 @@ pub struct Weights {
 }
 
 impl Weights {
+    /// The tensors by type: (dtype, how many, bytes in the files), the most bytes first.
+    pub fn by_type(&self) -> Vec<(DType, usize, usize)> {
+        let mut types: Vec<(DType, usize, usize)> = vec![];
+        for t in self.tensors.values() {
+            match types.iter_mut().find(|(d, _, _)| *d == t.dtype) {
+                Some((_, n, bytes)) => {
+                    *n += 1;
+                    *bytes += t.n_bytes;
+                }
+                None => types.push((t.dtype, 1, t.n_bytes)),
+            }
+        }
+        types.sort_by(|a, b| b.2.cmp(&a.2).then(a.1.cmp(&b.1)));
+        types
+    }
+
     pub fn contains(&self, name: &str) -> bool {
         self.tensors.contains_key(name)
     }
