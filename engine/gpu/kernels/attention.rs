@@ -12,6 +12,16 @@ use crate::traffic;
 
 const ATTENTION_THREADS: u32 = 128;
 
+/// What the two split kernels' launches differ in.
+pub(super) struct SplitKernel<'a> {
+    pub(super) func: &'a CudaFunction,
+    pub(super) name: &'static str,
+    /// Threads per block.
+    pub(super) threads: u32,
+    /// Dynamic shared memory per block, within the default 48 KiB.
+    pub(super) shared: usize,
+}
+
 impl Gpu {
     /// Causal GQA attention over the paged cache; see the kernel's header for the shapes.
     ///
@@ -168,24 +178,79 @@ impl Gpu {
         head_dim: usize,
         split_len: usize,
     ) -> Result<()> {
-        let n = positions.len();
-        let n_splits = partial_ml.len() / (2 * n * n_heads);
-        let group = n_heads / n_kv_heads;
+        let group = n_heads / n_kv_heads.max(1);
         assert!(
             head_dim <= MAX_HEAD_DIM
                 && head_dim.is_multiple_of(8)
+                && n_kv_heads > 0
                 && n_heads.is_multiple_of(n_kv_heads)
                 && group <= 32
-        );
-        assert!(
-            aligned16(k_cache, &self.stream) && aligned16(v_cache, &self.stream),
-            "attention_split_bf16 copies the cache 16 bytes at a time"
         );
         // The split's keys and values in shared memory, within the default 48 KiB.
         let shared = 2 * split_len * head_dim * 2;
         assert!(
             shared <= 48 * 1024,
             "attention_split_bf16: split of {split_len} too long"
+        );
+        let kernel = SplitKernel {
+            func: &self.kernels.attention_split_bf16,
+            name: "attention_split_bf16",
+            threads: 32 * group as u32,
+            shared,
+        };
+        // SAFETY: the caller's guarantee, passed on; the block and shared memory the
+        // kernel's header asks for.
+        unsafe {
+            self.attention_split(
+                kernel,
+                partial_o,
+                partial_ml,
+                q,
+                k_cache,
+                v_cache,
+                block_tables,
+                token_seq,
+                positions,
+                max_blocks,
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                split_len,
+            )
+        }
+    }
+
+    /// The launch both split kernels share (`attention_split_bf16`,
+    /// `attention_split_mma_bf16`): the same arguments and partial results, checked alike,
+    /// a grid of `(n_kv_heads, n_splits, n)` blocks of the kernel's size.
+    ///
+    /// # Safety
+    /// As `attention_split_bf16`; `kernel` names a split kernel with its block size and
+    /// shared memory.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn attention_split(
+        &self,
+        kernel: SplitKernel,
+        partial_o: &mut Out<f32>,
+        partial_ml: &mut Out<f32>,
+        q: &In<f32>,
+        k_cache: &In<u16>,
+        v_cache: &In<u16>,
+        block_tables: &In<u32>,
+        token_seq: &In<u32>,
+        positions: &In<u32>,
+        max_blocks: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        split_len: usize,
+    ) -> Result<()> {
+        let name = kernel.name;
+        let n = positions.len();
+        let n_splits = partial_ml.len() / (2 * n * n_heads);
+        assert!(
+            aligned16(k_cache, &self.stream) && aligned16(v_cache, &self.stream),
+            "{name} copies the cache 16 bytes at a time"
         );
         assert!(
             n_splits > 0
@@ -204,8 +269,8 @@ impl Gpu {
                 u32_of(n_splits, "n_splits"),
                 u32_of(n, "n"),
             ),
-            block_dim: (32 * group as u32, 1, 1),
-            shared_mem_bytes: shared as u32,
+            block_dim: (kernel.threads, 1, 1),
+            shared_mem_bytes: kernel.shared as u32,
         };
         let (mb, nh, nkv, hd, sl) = (
             max_blocks as u32,
@@ -218,7 +283,7 @@ impl Gpu {
             let attended = traffic::attended(positions);
             traffic::attention_split_bf16(attended, n, n_heads, n_kv_heads, head_dim, n_splits)
         };
-        let mut b = self.launcher(&self.kernels.attention_split_bf16);
+        let mut b = self.launcher(kernel.func);
         b.arg(partial_o)
             .arg(partial_ml)
             .arg(q)
@@ -229,8 +294,9 @@ impl Gpu {
             .arg(positions);
         b.arg(&mb).arg(&nh).arg(&nkv).arg(&hd).arg(&sl);
         // SAFETY: shapes checked; the caller sizes n_splits * split_len past every position
-        // (the runner computes it from the batch), and the block tables cover each context.
-        self.timed_batch("attention_split_bf16", traffic, || unsafe { b.launch(cfg) })
+        // (the runner computes it from the batch), and the block tables cover each context;
+        // the block and shared memory are the kernel's own (the caller's guarantee).
+        self.timed_batch(name, traffic, || unsafe { b.launch(cfg) })
     }
 
     /// Merges flash-decoding's splits: out `[n, n_heads, head_dim]`.

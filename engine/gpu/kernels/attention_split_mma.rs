@@ -1,15 +1,13 @@
 //! `attention_split_mma_bf16`: flash-decoding's first half on tensor cores, for the query
 //! heads of a KV head together.
 
-use cudarc::driver::LaunchConfig;
-
-use super::{In, Out, aligned16, u32_of};
+use super::attention::SplitKernel;
+use super::{In, Out};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
 use crate::gpu::tiles::{
     ATTN_SPLIT_MMA_KEYS, ATTN_SPLIT_MMA_MAX_GROUP, attn_split_mma_shared_bytes,
 };
-use crate::traffic;
 
 /// Whether `attention_split_mma_bf16` takes this model's heads and splits of `split_len`:
 /// heads 64 or 128 wide, at most 8 query heads per KV head (the rows of its `mma` that are
@@ -51,61 +49,35 @@ impl Gpu {
         head_dim: usize,
         split_len: usize,
     ) -> Result<()> {
-        let name = "attention_split_mma_bf16";
-        let n = positions.len();
         assert!(
             attention_split_mma_supports(head_dim, n_heads, n_kv_heads, split_len),
-            "{name}: heads of {head_dim}, {n_heads} over {n_kv_heads}, splits of {split_len}"
+            "attention_split_mma_bf16: heads of {head_dim}, {n_heads} over {n_kv_heads}, splits of {split_len}"
         );
-        let n_splits = partial_ml.len() / (2 * n * n_heads);
-        assert!(
-            aligned16(k_cache, &self.stream) && aligned16(v_cache, &self.stream),
-            "{name} copies the cache 16 bytes at a time"
-        );
-        assert!(
-            n_splits > 0
-                && partial_ml.len() == 2 * n * n_heads * n_splits
-                && partial_o.len() == n * n_heads * n_splits * head_dim
-        );
-        assert!(q.len() == n * n_heads * head_dim && token_seq.len() == n);
-        assert!(
-            k_cache.len() == v_cache.len()
-                && max_blocks > 0
-                && block_tables.len().is_multiple_of(max_blocks)
-        );
-        let cfg = LaunchConfig {
-            grid_dim: (
-                u32_of(n_kv_heads, "n_kv_heads"),
-                u32_of(n_splits, "n_splits"),
-                u32_of(n, "n"),
-            ),
-            block_dim: (32, 1, 1),
-            shared_mem_bytes: attn_split_mma_shared_bytes(head_dim) as u32,
+        let kernel = SplitKernel {
+            func: &self.kernels.attention_split_mma_bf16,
+            name: "attention_split_mma_bf16",
+            threads: 32,
+            shared: attn_split_mma_shared_bytes(head_dim),
         };
-        let (mb, nh, nkv, hd, sl) = (
-            max_blocks as u32,
-            n_heads as u32,
-            n_kv_heads as u32,
-            head_dim as u32,
-            u32_of(split_len, "split_len"),
-        );
-        let traffic = move |positions: &[u32]| {
-            let attended = traffic::attended(positions);
-            traffic::attention_split_bf16(attended, n, n_heads, n_kv_heads, head_dim, n_splits)
-        };
-        let mut b = self.launcher(&self.kernels.attention_split_mma_bf16);
-        b.arg(partial_o)
-            .arg(partial_ml)
-            .arg(q)
-            .arg(k_cache)
-            .arg(v_cache)
-            .arg(block_tables)
-            .arg(token_seq)
-            .arg(positions);
-        b.arg(&mb).arg(&nh).arg(&nkv).arg(&hd).arg(&sl);
-        // SAFETY: shapes checked; the caller sizes n_splits * split_len past every position
-        // (the runner computes it from the batch), and the block tables cover each context;
-        // 32 threads and the shared memory the kernel documents (under the default 48 KiB).
-        self.timed_batch(name, traffic, || unsafe { b.launch(cfg) })
+        // SAFETY: the caller's guarantee, passed on; one warp a block and the shared memory
+        // the kernel's header asks for (under the default 48 KiB).
+        unsafe {
+            self.attention_split(
+                kernel,
+                partial_o,
+                partial_ml,
+                q,
+                k_cache,
+                v_cache,
+                block_tables,
+                token_seq,
+                positions,
+                max_blocks,
+                n_heads,
+                n_kv_heads,
+                head_dim,
+                split_len,
+            )
+        }
     }
 }
