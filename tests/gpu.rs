@@ -49,7 +49,7 @@ const TESTS: &[(&str, Test)] = &[
         attention_f32,
     ),
     ("kernel::attention_mma_bf16", attention_mma_bf16),
-    ("kernel::swiglu_f32", swiglu_f32),
+    ("kernel::swiglu_f32 (and _bf16)", swiglu_f32),
     ("kernel::residual_add_f32", residual_add_f32),
     ("kernel::argmax_f32", argmax_f32),
     ("kernel::sample_f32, penalize_f32", sample_f32),
@@ -1079,6 +1079,29 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
                 down(g, &combined)
             };
             let combined = combine(&po, &ml);
+            // The combine with a bf16 copy: the same f32 output, the copy exactly it rounded.
+            let mut with_copy = poisoned(g, q.len());
+            let mut copy = up(g, &vec![0x7fc1u16; q.len()]);
+            g.attention_combine_f32_bf16(
+                &mut with_copy.as_view_mut(),
+                &mut copy.as_view_mut(),
+                &po.as_view(),
+                &ml.as_view(),
+                &pd.as_view(),
+                split_len,
+                n_heads,
+                head_dim,
+            )
+            .unwrap();
+            let with_copy = down(g, &with_copy);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(
+                bits(&with_copy) == bits(&combined),
+                "{what}: the combine with a bf16 copy changed its output"
+            );
+            let mut rounded = vec![0u16; q.len()];
+            ops::f32_to_bf16(&mut rounded, &with_copy);
+            assert!(down(g, &copy) == rounded, "{what}: the combine's bf16 copy");
             let expected = if tol == LONG_REDUCTION {
                 cpu.clone()
             } else {
@@ -1115,7 +1138,6 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
                 )
             }
             .unwrap();
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert!(
                 bits(&combine(&po, &ml)) == bits(&combined),
                 "{what}: {wide} splits per row changed a token's result"
@@ -1137,6 +1159,22 @@ fn swiglu_f32(g: &Gpu, rng: &mut StdRng) {
         )
         .unwrap();
         assert_close(&format!("n {n}"), &down(g, &out), &cpu, APPROX_EXP);
+
+        // With the bf16 copy: the f32 output as before, the copy exactly it rounded.
+        let mut out = poisoned(g, n);
+        let mut out_bf16 = up(g, &vec![0x7fc1u16; n]);
+        g.swiglu_f32_bf16(
+            &mut out.as_view_mut(),
+            &mut out_bf16.as_view_mut(),
+            &up(g, &gate).as_view(),
+            &up(g, &upv).as_view(),
+        )
+        .unwrap();
+        let out = down(g, &out);
+        assert_close(&format!("n {n}, with bf16"), &out, &cpu, APPROX_EXP);
+        let mut rounded = vec![0u16; n];
+        ops::f32_to_bf16(&mut rounded, &out);
+        assert!(down(g, &out_bf16) == rounded, "n {n}: the bf16 copy");
     }
 }
 

@@ -605,6 +605,25 @@ pub fn attention_combine_f32(
     }
 }
 
+/// `attention_combine_f32`, the output also rounded to bf16 bits into `out_bf16`. The twin of
+/// `attention_combine_f32_bf16`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_combine_f32_bf16(
+    out: &mut [f32],
+    out_bf16: &mut [u16],
+    partial_o: &[f32],
+    partial_ml: &[f32],
+    positions: &[u32],
+    n_splits: usize,
+    split_len: usize,
+    head_dim: usize,
+) {
+    attention_combine_f32(
+        out, partial_o, partial_ml, positions, n_splits, split_len, head_dim,
+    );
+    f32_to_bf16(out_bf16, out);
+}
+
 /// The benchmark weights' generator: `out[i] = bf16(scale * u)`, `u` uniform in [-1, 1)
 /// from a hash of `(seed, i)`. The twin of `fill_random_bf16`.
 pub fn fill_random_bf16(out: &mut [u16], seed: u32, scale: f32) {
@@ -654,6 +673,13 @@ pub fn swiglu_f32(out: &mut [f32], gate: &[f32], up: &[f32]) {
     for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
         *o = g / (1.0 + (-g).exp()) * u;
     }
+}
+
+/// `swiglu_f32`, the output also rounded to bf16 bits into `out_bf16`. The twin of
+/// `swiglu_f32_bf16`.
+pub fn swiglu_f32_bf16(out: &mut [f32], out_bf16: &mut [u16], gate: &[f32], up: &[f32]) {
+    swiglu_f32(out, gate, up);
+    f32_to_bf16(out_bf16, out);
 }
 
 /// The residual connection: `x[i] += delta[i]`.

@@ -570,30 +570,37 @@ impl GpuBackend {
 
     /// `x += input w^T` for `n` tokens: fused into the matmul's output where the GEMV or the
     /// skinny matmul runs it, or into the in-order sum of a split warpgroup GEMM; otherwise
-    /// through `tmp` and a residual add.
+    /// through `tmp` and a residual add. `rounded`: the kernel before left `input` rounded
+    /// to bf16 in `mm.x_bf16` already.
     #[allow(clippy::too_many_arguments)]
     fn add_matmul(
         gpu: &Gpu,
         x: &mut Out<f32>,
         tmp: &mut CudaSlice<f32>,
         input: &In<f32>,
+        rounded: bool,
         mm: &mut MatmulScratch,
         w: &CudaSlice<u16>,
         n: usize,
         n_in: usize,
         n_out: usize,
     ) -> Result<()> {
-        if n == 1 || Self::takes_skinny(gpu, mm, n) {
-            return Self::matmul(gpu, x, input, mm, w, None, n, n_in, n_out, true);
+        if !mm.rounds(n) {
+            return gpu.gemv_bf16(x, input, &w.as_view(), None, n_in, n_out, true);
+        }
+        if !rounded {
+            gpu.f32_to_bf16(&mut mm.x_bf16.slice_mut(..n * n_in), input)?;
+        }
+        if Self::takes_skinny(gpu, mm, n) {
+            return Self::gemm(gpu, x, mm, w, None, n, n_in, n_out, true);
         }
         if gpu.wgmma_parts_len(n, n_in, n_out) > 0 {
             // A split warpgroup GEMM: its parts' sum adds into x.
-            gpu.f32_to_bf16(&mut mm.x_bf16.slice_mut(..n * n_in), input)?;
             let (xb, parts) = (mm.x_bf16.slice(..n * n_in), &mut mm.parts.as_view_mut());
             return gpu.gemm_wgmma_add_bf16(x, &xb, &w.as_view(), n, n_in, n_out, parts);
         }
         let tmp = &mut tmp.slice_mut(..n * n_out);
-        Self::matmul(gpu, tmp, input, mm, w, None, n, n_in, n_out, false)?;
+        Self::gemm(gpu, tmp, mm, w, None, n, n_in, n_out, false)?;
         gpu.residual_add_f32(x, &tmp.as_view())
     }
 
@@ -916,13 +923,14 @@ impl GpuBackend {
                 )?;
             }
             self.rope_and_cache_write(c, n, l)?;
-            self.attention(c, n, l, attention)?;
+            let rounded = self.attention(c, n, l, attention)?;
             let (g, lw) = (&self.gpu, &self.weights.layers[l]);
             Self::add_matmul(
                 g,
                 &mut self.x.slice_mut(..n * dim),
                 &mut self.xb,
                 &self.att.slice(..n * q_dim),
+                rounded,
                 &mut self.mm,
                 &lw.wo,
                 n,
@@ -941,11 +949,14 @@ impl GpuBackend {
             }
             self.swiglu(c, n, l)?;
             let (g, lw) = (&self.gpu, &self.weights.layers[l]);
+            // `swiglu` rounded `hidden` into `mm.x_bf16` wherever the matmul takes it so.
+            let rounded = self.mm.rounds(n);
             Self::add_matmul(
                 g,
                 &mut self.x.slice_mut(..n * dim),
                 &mut self.xb,
                 &self.hidden.slice(..n * c.ffn_dim),
+                rounded,
                 &mut self.mm,
                 &lw.w_down,
                 n,
@@ -983,8 +994,9 @@ impl GpuBackend {
     }
 
     /// Layer `l`'s attention, `att = softmax(q K^T / sqrt(head_dim)) V` over each token's own
-    /// sequence, with the kernels `attention` names.
-    fn attention(&mut self, c: &Config, n: usize, l: usize, attention: Attention) -> Result<()> {
+    /// sequence, with the kernels `attention` names. Returns whether `mm.x_bf16` holds `att`
+    /// rounded for o_proj's tensor cores too (the split path's combine writes it).
+    fn attention(&mut self, c: &Config, n: usize, l: usize, attention: Attention) -> Result<bool> {
         let (g, q_dim, head_dim) = (&self.gpu, c.q_dim(), c.head_dim);
         let layer = self.cache_layer(c, l);
         let max_blocks = self.table_stride;
@@ -1030,32 +1042,33 @@ impl GpuBackend {
                         )
                     }?;
                 }
-                g.attention_combine_f32(
-                    out,
-                    &partial_o.as_view(),
-                    &partial_ml.as_view(),
-                    &positions,
-                    SPLIT_LEN,
-                    nh,
-                    head_dim,
-                )
+                let (po, ml) = (&partial_o.as_view(), &partial_ml.as_view());
+                if self.mm.rounds(n) {
+                    let out_bf16 = &mut self.mm.x_bf16.slice_mut(..n * q_dim);
+                    g.attention_combine_f32_bf16(
+                        out, out_bf16, po, ml, &positions, SPLIT_LEN, nh, head_dim,
+                    )?;
+                    return Ok(true);
+                }
+                g.attention_combine_f32(out, po, ml, &positions, SPLIT_LEN, nh, head_dim)?;
             }
             Attention::TensorCores => unsafe {
                 g.attention_mma_bf16(
                     out, &q, &k, &v, &tables, &token_seq, &positions, max_blocks, nh, nkv, head_dim,
                 )
-            },
+            }?,
             Attention::PerHead => unsafe {
                 g.attention_bf16(
                     out, &q, &k, &v, &tables, &token_seq, &positions, max_blocks, nh, nkv, head_dim,
                 )
-            },
+            }?,
         }
+        Ok(false)
     }
 
     /// Layer `l`'s `hidden = silu(xb w_gate^T) * (xb w_up^T)`: one fused GEMV for a token;
     /// for more, the two matmuls on the input the norm rounded into `mm.x_bf16`, then the
-    /// SwiGLU kernel.
+    /// SwiGLU kernel, which leaves `hidden` rounded there for the down projection.
     fn swiglu(&mut self, c: &Config, n: usize, l: usize) -> Result<()> {
         let (g, lw) = (&self.gpu, &self.weights.layers[l]);
         let (dim, ffn) = (c.dim, c.ffn_dim);
@@ -1073,8 +1086,11 @@ impl GpuBackend {
             let out = &mut out.slice_mut(..n * ffn);
             Self::gemm(g, out, &mut self.mm, w, None, n, dim, ffn, false)?;
         }
-        g.swiglu_f32(
+        // The down projection's input, rounded for its tensor cores by the same launch (the
+        // gate and up matmuls are done with `mm.x_bf16`).
+        g.swiglu_f32_bf16(
             &mut self.hidden.slice_mut(..n * ffn),
+            &mut self.mm.x_bf16.slice_mut(..n * ffn),
             &self.gate.slice(..n * ffn),
             &self.up.slice(..n * ffn),
         )

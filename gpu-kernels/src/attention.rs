@@ -464,6 +464,66 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32(
     head_dim: u32,
 ) {
     crate::device::wait_for_previous_kernel();
+    // SAFETY: the same preconditions; no second output.
+    unsafe {
+        combine(
+            out,
+            core::ptr::null_mut(),
+            partial_o,
+            partial_ml,
+            positions,
+            n_splits,
+            split_len,
+            head_dim,
+        )
+    }
+}
+
+/// `attention_combine_f32`, each output also rounded to bf16 into `out_bf16` (`[n, n_heads,
+/// head_dim]`, as `u16` bits, rounded as `f32_to_bf16` rounds): o_proj's input, without a
+/// rounding launch of its own.
+///
+/// PRECONDITIONS and thread mapping: as `attention_combine_f32`.
+///
+/// # Safety
+/// As `attention_combine_f32`; `out_bf16` holds as many values as `out`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "gpu-kernel" fn attention_combine_f32_bf16(
+    out: *mut f32,
+    out_bf16: *mut u16,
+    partial_o: *const f32,
+    partial_ml: *const f32,
+    positions: *const u32,
+    n_splits: u32,
+    split_len: u32,
+    head_dim: u32,
+) {
+    crate::device::wait_for_previous_kernel();
+    // SAFETY: the preconditions, passed on.
+    unsafe {
+        combine(
+            out, out_bf16, partial_o, partial_ml, positions, n_splits, split_len, head_dim,
+        )
+    }
+}
+
+/// The body of both combine kernels: `out_bf16` null for none.
+///
+/// # Safety
+/// As `attention_combine_f32`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn combine(
+    out: *mut f32,
+    out_bf16: *mut u16,
+    partial_o: *const f32,
+    partial_ml: *const f32,
+    positions: *const u32,
+    n_splits: u32,
+    split_len: u32,
+    head_dim: u32,
+) {
     use crate::device::warp_max;
     const IN_FLIGHT: usize = 4;
     let (n_splits, head_dim) = (n_splits as usize, head_dim as usize);
@@ -544,7 +604,11 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32(
             for g in 0..groups {
                 num += *sums.add(g * head_dim + tid);
             }
-            *out.add(th * head_dim + tid) = num / *scratch;
+            let v = num / *scratch;
+            *out.add(th * head_dim + tid) = v;
+            if !out_bf16.is_null() {
+                *out_bf16.add(th * head_dim + tid) = crate::device::f32_to_bf16(v);
+            }
         }
     }
 }

@@ -311,6 +311,45 @@ impl Gpu {
         n_heads: usize,
         head_dim: usize,
     ) -> Result<()> {
+        self.combine(
+            None, out, partial_o, partial_ml, positions, split_len, n_heads, head_dim,
+        )
+    }
+
+    /// `attention_combine_f32`, also writing the output rounded to bf16 into `out_bf16`:
+    /// o_proj's tensor-core input without a rounding launch of its own.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_combine_f32_bf16(
+        &self,
+        out: &mut Out<f32>,
+        out_bf16: &mut Out<u16>,
+        partial_o: &In<f32>,
+        partial_ml: &In<f32>,
+        positions: &In<u32>,
+        split_len: usize,
+        n_heads: usize,
+        head_dim: usize,
+    ) -> Result<()> {
+        assert_eq!(out_bf16.len(), out.len());
+        let bf16 = Some(out_bf16);
+        self.combine(
+            bf16, out, partial_o, partial_ml, positions, split_len, n_heads, head_dim,
+        )
+    }
+
+    /// Both combine kernels' launch: the bf16 copy when `out_bf16` is given.
+    #[allow(clippy::too_many_arguments)]
+    fn combine(
+        &self,
+        out_bf16: Option<&mut Out<u16>>,
+        out: &mut Out<f32>,
+        partial_o: &In<f32>,
+        partial_ml: &In<f32>,
+        positions: &In<u32>,
+        split_len: usize,
+        n_heads: usize,
+        head_dim: usize,
+    ) -> Result<()> {
         let n = out.len() / (n_heads * head_dim);
         assert!(n > 0 && out.len() == n * n_heads * head_dim && positions.len() == n);
         let n_splits = partial_ml.len() / (2 * n * n_heads);
@@ -335,16 +374,26 @@ impl Gpu {
         };
         let (ns, hd) = (u32_of(n_splits, "n_splits"), u32_of(head_dim, "head_dim"));
         let sl = u32_of(split_len, "split_len");
-        let traffic = traffic::attention_combine_f32(n, n_heads, head_dim, n_splits);
-        let mut b = self.launcher(&self.kernels.attention_combine_f32);
-        b.arg(out).arg(partial_o).arg(partial_ml).arg(positions);
+        let mut traffic = traffic::attention_combine_f32(n, n_heads, head_dim, n_splits);
+        let (func, name) = match out_bf16 {
+            None => (&self.kernels.attention_combine_f32, "attention_combine_f32"),
+            Some(_) => {
+                traffic.bytes += 2 * out.len() as u64;
+                let k = &self.kernels.attention_combine_f32_bf16;
+                (k, "attention_combine_f32_bf16")
+            }
+        };
+        let mut b = self.launcher(func);
+        b.arg(out);
+        if let Some(o) = out_bf16 {
+            b.arg(o);
+        }
+        b.arg(partial_o).arg(partial_ml).arg(positions);
         b.arg(&ns).arg(&sl).arg(&hd);
         // SAFETY: shapes checked; a multiple of 32 threads, at least head_dim times the
         // groups a token of n_splits splits uses, and 32 + n_splits + threads floats of
         // shared memory; the caller's positions are those the split kernel ran with (split
-        // 0 holds position 0, so every maximum is finite).
-        self.timed("attention_combine_f32", traffic, || unsafe {
-            b.launch(cfg)
-        })
+        // 0 holds position 0, so every maximum is finite); the bf16 copy as long as out.
+        self.timed(name, traffic, || unsafe { b.launch(cfg) })
     }
 }

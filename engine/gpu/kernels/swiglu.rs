@@ -1,4 +1,4 @@
-//! `swiglu_f32`.
+//! `swiglu_f32`, and `swiglu_f32_bf16` (the same, its output also rounded to bf16).
 
 use super::{In, Out, linear, u32_of};
 use crate::error::Result;
@@ -16,5 +16,30 @@ impl Gpu {
         b.arg(out).arg(gate).arg(up).arg(&nn);
         // SAFETY: all three hold n floats.
         self.timed("swiglu_f32", traffic, || unsafe { b.launch(linear(n)) })
+    }
+
+    /// `swiglu_f32`, also writing the output rounded to bf16 into `out_bf16` (`[n]`): the
+    /// down projection's tensor-core input without a rounding launch of its own.
+    pub fn swiglu_f32_bf16(
+        &self,
+        out: &mut Out<f32>,
+        out_bf16: &mut Out<u16>,
+        gate: &In<f32>,
+        up: &In<f32>,
+    ) -> Result<()> {
+        let n = gate.len();
+        assert!(up.len() == n && out.len() == n && out_bf16.len() == n);
+        let nn = u32_of(n, "n");
+        let t = traffic::swiglu_f32(n);
+        let traffic = traffic::Traffic {
+            bytes: t.bytes + 2 * n as u64,
+            flops: t.flops,
+        };
+        let mut b = self.launcher(&self.kernels.swiglu_f32_bf16);
+        b.arg(out).arg(out_bf16).arg(gate).arg(up).arg(&nn);
+        // SAFETY: all four hold n values.
+        self.timed("swiglu_f32_bf16", traffic, || unsafe {
+            b.launch(linear(n))
+        })
     }
 }
