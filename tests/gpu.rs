@@ -1016,33 +1016,38 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
                 head_dim,
                 split_len,
             );
-            let (mut po, mut ml) = (poisoned(g, rows * head_dim), poisoned(g, rows * 2));
             let (qd, td, sd, pd) = (
                 up(g, &q),
                 up(g, &tables),
                 up(g, &token_seq),
                 up(g, &positions),
             );
-            // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
-            unsafe {
-                split_kernel(
-                    g,
-                    &mut po.as_view_mut(),
-                    &mut ml.as_view_mut(),
-                    &qd.as_view(),
-                    &kd.as_view(),
-                    &vd.as_view(),
-                    &td.as_view(),
-                    &sd.as_view(),
-                    &pd.as_view(),
-                    max_blocks,
-                    n_heads,
-                    n_kv_heads,
-                    head_dim,
-                    split_len,
-                )
-            }
-            .unwrap();
+            // The kernel into partials of `rows` rows, poisoned first.
+            let run = |rows: usize| {
+                let (mut po, mut ml) = (poisoned(g, rows * head_dim), poisoned(g, rows * 2));
+                // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
+                unsafe {
+                    split_kernel(
+                        g,
+                        &mut po.as_view_mut(),
+                        &mut ml.as_view_mut(),
+                        &qd.as_view(),
+                        &kd.as_view(),
+                        &vd.as_view(),
+                        &td.as_view(),
+                        &sd.as_view(),
+                        &pd.as_view(),
+                        max_blocks,
+                        n_heads,
+                        n_kv_heads,
+                        head_dim,
+                        split_len,
+                    )
+                }
+                .unwrap();
+                (po, ml)
+            };
+            let (po, ml) = run(rows);
             let what = format!("{what}, {name}, splits of {split_len}");
             assert_close(
                 &format!("{what}: partial outputs"),
@@ -1116,28 +1121,7 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
             // The same tokens in a launch with more (empty) splits per row, as when a longer
             // sequence shares the batch: bit for bit the same result.
             let wide = 3 * n_splits + 5;
-            let rows = n * n_heads * wide;
-            let (mut po, mut ml) = (poisoned(g, rows * head_dim), poisoned(g, rows * 2));
-            // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
-            unsafe {
-                split_kernel(
-                    g,
-                    &mut po.as_view_mut(),
-                    &mut ml.as_view_mut(),
-                    &qd.as_view(),
-                    &kd.as_view(),
-                    &vd.as_view(),
-                    &td.as_view(),
-                    &sd.as_view(),
-                    &pd.as_view(),
-                    max_blocks,
-                    n_heads,
-                    n_kv_heads,
-                    head_dim,
-                    split_len,
-                )
-            }
-            .unwrap();
+            let (po, ml) = run(n * n_heads * wide);
             assert!(
                 bits(&combine(&po, &ml)) == bits(&combined),
                 "{what}: {wide} splits per row changed a token's result"

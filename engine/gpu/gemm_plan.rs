@@ -29,10 +29,10 @@ const WGMMA_STEP_COST: [(usize, f64); 4] = [(128, 0.75), (192, 0.85), (224, 0.94
 pub const WGMMA_SPLITS: [usize; 4] = [1, 2, 4, 8];
 
 /// What a split reduction adds to a block of 128 tokens, in steps of its width: storing its
-/// part apart and adding the parts in order after the GEMM (measured as zeroing and
-/// `red.add`, round 14: 20 to 27 us on 8B's o_proj and down at 512 tokens, about 30 steps;
-/// the parts' rows cost about as much, round 18). A block with fewer tokens stores fewer
-/// rows: the cost scales with them.
+/// part apart and adding the parts in order after the GEMM. Measured when the parts met by
+/// zeroing and `red.add` (round 14: 20 to 27 us on 8B's o_proj and down at 512 tokens,
+/// about 30 steps); the in-order sum of round 18 was not timed apart. A block with fewer
+/// tokens stores fewer rows: the cost is taken to scale with them.
 const SPLIT_STEPS: f64 = 32.0;
 
 /// No part of a split reduction is shallower than this: it would be a few steps.

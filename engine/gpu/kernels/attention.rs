@@ -151,8 +151,6 @@ impl Gpu {
         b.arg(&mb).arg(&nh).arg(&nkv).arg(&hd);
         // SAFETY: shapes checked; the batch was built from block tables that cover every
         // position up to each token's own, whose key and value were written before.
-        // SAFETY: shapes checked; the batch was built from block tables that cover every
-        // position up to each token's own, whose key and value were written before.
         self.timed_batch(name, traffic, || unsafe { b.launch(cfg) })
     }
 
