@@ -142,8 +142,12 @@ struct Cli {
 
 impl Cli {
     fn from_binary() -> Cli {
+        // The binary cargo built, or `RUSTLE_BIN` where the test executables run without
+        // cargo (the GPU machine: scripts/run-test-binaries.sh), as tests/cli.rs does.
+        let bin =
+            std::env::var("RUSTLE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_rustle").into());
         let help = |args: &[&str]| {
-            let out = Command::new(env!("CARGO_BIN_EXE_rustle"))
+            let out = Command::new(&bin)
                 .args(args)
                 .arg("--help")
                 .output()
