@@ -3,10 +3,11 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::config::{Config, HfConfig, OneOrMany};
 use crate::error::{Error, Result};
-use crate::model::ModelWeights;
+use crate::model::{ModelWeights, Stored};
 use crate::tokenizer::Tokenizer;
 use crate::weights::gguf::{GgufFile, MetaValue};
 use crate::weights::{DType, RawTensor, Weights, safetensors};
@@ -71,10 +72,15 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
     let raw = gguf_weights(g)?;
     ModelWeights::check(&config, &raw)?;
     check_params_fit(&config)?;
-    let weights = ModelWeights::load(&config, &raw, qk_permuted)?;
+    let mut weights = ModelWeights::load(&config, &raw, qk_permuted)?;
+    let stored = raw.by_type();
+    weights.stored = Some(Arc::new(Stored {
+        weights: raw,
+        qk_permuted,
+    }));
     Ok(LoadedModel {
         description: format!("{} (GGUF, {arch})", file_name(path)),
-        stored: raw.by_type(),
+        stored,
         config,
         weights,
         tokenizer,

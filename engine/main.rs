@@ -125,6 +125,11 @@ struct Cli {
     /// Do not keep full KV blocks for reuse by prompts that share a prefix.
     #[arg(long)]
     no_prefix_cache: bool,
+
+    /// How the GPU holds the matrices: stored (GGUF blocks stay blocks, the rest bf16),
+    /// bf16, or fp8 (e4m3, a scale per row, made at load).
+    #[arg(long, value_enum, default_value_t = rustle::gpu::matrix::WeightFormat::Stored)]
+    weights: rustle::gpu::matrix::WeightFormat,
 }
 
 #[derive(Subcommand, Debug)]
@@ -172,6 +177,12 @@ struct ProfileCli {
     /// memory, each private cache, the reference matmul; by default on the default model).
     #[arg(long, value_enum, default_value_t = ProfileDevice::Gpu)]
     device: ProfileDevice,
+
+    /// How the GPU holds the matrices. A synthetic shape: bf16 (the default), fp8, q4_0,
+    /// q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, or q4_k_m (llama.cpp's mix). A model
+    /// (--model): stored (the default: GGUF blocks stay blocks), bf16 or fp8.
+    #[arg(long, value_name = "TYPE")]
+    weights: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -211,6 +222,12 @@ struct BenchCli {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+
+    /// How the GPU holds the matrices. A synthetic shape: bf16 (the default), fp8, q4_0,
+    /// q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, or q4_k_m (llama.cpp's mix). A model
+    /// (--model): stored (the default: GGUF blocks stay blocks), bf16 or fp8.
+    #[arg(long, value_name = "TYPE")]
+    weights: Option<String>,
 
     /// The lesson's steps instead (docs/): each GEMV step, from a thread per row to
     /// `gemv_bf16`, timed on the shape's decode matrices against the read bandwidth.
@@ -419,19 +436,9 @@ fn run(cli: Cli) -> Result<()> {
             }
         },
     };
-    // What the file stores against what this run holds: GGUF quantizations are dequantized
-    // at load (to bf16 on the GPU, f32 for the CPU reference), so memory is said up front.
-    let (matrices, vectors) = model.weights.params();
-    let held = match &device {
-        Device::Gpu(_) => ("the GPU holds them in bf16", 2 * matrices + 4 * vectors),
-        Device::Cpu => ("the CPU holds them in f32", 4 * (matrices + vectors)),
-    };
-    eprintln!(
-        "rustle: weights: {}; {} ({})",
-        model.stored_summary(),
-        held.0,
-        loader::bytes_text(held.1)
-    );
+    // What the file stores, said before the weights are read; what this run holds, once
+    // the runner has them.
+    let stored = model.stored_summary();
     // Text longer than the context could hold is refused before it is tokenized.
     let context = model.config.max_seq_len;
     let prompt = if cli.chat {
@@ -473,9 +480,12 @@ fn run(cli: Cli) -> Result<()> {
         &RunnerOptions {
             kv_blocks,
             max_batch_tokens: cli.token_budget,
+            weights: cli.weights,
+            ..Default::default()
         },
         device,
     )?;
+    eprintln!("rustle: weights: {stored}; {}", runner.weights_held());
     let token_budget = cli.token_budget;
     let mut engine = Engine::new(
         runner,
@@ -518,6 +528,14 @@ fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
+/// `--weights` for a model (`model`) or a synthetic shape; `None`: the default.
+fn weights_choice(arg: &Option<String>, model: bool) -> Result<rustle::runner::WeightsChoice> {
+    match arg {
+        None => Ok(Default::default()),
+        Some(s) => rustle::gpu::matrix::parse_weights(s, model).map_err(Error::Usage),
+    }
+}
+
 fn bench(b: &BenchCli) -> Result<()> {
     if b.serve {
         return bench_serve(b);
@@ -540,6 +558,7 @@ fn bench(b: &BenchCli) -> Result<()> {
         prompt_len: b.prompt_len,
         steps: b.steps,
         gemm_plans: b.gemm_plans,
+        weights: weights_choice(&b.weights, b.model.is_some())?,
     })?;
     if b.json {
         println!(
@@ -584,9 +603,12 @@ fn bench_batch(b: &BenchCli, sizes: &[usize]) -> Result<()> {
     let gpu = Gpu::new()?;
     let bandwidth = rustle::tools::ceilings::gpu_bandwidth(&gpu)?.copy_bytes_per_s;
     let most = sizes.iter().copied().max().unwrap_or(1);
+    let weights = weights_choice(&b.weights, b.model.is_some())?;
     let opts = RunnerOptions {
         kv_blocks: None,
         max_batch_tokens: b.prompt_len.max(most),
+        weights: weights.0,
+        synthetic: weights.1,
     };
     let (mut runner, name) =
         rustle::tools::setup::gpu_runner(&gpu, &b.shape, b.model.as_deref(), &opts)?;
@@ -643,6 +665,7 @@ fn bench_serve(b: &BenchCli) -> Result<()> {
         max_seqs: b.max_seqs as usize,
         prefix_cache: !b.no_prefix_cache,
         kv_blocks: b.kv_blocks.map(|n| n as usize),
+        weights: weights_choice(&b.weights, b.model.is_some())?,
     })?;
     if b.json {
         println!(
@@ -670,6 +693,7 @@ fn profile(p: &ProfileCli) -> Result<()> {
                 model: p.model.clone(),
                 prompt_len: p.prompt_len,
                 steps: p.steps,
+                weights: weights_choice(&p.weights, p.model.is_some())?,
             };
             let profile = match p.device {
                 ProfileDevice::Gpu => collect::gpu(&args)?,

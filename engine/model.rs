@@ -1,5 +1,7 @@
 //! The model's weights as the CPU backend holds them: f32, named for their role.
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 
 use crate::config::Config;
@@ -42,6 +44,16 @@ pub struct ModelWeights {
     pub lm_head: Option<Vec<f32>>,
     /// `[head_dim / 2]`: Llama 3.1's RoPE divisors, when a GGUF file stores them.
     pub rope_freq_factors: Option<Vec<f32>>,
+    /// The files as they store the weights (mapped, not copied), for a backend that keeps
+    /// quantized blocks as they are (the GPU); `None` for synthetic weights.
+    pub stored: Option<Arc<Stored>>,
+}
+
+/// The weights as the files store them.
+pub struct Stored {
+    pub weights: Weights,
+    /// The Q and K rows are in the order GGUF converters write for `llama` (`unpermute_rows`).
+    pub qk_permuted: bool,
 }
 
 impl ModelWeights {
@@ -137,6 +149,7 @@ impl ModelWeights {
             lm_head: (!c.tie_embeddings).then(|| matrix(c.vocab_size, dim)),
             final_norm: vec![1.0; dim],
             rope_freq_factors: None,
+            stored: None,
             layers,
         }
     }
@@ -269,6 +282,7 @@ impl ModelWeights {
             final_norm: w.take("model.norm.weight", &[dim])?,
             lm_head,
             rope_freq_factors,
+            stored: None,
         })
     }
 }

@@ -10,6 +10,7 @@ use crate::cpu::{CpuBackend, Scratch};
 use crate::error::{Error, Result};
 use crate::gpu::backend::GpuWeights;
 use crate::gpu::backend::MAX_SEQS;
+use crate::gpu::matrix::{Synthetic, WeightFormat};
 use crate::gpu::{Gpu, GpuBackend};
 use crate::kv::block_manager::{BLOCK_SIZE, BlockManager, BlockTable, blocks_for};
 use crate::kv_cache::KvCache;
@@ -24,6 +25,11 @@ pub enum Device {
     Gpu(Box<Gpu>),
 }
 
+/// `--weights` as parsed (`gpu::matrix::parse_weights`): a model's format and a synthetic
+/// shape's types.
+pub type WeightsChoice = (WeightFormat, Synthetic);
+
+#[derive(Clone, Debug)]
 pub struct RunnerOptions {
     /// KV-cache blocks of `BLOCK_SIZE` tokens; `None`: on the CPU enough for one full
     /// context, up to `DEFAULT_KV_BUDGET` bytes; on the GPU most of the free memory.
@@ -31,6 +37,10 @@ pub struct RunnerOptions {
     /// Most tokens in one forward pass: the activations are sized for it (the serving
     /// engine's token budget must not exceed it).
     pub max_batch_tokens: usize,
+    /// How the GPU holds a model's matrices (`--weights`).
+    pub weights: WeightFormat,
+    /// The matrix types of a synthetic shape's weights (`--weights`).
+    pub synthetic: Synthetic,
 }
 
 impl Default for RunnerOptions {
@@ -38,6 +48,8 @@ impl Default for RunnerOptions {
         RunnerOptions {
             kv_blocks: None,
             max_batch_tokens: 256,
+            weights: WeightFormat::Stored,
+            synthetic: Synthetic::Bf16,
         }
     }
 }
@@ -136,7 +148,7 @@ impl Runner {
             ));
         }
         if let Device::Gpu(gpu) = device {
-            let gpu_weights = GpuWeights::upload(&gpu, &weights)?;
+            let gpu_weights = GpuWeights::upload(&gpu, &config, &weights, opts.weights)?;
             let freq_factors = weights.rope_freq_factors.clone();
             drop(weights); // the f32 copy on the host is no longer needed
             return Runner::with_gpu_weights(
@@ -146,6 +158,11 @@ impl Runner {
                 freq_factors.as_deref(),
                 opts,
             );
+        }
+        if opts.weights == WeightFormat::Fp8 {
+            return Err(Error::Usage(
+                "--weights fp8 is for the GPU; the CPU holds the weights in f32".into(),
+            ));
         }
         let n_blocks = opts
             .kv_blocks
@@ -236,6 +253,38 @@ impl Runner {
         match &mut self.backend {
             Backend::Gpu(g) => Some(g),
             Backend::Cpu(_) => None,
+        }
+    }
+
+    /// What the backend holds of the weights, for the load line: "the GPU holds them as
+    /// q4_k 3.37 GB, q6_k 1.32 GB, ... (4.92 GB)", naming quantized tensors it had to hold
+    /// in bf16; "the CPU holds them in f32 (538.1 MB)".
+    pub fn weights_held(&self) -> String {
+        use crate::loader::bytes_text;
+        match &self.backend {
+            Backend::Cpu(c) => {
+                let (matrices, vectors) = c.weights.params();
+                let bytes = bytes_text(4 * (matrices + vectors));
+                format!("the CPU holds them in f32 ({bytes})")
+            }
+            Backend::Gpu(g) => {
+                let w = &g.weights;
+                let mut s = format!(
+                    "the GPU holds them as {} ({} in all)",
+                    w.summary(),
+                    bytes_text(w.bytes())
+                );
+                if let Some(first) = w.fallbacks.first() {
+                    s += &format!(
+                        "; in bf16, as no kernel reads their blocks: {first}{}",
+                        match w.fallbacks.len() {
+                            1 => String::new(),
+                            n => format!(" and {} more", n - 1),
+                        }
+                    );
+                }
+                s
+            }
         }
     }
 

@@ -21,6 +21,7 @@ fn runner(path: &str, kv_blocks: usize, max_batch_tokens: usize) -> Runner {
     let opts = RunnerOptions {
         kv_blocks: Some(kv_blocks),
         max_batch_tokens,
+        ..Default::default()
     };
     Runner::new(m.config, m.weights, &opts, Device::Cpu).unwrap()
 }

@@ -3,6 +3,7 @@
 //! `timed::Ops`, which times it when `rustle profile` asks.
 
 pub mod ops;
+pub mod quant;
 pub mod timed;
 
 use timed::Ops;

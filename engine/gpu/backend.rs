@@ -15,13 +15,15 @@ use super::kernels::attention_mma::attention_mma_supports;
 use super::kernels::attention_split_mma::attention_split_mma_supports;
 use super::kernels::gemm_skinny::{SKINNY_MAX_TOKENS, skinny_splits};
 use super::kernels::{In, Out};
-use super::tiles::{BLOCK_SIZE, MAX_HEAD_DIM};
+use super::matrix::{GpuMatrix, Piece, Synthetic, Uploader, WeightFormat, random_matrix};
+use super::tiles::{BLOCK_SIZE, MAX_HEAD_DIM, QUANT_MAX_TOKENS};
 use crate::batch::Batch;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::kv::block_manager::blocks_for;
-use crate::model::{LayerWeights, ModelWeights};
+use crate::model::ModelWeights;
 use crate::rope::RopeTables;
+use crate::weights::blocks::BlockType;
 
 /// Most sequences one forward pass may mix (the block-table buffer is sized for them).
 pub const MAX_SEQS: usize = 256;
@@ -140,104 +142,177 @@ pub fn to_bf16(x: &[f32]) -> Vec<u16> {
 
 struct GpuLayer {
     attn_norm: CudaSlice<f32>,    // [dim]
-    wqkv: CudaSlice<u16>,         // [q_dim + 2 kv_dim, dim] bf16: q, k, v stacked, one matmul
+    wqkv: GpuMatrix,              // [q_dim + 2 kv_dim, dim]: q, k, v stacked, one matmul
     bqkv: Option<CudaSlice<f32>>, // [q_dim + 2 kv_dim] (Qwen2)
-    wo: CudaSlice<u16>,           // [dim, q_dim] bf16
+    wo: GpuMatrix,                // [dim, q_dim]
     ffn_norm: CudaSlice<f32>,     // [dim]
-    w_gate: CudaSlice<u16>,       // [ffn_dim, dim] bf16
-    w_up: CudaSlice<u16>,         // [ffn_dim, dim] bf16
-    w_down: CudaSlice<u16>,       // [dim, ffn_dim] bf16
+    w_gate: GpuMatrix,            // [ffn_dim, dim]
+    w_up: GpuMatrix,              // [ffn_dim, dim]
+    w_down: GpuMatrix,            // [dim, ffn_dim]
+}
+
+impl GpuLayer {
+    fn matrices(&self) -> [&GpuMatrix; 5] {
+        [&self.wqkv, &self.wo, &self.w_gate, &self.w_up, &self.w_down]
+    }
+}
+
+/// A matrix of one tensor, as `Uploader::matrix` takes it.
+fn one(name: String, values: &[f32]) -> [Piece<'_>; 1] {
+    [Piece {
+        name,
+        values,
+        heads: None,
+    }]
 }
 
 /// The weights on the device.
 pub struct GpuWeights {
-    embed: CudaSlice<u16>, // [vocab, dim] bf16
+    embed: GpuMatrix, // [vocab, dim]
     layers: Vec<GpuLayer>,
-    final_norm: CudaSlice<f32>,      // [dim]
-    lm_head: Option<CudaSlice<u16>>, // [vocab, dim] bf16; None: tied to `embed`
+    final_norm: CudaSlice<f32>, // [dim]
+    lm_head: Option<GpuMatrix>, // [vocab, dim]; None: tied to `embed`
+    /// Quantized tensors held in bf16 because no kernel reads their blocks: "name (type)".
+    pub fallbacks: Vec<String>,
 }
 
 impl GpuWeights {
-    /// Uploads a loaded model's weights, matrices rounded to bf16.
-    pub fn upload(gpu: &Gpu, w: &ModelWeights) -> Result<GpuWeights> {
-        let bf16 = |x: &[f32], what: &str| gpu.upload(&to_bf16(x), what);
+    /// Uploads a loaded model's weights, the matrices as `format` says (norms and biases
+    /// in f32).
+    pub fn upload(
+        gpu: &Gpu,
+        c: &Config,
+        w: &ModelWeights,
+        format: WeightFormat,
+    ) -> Result<GpuWeights> {
         let f32s = |x: &[f32], what: &str| gpu.upload(x, what);
-        let layer = |l: usize, lw: &LayerWeights| -> Result<GpuLayer> {
+        let mut up = Uploader {
+            gpu,
+            format,
+            stored: w.stored.as_deref(),
+            fallbacks: vec![],
+        };
+        let (dim, q_dim, ffn) = (c.dim, c.q_dim(), c.ffn_dim);
+        let mut layers = vec![];
+        for (l, lw) in w.layers.iter().enumerate() {
             let what = |s: &str| format!("layer {l} {s}");
-            let wqkv = [lw.wq.as_slice(), &lw.wk, &lw.wv].concat();
+            let name = |s: &str| format!("model.layers.{l}.{s}.weight");
             let bqkv = match (&lw.bq, &lw.bk, &lw.bv) {
                 (Some(q), Some(k), Some(v)) => {
                     Some(f32s(&[q.as_slice(), k, v].concat(), &what("qkv bias"))?)
                 }
                 _ => None,
             };
-            Ok(GpuLayer {
+            let qkv = [
+                Piece {
+                    name: name("self_attn.q_proj"),
+                    values: &lw.wq,
+                    heads: Some((c.n_heads, c.head_dim)),
+                },
+                Piece {
+                    name: name("self_attn.k_proj"),
+                    values: &lw.wk,
+                    heads: Some((c.n_kv_heads, c.head_dim)),
+                },
+                Piece {
+                    name: name("self_attn.v_proj"),
+                    values: &lw.wv,
+                    heads: None,
+                },
+            ];
+            layers.push(GpuLayer {
                 attn_norm: f32s(&lw.attn_norm, &what("attn_norm"))?,
-                wqkv: bf16(&wqkv, &what("qkv_proj"))?,
+                wqkv: up.matrix(&qkv, dim, &what("qkv_proj"))?,
                 bqkv,
-                wo: bf16(&lw.wo, &what("o_proj"))?,
+                wo: up.matrix(
+                    &one(name("self_attn.o_proj"), &lw.wo),
+                    q_dim,
+                    &what("o_proj"),
+                )?,
                 ffn_norm: f32s(&lw.ffn_norm, &what("ffn_norm"))?,
-                w_gate: bf16(&lw.w_gate, &what("gate_proj"))?,
-                w_up: bf16(&lw.w_up, &what("up_proj"))?,
-                w_down: bf16(&lw.w_down, &what("down_proj"))?,
-            })
-        };
+                w_gate: up.matrix(&one(name("mlp.gate_proj"), &lw.w_gate), dim, &what("gate"))?,
+                w_up: up.matrix(&one(name("mlp.up_proj"), &lw.w_up), dim, &what("up_proj"))?,
+                w_down: up.matrix(&one(name("mlp.down_proj"), &lw.w_down), ffn, &what("down"))?,
+            });
+        }
+        let embed_name = "model.embed_tokens.weight".to_owned();
+        let embed = up.matrix(&one(embed_name, &w.embed), dim, "the embedding")?;
+        let lm_head = w
+            .lm_head
+            .as_deref()
+            .map(|h| up.matrix(&one("lm_head.weight".into(), h), dim, "the output head"))
+            .transpose()?;
         Ok(GpuWeights {
-            layers: w
-                .layers
-                .iter()
-                .enumerate()
-                .map(|(l, lw)| layer(l, lw))
-                .collect::<Result<_>>()?,
-            embed: bf16(&w.embed, "the embedding")?,
-            lm_head: w
-                .lm_head
-                .as_deref()
-                .map(|h| bf16(h, "the output head"))
-                .transpose()?,
+            layers,
+            embed,
+            lm_head,
             final_norm: f32s(&w.final_norm, "the final norm")?,
+            fallbacks: up.fallbacks,
         })
     }
 
-    /// Random weights of `c`'s shape made on the device (for benchmarks: no download, no host
-    /// copy): matrices uniform in ±1/sqrt(fan_in), norms 1, biases 0.
-    pub fn synthetic(gpu: &Gpu, c: &Config, seed: u32) -> Result<GpuWeights> {
+    /// Random weights of `c`'s shape made on the device (for benchmarks: no download):
+    /// matrices about ±1/sqrt(fan_in) in `kind`'s types, norms 1, biases 0. bf16 matrices
+    /// are filled on the device, block types on the host.
+    pub fn synthetic(gpu: &Gpu, c: &Config, seed: u32, kind: Synthetic) -> Result<GpuWeights> {
         let mut next_seed = seed;
-        let mut matrix = |rows: usize, cols: usize, what: &str| -> Result<CudaSlice<u16>> {
-            let mut m = gpu.zeros::<u16>(rows * cols, what)?;
+        let mut matrix = |ty: Option<BlockType>,
+                          rows: usize,
+                          cols: usize,
+                          what: &str|
+         -> Result<GpuMatrix> {
             next_seed = next_seed.wrapping_add(1);
-            gpu.fill_random_bf16(&mut m.as_view_mut(), next_seed, 1.0 / (cols as f32).sqrt())?;
-            Ok(m)
+            let Some(ty) = ty else {
+                let mut m = gpu.zeros::<u16>(rows * cols, what)?;
+                gpu.fill_random_bf16(&mut m.as_view_mut(), next_seed, 1.0 / (cols as f32).sqrt())?;
+                return Ok(GpuMatrix::Bf16(m));
+            };
+            random_matrix(gpu, ty, rows, cols, next_seed, what)
         };
         let (dim, q, kv, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
         let ones = vec![1.0f32; dim];
         let mut layers = vec![];
         for l in 0..c.n_layers {
             let what = format!("layer {l}");
+            let (ty, wider) = (kind.ty(), kind.wider(l, c.n_layers));
+            let wqkv = if wider == ty {
+                matrix(ty, q + 2 * kv, dim, &what)?
+            } else {
+                // q and k in the common type, v in the wider one: two runs of rows.
+                let mut parts = vec![];
+                for (t, rows) in [(ty, q + kv), (wider, kv)] {
+                    let GpuMatrix::Blocks(p) = matrix(t, rows, dim, &what)? else {
+                        unreachable!("mixed types are all blocks")
+                    };
+                    parts.extend(p);
+                }
+                GpuMatrix::Blocks(parts)
+            };
             layers.push(GpuLayer {
                 attn_norm: gpu.upload(&ones, &what)?,
-                wqkv: matrix(q + 2 * kv, dim, &what)?,
+                wqkv,
                 bqkv: if c.qkv_bias {
                     Some(gpu.zeros(q + 2 * kv, &what)?)
                 } else {
                     None
                 },
-                wo: matrix(dim, q, &what)?,
+                wo: matrix(ty, dim, q, &what)?,
                 ffn_norm: gpu.upload(&ones, &what)?,
-                w_gate: matrix(ffn, dim, &what)?,
-                w_up: matrix(ffn, dim, &what)?,
-                w_down: matrix(dim, ffn, &what)?,
+                w_gate: matrix(ty, ffn, dim, &what)?,
+                w_up: matrix(ty, ffn, dim, &what)?,
+                w_down: matrix(wider, dim, ffn, &what)?,
             });
         }
         Ok(GpuWeights {
-            embed: matrix(c.vocab_size, dim, "the embedding")?,
+            embed: matrix(kind.ty(), c.vocab_size, dim, "the embedding")?,
             lm_head: if c.tie_embeddings {
                 None
             } else {
-                Some(matrix(c.vocab_size, dim, "the output head")?)
+                Some(matrix(kind.head(), c.vocab_size, dim, "the output head")?)
             },
             final_norm: gpu.upload(&ones, "the final norm")?,
             layers,
+            fallbacks: vec![],
         })
     }
 
@@ -248,15 +323,82 @@ impl GpuWeights {
             .layers
             .iter()
             .map(|l| {
-                2 * (l.wqkv.len() + l.wo.len() + l.w_gate.len() + l.w_up.len() + l.w_down.len())
+                l.matrices().iter().map(|m| m.bytes()).sum::<usize>()
                     + 4 * (l.attn_norm.len()
                         + l.ffn_norm.len()
                         + l.bqkv.as_ref().map_or(0, |b| b.len()))
             })
             .sum();
-        let head = 2 * self.lm_head.as_ref().unwrap_or(&self.embed).len();
-        let embed_row = if self.lm_head.is_some() { 2 * c.dim } else { 0 };
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed).bytes();
+        let embed_row = match &self.lm_head {
+            Some(_) => self.embed.bytes() / c.vocab_size,
+            None => 0,
+        };
         layer + head + embed_row + 4 * c.dim
+    }
+
+    /// Bytes of every matrix and vector on the device.
+    pub fn bytes(&self) -> usize {
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                l.matrices().iter().map(|m| m.bytes()).sum::<usize>()
+                    + 4 * (l.attn_norm.len()
+                        + l.ffn_norm.len()
+                        + l.bqkv.as_ref().map_or(0, |b| b.len()))
+            })
+            .sum();
+        layers
+            + self.embed.bytes()
+            + self.lm_head.as_ref().map_or(0, |h| h.bytes())
+            + 4 * self.final_norm.len()
+    }
+
+    /// What the device holds, by type: "q4_k 4.17 GB, q6_k 0.81 GB, f32 0.3 MB".
+    pub fn summary(&self) -> String {
+        let mut by: Vec<(String, usize)> = vec![];
+        let mut add = |name: String, bytes: usize| match by.iter_mut().find(|b| b.0 == name) {
+            Some(b) => b.1 += bytes,
+            None => by.push((name, bytes)),
+        };
+        let matrices = self
+            .layers
+            .iter()
+            .flat_map(|l| l.matrices())
+            .chain([&self.embed])
+            .chain(self.lm_head.as_ref());
+        for m in matrices {
+            match m {
+                GpuMatrix::Bf16(w) => add("bf16".into(), 2 * w.len()),
+                GpuMatrix::Blocks(parts) => {
+                    for p in parts {
+                        let scales = 4 * p.scales.as_ref().map_or(0, |s| s.len());
+                        add(p.ty.to_string(), p.bytes.len() + scales);
+                    }
+                }
+            }
+        }
+        by.sort_by_key(|b| std::cmp::Reverse(b.1));
+        let parts: Vec<String> = by
+            .iter()
+            .map(|(n, b)| format!("{n} {}", crate::loader::bytes_text(*b)))
+            .collect();
+        parts.join(", ")
+    }
+
+    /// The largest layer matrix held in blocks, in elements (0 if none): the size of the
+    /// bf16 scratch a prompt's matmul dequantizes it into.
+    fn largest_blocks_matrix(&self, c: &Config) -> usize {
+        let (dim, q, kv, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let elements = [(q + 2 * kv) * dim, dim * q, ffn * dim, ffn * dim, dim * ffn];
+        self.layers
+            .iter()
+            .flat_map(|l| l.matrices().into_iter().zip(elements))
+            .filter(|(m, _)| m.as_bf16().is_none())
+            .map(|(_, n)| n)
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -264,6 +406,9 @@ impl GpuWeights {
 struct MatmulScratch {
     /// `[max_tokens, max(dim, q_dim, ffn_dim)]` the input rounded to bf16 for the tensor cores
     x_bf16: CudaSlice<u16>,
+    /// `[largest layer matrix held in blocks]` bf16: such a matrix dequantized for the
+    /// tensor cores (`with_bf16`); `None` when every matrix is bf16.
+    w_bf16: Option<CudaSlice<u16>>,
     /// The split sums of the skinny matmul (`[splits, SKINNY_MAX_TOKENS, n_out]` for the
     /// model's widest split matrix, `skinny_splits`) or of the warpgroup GEMM (`[k_splits,
     /// n, n_out]` for the largest split its plans make up to `max_tokens`): the larger
@@ -280,7 +425,12 @@ impl MatmulScratch {
         n > 1 || self.batch_invariant
     }
 
-    fn new(gpu: &Gpu, c: &Config, max_tokens: usize) -> Result<MatmulScratch> {
+    fn new(
+        gpu: &Gpu,
+        c: &Config,
+        max_tokens: usize,
+        dequant_elements: usize,
+    ) -> Result<MatmulScratch> {
         let (dim, q, kv, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
         let matrices = [
             (dim, q + 2 * kv),
@@ -310,6 +460,10 @@ impl MatmulScratch {
         Ok(MatmulScratch {
             x_bf16: gpu.zeros(max_tokens * dim.max(q).max(ffn), "activations")?,
             parts: gpu.zeros(parts.max(1), "the tensor-core matmuls' split sums")?,
+            w_bf16: match dequant_elements {
+                0 => None,
+                n => Some(gpu.zeros(n, "a quantized matrix dequantized for the tensor cores")?),
+            },
             batch_invariant: false,
         })
     }
@@ -442,7 +596,7 @@ impl GpuBackend {
             gate: act(c.ffn_dim)?,
             up: act(c.ffn_dim)?,
             hidden: act(c.ffn_dim)?,
-            mm: MatmulScratch::new(&gpu, c, max_tokens)?,
+            mm: MatmulScratch::new(&gpu, c, max_tokens, weights.largest_blocks_matrix(c))?,
             head_in: act(c.dim)?,
             logits: act(c.vocab_size)?,
             partial_o: gpu.zeros(partial_rows * c.head_dim, "attention scratch")?,
@@ -502,17 +656,122 @@ impl GpuBackend {
         n <= SKINNY_OVER_WGMMA_TOKENS
     }
 
+    /// Whether `n` tokens through `w` take the quantized GEMV (`gemv_blocks`) rather than
+    /// the tensor cores: for a matrix held in blocks, up to `QUANT_MAX_TOKENS` tokens (a
+    /// decode step: every weight is read once for them all, in its few bits), and for any
+    /// number in the batch-invariant mode or where the matrix is larger than the bf16
+    /// scratch (the output head), 8 tokens a launch. More tokens dequantize the matrix
+    /// into `mm.w_bf16` and run the bf16 GEMM, whose arithmetic then dwarfs the extra pass.
+    fn takes_blocks(mm: &MatmulScratch, w: &GpuMatrix, n: usize, elements: usize) -> bool {
+        if w.as_bf16().is_some() {
+            return false;
+        }
+        let fits = mm.w_bf16.as_ref().is_some_and(|s| s.len() >= elements);
+        n <= QUANT_MAX_TOKENS || mm.batch_invariant || !fits
+    }
+
+    /// `out (+)= x w^T + bias` through the quantized GEMV: `QUANT_MAX_TOKENS` tokens a
+    /// launch, one launch per run of rows of one type.
+    #[allow(clippy::too_many_arguments)]
+    fn gemv_blocks(
+        gpu: &Gpu,
+        out: &mut Out<f32>,
+        x: &In<f32>,
+        w: &GpuMatrix,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+        accumulate: bool,
+    ) -> Result<()> {
+        let GpuMatrix::Blocks(parts) = w else {
+            unreachable!("gemv_blocks of a bf16 matrix")
+        };
+        for first in (0..n).step_by(QUANT_MAX_TOKENS) {
+            let tokens = (n - first).min(QUANT_MAX_TOKENS);
+            let x = x.slice(first * n_in..(first + tokens) * n_in);
+            let mut row = 0;
+            for p in parts {
+                let start = first * n_out + row;
+                let out = &mut out.slice_mut(start..start + (tokens - 1) * n_out + p.rows);
+                let bias = bias.map(|b| b.slice(row..row + p.rows));
+                let scales = p.scales.as_ref().map(|s| s.as_view());
+                gpu.gemv_blocks(
+                    p.ty,
+                    out,
+                    &x,
+                    &p.bytes.as_view(),
+                    scales.as_ref(),
+                    bias.as_ref(),
+                    tokens,
+                    n_in,
+                    p.rows,
+                    n_out,
+                    accumulate,
+                )?;
+                row += p.rows;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `f` with `w` as bf16 `[n_out, n_in]`: its own buffer, or its blocks dequantized
+    /// into the scratch `mm.w_bf16` (lent to `f` for the call).
+    fn with_bf16(
+        gpu: &Gpu,
+        mm: &mut MatmulScratch,
+        w: &GpuMatrix,
+        n_in: usize,
+        n_out: usize,
+        f: impl FnOnce(&mut MatmulScratch, &In<u16>) -> Result<()>,
+    ) -> Result<()> {
+        let parts = match w {
+            GpuMatrix::Bf16(w) => return f(mm, &w.as_view()),
+            GpuMatrix::Blocks(parts) => parts,
+        };
+        let mut scratch = mm.w_bf16.take().expect("a bf16 scratch for blocks");
+        let mut row = 0;
+        let mut result = Ok(());
+        for p in parts {
+            let out = &mut scratch.slice_mut(row * n_in..(row + p.rows) * n_in);
+            let scales = p.scales.as_ref().map(|s| s.as_view());
+            // SAFETY: no row list: the kernel reads the part's own rows in order.
+            result = unsafe {
+                gpu.dequant_blocks(
+                    p.ty,
+                    Some(out),
+                    None,
+                    &p.bytes.as_view(),
+                    scales.as_ref(),
+                    None,
+                    p.rows,
+                    n_in,
+                )
+            };
+            if result.is_err() {
+                break;
+            }
+            row += p.rows;
+        }
+        if result.is_ok() {
+            result = f(mm, &scratch.slice(..n_out * n_in));
+        }
+        mm.w_bf16 = Some(scratch);
+        result
+    }
+
     /// One linear layer for `n` tokens: `out (+)= x w^T + bias`, added to what `out` holds
-    /// when `accumulate` (a fused residual add). The GEMV for one token; for a few (see
-    /// `takes_skinny`) the skinny tensor-core matmul; for more the prompt GEMM, which
-    /// cannot accumulate (callers add its output themselves).
+    /// when `accumulate` (a fused residual add). The GEMV for one token (or the quantized
+    /// GEMV, `takes_blocks`); for a few (see `takes_skinny`) the skinny tensor-core matmul;
+    /// for more the prompt GEMM, which cannot accumulate (callers add its output
+    /// themselves).
     #[allow(clippy::too_many_arguments)]
     fn matmul(
         gpu: &Gpu,
         out: &mut Out<f32>,
         x: &In<f32>,
         mm: &mut MatmulScratch,
-        w: &CudaSlice<u16>,
+        w: &GpuMatrix,
         bias: Option<&CudaSlice<f32>>,
         n: usize,
         n_in: usize,
@@ -520,22 +779,61 @@ impl GpuBackend {
         accumulate: bool,
     ) -> Result<()> {
         let bias = bias.map(|b| b.as_view());
+        if Self::takes_blocks(mm, w, n, n_in * n_out) {
+            return Self::gemv_blocks(gpu, out, x, w, bias.as_ref(), n, n_in, n_out, accumulate);
+        }
         if !mm.rounds(n) {
-            return gpu.gemv_bf16(out, x, &w.as_view(), bias.as_ref(), n_in, n_out, accumulate);
+            let w = &w.as_bf16().expect("blocks take gemv_blocks").as_view();
+            return gpu.gemv_bf16(out, x, w, bias.as_ref(), n_in, n_out, accumulate);
         }
         gpu.f32_to_bf16(&mut mm.x_bf16.slice_mut(..n * n_in), x)?;
-        Self::gemm(gpu, out, mm, w, bias.as_ref(), n, n_in, n_out, accumulate)
+        Self::gemm(
+            gpu,
+            out,
+            x,
+            mm,
+            w,
+            bias.as_ref(),
+            n,
+            n_in,
+            n_out,
+            accumulate,
+        )
+    }
+
+    /// The matmul of `n` tokens whose input `x` the kernel before already rounded into
+    /// `mm.x_bf16`: the quantized GEMV where `takes_blocks` (from `x` itself), else the
+    /// tensor cores (`gemm_bf16_rounded`).
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        gpu: &Gpu,
+        out: &mut Out<f32>,
+        x: &In<f32>,
+        mm: &mut MatmulScratch,
+        w: &GpuMatrix,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+        accumulate: bool,
+    ) -> Result<()> {
+        if Self::takes_blocks(mm, w, n, n_in * n_out) {
+            return Self::gemv_blocks(gpu, out, x, w, bias, n, n_in, n_out, accumulate);
+        }
+        Self::with_bf16(gpu, mm, w, n_in, n_out, |mm, w| {
+            Self::gemm_rounded(gpu, out, mm, w, bias, n, n_in, n_out, accumulate)
+        })
     }
 
     /// The tensor-core matmul of `n` tokens already rounded into `mm.x_bf16`: the skinny one
     /// where `takes_skinny` (in the batch-invariant mode for any number, `SKINNY_MAX_TOKENS`
     /// rows at a time), else `Gpu::prefill_gemm` (which cannot accumulate).
     #[allow(clippy::too_many_arguments)]
-    fn gemm(
+    fn gemm_rounded(
         gpu: &Gpu,
         out: &mut Out<f32>,
         mm: &mut MatmulScratch,
-        w: &CudaSlice<u16>,
+        w: &In<u16>,
         bias: Option<&In<f32>>,
         n: usize,
         n_in: usize,
@@ -549,7 +847,7 @@ impl GpuBackend {
                 gpu.gemm_skinny_bf16(
                     &mut out.slice_mut(rows.start * n_out..rows.end * n_out),
                     &mm.x_bf16.slice(rows.start * n_in..rows.end * n_in),
-                    &w.as_view(),
+                    w,
                     bias,
                     n_in,
                     n_out,
@@ -565,13 +863,13 @@ impl GpuBackend {
         );
         let x = mm.x_bf16.slice(..n * n_in);
         let parts = &mut mm.parts.as_view_mut();
-        gpu.prefill_gemm(out, &x, &w.as_view(), bias, n, n_in, n_out, parts)
+        gpu.prefill_gemm(out, &x, w, bias, n, n_in, n_out, parts)
     }
 
-    /// `x += input w^T` for `n` tokens: fused into the matmul's output where the GEMV or the
-    /// skinny matmul runs it, or into the in-order sum of a split warpgroup GEMM; otherwise
-    /// through `tmp` and a residual add. `rounded`: the kernel before left `input` rounded
-    /// to bf16 in `mm.x_bf16` already.
+    /// `x += input w^T` for `n` tokens: fused into the matmul's output where the GEMV (bf16
+    /// or quantized) or the skinny matmul runs it, or into the in-order sum of a split
+    /// warpgroup GEMM; otherwise through `tmp` and a residual add. `rounded`: the kernel
+    /// before left `input` rounded to bf16 in `mm.x_bf16` already.
     #[allow(clippy::too_many_arguments)]
     fn add_matmul(
         gpu: &Gpu,
@@ -580,28 +878,34 @@ impl GpuBackend {
         input: &In<f32>,
         rounded: bool,
         mm: &mut MatmulScratch,
-        w: &CudaSlice<u16>,
+        w: &GpuMatrix,
         n: usize,
         n_in: usize,
         n_out: usize,
     ) -> Result<()> {
+        if Self::takes_blocks(mm, w, n, n_in * n_out) {
+            return Self::gemv_blocks(gpu, x, input, w, None, n, n_in, n_out, true);
+        }
         if !mm.rounds(n) {
-            return gpu.gemv_bf16(x, input, &w.as_view(), None, n_in, n_out, true);
+            let w = &w.as_bf16().expect("blocks take gemv_blocks").as_view();
+            return gpu.gemv_bf16(x, input, w, None, n_in, n_out, true);
         }
         if !rounded {
             gpu.f32_to_bf16(&mut mm.x_bf16.slice_mut(..n * n_in), input)?;
         }
-        if Self::takes_skinny(gpu, mm, n) {
-            return Self::gemm(gpu, x, mm, w, None, n, n_in, n_out, true);
-        }
-        if gpu.wgmma_parts_len(n, n_in, n_out) > 0 {
-            // A split warpgroup GEMM: its parts' sum adds into x.
-            let (xb, parts) = (mm.x_bf16.slice(..n * n_in), &mut mm.parts.as_view_mut());
-            return gpu.gemm_wgmma_add_bf16(x, &xb, &w.as_view(), n, n_in, n_out, parts);
-        }
-        let tmp = &mut tmp.slice_mut(..n * n_out);
-        Self::gemm(gpu, tmp, mm, w, None, n, n_in, n_out, false)?;
-        gpu.residual_add_f32(x, &tmp.as_view())
+        Self::with_bf16(gpu, mm, w, n_in, n_out, |mm, w| {
+            if Self::takes_skinny(gpu, mm, n) {
+                return Self::gemm_rounded(gpu, x, mm, w, None, n, n_in, n_out, true);
+            }
+            if gpu.wgmma_parts_len(n, n_in, n_out) > 0 {
+                // A split warpgroup GEMM: its parts' sum adds into x.
+                let (xb, parts) = (mm.x_bf16.slice(..n * n_in), &mut mm.parts.as_view_mut());
+                return gpu.gemm_wgmma_add_bf16(x, &xb, w, n, n_in, n_out, parts);
+            }
+            let tmp = &mut tmp.slice_mut(..n * n_out);
+            Self::gemm_rounded(gpu, tmp, mm, w, None, n, n_in, n_out, false)?;
+            gpu.residual_add_f32(x, &tmp.as_view())
+        })
     }
 
     /// Runs `batch` and returns the logits of its `logit_rows`, `[rows, vocab]`, copied to the
@@ -866,14 +1170,29 @@ impl GpuBackend {
         let qkv_dim = q_dim + 2 * kv_dim;
         // SAFETY: every token id is inside the vocabulary: the engine and the runner check
         // ids on the host before a batch is built (padding rows use id 0).
-        unsafe {
-            self.gpu.embedding_bf16(
-                &mut self.x.slice_mut(..n * dim),
-                &self.weights.embed.as_view(),
-                &self.tokens.slice(..n),
-                dim,
-            )
-        }?;
+        let (x, tokens) = (&mut self.x.slice_mut(..n * dim), &self.tokens.slice(..n));
+        match &self.weights.embed {
+            GpuMatrix::Bf16(table) => {
+                unsafe { self.gpu.embedding_bf16(x, &table.as_view(), tokens, dim) }?
+            }
+            GpuMatrix::Blocks(parts) => {
+                let p = &parts[0];
+                let scales = p.scales.as_ref().map(|s| s.as_view());
+                let table = &p.bytes.as_view();
+                unsafe {
+                    self.gpu.dequant_blocks(
+                        p.ty,
+                        None,
+                        Some(x),
+                        table,
+                        scales.as_ref(),
+                        Some(tokens),
+                        n,
+                        dim,
+                    )
+                }?
+            }
+        }
         for l in 0..c.n_layers {
             let (g, lw) = (&self.gpu, &self.weights.layers[l]);
             // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream.
@@ -892,6 +1211,7 @@ impl GpuBackend {
                 Self::gemm(
                     g,
                     qkv,
+                    &self.xb.slice(..n * dim),
                     &mut self.mm,
                     &lw.wqkv,
                     bias.as_ref(),
@@ -1072,19 +1392,34 @@ impl GpuBackend {
     fn swiglu(&mut self, c: &Config, n: usize, l: usize) -> Result<()> {
         let (g, lw) = (&self.gpu, &self.weights.layers[l]);
         let (dim, ffn) = (c.dim, c.ffn_dim);
-        if !self.mm.rounds(n) {
+        if !self.mm.rounds(n)
+            && let (Some(w_gate), Some(w_up)) = (lw.w_gate.as_bf16(), lw.w_up.as_bf16())
+        {
             return g.gemv_swiglu_bf16(
                 &mut self.hidden.slice_mut(..ffn),
                 &self.xb.slice(..dim),
-                &lw.w_gate.as_view(),
-                &lw.w_up.as_view(),
+                &w_gate.as_view(),
+                &w_up.as_view(),
                 dim,
                 ffn,
             );
         }
+        let xb = &self.xb.slice(..n * dim);
         for (out, w) in [(&mut self.gate, &lw.w_gate), (&mut self.up, &lw.w_up)] {
             let out = &mut out.slice_mut(..n * ffn);
-            Self::gemm(g, out, &mut self.mm, w, None, n, dim, ffn, false)?;
+            if self.mm.rounds(n) {
+                Self::gemm(g, out, xb, &mut self.mm, w, None, n, dim, ffn, false)?;
+            } else {
+                Self::matmul(g, out, xb, &mut self.mm, w, None, n, dim, ffn, false)?;
+            }
+        }
+        if !self.mm.rounds(n) {
+            // Quantized gate and up for one token: no bf16 copy for the down GEMV.
+            return g.swiglu_f32(
+                &mut self.hidden.slice_mut(..ffn),
+                &self.gate.slice(..ffn),
+                &self.up.slice(..ffn),
+            );
         }
         // The down projection's input, rounded for its tensor cores by the same launch (the
         // gate and up matmuls are done with `mm.x_bf16`).

@@ -16,6 +16,7 @@ pub mod context;
 pub mod gemm_plan;
 pub mod kernels;
 pub mod launch;
+pub mod matrix;
 pub mod ptx;
 pub mod tiles;
 

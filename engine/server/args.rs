@@ -24,6 +24,11 @@ pub struct ServeArgs {
     #[arg(short, long, value_name = "PATH")]
     pub model: Option<PathBuf>,
 
+    /// How the GPU holds the matrices: stored (GGUF blocks stay blocks, the rest bf16),
+    /// bf16, or fp8 (e4m3, a scale per row, made at load).
+    #[arg(long, value_enum, default_value_t = crate::gpu::matrix::WeightFormat::Stored)]
+    pub weights: crate::gpu::matrix::WeightFormat,
+
     /// Address to listen on; 127.0.0.1 answers this machine only, 0.0.0.0 everyone.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,

@@ -140,6 +140,8 @@ fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, St
         &RunnerOptions {
             kv_blocks: args.kv_blocks,
             max_batch_tokens: args.token_budget,
+            weights: args.weights,
+            ..Default::default()
         },
         device,
     )?;
@@ -167,10 +169,11 @@ fn synthetic(
     config.vocab_size = tokenizer.vocab_size();
     check_supported(&config)?;
     eprintln!("rustle serve: making {shape} weights on the GPU (random, bf16)");
-    let weights = GpuWeights::synthetic(&gpu, &config, 1)?;
+    let weights = GpuWeights::synthetic(&gpu, &config, 1, Default::default())?;
     let opts = RunnerOptions {
         kv_blocks: args.kv_blocks,
         max_batch_tokens: args.token_budget,
+        ..Default::default()
     };
     let runner = Runner::with_gpu_weights(config, gpu, weights, None, &opts)?;
     let device_name = format!("{} ({shape}, random weights)", runner.device_name());

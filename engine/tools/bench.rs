@@ -27,6 +27,8 @@ pub struct BenchArgs {
     pub steps: usize,
     /// Time every plan of the warpgroup GEMM too.
     pub gemm_plans: bool,
+    /// How the GPU holds the matrices (`--weights`).
+    pub weights: crate::runner::WeightsChoice,
 }
 
 #[derive(Serialize)]
@@ -93,6 +95,8 @@ pub fn run(args: &BenchArgs) -> Result<BenchReport> {
     let opts = RunnerOptions {
         kv_blocks: Some(kv_blocks),
         max_batch_tokens: args.prompt_len.clamp(1, 1024),
+        weights: args.weights.0,
+        synthetic: args.weights.1,
     };
     let (mut runner, model) = gpu_runner(&gpu, &args.shape, args.model.as_deref(), &opts)?;
     let c = runner.config.clone();

@@ -39,6 +39,9 @@ pub enum Workload {
 
 pub struct ServeBenchArgs {
     pub shape: String,
+    /// How the GPU holds the matrices (`--weights`).
+    pub weights: crate::runner::WeightsChoice,
+
     pub model: Option<std::path::PathBuf>,
     pub device_cpu: bool,
     pub requests: usize,
@@ -226,6 +229,8 @@ pub fn run(a: &ServeBenchArgs) -> Result<ServeReport> {
     let opts = RunnerOptions {
         kv_blocks: a.kv_blocks,
         max_batch_tokens: a.token_budget,
+        weights: a.weights.0,
+        synthetic: a.weights.1,
     };
     let (runner, model, gpu) = if a.device_cpu {
         let (r, name) = cpu_runner(None, a.model.as_deref(), &opts)?;

@@ -33,10 +33,12 @@ pub fn gpu_runner(
         }
         None => {
             let config = shape_config(shape)?;
-            progress(&format!(
-                "building {shape} weights on the GPU (synthetic, bf16)"
-            ));
-            let weights = GpuWeights::synthetic(gpu, &config, 1)?;
+            let kind = match opts.synthetic {
+                crate::gpu::matrix::Synthetic::Bf16 => "bf16, made on the GPU".to_owned(),
+                k => format!("{}, made on the host", k.name()),
+            };
+            progress(&format!("building {shape} weights (synthetic, {kind})"));
+            let weights = GpuWeights::synthetic(gpu, &config, 1, opts.synthetic)?;
             Ok((
                 Runner::with_gpu_weights(config, gpu.clone(), weights, None, opts)?,
                 format!("{shape} (synthetic)"),

@@ -5,6 +5,7 @@
 //! names when the table is built, so the model asks for `model.layers.3.mlp.down_proj.weight`
 //! whatever the file.
 
+pub mod blocks;
 pub mod dequant;
 mod dequant_k;
 pub mod dtype;

@@ -324,3 +324,78 @@ pub unsafe fn block_sum(v: f32, scratch: *mut f32) -> f32 {
 pub fn sqrt(x: f32) -> f32 {
     core::intrinsics::sqrtf32(x)
 }
+
+/// A 2-byte load through the read-only path (`ld.global.nc.u16`): GGUF blocks of 18, 22,
+/// 34 or 210 bytes are aligned to 2 bytes only.
+///
+/// # Safety
+/// `p` is 2-byte aligned, points to global memory, and nothing writes it during the kernel.
+#[inline(always)]
+pub unsafe fn ld_nc_u16(p: *const u16) -> u16 {
+    let v: u16;
+    // SAFETY: the caller guarantees alignment, validity and read-only use.
+    unsafe {
+        asm!(
+            "ld.global.nc.u16 {v}, [{p}];",
+            v = out(reg16) v,
+            p = in(reg64) p,
+            options(readonly, nostack, pure),
+        );
+    }
+    v
+}
+
+/// A 4-byte load through the read-only path (`ld.global.nc.u32`).
+///
+/// # Safety
+/// `p` is 4-byte aligned, points to global memory, and nothing writes it during the kernel.
+#[inline(always)]
+pub unsafe fn ld_nc_u32(p: *const u32) -> u32 {
+    let v: u32;
+    // SAFETY: the caller guarantees alignment, validity and read-only use.
+    unsafe {
+        asm!(
+            "ld.global.nc.u32 {v}, [{p}];",
+            v = out(reg32) v,
+            p = in(reg64) p,
+            options(readonly, nostack, pure),
+        );
+    }
+    v
+}
+
+/// An IEEE half (its bits) to f32 (`cvt.f32.f16`, exact): the scales of GGUF blocks.
+#[inline(always)]
+pub fn f16_to_f32(bits: u16) -> f32 {
+    let out: f32;
+    // SAFETY: a register-only conversion.
+    unsafe {
+        asm!(
+            "cvt.f32.f16 {o}, {h};",
+            o = out(reg32) out,
+            h = in(reg16) bits,
+            options(pure, nomem, nostack),
+        )
+    };
+    out
+}
+
+/// A 16-byte store (`st.global.v4.u32`).
+///
+/// # Safety
+/// `p` is 16-byte aligned, points to global memory this thread may write.
+#[inline(always)]
+pub unsafe fn st_v4(p: *mut u32, v: [u32; 4]) {
+    // SAFETY: the caller guarantees alignment and validity.
+    unsafe {
+        asm!(
+            "st.global.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+            p = in(reg64) p,
+            a = in(reg32) v[0],
+            b = in(reg32) v[1],
+            c = in(reg32) v[2],
+            d = in(reg32) v[3],
+            options(nostack),
+        );
+    }
+}

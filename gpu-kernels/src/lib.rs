@@ -36,9 +36,11 @@ pub mod gemm_skinny;
 #[cfg(target_feature = "sm_90a")]
 pub mod gemm_wgmma;
 pub mod gemv;
+pub mod gemv_quant;
 pub mod gemv_steps;
 pub mod kv_cache;
 pub mod mma;
+pub mod quant_blocks;
 pub mod residual;
 pub mod rmsnorm;
 pub mod rope;

@@ -126,3 +126,8 @@ pub const fn attn_split_mma_shared_bytes(head_dim: usize) -> usize {
 /// Most parts `gemm_skinny_reduce_f32` adds: the skinny matmul's splits and the warpgroup
 /// GEMM's are at most this many.
 pub const REDUCE_MAX_PARTS: usize = 8;
+
+/// Quantized GEMV (`gemv_quant.rs`): most tokens one launch multiplies by the matrix.
+pub const QUANT_MAX_TOKENS: usize = 8;
+/// Quantized GEMV: output rows per warp, which share each load of the activations.
+pub const QUANT_ROWS_PER_WARP: usize = 2;

@@ -49,6 +49,7 @@ pub fn load(path: Option<&str>, max_batch_tokens: usize, device: Device) -> (Run
     let opts = RunnerOptions {
         kv_blocks: Some(TEST_KV_BLOCKS),
         max_batch_tokens,
+        ..Default::default()
     };
     (
         Runner::new(m.config, m.weights, &opts, device).unwrap(),

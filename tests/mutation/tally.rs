@@ -138,6 +138,7 @@ pub(crate) fn exercise(m: LoadedModel) -> rustle::Result<()> {
     let opts = RunnerOptions {
         kv_blocks: Some(2),
         max_batch_tokens: 4,
+        ..Default::default()
     };
     let mut runner = Runner::new(m.config, m.weights, &opts, Device::Cpu)?;
     let mut seq = runner.solo();

@@ -70,7 +70,25 @@ kernel_table!(
     sample_f32,
     penalize_f32,
     fill_random_bf16,
-    read_probe_u32;
+    read_probe_u32,
+    gemv_q4_0,
+    dequant_q4_0,
+    gemv_q4_1,
+    dequant_q4_1,
+    gemv_q5_0,
+    dequant_q5_0,
+    gemv_q5_1,
+    dequant_q5_1,
+    gemv_q8_0,
+    dequant_q8_0,
+    gemv_q4_k,
+    dequant_q4_k,
+    gemv_q5_k,
+    dequant_q5_k,
+    gemv_q6_k,
+    dequant_q6_k,
+    gemv_fp8,
+    dequant_fp8;
     optional: gemm_wgmma_bf16,
 );
 

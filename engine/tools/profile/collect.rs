@@ -24,6 +24,8 @@ pub struct ProfileArgs {
     pub model: Option<std::path::PathBuf>,
     pub prompt_len: usize,
     pub steps: usize,
+    /// How the GPU holds the matrices (`--weights`).
+    pub weights: crate::runner::WeightsChoice,
 }
 
 fn progress(msg: &str) {
@@ -157,6 +159,8 @@ fn opts(args: &ProfileArgs) -> RunnerOptions {
     RunnerOptions {
         kv_blocks: Some(blocks_for(args.prompt_len + args.steps + 1) + 1),
         max_batch_tokens: args.prompt_len.clamp(1, 1024),
+        weights: args.weights.0,
+        synthetic: args.weights.1,
     }
 }
 

@@ -1,0 +1,236 @@
+//! The CPU twins of `gpu-kernels/src/gemv_quant.rs`: the quantized GEMV and dequantizer of
+//! each block type, same names and argument order, over the same bytes. Each row is decoded
+//! whole (`BlockType::decode_row`, the loader's dequantizers) and multiplied in f32, so the
+//! GPU's register decoding is held against the decoders that are themselves checked
+//! against the `gguf` package.
+
+use crate::weights::blocks::BlockType;
+
+/// `out[t * out_stride + o] = (accumulate ? .. : 0) + w[o] . x[t] + bias[o]` for
+/// `t < n_tokens`, `o < n_out`: `gemv_blocks` on the GPU. `w`: `[n_out]` rows of
+/// `ty.row_bytes(n_in)`; `row_scales`: fp8's, one per row.
+#[allow(clippy::too_many_arguments)]
+pub fn gemv_blocks(
+    ty: BlockType,
+    out: &mut [f32],
+    x: &[f32],
+    w: &[u8],
+    row_scales: Option<&[f32]>,
+    bias: Option<&[f32]>,
+    n_tokens: usize,
+    n_in: usize,
+    n_out: usize,
+    out_stride: usize,
+    accumulate: bool,
+) {
+    let row_bytes = ty.row_bytes(n_in);
+    assert!(w.len() == n_out * row_bytes && x.len() >= n_tokens * n_in);
+    let mut row = vec![0.0f32; n_in];
+    for o in 0..n_out {
+        let scale = row_scales.map_or(1.0, |s| s[o]);
+        ty.decode_row(&w[o * row_bytes..(o + 1) * row_bytes], scale, &mut row);
+        for t in 0..n_tokens {
+            let dot: f32 = row
+                .iter()
+                .zip(&x[t * n_in..(t + 1) * n_in])
+                .map(|(w, x)| w * x)
+                .sum();
+            let at = &mut out[t * out_stride + o];
+            let prev = if accumulate { *at } else { 0.0 };
+            *at = prev + dot + bias.map_or(0.0, |b| b[o]);
+        }
+    }
+}
+
+/// Rows `rows[r]` (or r) of the matrix as f32 into `out_f32` when given, else rounded to
+/// bf16 into `out_bf16`: `dequant_blocks` on the GPU.
+#[allow(clippy::too_many_arguments)]
+pub fn dequant_blocks(
+    ty: BlockType,
+    out_bf16: Option<&mut [u16]>,
+    out_f32: Option<&mut [f32]>,
+    w: &[u8],
+    row_scales: Option<&[f32]>,
+    rows: Option<&[u32]>,
+    n_rows: usize,
+    n_in: usize,
+) {
+    let row_bytes = ty.row_bytes(n_in);
+    let mut values = vec![0.0f32; n_rows * n_in];
+    for (r, v) in values.chunks_exact_mut(n_in).enumerate() {
+        let src = rows.map_or(r, |rows| rows[r] as usize);
+        let scale = row_scales.map_or(1.0, |s| s[src]);
+        ty.decode_row(&w[src * row_bytes..(src + 1) * row_bytes], scale, v);
+    }
+    match (out_f32, out_bf16) {
+        (Some(out), _) => out[..values.len()].copy_from_slice(&values),
+        (None, Some(out)) => super::ops::f32_to_bf16(&mut out[..values.len()], &values),
+        (None, None) => panic!("dequant_blocks needs an output"),
+    }
+}
+
+/// The twins by kernel name: `gemv_q4_k`, `dequant_q4_k`, ..., each `gemv_blocks` or
+/// `dequant_blocks` of its type.
+macro_rules! twins {
+    ($($ty:ident => $gemv:ident, $dequant:ident;)*) => {$(
+        #[doc = concat!("`gemv_blocks` over `", stringify!($ty), "` weights.")]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $gemv(
+            out: &mut [f32],
+            x: &[f32],
+            w: &[u8],
+            row_scales: Option<&[f32]>,
+            bias: Option<&[f32]>,
+            n_tokens: usize,
+            n_in: usize,
+            n_out: usize,
+            out_stride: usize,
+            accumulate: bool,
+        ) {
+            gemv_blocks(
+                BlockType::$ty, out, x, w, row_scales, bias, n_tokens, n_in, n_out, out_stride,
+                accumulate,
+            )
+        }
+
+        #[doc = concat!("`dequant_blocks` over `", stringify!($ty), "` weights.")]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $dequant(
+            out_bf16: Option<&mut [u16]>,
+            out_f32: Option<&mut [f32]>,
+            w: &[u8],
+            row_scales: Option<&[f32]>,
+            rows: Option<&[u32]>,
+            n_rows: usize,
+            n_in: usize,
+        ) {
+            dequant_blocks(BlockType::$ty, out_bf16, out_f32, w, row_scales, rows, n_rows, n_in)
+        }
+    )*};
+}
+
+twins! {
+    Q4_0 => gemv_q4_0, dequant_q4_0;
+    Q4_1 => gemv_q4_1, dequant_q4_1;
+    Q5_0 => gemv_q5_0, dequant_q5_0;
+    Q5_1 => gemv_q5_1, dequant_q5_1;
+    Q8_0 => gemv_q8_0, dequant_q8_0;
+    Q4K => gemv_q4_k, dequant_q4_k;
+    Q5K => gemv_q5_k, dequant_q5_k;
+    Q6K => gemv_q6_k, dequant_q6_k;
+    Fp8 => gemv_fp8, dequant_fp8;
+}
+
+/// Random blocks of `ty` for `rows` rows of `n_in` (tests and synthetic benchmark weights):
+/// random bytes, with every f16 scale field set so the weights come out about
+/// ±`magnitude` (fp8: random finite e4m3 bytes, `row_scales` of magnitude / 448).
+pub fn random_blocks(
+    ty: BlockType,
+    rows: usize,
+    n_in: usize,
+    magnitude: f32,
+    seed: u32,
+) -> (Vec<u8>, Option<Vec<f32>>) {
+    use rayon::prelude::*;
+    let n = rows * ty.row_bytes(n_in);
+    let mut bytes: Vec<u8> = (0..n.div_ceil(4))
+        .into_par_iter()
+        .flat_map_iter(|i| super::ops::hash32(seed, i as u32).to_le_bytes())
+        .collect();
+    bytes.truncate(n);
+    if ty == BlockType::Fp8 {
+        // 0x7f and 0xff are NaN: move them one step down.
+        bytes.par_iter_mut().for_each(|b| {
+            if *b & 0x7f == 0x7f {
+                *b -= 1
+            }
+        });
+        return (bytes, Some(vec![magnitude / 448.0; rows]));
+    }
+    // (offset of an f16 scale field in the block, the largest quantized magnitude it
+    // multiplies), so that d * that is `magnitude`.
+    let fields: &[(usize, f32)] = match ty {
+        BlockType::Q4_0 => &[(0, 8.0)],
+        BlockType::Q4_1 => &[(0, 15.0), (2, -7.5)],
+        BlockType::Q5_0 => &[(0, 16.0)],
+        BlockType::Q5_1 => &[(0, 31.0), (2, -15.5)],
+        BlockType::Q8_0 => &[(0, 127.0)],
+        // d multiplies a 6-bit scale and a 4- or 5-bit value; dmin a 6-bit min.
+        BlockType::Q4K => &[(0, 63.0 * 15.0), (2, 63.0 * 7.5)],
+        BlockType::Q5K => &[(0, 63.0 * 31.0), (2, 63.0 * 15.5)],
+        BlockType::Q6K => &[(208, 127.0 * 32.0)],
+        BlockType::Fp8 => unreachable!(),
+    };
+    bytes
+        .par_chunks_exact_mut(ty.block_bytes())
+        .for_each(|block| {
+            for &(at, q) in fields {
+                let d = half::f16::from_f32(magnitude / q);
+                block[at..at + 2].copy_from_slice(&d.to_le_bytes());
+            }
+        });
+    (bytes, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The twin's sums against a plain dot product of the decoded rows, with a stride, a
+    /// bias, accumulation and several tokens; random blocks stay in ±magnitude.
+    #[test]
+    fn gemv_blocks_is_the_decoded_rows_times_x() {
+        for ty in BlockType::ALL {
+            let (n_in, n_out, n_tokens, stride) = (512, 3, 2, 5);
+            let (w, scales) = random_blocks(ty, n_out, n_in, 0.5, 7);
+            let x: Vec<f32> = (0..n_tokens * n_in).map(|i| (i % 7) as f32 - 3.0).collect();
+            let mut out = vec![1.0f32; n_tokens * stride];
+            let bias = [0.5, -0.5, 0.25];
+            gemv_blocks(
+                ty,
+                &mut out,
+                &x,
+                &w,
+                scales.as_deref(),
+                Some(&bias),
+                n_tokens,
+                n_in,
+                n_out,
+                stride,
+                true,
+            );
+            let mut all = vec![0.0f32; n_out * n_in];
+            dequant_blocks(
+                ty,
+                None,
+                Some(&mut all),
+                &w,
+                scales.as_deref(),
+                None,
+                n_out,
+                n_in,
+            );
+            assert!(all.iter().all(|v| v.abs() <= 0.5 * 1.01), "{ty}: magnitude");
+            for t in 0..n_tokens {
+                for o in 0..n_out {
+                    let want: f32 = (0..n_in).map(|i| all[o * n_in + i] * x[t * n_in + i]).sum();
+                    let got = out[t * stride + o] - 1.0 - bias[o];
+                    assert!((got - want).abs() < 1e-3 * (1.0 + want.abs()), "{ty}");
+                }
+                // Columns past n_out are untouched.
+                assert_eq!(out[t * stride + 3..t * stride + 5], [1.0, 1.0]);
+            }
+        }
+    }
+
+    #[test]
+    fn dequant_blocks_gathers_rows() {
+        let (w, _) = random_blocks(BlockType::Q8_0, 4, 64, 1.0, 3);
+        let mut all = vec![0.0f32; 4 * 64];
+        dequant_q8_0(None, Some(&mut all), &w, None, None, 4, 64);
+        let mut two = vec![0.0f32; 2 * 64];
+        dequant_q8_0(None, Some(&mut two), &w, None, Some(&[3, 1]), 2, 64);
+        assert_eq!(two[..64], all[3 * 64..]);
+        assert_eq!(two[64..], all[64..128]);
+    }
+}

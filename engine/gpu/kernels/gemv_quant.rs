@@ -1,0 +1,211 @@
+//! The quantized matmul kernels (`gemv_<type>`, `dequant_<type>`, one pair per block type,
+//! `gpu-kernels/src/gemv_quant.rs`): one wrapper for each kind, which picks the type's
+//! kernel from the table. The arguments are the kernels', the block type first.
+
+use cudarc::driver::{CudaFunction, LaunchConfig};
+
+use super::table::Kernels;
+use super::{In, Out, aligned16, linear, u32_of};
+use crate::error::Result;
+use crate::gpu::context::Gpu;
+use crate::gpu::tiles::{QUANT_MAX_TOKENS, QUANT_ROWS_PER_WARP};
+use crate::traffic::Traffic;
+use crate::weights::blocks::BlockType;
+
+/// Warps per quantized GEMV block.
+const QUANT_WARPS: usize = 8;
+
+impl Kernels {
+    /// `(gemv_<type>, dequant_<type>)` and their names.
+    fn quant(&self, ty: BlockType) -> (&CudaFunction, &CudaFunction, &'static str, &'static str) {
+        match ty {
+            BlockType::Q4_0 => (
+                &self.gemv_q4_0,
+                &self.dequant_q4_0,
+                "gemv_q4_0",
+                "dequant_q4_0",
+            ),
+            BlockType::Q4_1 => (
+                &self.gemv_q4_1,
+                &self.dequant_q4_1,
+                "gemv_q4_1",
+                "dequant_q4_1",
+            ),
+            BlockType::Q5_0 => (
+                &self.gemv_q5_0,
+                &self.dequant_q5_0,
+                "gemv_q5_0",
+                "dequant_q5_0",
+            ),
+            BlockType::Q5_1 => (
+                &self.gemv_q5_1,
+                &self.dequant_q5_1,
+                "gemv_q5_1",
+                "dequant_q5_1",
+            ),
+            BlockType::Q8_0 => (
+                &self.gemv_q8_0,
+                &self.dequant_q8_0,
+                "gemv_q8_0",
+                "dequant_q8_0",
+            ),
+            BlockType::Q4K => (
+                &self.gemv_q4_k,
+                &self.dequant_q4_k,
+                "gemv_q4_k",
+                "dequant_q4_k",
+            ),
+            BlockType::Q5K => (
+                &self.gemv_q5_k,
+                &self.dequant_q5_k,
+                "gemv_q5_k",
+                "dequant_q5_k",
+            ),
+            BlockType::Q6K => (
+                &self.gemv_q6_k,
+                &self.dequant_q6_k,
+                "gemv_q6_k",
+                "dequant_q6_k",
+            ),
+            BlockType::Fp8 => (&self.gemv_fp8, &self.dequant_fp8, "gemv_fp8", "dequant_fp8"),
+        }
+    }
+}
+
+/// The checks both kernels need of a matrix: whole, aligned blocks, and scales for fp8.
+fn check_matrix(
+    gpu: &Gpu,
+    ty: BlockType,
+    w: &In<u8>,
+    row_scales: Option<&In<f32>>,
+    n_rows: usize,
+    n_in: usize,
+) {
+    assert!(
+        ty.fits(n_in),
+        "{ty} rows of {n_in} weights are not whole, aligned blocks"
+    );
+    assert!(w.len() == n_rows * ty.row_bytes(n_in), "{ty}: matrix bytes");
+    assert!(
+        aligned16(w, &gpu.stream),
+        "{ty}: the matrix must start 16-byte aligned"
+    );
+    assert!(
+        (ty == BlockType::Fp8) == row_scales.is_some(),
+        "row scales come with fp8 and only with it"
+    );
+    assert!(row_scales.is_none_or(|s| s.len() == n_rows));
+}
+
+impl Gpu {
+    /// `gemv_<ty>`: out (`[n_tokens, out_stride]`, this matrix's columns `0..n_out`) (+)=
+    /// x `[n_tokens, n_in]` times w^T (`[n_out]` rows of `ty`) + bias `[n_out]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_blocks(
+        &self,
+        ty: BlockType,
+        out: &mut Out<f32>,
+        x: &In<f32>,
+        w: &In<u8>,
+        row_scales: Option<&In<f32>>,
+        bias: Option<&In<f32>>,
+        n_tokens: usize,
+        n_in: usize,
+        n_out: usize,
+        out_stride: usize,
+        accumulate: bool,
+    ) -> Result<()> {
+        check_matrix(self, ty, w, row_scales, n_out, n_in);
+        assert!(
+            (1..=QUANT_MAX_TOKENS).contains(&n_tokens),
+            "1..=8 tokens a launch"
+        );
+        assert!(x.len() == n_tokens * n_in && aligned16(x, &self.stream));
+        assert!(n_out <= out_stride && out.len() >= (n_tokens - 1) * out_stride + n_out);
+        assert!(bias.is_none_or(|b| b.len() == n_out));
+        let rows_per_block = QUANT_WARPS * QUANT_ROWS_PER_WARP;
+        let cfg = LaunchConfig {
+            grid_dim: (n_out.div_ceil(rows_per_block) as u32, 1, 1),
+            block_dim: (32 * QUANT_WARPS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (func, _, name, _) = self.kernels.quant(ty);
+        let traffic = Traffic {
+            bytes: (w.len()
+                + 4 * (n_tokens * n_in + n_tokens * n_out * (1 + accumulate as usize))
+                + 4 * bias.map_or(0, |b| b.len())
+                + 4 * row_scales.map_or(0, |s| s.len())) as u64,
+            flops: (2 * n_tokens * n_in * n_out) as u64,
+        };
+        let args = [n_tokens, n_in, n_out, out_stride].map(|v| u32_of(v, "a size"));
+        let acc = accumulate as u32;
+        let mut b = self.launcher(func);
+        b.arg(out)
+            .arg(x)
+            .arg(w)
+            .arg_or_null(row_scales)
+            .arg_or_null(bias);
+        b.arg(&args[0])
+            .arg(&args[1])
+            .arg(&args[2])
+            .arg(&args[3])
+            .arg(&acc);
+        // SAFETY: the matrix is whole aligned blocks of its type (checked), x holds the
+        // tokens' rows 16-byte aligned, out every token's n_out columns; x and out are
+        // different buffers; the weights are read-only.
+        self.timed(name, traffic, || unsafe { b.launch(cfg) })
+    }
+
+    /// `dequant_<ty>`: rows `rows[r]` (all rows in order for `None`) of w (rows of `ty`, n_in
+    /// weights each) into `out_f32` (`[n_rows, n_in]`) where given, else into `out_bf16`.
+    ///
+    /// # Safety
+    /// Every row id is a row of `w` (the kernel does not check: the embedding's token ids
+    /// are checked on the host).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn dequant_blocks(
+        &self,
+        ty: BlockType,
+        out_bf16: Option<&mut Out<u16>>,
+        out_f32: Option<&mut Out<f32>>,
+        w: &In<u8>,
+        row_scales: Option<&In<f32>>,
+        rows: Option<&In<u32>>,
+        n_rows: usize,
+        n_in: usize,
+    ) -> Result<()> {
+        let w_rows = w.len() / ty.row_bytes(n_in).max(1);
+        check_matrix(self, ty, w, row_scales, w_rows, n_in);
+        assert!(rows.is_some() || n_rows <= w_rows);
+        assert!(rows.is_none_or(|r| r.len() == n_rows));
+        let n = n_rows * n_in;
+        let written = match (&out_f32, &out_bf16) {
+            (Some(o), _) => {
+                assert!(o.len() >= n);
+                4
+            }
+            (None, Some(o)) => {
+                assert!(o.len() >= n);
+                2
+            }
+            (None, None) => panic!("dequant_blocks needs an output"),
+        };
+        let cfg = linear(n / 32);
+        let (_, func, _, name) = self.kernels.quant(ty);
+        let traffic = Traffic {
+            bytes: (n_rows * ty.row_bytes(n_in) + written * n) as u64,
+            flops: 0,
+        };
+        let (n_rows, n_in) = (u32_of(n_rows, "rows"), u32_of(n_in, "n_in"));
+        let mut b = self.launcher(func);
+        b.arg_or_null(out_bf16.map(|o| &*o))
+            .arg_or_null(out_f32.map(|o| &*o))
+            .arg(w)
+            .arg_or_null(row_scales)
+            .arg_or_null(rows);
+        b.arg(&n_rows).arg(&n_in);
+        // SAFETY: the matrix checked as above, the output holds n_rows x n_in, and the row
+        // ids are rows of w (this function's contract).
+        self.timed(name, traffic, || unsafe { b.launch(cfg) })
+    }
+}

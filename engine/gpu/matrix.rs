@@ -1,0 +1,326 @@
+//! A weight matrix on the device: bf16, or quantized blocks as the file stores them (or as
+//! `--weights fp8` makes them), and how the model's matrices get there.
+
+use cudarc::driver::CudaSlice;
+
+use super::context::Gpu;
+use crate::cpu::quant::random_blocks;
+use crate::error::Result;
+use crate::model::Stored;
+use crate::weights::blocks::{BlockType, quantize_fp8};
+
+/// How `GpuWeights::upload` holds the matrices.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum WeightFormat {
+    /// As the files store them: GGUF blocks the kernels read stay blocks; 16- and 32-bit
+    /// weights, and blocks they do not read, become bf16.
+    #[default]
+    Stored,
+    /// Every matrix in bf16 (quantized ones dequantized at load).
+    Bf16,
+    /// Every matrix in fp8 e4m3 with a scale per row, quantized at load.
+    Fp8,
+}
+
+/// Rows of one block type, `[rows, row_bytes]`.
+pub struct BlockPart {
+    pub ty: BlockType,
+    pub rows: usize,
+    pub bytes: CudaSlice<u8>,
+    /// `[rows]` fp8's scales.
+    pub scales: Option<CudaSlice<f32>>,
+}
+
+/// A `[n_out, n_in]` matrix.
+pub enum GpuMatrix {
+    /// bf16 bits.
+    Bf16(CudaSlice<u16>),
+    /// Runs of rows, each of one block type (a fused q/k/v whose v is stored in more bits
+    /// than q and k is two or three).
+    Blocks(Vec<BlockPart>),
+}
+
+impl GpuMatrix {
+    /// Bytes on the device (scales included).
+    pub fn bytes(&self) -> usize {
+        match self {
+            GpuMatrix::Bf16(w) => 2 * w.len(),
+            GpuMatrix::Blocks(parts) => parts
+                .iter()
+                .map(|p| p.bytes.len() + 4 * p.scales.as_ref().map_or(0, |s| s.len()))
+                .sum(),
+        }
+    }
+
+    /// The bf16 buffer, if the matrix is one.
+    pub fn as_bf16(&self) -> Option<&CudaSlice<u16>> {
+        match self {
+            GpuMatrix::Bf16(w) => Some(w),
+            GpuMatrix::Blocks(_) => None,
+        }
+    }
+}
+
+/// One piece of a stacked matrix: its tensor's name, its values as the CPU holds them, and
+/// for Q and K of `llama` GGUF files the (heads, head_dim) whose rows to unpermute.
+pub struct Piece<'a> {
+    pub name: String,
+    pub values: &'a [f32],
+    pub heads: Option<(usize, usize)>,
+}
+
+/// Builds the device matrices, remembering the quantized tensors it turned into bf16.
+pub struct Uploader<'a> {
+    pub gpu: &'a Gpu,
+    pub format: WeightFormat,
+    pub stored: Option<&'a Stored>,
+    /// Names and types of stored blocks the kernels do not read (held in bf16).
+    pub fallbacks: Vec<String>,
+}
+
+impl Uploader<'_> {
+    /// `pieces` stacked by rows into one `[sum of rows, n_in]` matrix.
+    pub fn matrix(&mut self, pieces: &[Piece], n_in: usize, what: &str) -> Result<GpuMatrix> {
+        let bf16 = |gpu: &Gpu| {
+            let all: Vec<f32> = pieces
+                .iter()
+                .flat_map(|p| p.values.iter().copied())
+                .collect();
+            Ok(GpuMatrix::Bf16(
+                gpu.upload(&super::backend::to_bf16(&all), what)?,
+            ))
+        };
+        match self.format {
+            WeightFormat::Bf16 => bf16(self.gpu),
+            WeightFormat::Fp8 => {
+                let all: Vec<f32> = pieces
+                    .iter()
+                    .flat_map(|p| p.values.iter().copied())
+                    .collect();
+                let (bytes, scales) = quantize_fp8(&all, n_in);
+                let part = self.part(BlockType::Fp8, &bytes, Some(&scales), n_in, what)?;
+                Ok(GpuMatrix::Blocks(vec![part]))
+            }
+            WeightFormat::Stored => {
+                let Some(blocks) = self.stored_blocks(pieces, n_in) else {
+                    return bf16(self.gpu);
+                };
+                // Consecutive pieces of one type share a part.
+                let mut runs: Vec<(BlockType, Vec<u8>)> = vec![];
+                for (ty, bytes) in blocks {
+                    match runs.last_mut() {
+                        Some((t, b)) if *t == ty => b.extend_from_slice(&bytes),
+                        _ => runs.push((ty, bytes)),
+                    }
+                }
+                let parts = runs
+                    .iter()
+                    .map(|(ty, bytes)| self.part(*ty, bytes, None, n_in, what))
+                    .collect::<Result<_>>()?;
+                Ok(GpuMatrix::Blocks(parts))
+            }
+        }
+    }
+
+    /// Each piece's stored bytes (rows unpermuted where asked) if every piece is blocks the
+    /// kernels read; `None` otherwise (noting quantized pieces that will be bf16).
+    fn stored_blocks(
+        &mut self,
+        pieces: &[Piece],
+        n_in: usize,
+    ) -> Option<Vec<(BlockType, Vec<u8>)>> {
+        let stored = self.stored?;
+        let mut out = vec![];
+        for p in pieces {
+            let t = stored.weights.tensors.get(&p.name)?;
+            let ty = BlockType::of(t.dtype).filter(|ty| ty.fits(n_in));
+            let Some(ty) = ty else {
+                if t.dtype.block_len() > 1 {
+                    self.fallbacks.push(format!("{} ({})", p.name, t.dtype));
+                }
+                return None;
+            };
+            let bytes = stored
+                .weights
+                .files
+                .get(t.file)?
+                .get(t.offset..t.offset + t.n_bytes)?;
+            let bytes = match p.heads {
+                Some((heads, head_dim)) if stored.qk_permuted => {
+                    unpermute_row_bytes(bytes, heads, head_dim, ty.row_bytes(n_in))
+                }
+                _ => bytes.to_vec(),
+            };
+            out.push((ty, bytes));
+        }
+        Some(out)
+    }
+
+    fn part(
+        &self,
+        ty: BlockType,
+        bytes: &[u8],
+        scales: Option<&[f32]>,
+        n_in: usize,
+        what: &str,
+    ) -> Result<BlockPart> {
+        Ok(BlockPart {
+            ty,
+            rows: bytes.len() / ty.row_bytes(n_in),
+            bytes: self.gpu.upload(bytes, what)?,
+            scales: scales.map(|s| self.gpu.upload(s, what)).transpose()?,
+        })
+    }
+}
+
+/// `model::unpermute_rows` on rows of bytes.
+fn unpermute_row_bytes(w: &[u8], n_heads: usize, head_dim: usize, row_bytes: usize) -> Vec<u8> {
+    let half = head_dim / 2;
+    let mut out = vec![0u8; w.len()];
+    for h in 0..n_heads {
+        for i in 0..half {
+            for j in 0..2 {
+                let src = (h * head_dim + 2 * i + j) * row_bytes;
+                let dst = (h * head_dim + j * half + i) * row_bytes;
+                out[dst..dst + row_bytes].copy_from_slice(&w[src..src + row_bytes]);
+            }
+        }
+    }
+    out
+}
+
+/// A random `[rows, n_in]` matrix of `ty` (benchmarks), weights about ±1/sqrt(n_in).
+pub fn random_matrix(
+    gpu: &Gpu,
+    ty: BlockType,
+    rows: usize,
+    n_in: usize,
+    seed: u32,
+    what: &str,
+) -> Result<GpuMatrix> {
+    let (bytes, scales) = random_blocks(ty, rows, n_in, 1.0 / (n_in as f32).sqrt(), seed);
+    Ok(GpuMatrix::Blocks(vec![BlockPart {
+        ty,
+        rows,
+        bytes: gpu.upload(&bytes, what)?,
+        scales: scales.map(|s| gpu.upload(&s, what)).transpose()?,
+    }]))
+}
+
+/// The matrix types of synthetic weights (`rustle bench --weights`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Synthetic {
+    #[default]
+    Bf16,
+    /// Every matrix in one block type.
+    Blocks(BlockType),
+    /// A Q4_K_M file's mix, as llama.cpp's quantizer makes it: Q4_K, with attn_v and
+    /// ffn_down in Q6_K in a layer that gets more bits (the first and last eighth of the
+    /// layers and every third between) and the output head in Q6_K.
+    Q4KM,
+}
+
+impl Synthetic {
+    pub const NAMES: &str = "bf16, fp8, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, q4_k_m";
+
+    pub fn parse(s: &str) -> Option<Synthetic> {
+        if s == "bf16" {
+            return Some(Synthetic::Bf16);
+        }
+        if s == "q4_k_m" {
+            return Some(Synthetic::Q4KM);
+        }
+        BlockType::ALL
+            .into_iter()
+            .find(|t| t.to_string() == s)
+            .map(Synthetic::Blocks)
+    }
+
+    /// The name `--weights` takes.
+    pub fn name(self) -> String {
+        match self {
+            Synthetic::Bf16 => "bf16".into(),
+            Synthetic::Blocks(t) => t.to_string(),
+            Synthetic::Q4KM => "q4_k_m".into(),
+        }
+    }
+
+    /// Most matrices' type (`None`: bf16).
+    pub fn ty(self) -> Option<BlockType> {
+        match self {
+            Synthetic::Bf16 => None,
+            Synthetic::Blocks(t) => Some(t),
+            Synthetic::Q4KM => Some(BlockType::Q4K),
+        }
+    }
+
+    /// Layer `l`'s type for v and down.
+    pub fn wider(self, l: usize, n_layers: usize) -> Option<BlockType> {
+        let eighth = n_layers / 8;
+        let more_bits = l < eighth || l >= 7 * n_layers / 8 || (l - eighth) % 3 == 2;
+        match self {
+            Synthetic::Q4KM if more_bits => Some(BlockType::Q6K),
+            _ => self.ty(),
+        }
+    }
+
+    /// The output head's type.
+    pub fn head(self) -> Option<BlockType> {
+        match self {
+            Synthetic::Q4KM => Some(BlockType::Q6K),
+            _ => self.ty(),
+        }
+    }
+}
+
+/// `--weights`: for a model file, `stored` (the default), `bf16` or `fp8`; for a synthetic
+/// shape, `bf16` (the default), `fp8`, a GGUF block type or `q4_k_m`.
+pub fn parse_weights(s: &str, model: bool) -> Result<(WeightFormat, Synthetic), String> {
+    match (s, model) {
+        ("stored", true) => Ok((WeightFormat::Stored, Synthetic::Bf16)),
+        ("bf16", true) => Ok((WeightFormat::Bf16, Synthetic::Bf16)),
+        ("fp8", true) => Ok((WeightFormat::Fp8, Synthetic::Bf16)),
+        (s, true) => Err(format!(
+            "--weights {s}: a model's matrices are held as stored, in bf16 or in fp8"
+        )),
+        (s, false) => Synthetic::parse(s)
+            .map(|k| (WeightFormat::Stored, k))
+            .ok_or_else(|| {
+                format!(
+                    "--weights {s}: synthetic weights are one of {}",
+                    Synthetic::NAMES
+                )
+            }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_rows_unpermute_as_float_rows_do() {
+        let rows: Vec<f32> = (0..8).map(|r| r as f32).collect();
+        let floats = crate::model::unpermute_rows(&rows, 2, 4);
+        let bytes: Vec<u8> = (0..8u8).flat_map(|r| [r, r]).collect();
+        let got = unpermute_row_bytes(&bytes, 2, 4, 2);
+        let want: Vec<u8> = floats.iter().flat_map(|&r| [r as u8, r as u8]).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn weights_argument_depends_on_model_or_shape() {
+        assert_eq!(parse_weights("fp8", true).unwrap().0, WeightFormat::Fp8);
+        assert!(
+            parse_weights("q4_k", true)
+                .unwrap_err()
+                .contains("as stored")
+        );
+        assert_eq!(parse_weights("q4_k_m", false).unwrap().1, Synthetic::Q4KM);
+        assert_eq!(
+            parse_weights("q6_k", false).unwrap().1,
+            Synthetic::Blocks(BlockType::Q6K)
+        );
+        assert!(parse_weights("q3_k", false).unwrap_err().contains("q4_k_m"));
+    }
+}

@@ -1,0 +1,249 @@
+//! Linear layers over quantized weights (`quant_blocks.rs`), the weights dequantized in
+//! registers on their way from memory:
+//! - `gemv_<type>`: up to `QUANT_MAX_TOKENS` tokens times the matrix, the decode step's
+//!   matmul. Decode reads every weight once per token, so the fewer bytes a weight takes,
+//!   the faster the step: this is where 4-bit weights pay.
+//! - `dequant_<type>`: rows of the matrix to bf16 (for the tensor-core GEMM of a prompt,
+//!   which does enough arithmetic per weight that the extra pass costs little) or to f32
+//!   (the embedding's rows for a batch's tokens).
+//!
+//! Each is written once, generic over the type (`gemv_blocks`, `dequant_blocks`), and
+//! stamped out per type by `quant_kernels!` at the end of the file.
+
+use crate::device::{
+    WARP, block_dim_x, block_idx_x, global_idx_x, ld_nc_v4, pack_bf16x2, st_v4, thread_idx_x,
+    wait_for_previous_kernel, warp_sum,
+};
+use crate::quant_blocks::{Blocks, Fp8, GROUP, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
+use crate::tiles::{QUANT_MAX_TOKENS, QUANT_ROWS_PER_WARP};
+
+/// `sum_j w[j] * x[j]` over a group, the 32 activations at `x` loaded 16 bytes at a time;
+/// four partial sums, so that the adds do not wait on each other.
+///
+/// # Safety
+/// `x` is 16-byte aligned and holds 32 floats, read-only during the kernel.
+#[inline(always)]
+unsafe fn dot_group(w: &[f32; GROUP], x: *const f32) -> f32 {
+    let mut s = [0.0f32; 4];
+    for k in 0..GROUP / 4 {
+        // SAFETY: the caller's guarantee; 4k + 4 <= 32.
+        let xs = unsafe { ld_nc_v4(x.add(4 * k) as *const u32) };
+        for (i, s) in s.iter_mut().enumerate() {
+            *s += w[4 * k + i] * f32::from_bits(xs[i]);
+        }
+    }
+    (s[0] + s[1]) + (s[2] + s[3])
+}
+
+/// What a row's sums are multiplied by: `Blocks::UNSCALE` and the row's scale (fp8), 1
+/// for the GGUF types, whose scales are inside their blocks.
+///
+/// # Safety
+/// `row_scales` is null or holds the row.
+#[inline(always)]
+unsafe fn row_scale<B: Blocks>(row_scales: *const f32, row: usize) -> f32 {
+    if row_scales.is_null() {
+        return B::UNSCALE;
+    }
+    // SAFETY: the caller's guarantee.
+    B::UNSCALE * unsafe { *row_scales.add(row) }
+}
+
+/// `out[t, o] = (accumulate ? out[t, o] : 0) + scale[o] * sum_i w[o, i] x[t, i] + bias[o]`
+/// for tokens `t < n_tokens`.
+///
+/// Thread mapping: each warp takes `QUANT_ROWS_PER_WARP` consecutive rows (the block's warps
+/// consecutive pairs); lane `l` takes groups `l, l + 32, ...` of every row. A lane loads
+/// its groups of all the warp's rows before decoding any, so that several loads are in
+/// flight, decodes each to 32 floats once, and multiplies them by every token's
+/// activations: the weights are read once for all the tokens. The lanes meet in a shuffle
+/// reduction per (row, token).
+///
+/// # Safety
+/// `n_in % 32 == 0` and a whole number of blocks; `w` is `[n_out, n_in / BLOCK_LEN]`
+/// blocks, aligned as `Blocks::load` asks; `x` is `[n_tokens, n_in]`, 16-byte aligned;
+/// `out` is `[n_tokens, out_stride]` (this matrix's rows at columns `0..n_out`);
+/// `row_scales` and `bias` are null or `[n_out]`; `n_tokens <= QUANT_MAX_TOKENS`; `x` does
+/// not overlap `out`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemv_blocks<B: Blocks>(
+    out: *mut f32,
+    x: *const f32,
+    w: *const u8,
+    row_scales: *const f32,
+    bias: *const f32,
+    n_tokens: usize,
+    n_in: usize,
+    n_out: usize,
+    out_stride: usize,
+    accumulate: bool,
+) {
+    wait_for_previous_kernel();
+    const R: usize = QUANT_ROWS_PER_WARP;
+    let lane = thread_idx_x() % WARP;
+    let warp = block_idx_x() * (block_dim_x() / WARP) + thread_idx_x() / WARP;
+    let first = warp * R;
+    if first >= n_out {
+        return;
+    }
+    let row_bytes = n_in / B::BLOCK_LEN * B::BLOCK_BYTES;
+    // Rows past the matrix read its last row again and write nothing.
+    let rows: [*const u8; R] =
+        core::array::from_fn(|r| w.wrapping_add((first + r).min(n_out - 1) * row_bytes));
+    let mut acc = [[0.0f32; QUANT_MAX_TOKENS]; R];
+    let mut g = lane;
+    while g < n_in / GROUP {
+        // SAFETY: g < n_in / 32 of rows inside the matrix (the preconditions).
+        let raw: [B::Raw; R] = core::array::from_fn(|r| unsafe { B::load(rows[r], g) });
+        let ws: [[f32; GROUP]; R] = core::array::from_fn(|r| B::decode(raw[r]));
+        for t in 0..QUANT_MAX_TOKENS {
+            if t < n_tokens {
+                for r in 0..R {
+                    // SAFETY: token t's group g is inside x.
+                    acc[r][t] += unsafe { dot_group(&ws[r], x.add(t * n_in + g * GROUP)) };
+                }
+            }
+        }
+        g += WARP;
+    }
+    for r in 0..R {
+        let row = first + r;
+        // SAFETY: the scales, when present, hold every row of the matrix.
+        let scale = unsafe { row_scale::<B>(row_scales, row.min(n_out - 1)) };
+        for t in 0..QUANT_MAX_TOKENS {
+            if t < n_tokens {
+                let sum = warp_sum(acc[r][t]);
+                if lane == 0 && row < n_out {
+                    // SAFETY: row < n_out, t < n_tokens: inside out and bias.
+                    unsafe {
+                        let o = out.add(t * out_stride + row);
+                        let b = if bias.is_null() { 0.0 } else { *bias.add(row) };
+                        let prev = if accumulate { *o } else { 0.0 };
+                        *o = prev + sum * scale + b;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Rows `rows[r]` (or row r itself where `rows` is null) of the matrix, dequantized, to row
+/// r of `out_f32` if that is set, else of `out_bf16`: `[n_rows, n_in]` either way.
+///
+/// Thread mapping: one thread per (row, group), consecutive threads along a row, so a warp
+/// writes 32 consecutive groups.
+///
+/// # Safety
+/// `w` as `gemv_blocks`; every `rows[r]` a row of the matrix; exactly one output set, with
+/// `[n_rows, n_in]` elements, 16-byte aligned; `row_scales` null or one per row of `w`.
+#[inline(always)]
+unsafe fn dequant_blocks<B: Blocks>(
+    out_bf16: *mut u16,
+    out_f32: *mut f32,
+    w: *const u8,
+    row_scales: *const f32,
+    rows: *const u32,
+    n_rows: usize,
+    n_in: usize,
+) {
+    wait_for_previous_kernel();
+    let groups = n_in / GROUP;
+    let i = global_idx_x();
+    if i >= n_rows * groups {
+        return;
+    }
+    let (r, g) = (i / groups, i % groups);
+    // SAFETY (all): r < n_rows; rows, the scales and the outputs as the preconditions say.
+    unsafe {
+        let src = if rows.is_null() {
+            r
+        } else {
+            *rows.add(r) as usize
+        };
+        let row = w.add(src * (n_in / B::BLOCK_LEN * B::BLOCK_BYTES));
+        let scale = row_scale::<B>(row_scales, src);
+        let v = B::decode(B::load(row, g));
+        let v: [f32; GROUP] = core::array::from_fn(|j| v[j] * scale);
+        let at = r * n_in + g * GROUP;
+        if !out_f32.is_null() {
+            for k in 0..GROUP / 4 {
+                let q = core::array::from_fn(|i| v[4 * k + i].to_bits());
+                st_v4(out_f32.add(at + 4 * k) as *mut u32, q);
+            }
+        } else {
+            for k in 0..GROUP / 8 {
+                let q =
+                    core::array::from_fn(|i| pack_bf16x2(v[8 * k + 2 * i], v[8 * k + 2 * i + 1]));
+                st_v4(out_bf16.add(at + 8 * k) as *mut u32, q);
+            }
+        }
+    }
+}
+
+/// The two kernels of each type: `gemv_<type>` (`gemv_blocks`) and `dequant_<type>`
+/// (`dequant_blocks`), with their arguments as `u32`s where the host passes sizes.
+macro_rules! quant_kernels {
+    ($($ty:ident => $gemv:ident, $dequant:ident;)*) => {$(
+        #[doc = concat!("`gemv_blocks` over `", stringify!($ty), "` weights.")]
+        ///
+        /// # Safety
+        /// The host's launch wrapper checks `gemv_blocks`'s preconditions.
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "gpu-kernel" fn $gemv(
+            out: *mut f32,
+            x: *const f32,
+            w: *const u8,
+            row_scales: *const f32,
+            bias: *const f32,
+            n_tokens: u32,
+            n_in: u32,
+            n_out: u32,
+            out_stride: u32,
+            accumulate: u32,
+        ) {
+            // SAFETY: the wrapper's checks.
+            unsafe {
+                gemv_blocks::<$ty>(
+                    out, x, w, row_scales, bias, n_tokens as usize, n_in as usize,
+                    n_out as usize, out_stride as usize, accumulate != 0,
+                )
+            }
+        }
+
+        #[doc = concat!("`dequant_blocks` over `", stringify!($ty), "` weights.")]
+        ///
+        /// # Safety
+        /// The host's launch wrapper checks `dequant_blocks`'s preconditions.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "gpu-kernel" fn $dequant(
+            out_bf16: *mut u16,
+            out_f32: *mut f32,
+            w: *const u8,
+            row_scales: *const f32,
+            rows: *const u32,
+            n_rows: u32,
+            n_in: u32,
+        ) {
+            // SAFETY: the wrapper's checks.
+            unsafe {
+                dequant_blocks::<$ty>(
+                    out_bf16, out_f32, w, row_scales, rows, n_rows as usize, n_in as usize,
+                )
+            }
+        }
+    )*};
+}
+
+quant_kernels! {
+    Q4_0 => gemv_q4_0, dequant_q4_0;
+    Q4_1 => gemv_q4_1, dequant_q4_1;
+    Q5_0 => gemv_q5_0, dequant_q5_0;
+    Q5_1 => gemv_q5_1, dequant_q5_1;
+    Q8_0 => gemv_q8_0, dequant_q8_0;
+    Q4K => gemv_q4_k, dequant_q4_k;
+    Q5K => gemv_q5_k, dequant_q5_k;
+    Q6K => gemv_q6_k, dequant_q6_k;
+    Fp8 => gemv_fp8, dequant_fp8;
+}
