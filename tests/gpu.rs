@@ -1603,10 +1603,10 @@ fn default_model_gpu_matches_cpu(g: &Gpu, _: &mut StdRng) {
 /// A GGUF file mixing Q4_K, Q5_0, Q6_K and Q8_0 (tests/golden/tiny-quant.gguf, which the CPU
 /// runs as transformers does: tests/golden.rs) on the GPU in its blocks, against the CPU.
 fn quantized_gguf_gpu_matches_cpu(g: &Gpu, rng: &mut StdRng) {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/tiny-quant.gguf");
-    let m = rustle::loader::load(&path).unwrap();
-    let cpu_weights = rustle::loader::load(&path).unwrap().weights;
+    // From the repository root, where cargo (and scripts/run-test-binaries.sh) run tests.
+    let path = std::path::Path::new("tests/golden/tiny-quant.gguf");
+    let m = rustle::loader::load(path).unwrap();
+    let cpu_weights = rustle::loader::load(path).unwrap().weights;
     let mut cpu = Runner::new(m.config.clone(), cpu_weights, &opts(), Device::Cpu).unwrap();
     let vocab = m.config.vocab_size as u32;
     let mut gpu = Runner::new(m.config, m.weights, &opts(), gpu_device(g)).unwrap();
