@@ -11,28 +11,28 @@
 //! stamped out per type by `quant_kernels!` at the end of the file.
 
 use crate::device::{
-    WARP, block_dim_x, block_idx_x, global_idx_x, ld_nc_v4, pack_bf16x2, st_v4, thread_idx_x,
+    WARP, block_dim_x, block_idx_x, fma, global_idx_x, ld_nc_v4, pack_bf16x2, st_v4, thread_idx_x,
     wait_for_previous_kernel, warp_sum,
 };
 use crate::quant_blocks::{Blocks, Fp8, GROUP, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
 use crate::tiles::{QUANT_MAX_TOKENS, QUANT_ROWS_PER_WARP};
+use crate::unroll::unroll;
 
-/// `sum_j w[j] * x[j]` over a group, the 32 activations at `x` loaded 16 bytes at a time;
-/// four partial sums, so that the adds do not wait on each other.
+/// `sum_i w[i] * x[i]` over eight weights and the eight activations at `x` (two 16-byte
+/// loads), in two partial sums so that the adds do not all wait on each other.
 ///
 /// # Safety
-/// `x` is 16-byte aligned and holds 32 floats, read-only during the kernel.
+/// `x` is 16-byte aligned and holds 8 floats, read-only during the kernel.
 #[inline(always)]
-unsafe fn dot_group(w: &[f32; GROUP], x: *const f32) -> f32 {
-    let mut s = [0.0f32; 4];
-    for k in 0..GROUP / 4 {
-        // SAFETY: the caller's guarantee; 4k + 4 <= 32.
-        let xs = unsafe { ld_nc_v4(x.add(4 * k) as *const u32) };
-        for (i, s) in s.iter_mut().enumerate() {
-            *s += w[4 * k + i] * f32::from_bits(xs[i]);
-        }
-    }
-    (s[0] + s[1]) + (s[2] + s[3])
+unsafe fn dot8(w: &[f32; 8], x: *const f32) -> f32 {
+    // SAFETY: the caller's guarantee.
+    let (a, b) = unsafe { (ld_nc_v4(x as *const u32), ld_nc_v4(x.add(4) as *const u32)) };
+    let mut s = [0.0f32; 2];
+    unroll!(i < 4 => {
+        s[0] = fma(w[i], f32::from_bits(a[i]), s[0]);
+        s[1] = fma(w[4 + i], f32::from_bits(b[i]), s[1]);
+    });
+    s[0] + s[1]
 }
 
 /// What a row's sums are multiplied by: `Blocks::UNSCALE` and the row's scale (fp8), 1
@@ -89,29 +89,43 @@ unsafe fn gemv_blocks<B: Blocks>(
     }
     let row_bytes = n_in / B::BLOCK_LEN * B::BLOCK_BYTES;
     // Rows past the matrix read its last row again and write nothing.
-    let rows: [*const u8; R] =
-        core::array::from_fn(|r| w.wrapping_add((first + r).min(n_out - 1) * row_bytes));
+    let mut rows = [w; R];
+    unroll!(r < R => {
+        rows[r] = w.wrapping_add((first + r).min(n_out - 1) * row_bytes);
+    });
     let mut acc = [[0.0f32; QUANT_MAX_TOKENS]; R];
     let mut g = lane;
     while g < n_in / GROUP {
-        // SAFETY: g < n_in / 32 of rows inside the matrix (the preconditions).
-        let raw: [B::Raw; R] = core::array::from_fn(|r| unsafe { B::load(rows[r], g) });
-        let ws: [[f32; GROUP]; R] = core::array::from_fn(|r| B::decode(raw[r]));
-        for t in 0..QUANT_MAX_TOKENS {
-            if t < n_tokens {
-                for r in 0..R {
-                    // SAFETY: token t's group g is inside x.
-                    acc[r][t] += unsafe { dot_group(&ws[r], x.add(t * n_in + g * GROUP)) };
+        // Every row's loads first, so that they are in flight together.
+        let mut raw = [core::mem::MaybeUninit::<B::Raw>::uninit(); R];
+        unroll!(r < R => {
+            // SAFETY: g < n_in / 32 of a row inside the matrix (the preconditions).
+            raw[r].write(unsafe { B::load(rows[r], g) });
+        });
+        // SAFETY: every element was written just above.
+        let raw = raw.map(|r| unsafe { r.assume_init() });
+        unroll!(k < 4 => {
+            let mut w = [[0.0f32; 8]; R];
+            unroll!(r < R => {
+                w[r] = B::decode8(&raw[r], k);
+            });
+            unroll!(t < QUANT_MAX_TOKENS => {
+                if t < n_tokens {
+                    // SAFETY: token t's weights 32g + 8k.. are inside x.
+                    let xt = unsafe { x.add(t * n_in + g * GROUP + 8 * k) };
+                    unroll!(r < R => {
+                        acc[r][t] += unsafe { dot8(&w[r], xt) };
+                    });
                 }
-            }
-        }
+            });
+        });
         g += WARP;
     }
-    for r in 0..R {
+    unroll!(r < R => {
         let row = first + r;
         // SAFETY: the scales, when present, hold every row of the matrix.
         let scale = unsafe { row_scale::<B>(row_scales, row.min(n_out - 1)) };
-        for t in 0..QUANT_MAX_TOKENS {
+        unroll!(t < QUANT_MAX_TOKENS => {
             if t < n_tokens {
                 let sum = warp_sum(acc[r][t]);
                 if lane == 0 && row < n_out {
@@ -124,8 +138,8 @@ unsafe fn gemv_blocks<B: Blocks>(
                     }
                 }
             }
-        }
-    }
+        });
+    });
 }
 
 /// Rows `rows[r]` (or row r itself where `rows` is null) of the matrix, dequantized, to row
@@ -163,21 +177,19 @@ unsafe fn dequant_blocks<B: Blocks>(
         };
         let row = w.add(src * (n_in / B::BLOCK_LEN * B::BLOCK_BYTES));
         let scale = row_scale::<B>(row_scales, src);
-        let v = B::decode(B::load(row, g));
-        let v: [f32; GROUP] = core::array::from_fn(|j| v[j] * scale);
+        let raw = B::load(row, g);
         let at = r * n_in + g * GROUP;
-        if !out_f32.is_null() {
-            for k in 0..GROUP / 4 {
-                let q = core::array::from_fn(|i| v[4 * k + i].to_bits());
-                st_v4(out_f32.add(at + 4 * k) as *mut u32, q);
-            }
-        } else {
-            for k in 0..GROUP / 8 {
-                let q =
-                    core::array::from_fn(|i| pack_bf16x2(v[8 * k + 2 * i], v[8 * k + 2 * i + 1]));
+        unroll!(k < 4 => {
+            let v = B::decode8(&raw, k).map(|v| v * scale);
+            if !out_f32.is_null() {
+                let p = out_f32.add(at + 8 * k) as *mut u32;
+                st_v4(p, [v[0], v[1], v[2], v[3]].map(f32::to_bits));
+                st_v4(p.add(4), [v[4], v[5], v[6], v[7]].map(f32::to_bits));
+            } else {
+                let q = [0, 1, 2, 3].map(|i| pack_bf16x2(v[2 * i], v[2 * i + 1]));
                 st_v4(out_bf16.add(at + 8 * k) as *mut u32, q);
             }
-        }
+        });
     }
 }
 

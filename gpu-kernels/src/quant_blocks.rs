@@ -1,9 +1,15 @@
 //! Quantized weights as the GPU reads them: GGUF's blocks, byte for byte as the file has
-//! them, and rustle's fp8 rows. Every type is decoded 32 weights at a time, a *group*: a
+//! them, and rustle's fp8 rows. Every type is loaded 32 weights at a time, a *group*: a
 //! whole block of the 32-weight types, one sub-block of the 256-weight k-quants. A lane
 //! loads one group's bytes (`Blocks::load`, all loads issued before any is used) and turns
-//! them into 32 floats in registers (`Blocks::decode`); the GEMV and the dequantizer in
-//! `gemv_quant.rs` are written once over this trait.
+//! them into floats in registers, eight at a time (`Blocks::decode8`); the GEMV and the
+//! dequantizer in `gemv_quant.rs` are written once over this trait.
+//!
+//! All of it must stay in registers: an array indexed by a number the compiler cannot fold
+//! (a loop it kept rolled, a sub-block known only at run time) goes to local memory, and
+//! the first version of these kernels, written with `array::from_fn`, ran at a tenth of the
+//! bandwidth for it. So every loop over a group is `unroll!`ed, and bytes that a run-time
+//! number picks are chosen by selects and shifts (`byte_of`), never by indexing.
 //!
 //! The layouts (little-endian; `d`, `m`, `dmin` are f16; the host's
 //! `engine/weights/dequant.rs` and `dequant_k.rs` decode the same bytes):
@@ -25,7 +31,8 @@
 //! add where `q as f32` would be a conversion, which the SMs issue at a quarter of the rate:
 //! at 4.5 bits a weight, the conversions alone would fall behind the memory.
 
-use crate::device::{f16_to_f32, ld_nc_u16, ld_nc_u32, ld_nc_v4};
+use crate::device::{f16_to_f32, fma, ld_nc_u16, ld_nc_u32, ld_nc_v4};
+use crate::unroll::unroll;
 
 /// Weights per group: one lane's share of a load.
 pub const GROUP: usize = 32;
@@ -39,7 +46,7 @@ pub trait Blocks {
     /// A group's bytes, loaded into registers.
     type Raw: Copy;
     /// What every decoded value is multiplied by, with the row's scale where the type has
-    /// one (fp8); 1 where `decode` gives the weights themselves.
+    /// one (fp8); 1 where `decode8` gives the weights themselves.
     const UNSCALE: f32 = 1.0;
 
     /// Loads group `g` of the row that starts at `row`.
@@ -50,8 +57,18 @@ pub trait Blocks {
     /// kernel; `g` is below the row's `n_in / 32`.
     unsafe fn load(row: *const u8, g: usize) -> Self::Raw;
 
-    /// The group's 32 weights, in order.
-    fn decode(raw: Self::Raw) -> [f32; GROUP];
+    /// Weights `8k .. 8k + 8` of the group (`k` < 4, a constant where it is called).
+    fn decode8(raw: &Self::Raw, k: usize) -> [f32; 8];
+}
+
+/// `f(0), .., f(7)`, unrolled.
+#[inline(always)]
+fn eight(f: impl Fn(usize) -> f32) -> [f32; 8] {
+    let mut out = [0.0f32; 8];
+    unroll!(i < 8 => {
+        out[i] = f(i);
+    });
+    out
 }
 
 /// `q` (below 2^23) as a float, less `offset`: exact, and no conversion instruction.
@@ -60,34 +77,67 @@ fn small(q: u32, offset: f32) -> f32 {
     f32::from_bits(0x4B00_0000 | q) - (8_388_608.0 + offset)
 }
 
-/// `n` little-endian u16 loads from `p` (2-byte aligned), issued back to back.
+/// `N` u16 loads from `p` (2-byte aligned), unrolled and issued back to back.
 ///
 /// # Safety
-/// As `ld_nc_u16`, for `n` consecutive values.
+/// As `ld_nc_u16`, for `N` consecutive values.
 #[inline(always)]
 unsafe fn load_u16s<const N: usize>(p: *const u8) -> [u16; N] {
     let p = p as *const u16;
-    // SAFETY: the caller's guarantee, for each of the N values.
-    core::array::from_fn(|i| unsafe { ld_nc_u16(p.add(i)) })
+    let mut out = [0u16; N];
+    unroll!(i < N => {
+        // SAFETY: the caller's guarantee, for each of the N values.
+        out[i] = unsafe { ld_nc_u16(p.add(i)) };
+    });
+    out
 }
 
-/// Four bytes from two u16s: bytes 2i, 2i+1, 2i+2, 2i+3 as one word.
+/// As `load_u16s`, 4-byte words (4-byte aligned).
+///
+/// # Safety
+/// As `ld_nc_u32`, for `N` consecutive values.
+#[inline(always)]
+unsafe fn load_u32s<const N: usize>(p: *const u8) -> [u32; N] {
+    let p = p as *const u32;
+    let mut out = [0u32; N];
+    unroll!(i < N => {
+        // SAFETY: the caller's guarantee, for each of the N values.
+        out[i] = unsafe { ld_nc_u32(p.add(i)) };
+    });
+    out
+}
+
+/// Bytes `4i .. 4i + 4` from u16s (`i` a constant): one word.
 #[inline(always)]
 fn word(h: &[u16], i: usize) -> u32 {
     h[2 * i] as u32 | (h[2 * i + 1] as u32) << 16
 }
 
-/// Byte `j` (0..16) of four words, shifted right by `shift` and cut to four bits.
+/// Byte `i` (0..16) of four words, `i` known only at run time: the word by selects and the
+/// byte by a shift, so that the words stay in registers.
 #[inline(always)]
-fn nibble(q: &[u32; 4], j: usize, shift: u32) -> u32 {
-    (q[j / 4] >> (8 * (j % 4) as u32 + shift)) & 0xf
+fn byte_of(w: &[u32; 4], i: usize) -> u32 {
+    let word = match i / 4 {
+        0 => w[0],
+        1 => w[1],
+        2 => w[2],
+        _ => w[3],
+    };
+    (word >> (8 * (i % 4) as u32)) & 0xff
 }
 
-/// The 32 nibbles of a 32-weight block's 16 bytes: weight j < 16 is byte j's low nibble,
-/// j + 16 its high nibble.
+/// Nibble `j` (0..32, a constant) of a 32-weight block's 16 bytes: weight j < 16 is byte
+/// j's low nibble, j + 16 its high nibble.
 #[inline(always)]
-fn nibbles_32(q: &[u32; 4]) -> [u32; GROUP] {
-    core::array::from_fn(|j| nibble(q, j % 16, 4 * (j / 16) as u32))
+fn nibble_32(q: &[u32; 4], j: usize) -> u32 {
+    let b = j % 16;
+    (q[b / 4] >> (8 * (b % 4) + 4 * (j / 16)) as u32) & 0xf
+}
+
+/// Five-bit value `j` of Q5_0 and Q5_1: the nibble as in Q4_0, bit j of `qh` on top.
+#[inline(always)]
+fn five_32(qh: u32, q: &[u32; 4], j: usize) -> u32 {
+    nibble_32(q, j) | ((qh >> j) & 1) << 4
 }
 
 pub struct Q4_0;
@@ -104,10 +154,10 @@ impl Blocks for Q4_0 {
     }
 
     #[inline(always)]
-    fn decode(h: [u16; 9]) -> [f32; GROUP] {
+    fn decode8(h: &[u16; 9], k: usize) -> [f32; 8] {
         let d = f16_to_f32(h[0]);
-        let q = nibbles_32(&core::array::from_fn(|i| word(&h[1..], i)));
-        core::array::from_fn(|j| d * small(q[j], 8.0))
+        let q = [1, 2, 3, 4].map(|i| word(&h[1..], i - 1));
+        eight(|i| d * small(nibble_32(&q, 8 * k + i), 8.0))
     }
 }
 
@@ -120,24 +170,16 @@ impl Blocks for Q4_1 {
 
     #[inline(always)]
     unsafe fn load(row: *const u8, g: usize) -> [u32; 5] {
-        let p = row.wrapping_add(g * 20) as *const u32;
         // SAFETY: 20-byte blocks at 4-byte aligned offsets.
-        core::array::from_fn(|i| unsafe { ld_nc_u32(p.add(i)) })
+        unsafe { load_u32s(row.add(g * 20)) }
     }
 
     #[inline(always)]
-    fn decode(r: [u32; 5]) -> [f32; GROUP] {
+    fn decode8(r: &[u32; 5], k: usize) -> [f32; 8] {
         let (d, m) = (f16_to_f32(r[0] as u16), f16_to_f32((r[0] >> 16) as u16));
-        let q = nibbles_32(&[r[1], r[2], r[3], r[4]]);
-        core::array::from_fn(|j| d * small(q[j], 0.0) + m)
+        let q = [r[1], r[2], r[3], r[4]];
+        eight(|i| fma(d, small(nibble_32(&q, 8 * k + i), 0.0), m))
     }
-}
-
-/// The five-bit values of Q5_0 and Q5_1: the nibbles as in Q4_0, bit j of `qh` on top.
-#[inline(always)]
-fn fives_32(qh: u32, q: &[u32; 4]) -> [u32; GROUP] {
-    let low = nibbles_32(q);
-    core::array::from_fn(|j| low[j] | ((qh >> j) & 1) << 4)
 }
 
 pub struct Q5_0;
@@ -154,13 +196,11 @@ impl Blocks for Q5_0 {
     }
 
     #[inline(always)]
-    fn decode(h: [u16; 11]) -> [f32; GROUP] {
+    fn decode8(h: &[u16; 11], k: usize) -> [f32; 8] {
         let d = f16_to_f32(h[0]);
-        let q = fives_32(
-            word(&h[1..], 0),
-            &core::array::from_fn(|i| word(&h[3..], i)),
-        );
-        core::array::from_fn(|j| d * small(q[j], 16.0))
+        let qh = word(&h[1..], 0);
+        let q = [1, 2, 3, 4].map(|i| word(&h[3..], i - 1));
+        eight(|i| d * small(five_32(qh, &q, 8 * k + i), 16.0))
     }
 }
 
@@ -173,16 +213,15 @@ impl Blocks for Q5_1 {
 
     #[inline(always)]
     unsafe fn load(row: *const u8, g: usize) -> [u32; 6] {
-        let p = row.wrapping_add(g * 24) as *const u32;
         // SAFETY: 24-byte blocks at 4-byte aligned offsets.
-        core::array::from_fn(|i| unsafe { ld_nc_u32(p.add(i)) })
+        unsafe { load_u32s(row.add(g * 24)) }
     }
 
     #[inline(always)]
-    fn decode(r: [u32; 6]) -> [f32; GROUP] {
+    fn decode8(r: &[u32; 6], k: usize) -> [f32; 8] {
         let (d, m) = (f16_to_f32(r[0] as u16), f16_to_f32((r[0] >> 16) as u16));
-        let q = fives_32(r[1], &[r[2], r[3], r[4], r[5]]);
-        core::array::from_fn(|j| d * small(q[j], 0.0) + m)
+        let q = [r[2], r[3], r[4], r[5]];
+        eight(|i| fma(d, small(five_32(r[1], &q, 8 * k + i), 0.0), m))
     }
 }
 
@@ -200,10 +239,11 @@ impl Blocks for Q8_0 {
     }
 
     #[inline(always)]
-    fn decode(h: [u16; 17]) -> [f32; GROUP] {
+    fn decode8(h: &[u16; 17], k: usize) -> [f32; 8] {
         let d = f16_to_f32(h[0]);
         // A signed byte b is (b ^ 0x80) - 128.
-        core::array::from_fn(|j| {
+        eight(|i| {
+            let j = 8 * k + i;
             let b = (h[1 + j / 2] >> (8 * (j % 2) as u32)) as u32 & 0xff;
             d * small(b ^ 0x80, 128.0)
         })
@@ -211,12 +251,12 @@ impl Blocks for Q8_0 {
 }
 
 /// Sub-block `s`'s 6-bit scale and min from the 12 packed bytes of Q4_K and Q5_K (bytes
-/// 4..16 of the block, here as words 1..4 of its first 16 bytes): sub-blocks 0..4 take the
-/// low 6 bits of bytes s (scale) and s + 4 (min); 4..8 the low and high nibbles of byte
-/// s + 4 with the top two bits of bytes s - 4 and s on top.
+/// 4..16 of the block's head): sub-blocks 0..4 take the low 6 bits of bytes s (scale) and
+/// s + 4 (min); 4..8 the low and high nibbles of byte s + 4 with the top two bits of bytes
+/// s - 4 and s on top.
 #[inline(always)]
 fn scale_min(head: &[u32; 4], s: usize) -> (f32, f32) {
-    let byte = |i: usize| (head[1 + i / 4] >> (8 * (i % 4))) & 0xff;
+    let byte = |i: usize| byte_of(head, 4 + i);
     let (sc, m) = if s < 4 {
         (byte(s) & 63, byte(s + 4) & 63)
     } else {
@@ -261,7 +301,9 @@ unsafe fn load_k<const HIGH: usize>(
     let mut qh = [0u32; HIGH];
     if HIGH == 8 {
         let (h0, h1) = (v4(qh_at), v4(qh_at + 16));
-        qh = core::array::from_fn(|i| if i < 4 { h0[i] } else { h1[i - 4] });
+        unroll!(i < HIGH => {
+            qh[i] = if i < 4 { h0[i % 4] } else { h1[i % 4] };
+        });
     }
     KGroup {
         head: v4(0),
@@ -271,16 +313,21 @@ unsafe fn load_k<const HIGH: usize>(
     }
 }
 
-/// `d * scale * q - dmin * min` over a k-quant group, `q` from `value(l)`.
+/// `d * scale * q - dmin * min` over weights `8c .. 8c + 8` of a k-quant group, `q` from
+/// `value(l)`.
 #[inline(always)]
-fn decode_k<const HIGH: usize>(k: &KGroup<HIGH>, value: impl Fn(usize) -> u32) -> [f32; GROUP] {
+fn decode_k<const HIGH: usize>(
+    k: &KGroup<HIGH>,
+    c: usize,
+    value: impl Fn(usize) -> u32,
+) -> [f32; 8] {
     let (d, dmin) = (
         f16_to_f32(k.head[0] as u16),
         f16_to_f32((k.head[0] >> 16) as u16),
     );
     let (sc, m) = scale_min(&k.head, k.s);
     let (scale, min) = (d * sc, dmin * m);
-    core::array::from_fn(|l| scale * small(value(l), 0.0) - min)
+    eight(|i| fma(scale, small(value(8 * c + i), 0.0), -min))
 }
 
 pub struct Q4K;
@@ -297,9 +344,9 @@ impl Blocks for Q4K {
     }
 
     #[inline(always)]
-    fn decode(k: KGroup<0>) -> [f32; GROUP] {
+    fn decode8(k: &KGroup<0>, c: usize) -> [f32; 8] {
         let shift = 4 * (k.s % 2) as u32;
-        decode_k(&k, |l| (k.q[l / 4] >> (8 * (l % 4) as u32 + shift)) & 0xf)
+        decode_k(k, c, |l| (k.q[l / 4] >> (8 * (l % 4) as u32 + shift)) & 0xf)
     }
 }
 
@@ -317,9 +364,9 @@ impl Blocks for Q5K {
     }
 
     #[inline(always)]
-    fn decode(k: KGroup<8>) -> [f32; GROUP] {
+    fn decode8(k: &KGroup<8>, c: usize) -> [f32; 8] {
         let shift = 4 * (k.s % 2) as u32;
-        decode_k(&k, |l| {
+        decode_k(k, c, |l| {
             let low = (k.q[l / 4] >> (8 * (l % 4) as u32 + shift)) & 0xf;
             let high = (k.qh[l / 4] >> (8 * (l % 4) as u32 + k.s as u32)) & 1;
             low | high << 4
@@ -366,15 +413,16 @@ impl Blocks for Q6K {
     }
 
     #[inline(always)]
-    fn decode(k: Q6Group) -> [f32; GROUP] {
+    fn decode8(k: &Q6Group, c: usize) -> [f32; 8] {
         let d = f16_to_f32(k.d);
-        let scale = |i: u32| (k.scales >> (8 * i)) as u8 as i8 as f32 * d;
-        let (s0, s1) = (scale(0), scale(1));
+        // Weights 8c.. share one of the two scales: the first for c < 2.
+        let scale = ((k.scales >> (8 * (c / 2) as u32)) as u8 as i8) as f32 * d;
         let (shift_l, shift_h) = (4 * (k.m / 2) as u32, 2 * k.m as u32);
-        core::array::from_fn(|l| {
+        eight(|i| {
+            let l = 8 * c + i;
             let byte = |h: &[u16; 16]| (h[l / 2] >> (8 * (l % 2) as u32)) as u32;
             let q = (byte(&k.ql) >> shift_l) & 0xf | ((byte(&k.qh) >> shift_h) & 3) << 4;
-            (if l < 16 { s0 } else { s1 }) * small(q, 32.0)
+            scale * small(q, 32.0)
         })
     }
 }
@@ -383,7 +431,7 @@ impl Blocks for Q6K {
 /// group, times the row's scale.
 pub struct Fp8;
 
-/// 2^120: `Fp8::decode` leaves each value this much too small (see there).
+/// 2^120: `Fp8::decode8` leaves each value this much too small (see there).
 pub const FP8_UNSCALE: f32 = 1.329_228e36;
 
 impl Blocks for Fp8 {
@@ -405,8 +453,9 @@ impl Blocks for Fp8 {
     /// (an e4m3 subnormal lands on an f32 subnormal, still exact). Callers multiply by
     /// `FP8_UNSCALE` once, with the row's scale.
     #[inline(always)]
-    fn decode(r: [u32; 8]) -> [f32; GROUP] {
-        core::array::from_fn(|j| {
+    fn decode8(r: &[u32; 8], k: usize) -> [f32; 8] {
+        eight(|i| {
+            let j = 8 * k + i;
             let b = (r[j / 4] >> (8 * (j % 4))) & 0xff;
             f32::from_bits((b & 0x80) << 24 | (b & 0x7f) << 20)
         })
