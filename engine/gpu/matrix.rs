@@ -87,7 +87,12 @@ impl Uploader<'_> {
                 .flat_map(|p| p.values.iter().copied())
                 .collect();
             Ok(GpuMatrix::Bf16(
-                gpu.upload(&super::backend::to_bf16(&all), what)?,
+                gpu.upload(
+                    &all.iter()
+                        .map(|&v| half::bf16::from_f32(v).to_bits())
+                        .collect::<Vec<u16>>(),
+                    what,
+                )?,
             ))
         };
         match self.format {
