@@ -290,10 +290,11 @@ impl ModelWeights {
 /// Undoes the row order GGUF converters give Q and K of `llama` models (made for
 /// interleaved RoPE): within each head, stored row `2i + j` is original row `j * d/2 + i`.
 /// `w`: `[n_heads * head_dim, n_in]` (any `n_in`, including 1 for a bias).
-pub fn unpermute_rows(w: &[f32], n_heads: usize, head_dim: usize) -> Vec<f32> {
+/// Generic over the element, so that rows of GGUF block bytes move the same way.
+pub fn unpermute_rows<T: Copy + Default>(w: &[T], n_heads: usize, head_dim: usize) -> Vec<T> {
     let n_in = w.len() / (n_heads * head_dim);
     let half = head_dim / 2;
-    let mut out = vec![0.0; w.len()];
+    let mut out = vec![T::default(); w.len()];
     for h in 0..n_heads {
         for i in 0..half {
             for j in 0..2 {
@@ -324,5 +325,8 @@ mod tests {
             unpermute_rows(&stored, 1, 4),
             vec![0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]
         );
+        // Rows of bytes (GGUF blocks) move as rows of floats do.
+        let bytes: [u8; 8] = [0, 0, 2, 2, 1, 1, 3, 3];
+        assert_eq!(unpermute_rows(&bytes, 1, 4), vec![0, 0, 1, 1, 2, 2, 3, 3]);
     }
 }

@@ -152,7 +152,7 @@ impl Uploader<'_> {
                 .get(t.offset..t.offset + t.n_bytes)?;
             let bytes = match p.heads {
                 Some((heads, head_dim)) if stored.qk_permuted => {
-                    unpermute_row_bytes(bytes, heads, head_dim, ty.row_bytes(n_in))
+                    crate::model::unpermute_rows(bytes, heads, head_dim)
                 }
                 _ => bytes.to_vec(),
             };
@@ -176,22 +176,6 @@ impl Uploader<'_> {
             scales: scales.map(|s| self.gpu.upload(s, what)).transpose()?,
         })
     }
-}
-
-/// `model::unpermute_rows` on rows of bytes.
-fn unpermute_row_bytes(w: &[u8], n_heads: usize, head_dim: usize, row_bytes: usize) -> Vec<u8> {
-    let half = head_dim / 2;
-    let mut out = vec![0u8; w.len()];
-    for h in 0..n_heads {
-        for i in 0..half {
-            for j in 0..2 {
-                let src = (h * head_dim + 2 * i + j) * row_bytes;
-                let dst = (h * head_dim + j * half + i) * row_bytes;
-                out[dst..dst + row_bytes].copy_from_slice(&w[src..src + row_bytes]);
-            }
-        }
-    }
-    out
 }
 
 /// A random `[rows, n_in]` matrix of `ty` (benchmarks), weights about ±1/sqrt(n_in).
@@ -302,16 +286,6 @@ pub fn parse_weights(s: &str, model: bool) -> Result<(WeightFormat, Synthetic), 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn byte_rows_unpermute_as_float_rows_do() {
-        let rows: Vec<f32> = (0..8).map(|r| r as f32).collect();
-        let floats = crate::model::unpermute_rows(&rows, 2, 4);
-        let bytes: Vec<u8> = (0..8u8).flat_map(|r| [r, r]).collect();
-        let got = unpermute_row_bytes(&bytes, 2, 4, 2);
-        let want: Vec<u8> = floats.iter().flat_map(|&r| [r as u8, r as u8]).collect();
-        assert_eq!(got, want);
-    }
 
     #[test]
     fn weights_argument_depends_on_model_or_shape() {
