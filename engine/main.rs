@@ -22,6 +22,22 @@ use rustle::serve::{Engine, EngineOptions, RequestParams};
 use rustle::server::args::ServeArgs;
 use rustle::tokenizer::MAX_BYTES_PER_TOKEN;
 
+/// A loaded model in the form its device wants.
+struct HeldModel {
+    config: rustle::config::Config,
+    tokenizer: rustle::tokenizer::Tokenizer,
+    weights: HeldWeights,
+    /// What was opened; what the files store; what this run holds.
+    summary: (String, String, String),
+}
+
+enum HeldWeights {
+    /// For the GPU to upload.
+    F32(rustle::model::ModelWeights),
+    /// The fast CPU backend's.
+    Stored(rustle::cpu::fast::weights::FastWeights),
+}
+
 /// Size flags are bounded where they are parsed, so that a mistyped number is one line naming
 /// the flag, before the model loads, never an allocation of that size.
 /// `--token-budget` (`--prefill-chunk`): activations grow with it; 64k tokens is past any
@@ -396,18 +412,10 @@ fn run(cli: Cli) -> Result<()> {
     eprintln!("rustle: loading {}", path_display(&cli.model));
     let path = loader::resolve_model_path(cli.model)?;
     let t = Instant::now();
-    let model = loader::load(&path)?;
-    eprintln!(
-        "rustle: loaded {} in {:.1} s: {} layers, dim {}, vocab {}",
-        model.description,
-        t.elapsed().as_secs_f64(),
-        model.config.n_layers,
-        model.config.dim,
-        model.config.vocab_size
-    );
+    let opened = loader::open(&path)?;
     let device = match gpu {
         None => Device::Cpu,
-        Some(gpu) => match (check_supported(&model.config), cli.device) {
+        Some(gpu) => match (check_supported(&opened.config), cli.device) {
             (Ok(()), _) => {
                 eprintln!("rustle: running on {}", gpu.description);
                 Device::Gpu(Box::new(gpu))
@@ -419,19 +427,43 @@ fn run(cli: Cli) -> Result<()> {
             }
         },
     };
-    // What the file stores against what this run holds: GGUF quantizations are dequantized
-    // at load (to bf16 on the GPU, f32 for the CPU reference), so memory is said up front.
-    let (matrices, vectors) = model.weights.params();
-    let held = match &device {
-        Device::Gpu(_) => ("the GPU holds them in bf16", 2 * matrices + 4 * vectors),
-        Device::Cpu => ("the CPU holds them in f32", 4 * (matrices + vectors)),
+    // What the file stores against what this run holds: the GPU dequantizes GGUF
+    // quantizations to bf16 at load; the CPU keeps every matrix as stored.
+    let model = match &device {
+        Device::Gpu(_) => {
+            let m = opened.into_f32()?;
+            let (matrices, vectors) = m.weights.params();
+            let held = format!(
+                "the GPU holds them in bf16 ({})",
+                loader::bytes_text(2 * matrices + 4 * vectors)
+            );
+            HeldModel {
+                config: m.config,
+                tokenizer: m.tokenizer,
+                summary: (m.description, loader::stored_summary(&m.stored), held),
+                weights: HeldWeights::F32(m.weights),
+            }
+        }
+        Device::Cpu => {
+            let m = opened.into_fast()?;
+            let held = format!("the CPU holds them as stored ({})", m.held_summary());
+            HeldModel {
+                config: m.config,
+                tokenizer: m.tokenizer,
+                summary: (m.description, loader::stored_summary(&m.stored), held),
+                weights: HeldWeights::Stored(m.weights),
+            }
+        }
     };
     eprintln!(
-        "rustle: weights: {}; {} ({})",
-        model.stored_summary(),
-        held.0,
-        loader::bytes_text(held.1)
+        "rustle: loaded {} in {:.1} s: {} layers, dim {}, vocab {}",
+        model.summary.0,
+        t.elapsed().as_secs_f64(),
+        model.config.n_layers,
+        model.config.dim,
+        model.config.vocab_size
     );
+    eprintln!("rustle: weights: {}; {}", model.summary.1, model.summary.2);
     // Text longer than the context could hold is refused before it is tokenized.
     let context = model.config.max_seq_len;
     let prompt = if cli.chat {
@@ -467,15 +499,14 @@ fn run(cli: Cli) -> Result<()> {
         Device::Gpu(_) => cli.kv_blocks,
     };
     let tokenizer = model.tokenizer;
-    let runner = Runner::new(
-        model.config,
-        model.weights,
-        &RunnerOptions {
-            kv_blocks,
-            max_batch_tokens: cli.token_budget,
-        },
-        device,
-    )?;
+    let opts = RunnerOptions {
+        kv_blocks,
+        max_batch_tokens: cli.token_budget,
+    };
+    let runner = match model.weights {
+        HeldWeights::F32(w) => Runner::new(model.config, w, &opts, device)?,
+        HeldWeights::Stored(w) => Runner::with_fast_cpu(model.config, w, &opts)?,
+    };
     let token_budget = cli.token_budget;
     let mut engine = Engine::new(
         runner,

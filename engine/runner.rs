@@ -5,6 +5,9 @@
 
 use crate::batch::{Batch, SeqChunk};
 use crate::config::Config;
+use crate::cpu::fast::FastBackend;
+use crate::cpu::fast::kv::KvCacheBf16;
+use crate::cpu::fast::weights::FastWeights;
 use crate::cpu::ops::argmax_f32;
 use crate::cpu::{CpuBackend, Scratch};
 use crate::error::{Error, Result};
@@ -56,7 +59,10 @@ pub fn cpu_kv_blocks(config: &Config, tokens: usize) -> usize {
 }
 
 enum Backend {
+    /// The f32 reference.
     Cpu(Box<CpuBackend>),
+    /// The fast CPU backend (weights as stored, SIMD, threads): `--device cpu`.
+    Fast(Box<FastBackend>),
     Gpu(Box<GpuBackend>),
 }
 
@@ -172,6 +178,39 @@ impl Runner {
         })
     }
 
+    /// A runner on the fast CPU backend, over weights as the files store them
+    /// (`FastWeights::load`). The KV pool is as `new` sizes the reference's.
+    pub fn with_fast_cpu(
+        config: Config,
+        weights: FastWeights,
+        opts: &RunnerOptions,
+    ) -> Result<Runner> {
+        if opts.kv_blocks == Some(0) {
+            return Err(Error::Usage("--kv-blocks must be at least 1".into()));
+        }
+        if opts.max_batch_tokens == 0 {
+            return Err(Error::Usage(
+                "the batch must hold at least one token".into(),
+            ));
+        }
+        let n_blocks = opts
+            .kv_blocks
+            .unwrap_or_else(|| cpu_kv_blocks(&config, config.max_seq_len));
+        let max_context = config.max_seq_len.min(n_blocks.saturating_mul(BLOCK_SIZE));
+        let max_batch_tokens = opts.max_batch_tokens.min(max_context);
+        let fast = FastBackend::new(&config, weights, n_blocks, max_context, max_batch_tokens)?;
+        Ok(Runner {
+            max_context,
+            backend: Backend::Fast(Box::new(fast)),
+            batch: Batch::default(),
+            ids: vec![],
+            logits: vec![],
+            gpu_batch: Batch::default(),
+            max_batch_tokens,
+            config,
+        })
+    }
+
     /// A runner over weights already on the GPU (`GpuWeights::synthetic` for benchmarks).
     pub fn with_gpu_weights(
         config: Config,
@@ -202,6 +241,7 @@ impl Runner {
     pub fn weight_bytes_per_step(&self) -> usize {
         match &self.backend {
             Backend::Cpu(c) => c.weights.bytes(),
+            Backend::Fast(f) => f.weights.bytes_per_step(),
             Backend::Gpu(g) => g.weights.bytes_per_token(&self.config),
         }
     }
@@ -211,6 +251,7 @@ impl Runner {
     pub fn kv_bytes_per_token(&self) -> usize {
         match &self.backend {
             Backend::Cpu(_) => KvCache::bytes_per_token(&self.config),
+            Backend::Fast(_) => KvCacheBf16::bytes_per_token(&self.config),
             Backend::Gpu(_) => crate::gpu::backend::kv_bytes_per_token(&self.config),
         }
     }
@@ -227,7 +268,7 @@ impl Runner {
     pub fn cpu_backend(&mut self) -> Option<&mut CpuBackend> {
         match &mut self.backend {
             Backend::Cpu(c) => Some(c),
-            Backend::Gpu(_) => None,
+            Backend::Fast(_) | Backend::Gpu(_) => None,
         }
     }
 
@@ -235,14 +276,19 @@ impl Runner {
     pub fn gpu_backend(&mut self) -> Option<&mut GpuBackend> {
         match &mut self.backend {
             Backend::Gpu(g) => Some(g),
-            Backend::Cpu(_) => None,
+            Backend::Cpu(_) | Backend::Fast(_) => None,
         }
     }
 
     /// "cpu" or the GPU's description.
     pub fn device_name(&self) -> String {
         match &self.backend {
-            Backend::Cpu(_) => "cpu".into(),
+            Backend::Cpu(_) => "cpu (f32 reference)".into(),
+            Backend::Fast(f) => format!(
+                "cpu ({} threads, {})",
+                f.threads(),
+                crate::cpu::fast::features().describe()
+            ),
             Backend::Gpu(g) => g.gpu.description.clone(),
         }
     }
@@ -257,6 +303,7 @@ impl Runner {
     pub fn n_blocks(&self) -> usize {
         match &self.backend {
             Backend::Cpu(c) => c.kv.n_blocks,
+            Backend::Fast(f) => f.kv.n_blocks,
             Backend::Gpu(g) => g.n_blocks,
         }
     }
@@ -314,6 +361,18 @@ impl Runner {
                 }
                 Ok(())
             }
+            Backend::Fast(f) => {
+                // The same pattern, rounded to bf16.
+                let mut state = 0x2545_f491_4f6c_dd1du64;
+                for x in f.kv.k.iter_mut().chain(f.kv.v.iter_mut()) {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    let v = (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+                    *x = half::bf16::from_f32(v).to_bits();
+                }
+                Ok(())
+            }
         }
     }
 
@@ -323,6 +382,8 @@ impl Runner {
         match &mut self.backend {
             Backend::Gpu(g) => g.gpu.profile_start(),
             Backend::Cpu(c) => c.ops.profile_start(),
+            // Not timed: `rustle profile --device cpu` runs the reference.
+            Backend::Fast(_) => {}
         }
     }
 
@@ -331,6 +392,7 @@ impl Runner {
         match &mut self.backend {
             Backend::Gpu(g) => g.gpu.profile_stop(),
             Backend::Cpu(c) => Ok(c.ops.profile_stop()),
+            Backend::Fast(_) => Ok(vec![]),
         }
     }
 
@@ -338,7 +400,7 @@ impl Runner {
     pub fn gpu(&self) -> Option<&Gpu> {
         match &self.backend {
             Backend::Gpu(g) => Some(&g.gpu),
-            Backend::Cpu(_) => None,
+            Backend::Cpu(_) | Backend::Fast(_) => None,
         }
     }
 
@@ -434,6 +496,7 @@ impl Runner {
         seq.table.len += tokens.len();
         match &mut self.backend {
             Backend::Cpu(cpu) => Ok(cpu.forward(&self.config, &self.batch)),
+            Backend::Fast(f) => Ok(f.forward(&self.config, &self.batch)),
             Backend::Gpu(gpu) => gpu.forward(&self.config, &self.batch),
         }
     }
@@ -449,7 +512,7 @@ impl Forward for Runner {
             max_batch_tokens: self.max_batch_tokens,
             max_batch_seqs: match &self.backend {
                 // Every sequence in a batch brings at least one token.
-                Backend::Cpu(_) => self.max_batch_tokens,
+                Backend::Cpu(_) | Backend::Fast(_) => self.max_batch_tokens,
                 Backend::Gpu(_) => MAX_SEQS.min(self.max_batch_tokens),
             },
         }
@@ -458,6 +521,7 @@ impl Forward for Runner {
     fn forward(&mut self, batch: &Batch) -> Result<&[f32]> {
         match &mut self.backend {
             Backend::Cpu(cpu) => Ok(cpu.forward(&self.config, batch)),
+            Backend::Fast(f) => Ok(f.forward(&self.config, batch)),
             Backend::Gpu(gpu) => {
                 let batch = with_a_logits_row(&mut self.gpu_batch, batch);
                 gpu.forward(&self.config, batch)
@@ -467,9 +531,9 @@ impl Forward for Runner {
 
     fn forward_sample(&mut self, batch: &Batch, choices: &Choices) -> Result<&[u32]> {
         match &mut self.backend {
-            Backend::Cpu(cpu) => {
+            backend @ (Backend::Cpu(_) | Backend::Fast(_)) => {
                 let vocab = self.config.vocab_size;
-                let logits = cpu.forward(&self.config, batch);
+                let logits = cpu_forward(backend, &self.config, batch);
                 self.logits.clear();
                 self.logits.extend_from_slice(logits);
                 choices.sample_on_host(&mut self.logits, vocab, &mut self.ids);
@@ -484,9 +548,9 @@ impl Forward for Runner {
 
     fn forward_greedy(&mut self, batch: &Batch) -> Result<&[u32]> {
         match &mut self.backend {
-            Backend::Cpu(cpu) => {
+            backend @ (Backend::Cpu(_) | Backend::Fast(_)) => {
                 let vocab = self.config.vocab_size;
-                let logits = cpu.forward(&self.config, batch);
+                let logits = cpu_forward(backend, &self.config, batch);
                 self.ids.clear();
                 self.ids.extend(logits.chunks_exact(vocab).map(argmax_f32));
                 Ok(&self.ids)
@@ -496,6 +560,15 @@ impl Forward for Runner {
                 gpu.forward_greedy(&self.config, batch)
             }
         }
+    }
+}
+
+/// The logits of one pass on a CPU backend (the reference or the fast one), `[rows, vocab]`.
+fn cpu_forward<'b>(backend: &'b mut Backend, c: &Config, batch: &Batch) -> &'b [f32] {
+    match backend {
+        Backend::Cpu(cpu) => cpu.forward(c, batch),
+        Backend::Fast(f) => f.forward(c, batch),
+        Backend::Gpu(_) => unreachable!("the GPU's logits stay on the device"),
     }
 }
 

@@ -1,0 +1,159 @@
+//! Causal grouped-query attention over the bf16 paged KV cache, one task per (token, query
+//! head) spread over the pool: the twin of `ops::attention_bf16`, computed in two passes
+//! (all scores, then the softmax-weighted values) so that each pass is a plain loop the
+//! compiler vectorizes, rather than the reference's one-pass online softmax.
+
+use std::cell::RefCell;
+
+use rayon::prelude::*;
+
+use crate::kv::block_manager::BLOCK_SIZE;
+
+use super::features;
+
+thread_local! {
+    /// `[positions]` one task's scores, grown to the longest context seen.
+    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Writes each token's key and value rows into its cache slot, rounded to bf16.
+///
+/// - `k_cache`, `v_cache`: one layer, `[n_blocks * BLOCK_SIZE, kv_dim]` bf16 bits
+/// - `k`, `v`: `[n, kv_dim]`
+/// - `slots`: `[n]`
+pub fn kv_write_bf16(
+    k_cache: &mut [u16],
+    v_cache: &mut [u16],
+    k: &[f32],
+    v: &[f32],
+    slots: &[u32],
+    kv_dim: usize,
+) {
+    for (t, &slot) in slots.iter().enumerate() {
+        let dst = slot as usize * kv_dim..(slot as usize + 1) * kv_dim;
+        let src = t * kv_dim..(t + 1) * kv_dim;
+        for (c, &x) in k_cache[dst.clone()].iter_mut().zip(&k[src.clone()]) {
+            *c = half::bf16::from_f32(x).to_bits();
+        }
+        for (c, &x) in v_cache[dst].iter_mut().zip(&v[src]) {
+            *c = half::bf16::from_f32(x).to_bits();
+        }
+    }
+}
+
+/// `out = softmax(q k^T / sqrt(head_dim)) v` per token and head, over the token's own
+/// sequence up to its position (see `ops::attention_f32` for the arguments).
+///
+/// - `out`, `q`: `[n, n_heads, head_dim]`
+/// - `k_cache`, `v_cache`: one layer, `[n_blocks * BLOCK_SIZE, n_kv_heads * head_dim]` bf16
+/// - `block_tables`: `[n_seqs, max_blocks]`; `token_seq`, `positions`: `[n]`
+#[allow(clippy::too_many_arguments)]
+pub fn attention_bf16(
+    out: &mut [f32],
+    q: &[f32],
+    k_cache: &[u16],
+    v_cache: &[u16],
+    block_tables: &[u32],
+    token_seq: &[u32],
+    positions: &[u32],
+    max_blocks: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+) {
+    let a = Args {
+        k_cache,
+        v_cache,
+        block_tables,
+        max_blocks,
+        group: n_heads / n_kv_heads,
+        kv_dim: n_kv_heads * head_dim,
+        head_dim,
+    };
+    let wide = features().avx2;
+    out.par_chunks_mut(head_dim)
+        .zip(q.par_chunks(head_dim))
+        .enumerate()
+        .for_each(|(th, (o, q))| {
+            let (t, h) = (th / n_heads, th % n_heads);
+            let seq = token_seq[t] as usize;
+            let len = positions[t] as usize + 1;
+            SCORES.with_borrow_mut(|scores| {
+                if scores.len() < len {
+                    scores.resize(len, 0.0);
+                }
+                let scores = &mut scores[..len];
+                #[cfg(target_arch = "x86_64")]
+                if wide {
+                    // SAFETY: `features` found AVX2 and FMA.
+                    return unsafe { head_avx2(&a, o, q, scores, seq, h) };
+                }
+                let _ = wide;
+                head(&a, o, q, scores, seq, h)
+            })
+        });
+}
+
+struct Args<'a> {
+    k_cache: &'a [u16],
+    v_cache: &'a [u16],
+    block_tables: &'a [u32],
+    max_blocks: usize,
+    group: usize,
+    kv_dim: usize,
+    head_dim: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn head_avx2(a: &Args, o: &mut [f32], q: &[f32], scores: &mut [f32], seq: usize, h: usize) {
+    head(a, o, q, scores, seq, h)
+}
+
+fn widen(b: u16) -> f32 {
+    f32::from_bits((b as u32) << 16)
+}
+
+/// One (token, head): its scores over `scores.len()` positions, then the weighted values.
+#[inline(always)]
+fn head(a: &Args, o: &mut [f32], q: &[f32], scores: &mut [f32], seq: usize, h: usize) {
+    let hd = a.head_dim;
+    let table = &a.block_tables[seq * a.max_blocks..(seq + 1) * a.max_blocks];
+    let col = (h / a.group) * hd;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let at =
+        |p: usize| (table[p / BLOCK_SIZE] as usize * BLOCK_SIZE + p % BLOCK_SIZE) * a.kv_dim + col;
+    let mut max = f32::NEG_INFINITY;
+    for (p, s) in scores.iter_mut().enumerate() {
+        let k = &a.k_cache[at(p)..at(p) + hd];
+        let mut acc = [0f32; 8];
+        for (q, k) in q.chunks_exact(8).zip(k.chunks_exact(8)) {
+            for i in 0..8 {
+                acc[i] += q[i] * widen(k[i]);
+            }
+        }
+        let tail: f32 = q
+            .chunks_exact(8)
+            .remainder()
+            .iter()
+            .zip(k.chunks_exact(8).remainder())
+            .map(|(q, &k)| q * widen(k))
+            .sum();
+        *s = (acc.iter().sum::<f32>() + tail) * scale;
+        max = max.max(*s);
+    }
+    let mut sum = 0f32;
+    for s in scores.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    o.fill(0.0);
+    for (p, &w) in scores.iter().enumerate() {
+        let v = &a.v_cache[at(p)..at(p) + hd];
+        for (o, &v) in o.iter_mut().zip(v) {
+            *o += w * widen(v);
+        }
+    }
+    let inv = 1.0 / sum;
+    o.iter_mut().for_each(|o| *o *= inv);
+}

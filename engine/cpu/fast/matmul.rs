@@ -1,0 +1,322 @@
+//! The fast backend's linear layers: `out[t, o] = sum_i x[t, i] * w[o, i] + bias[o]` with `w`
+//! in its stored type, spread over the pool's threads by rows: each thread takes one
+//! contiguous share of every matrix in the call, so each core streams its own part of the
+//! weights, and several matrices over the same input (q, k, v; gate, up) go in one call.
+//!
+//! Two kernels, chosen by the number of tokens:
+//! - a few tokens (decode): each weight row unpacked once to codes (`unpack.rs`), then one
+//!   integer dot product per token against the activations quantized to 8 bits (`dot.rs`);
+//!   float-typed weights take an f32 dot product instead;
+//! - many tokens (prefill), where the CPU has AVX-512 BF16: tiles of 32 rows unpacked to
+//!   bf16 and multiplied with the tokens in bf16 (`gemm.rs`).
+
+use std::cell::RefCell;
+
+use rayon::prelude::*;
+
+use super::dot::{Q8Rows, dot_codes, dot_f32};
+use super::gemm::{TILE_ROWS, pack_row, to_bf16_pairs};
+use super::unpack::{RUN, is_quantized, row_f32, unpack_row};
+use super::weights::Matrix;
+use super::{Features, features};
+
+/// Tokens from which the bf16 tile kernel beats one dot product per token: below it a
+/// tile's unpacking is shared by too few tokens (measured: see BENCHMARKS.md, round 22).
+pub const GEMM_MIN_TOKENS: usize = 4;
+
+/// One matrix of a call and where its product goes.
+pub struct Job<'a> {
+    /// `[n_out, n_in]`
+    pub w: &'a Matrix,
+    /// `[n_out]` or none
+    pub bias: Option<&'a [f32]>,
+    /// `[n, n_out]`
+    pub out: &'a mut [f32],
+}
+
+/// The input of a call in the forms the kernels read, made once per call and shared by its
+/// jobs and threads.
+#[derive(Default)]
+pub struct Input {
+    /// `[n, n_in]` quantized per 32 (decode, quantized weights)
+    q8: Q8Rows,
+    /// `[n, n_in / 2]` bf16 pairs (prefill)
+    bf16: Vec<u32>,
+}
+
+/// Which kernel a call of `n` tokens takes.
+fn use_gemm(f: Features, n: usize) -> bool {
+    f.bf16 && n >= GEMM_MIN_TOKENS
+}
+
+/// Runs every job on `x` (`[n, n_in]`), spread over the current rayon pool.
+pub fn matmul(jobs: &mut [Job], x: &[f32], n_in: usize, input: &mut Input) {
+    matmul_with(features(), jobs, x, n_in, input)
+}
+
+/// `matmul` with the kernels `f` allows (tests run each path on its own).
+pub fn matmul_with(f: Features, jobs: &mut [Job], x: &[f32], n_in: usize, input: &mut Input) {
+    let n = x.len() / n_in;
+    let gemm = use_gemm(f, n);
+    for j in jobs.iter() {
+        assert_eq!(j.w.cols, n_in, "matmul: weight columns vs input width");
+        assert_eq!(j.out.len(), n * j.w.rows, "matmul: output size");
+    }
+    if gemm {
+        input.bf16.resize(n * n_in.div_ceil(2), 0);
+        to_bf16_pairs(&mut input.bf16, x);
+    } else if jobs.iter().any(|j| is_quantized(j.w.dtype)) {
+        input.q8.quantize(x, n_in);
+    }
+    // Raw outputs: each thread writes its own rows' columns of every token's row.
+    let outs: Vec<(SendPtr, usize)> = jobs
+        .iter_mut()
+        .map(|j| (SendPtr(j.out.as_mut_ptr()), j.w.rows))
+        .collect();
+    let threads = rayon::current_num_threads();
+    let input = &*input;
+    (0..threads).into_par_iter().for_each(|part| {
+        SCRATCH.with_borrow_mut(|s| {
+            for (j, &(out, n_out)) in jobs.iter().zip(&outs) {
+                let align = if gemm { TILE_ROWS } else { 16 };
+                let (lo, hi) = share(n_out, threads, part, align);
+                if lo == hi {
+                    continue;
+                }
+                // SAFETY: `out` is `[n, n_out]`; this part writes only columns lo..hi,
+                // which no other part touches, and the job's slice outlives the call.
+                let out = OutRows {
+                    ptr: out.0,
+                    stride: n_out,
+                    n,
+                };
+                if gemm {
+                    gemm_rows(f, s, j.w, &input.bf16, &out, lo, hi);
+                } else {
+                    decode_rows(f, s, j.w, x, &input.q8, &out, lo, hi);
+                }
+                if let Some(b) = j.bias {
+                    for t in 0..n {
+                        for (r, &b) in b.iter().enumerate().take(hi).skip(lo) {
+                            // SAFETY: as above.
+                            unsafe { *out.ptr.add(t * out.stride + r) += b };
+                        }
+                    }
+                }
+            }
+        })
+    });
+}
+
+/// Rows `lo..hi` of `n_out` that part `part` of `parts` takes: equal shares rounded to
+/// `align` rows, the last taking what is left.
+fn share(n_out: usize, parts: usize, part: usize, align: usize) -> (usize, usize) {
+    let per = n_out.div_ceil(parts).div_ceil(align) * align;
+    ((part * per).min(n_out), ((part + 1) * per).min(n_out))
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: the pointer is shared only so that threads write disjoint columns (`matmul`).
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+/// `[n, stride]` outputs of one job.
+struct OutRows {
+    ptr: *mut f32,
+    stride: usize,
+    n: usize,
+}
+
+/// A thread's scratch, grown to the widest row it has seen, then reused.
+#[derive(Default)]
+struct Scratch {
+    /// `[n_in]` codes of one row
+    u: Vec<u8>,
+    /// `[n_in / 16]`
+    scale: Vec<f32>,
+    offset: Vec<f32>,
+    /// `[n_in]` one row in f32
+    row: Vec<f32>,
+    /// `[n_in / 2, 32]` a bf16 tile
+    tile: Vec<u32>,
+}
+
+impl Scratch {
+    fn fit(&mut self, n_in: usize) {
+        if self.u.len() < n_in {
+            self.u.resize(n_in, 0);
+            self.scale.resize(n_in.div_ceil(RUN), 0.0);
+            self.offset.resize(n_in.div_ceil(RUN), 0.0);
+            self.row.resize(n_in + 1, 0.0);
+        }
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Rows `lo..hi` of `w` against each token: unpack a row once, then one dot product per
+/// token.
+#[allow(clippy::too_many_arguments)]
+fn decode_rows(
+    f: Features,
+    s: &mut Scratch,
+    w: &Matrix,
+    x: &[f32],
+    q8: &Q8Rows,
+    out: &OutRows,
+    lo: usize,
+    hi: usize,
+) {
+    let n_in = w.cols;
+    s.fit(n_in);
+    let (u, scale, offset) = (
+        &mut s.u[..n_in],
+        &mut s.scale[..n_in / RUN],
+        &mut s.offset[..n_in / RUN],
+    );
+    let quantized = is_quantized(w.dtype);
+    for r in lo..hi {
+        if quantized {
+            unpack(f, w, r, u, scale, offset);
+        } else {
+            row_f32(w, r, &mut s.row[..n_in], u, scale, offset);
+        }
+        for t in 0..out.n {
+            let y = if quantized {
+                let (xq, xd, xs) = q8.row(t);
+                dot(f, u, scale, offset, xq, xd, xs)
+            } else {
+                dot_f32(&s.row[..n_in], &x[t * n_in..(t + 1) * n_in])
+            };
+            // SAFETY: r is in this part's columns (`matmul`).
+            unsafe { *out.ptr.add(t * out.stride + r) = y };
+        }
+    }
+}
+
+/// `unpack_row`, compiled for AVX2 where the CPU has it so that the compiler vectorizes it.
+fn unpack(f: Features, w: &Matrix, r: usize, u: &mut [u8], scale: &mut [f32], offset: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if f.avx2 {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn avx2(w: &Matrix, r: usize, u: &mut [u8], s: &mut [f32], o: &mut [f32]) {
+            unpack_row(w, r, u, s, o)
+        }
+        // SAFETY: the CPU has AVX2, FMA and F16C (`Features`).
+        return unsafe { avx2(w, r, u, scale, offset) };
+    }
+    let _ = f;
+    unpack_row(w, r, u, scale, offset)
+}
+
+/// `dot_codes`, with VNNI where the CPU has it.
+fn dot(
+    f: Features,
+    u: &[u8],
+    scale: &[f32],
+    offset: &[f32],
+    xq: &[i8],
+    xd: &[f32],
+    xs: &[f32],
+) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if f.vnni {
+        // SAFETY: the CPU has the features (`Features`); the lengths are one row's.
+        return unsafe { super::dot::dot_codes_vnni(u, scale, offset, xq, xd, xs) };
+    }
+    let _ = f;
+    dot_codes(u, scale, offset, xq, xd, xs)
+}
+
+/// Rows `lo..hi` of `w` against every token in bf16 tiles of 32 rows.
+#[allow(clippy::too_many_arguments)]
+fn gemm_rows(
+    f: Features,
+    s: &mut Scratch,
+    w: &Matrix,
+    xb: &[u32],
+    out: &OutRows,
+    lo: usize,
+    hi: usize,
+) {
+    let n_in = w.cols;
+    let pairs = n_in.div_ceil(2);
+    s.fit(n_in);
+    if s.tile.len() < pairs * TILE_ROWS {
+        s.tile.resize(pairs * TILE_ROWS, 0);
+    }
+    let mut r0 = lo;
+    while r0 < hi {
+        let rows = TILE_ROWS.min(hi - r0);
+        for r in 0..TILE_ROWS {
+            let row = &mut s.row[..pairs * 2];
+            if r < rows {
+                row_f32_fast(
+                    f,
+                    w,
+                    r0 + r,
+                    &mut row[..n_in],
+                    &mut s.u,
+                    &mut s.scale,
+                    &mut s.offset,
+                );
+                row[n_in..].fill(0.0); // an odd width's pad
+            } else {
+                row.fill(0.0);
+            }
+            pack_row(&mut s.tile, r, row);
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `use_gemm` chose this path only where the CPU has AVX-512 BF16; the tile
+        // holds `pairs` rows of 32, `xb` n rows of `pairs`, and the output's columns
+        // r0..r0 + rows are this part's.
+        unsafe {
+            super::gemm::tile_matmul(
+                s.tile.as_ptr(),
+                pairs,
+                xb.as_ptr(),
+                pairs,
+                out.n,
+                out.ptr.add(r0),
+                out.stride,
+                rows,
+            );
+        }
+        r0 += rows;
+    }
+}
+
+/// `row_f32`, compiled for AVX-512 where the CPU has it.
+fn row_f32_fast(
+    f: Features,
+    w: &Matrix,
+    r: usize,
+    out: &mut [f32],
+    u: &mut [u8],
+    s: &mut [f32],
+    o: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if f.avx2 {
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+        unsafe fn wide(
+            w: &Matrix,
+            r: usize,
+            out: &mut [f32],
+            u: &mut [u8],
+            s: &mut [f32],
+            o: &mut [f32],
+        ) {
+            row_f32(w, r, out, u, s, o)
+        }
+        if f.bf16 {
+            // SAFETY: `bf16` implies AVX-512 F, BW, VL on every CPU that has it (`Features`).
+            return unsafe { wide(w, r, out, u, s, o) };
+        }
+    }
+    let _ = f;
+    row_f32(w, r, out, u, s, o)
+}
