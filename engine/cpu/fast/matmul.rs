@@ -178,6 +178,20 @@ fn decode_rows(
         &mut s.offset[..n_in / RUN],
     );
     let quantized = is_quantized(w.dtype);
+    #[cfg(target_arch = "x86_64")]
+    if f.vnni && super::fused::has_kernel(w.dtype) {
+        for r in lo..hi {
+            for t in 0..out.n {
+                let (xq, xd, xs) = q8.row(t);
+                // SAFETY: the CPU has the features (`Features`), the type has a kernel, and
+                // the row holds `n_in` values, as each activation row does.
+                let y = unsafe { super::fused::dot_row_vnni(w.dtype, w.row(r), xq, xd, xs) };
+                // SAFETY: r is in this part's columns (`matmul`).
+                unsafe { *out.ptr.add(t * out.stride + r) = y };
+            }
+        }
+        return;
+    }
     for r in lo..hi {
         if quantized {
             unpack(f, w, r, u, scale, offset);

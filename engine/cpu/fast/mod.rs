@@ -12,6 +12,7 @@
 pub mod attention;
 pub mod dot;
 pub mod forward;
+pub mod fused;
 pub mod gemm;
 pub mod kv;
 pub mod matmul;

@@ -361,7 +361,7 @@ fn q6_k(b: &[u8], u: &mut [u8], s: &mut [f32], o: &mut [f32]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub mod tests {
     use super::*;
     use crate::weights::dequant::to_f32;
     use rand::{Rng, SeedableRng, rngs::StdRng};

@@ -1,0 +1,357 @@
+//! The decode's dot products with the unpacking fused in, for the types model files mostly
+//! hold (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K): each block's codes are made in a register and go
+//! straight into `vpdpbusd`, never through memory as in the general path (`unpack` then
+//! `dot::dot_codes_vnni`), which costs twice the instructions. Same arithmetic as there:
+//!
+//!   w . x = sum over runs of 16 j of scale[j] * xd[j] * (u . xq over run j)
+//!         + sum over runs j of offset[j] * xs[j]
+//!
+//! with the codes u, scales and offsets of `unpack.rs` and the activations of `dot::Q8Rows`.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use crate::weights::DType;
+
+/// Whether `dot_row_vnni` has a kernel for `dtype`.
+pub fn has_kernel(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q4K | DType::Q6K
+    )
+}
+
+/// One stored row (`row`: its blocks) against one quantized activation row (`xq`: `[cols]`,
+/// `xd`, `xs`: `[cols / 16]`, as `dot::Q8Rows::row` gives them).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA, F16C and AVX-512 F, VL, VNNI; `has_kernel(dtype)`; `row`
+/// must hold whole blocks of `dtype` for `xq.len()` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+pub unsafe fn dot_row_vnni(dtype: DType, row: &[u8], xq: &[i8], xd: &[f32], xs: &[f32]) -> f32 {
+    let cols = xq.len();
+    debug_assert_eq!(row.len(), cols / dtype.block_len() * dtype.block_bytes());
+    debug_assert!(xd.len() * 16 >= cols && xs.len() * 16 >= cols);
+    let a = Act {
+        q: xq.as_ptr(),
+        d: xd.as_ptr(),
+        s: xs.as_ptr(),
+    };
+    let b = row.as_ptr();
+    // SAFETY: the blocks and the activations span `cols` values (the caller's promise).
+    unsafe {
+        match dtype {
+            DType::Q4_0 => q4_0(b, cols / 32, &a),
+            DType::Q4_1 => q4_1(b, cols / 32, &a),
+            DType::Q8_0 => q8_0(b, cols / 32, &a),
+            DType::Q4K => q4_k(b, cols / 256, &a),
+            DType::Q6K => q6_k(b, cols / 256, &a),
+            other => unreachable!("no fused kernel for {other}"),
+        }
+    }
+}
+
+/// Pointers into one activation row.
+#[cfg(target_arch = "x86_64")]
+struct Act {
+    /// `[cols]` i8
+    q: *const i8,
+    /// `[cols / 16]` the scale of each run
+    d: *const f32,
+    /// `[cols / 16]` each run's sum
+    s: *const f32,
+}
+
+/// Sixteen bytes of nibbles as 32 codes in the order values are stored: low nibbles (values
+/// 0..16), then high (16..32).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn nibbles(p: *const u8) -> __m256i {
+    unsafe {
+        let q = _mm_loadu_si128(p.cast());
+        let m = _mm_set1_epi8(0x0f);
+        let lo = _mm_and_si128(q, m);
+        let hi = _mm_and_si128(_mm_srli_epi16(q, 4), m);
+        _mm256_set_m128i(hi, lo)
+    }
+}
+
+/// The f16 at `p`, widened.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn half(p: *const u8) -> f32 {
+    unsafe {
+        let bits = (p as *const u16).read_unaligned();
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+    }
+}
+
+/// `codes . xq` for the 32 values at `at`, as eight i32 lanes (four per run of 16).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn product(codes: __m256i, a: &Act, at: usize) -> __m256 {
+    unsafe {
+        let x = _mm256_loadu_si256(a.q.add(at).cast());
+        _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), codes, x))
+    }
+}
+
+/// Horizontal sum of eight lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[inline]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// The 32-value block types: `codes(b)` the block's codes, `scale_offset(b)` its (scale,
+/// offset) for both runs. Two blocks per step, with their own sums, so that the additions
+/// of one wait less on the other's.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn blocks32(
+    b: *const u8,
+    n: usize,
+    bytes: usize,
+    a: &Act,
+    codes: impl Fn(*const u8) -> __m256i,
+    scale_offset: impl Fn(*const u8) -> (f32, f32),
+) -> f32 {
+    unsafe {
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let (mut off0, mut off1) = (0f32, 0f32);
+        let mut i = 0;
+        let step = |i: usize, acc: &mut __m256, off: &mut f32| {
+            let blk = b.add(i * bytes);
+            let (s, o) = scale_offset(blk);
+            let p = product(codes(blk), a, 32 * i);
+            // Both runs of a block share the activation's scale.
+            *acc = _mm256_fmadd_ps(p, _mm256_set1_ps(s * *a.d.add(2 * i)), *acc);
+            *off += o * (*a.s.add(2 * i) + *a.s.add(2 * i + 1));
+        };
+        while i + 2 <= n {
+            step(i, &mut acc0, &mut off0);
+            step(i + 1, &mut acc1, &mut off1);
+            i += 2;
+        }
+        if i < n {
+            step(i, &mut acc0, &mut off0);
+        }
+        hsum(_mm256_add_ps(acc0, acc1)) + off0 + off1
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q4_0(b: *const u8, n: usize, a: &Act) -> f32 {
+    unsafe {
+        blocks32(
+            b,
+            n,
+            18,
+            a,
+            |p| nibbles(p.add(2)),
+            |p| {
+                let d = half(p);
+                (d, -8.0 * d)
+            },
+        )
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q4_1(b: *const u8, n: usize, a: &Act) -> f32 {
+    unsafe {
+        blocks32(
+            b,
+            n,
+            20,
+            a,
+            |p| nibbles(p.add(4)),
+            |p| (half(p), half(p.add(2))),
+        )
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q8_0(b: *const u8, n: usize, a: &Act) -> f32 {
+    unsafe {
+        let flip = _mm256_set1_epi8(-128);
+        blocks32(
+            b,
+            n,
+            34,
+            a,
+            // i8 + 128 as u8: the top bit flipped.
+            |p| _mm256_xor_si256(_mm256_loadu_si256(p.add(2).cast()), flip),
+            |p| {
+                let d = half(p);
+                (d, -128.0 * d)
+            },
+        )
+    }
+}
+
+/// Q4_K's eight 6-bit (scale, min) pairs (`unpack::k_scale_min`'s layout).
+#[inline(always)]
+fn k_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    let mut sc = [0u8; 8];
+    let mut m = [0u8; 8];
+    for j in 0..4 {
+        sc[j] = s[j] & 63;
+        m[j] = s[j + 4] & 63;
+        sc[j + 4] = (s[j + 8] & 0x0f) | ((s[j] >> 6) << 4);
+        m[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
+    }
+    (sc, m)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q4_k(b: *const u8, n: usize, a: &Act) -> f32 {
+    unsafe {
+        let mask = _mm256_set1_epi8(0x0f);
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut off = 0f32;
+        for i in 0..n {
+            let blk = b.add(144 * i);
+            let (d, dmin) = (half(blk), half(blk.add(2)));
+            let (sc, m) = k_scales(&*(blk.add(4) as *const [u8; 12]));
+            // Each 32-byte run of q: sub-block 2c in its low nibbles, 2c + 1 in its high.
+            for c in 0..4 {
+                let q = _mm256_loadu_si256(blk.add(16 + 32 * c).cast());
+                let lo = _mm256_and_si256(q, mask);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+                let (j0, j1) = (8 * i + 2 * c, 8 * i + 2 * c + 1); // sub-blocks of the row
+                let p0 = product(lo, a, 32 * j0);
+                let p1 = product(hi, a, 32 * j1);
+                let s0 = d * sc[2 * c] as f32 * *a.d.add(2 * j0);
+                let s1 = d * sc[2 * c + 1] as f32 * *a.d.add(2 * j1);
+                acc0 = _mm256_fmadd_ps(p0, _mm256_set1_ps(s0), acc0);
+                acc1 = _mm256_fmadd_ps(p1, _mm256_set1_ps(s1), acc1);
+                off -= dmin
+                    * (m[2 * c] as f32 * (*a.s.add(2 * j0) + *a.s.add(2 * j0 + 1))
+                        + m[2 * c + 1] as f32 * (*a.s.add(2 * j1) + *a.s.add(2 * j1 + 1)));
+            }
+        }
+        hsum(_mm256_add_ps(acc0, acc1)) + off
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q6_k(b: *const u8, n: usize, a: &Act) -> f32 {
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0f);
+        let m2 = _mm256_set1_epi8(3);
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut off = 0f32;
+        for i in 0..n {
+            let blk = b.add(210 * i);
+            let d = half(blk.add(208));
+            let scales = blk.add(192) as *const i8;
+            for h in 0..2 {
+                // Value l + 32k of this half: nibble k / 2 of ql[l + 32 (k % 2)], bits
+                // 2k..2k+2 of qh[l]; runs of 16 each with its own i8 scale.
+                let ql0 = _mm256_loadu_si256(blk.add(64 * h).cast());
+                let ql1 = _mm256_loadu_si256(blk.add(64 * h + 32).cast());
+                let qh = _mm256_loadu_si256(blk.add(128 + 32 * h).cast());
+                let high = |shift: i32| {
+                    let v = match shift {
+                        0 => qh,
+                        2 => _mm256_srli_epi16(qh, 2),
+                        4 => _mm256_srli_epi16(qh, 4),
+                        _ => _mm256_srli_epi16(qh, 6),
+                    };
+                    _mm256_slli_epi16(_mm256_and_si256(v, m2), 4)
+                };
+                let codes = [
+                    _mm256_or_si256(_mm256_and_si256(ql0, m4), high(0)),
+                    _mm256_or_si256(_mm256_and_si256(ql1, m4), high(2)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), high(4)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6)),
+                ];
+                for (k, &codes) in codes.iter().enumerate() {
+                    let run = 16 * i + 8 * h + 2 * k; // the first of its two runs in the row
+                    let p = product(codes, a, 16 * run);
+                    let (sa, sb) = (
+                        d * *scales.add(8 * h + 2 * k) as f32,
+                        d * *scales.add(8 * h + 2 * k + 1) as f32,
+                    );
+                    let sv = _mm256_set_m128(
+                        _mm_set1_ps(sb * *a.d.add(run + 1)),
+                        _mm_set1_ps(sa * *a.d.add(run)),
+                    );
+                    if k % 2 == 0 {
+                        acc0 = _mm256_fmadd_ps(p, sv, acc0);
+                    } else {
+                        acc1 = _mm256_fmadd_ps(p, sv, acc1);
+                    }
+                    off -= 32.0 * (sa * *a.s.add(run) + sb * *a.s.add(run + 1));
+                }
+            }
+        }
+        hsum(_mm256_add_ps(acc0, acc1)) + off
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use crate::cpu::fast::dot::{Q8Rows, dot_codes};
+    use crate::cpu::fast::unpack::tests::random_matrix;
+    use crate::cpu::fast::unpack::{RUN, unpack_row};
+
+    /// Each fused kernel against the general path (codes in memory, portable dot product)
+    /// on random blocks and activations: the same sums, to rounding.
+    #[test]
+    fn fused_kernels_match_the_general_path() {
+        let f = crate::cpu::fast::Features::detect();
+        if !f.vnni {
+            eprintln!("no AVX-512 VNNI here: the fused kernels are not run");
+            return;
+        }
+        for dtype in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q8_0,
+            DType::Q4K,
+            DType::Q6K,
+        ] {
+            for cols in [256, 768, 1536] {
+                let m = random_matrix(dtype, 4, cols, cols as u64);
+                let x: Vec<f32> = (0..cols)
+                    .map(|i| ((i * 7919) % 201) as f32 / 50.0 - 2.0)
+                    .collect();
+                let mut a = Q8Rows::default();
+                a.quantize(&x, cols);
+                let (xq, xd, xs) = a.row(0);
+                let (mut u, mut s, mut o) = (
+                    vec![0u8; cols],
+                    vec![0f32; cols / RUN],
+                    vec![0f32; cols / RUN],
+                );
+                for r in 0..4 {
+                    unpack_row(&m, r, &mut u, &mut s, &mut o);
+                    let want = dot_codes(&u, &s, &o, xq, xd, xs);
+                    // SAFETY: the CPU has the features; the row holds `cols` values.
+                    let got = unsafe { dot_row_vnni(dtype, m.row(r), xq, xd, xs) };
+                    let tol = 1e-4 * (1.0 + want.abs()) + 1e-5 * cols as f32;
+                    assert!(
+                        (got - want).abs() < tol,
+                        "{dtype} {cols} row {r}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
