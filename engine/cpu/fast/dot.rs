@@ -27,6 +27,9 @@ pub struct Q8Rows {
     pub d: Vec<f32>,
     /// `[n, cols / 16]` each run's sum of activations as quantized, `d * sum q`
     pub sums: Vec<f32>,
+    /// `[n, cols / 32, 2]` each block's (scale, sum over its 32): the pair a 32-value
+    /// weight block's (scale, offset) multiplies in one instruction (`fused.rs`)
+    pub pairs: Vec<f32>,
 }
 
 impl Q8Rows {
@@ -38,6 +41,21 @@ impl Q8Rows {
         self.q.resize(n * cols, 0);
         self.d.resize(n * cols / RUN, 0.0);
         self.sums.resize(n * cols / RUN, 0.0);
+        self.pairs.resize(n * cols / RUN, 0.0);
+        #[cfg(target_arch = "x86_64")]
+        if super::features().avx2 {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn wide(a: &mut Q8Rows, x: &[f32]) {
+                a.quantize_blocks(x)
+            }
+            // SAFETY: the CPU has AVX2 and FMA (`Features`).
+            return unsafe { wide(self, x) };
+        }
+        self.quantize_blocks(x)
+    }
+
+    #[inline(always)]
+    fn quantize_blocks(&mut self, x: &[f32]) {
         let blocks = x.chunks_exact(32).zip(self.q.chunks_exact_mut(32)).zip(
             self.d
                 .chunks_exact_mut(2)
@@ -46,6 +64,20 @@ impl Q8Rows {
         for ((x, q), (d, sums)) in blocks {
             quantize_block(x, q, d, sums);
         }
+        let pairs = self.pairs.chunks_exact_mut(2);
+        for ((p, d), s) in pairs
+            .zip(self.d.chunks_exact(2))
+            .zip(self.sums.chunks_exact(2))
+        {
+            p[0] = d[0];
+            p[1] = s[0] + s[1];
+        }
+    }
+
+    /// Row `t`'s (scale, sum) per block of 32: `[cols / 32, 2]`.
+    pub fn pairs(&self, t: usize) -> &[f32] {
+        let r = self.cols / RUN;
+        &self.pairs[t * r..(t + 1) * r]
     }
 
     /// Row `t`: (codes, run scales, run sums).

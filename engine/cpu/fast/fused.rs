@@ -22,14 +22,22 @@ pub fn has_kernel(dtype: DType) -> bool {
 }
 
 /// One stored row (`row`: its blocks) against one quantized activation row (`xq`: `[cols]`,
-/// `xd`, `xs`: `[cols / 16]`, as `dot::Q8Rows::row` gives them).
+/// `xd`, `xs`: `[cols / 16]`, as `dot::Q8Rows::row` gives them; `pairs`: `[cols / 32, 2]`,
+/// `Q8Rows::pairs`).
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA, F16C and AVX-512 F, VL, VNNI; `has_kernel(dtype)`; `row`
 /// must hold whole blocks of `dtype` for `xq.len()` values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-pub unsafe fn dot_row_vnni(dtype: DType, row: &[u8], xq: &[i8], xd: &[f32], xs: &[f32]) -> f32 {
+pub unsafe fn dot_row_vnni(
+    dtype: DType,
+    row: &[u8],
+    xq: &[i8],
+    xd: &[f32],
+    xs: &[f32],
+    pairs: &[f32],
+) -> f32 {
     let cols = xq.len();
     debug_assert_eq!(row.len(), cols / dtype.block_len() * dtype.block_bytes());
     debug_assert!(xd.len() * 16 >= cols && xs.len() * 16 >= cols);
@@ -37,6 +45,7 @@ pub unsafe fn dot_row_vnni(dtype: DType, row: &[u8], xq: &[i8], xd: &[f32], xs: 
         q: xq.as_ptr(),
         d: xd.as_ptr(),
         s: xs.as_ptr(),
+        p: pairs.as_ptr(),
     };
     let b = row.as_ptr();
     // SAFETY: the blocks and the activations span `cols` values (the caller's promise).
@@ -61,6 +70,8 @@ struct Act {
     d: *const f32,
     /// `[cols / 16]` each run's sum
     s: *const f32,
+    /// `[cols / 32, 2]` each block's (scale, sum)
+    p: *const f32,
 }
 
 /// Sixteen bytes of nibbles as 32 codes in the order values are stored: low nibbles (values
@@ -110,9 +121,11 @@ fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
-/// The 32-value block types: `codes(b)` the block's codes, `scale_offset(b)` its (scale,
-/// offset) for both runs. Two blocks per step, with their own sums, so that the additions
-/// of one wait less on the other's.
+/// The 32-value block types: `codes(b)` the block's codes, `scale_offset(b)` its
+/// `[scale, offset, 0, 0]`, which one multiply turns into `[scale * xd, offset * xsum]`
+/// against the activation block's pair: the first lane scales the block's product, the
+/// second adds up in a vector of its own. Two blocks per step, with their own sums, so
+/// that the additions of one wait less on the other's.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
 #[inline]
@@ -122,20 +135,20 @@ unsafe fn blocks32(
     bytes: usize,
     a: &Act,
     codes: impl Fn(*const u8) -> __m256i,
-    scale_offset: impl Fn(*const u8) -> (f32, f32),
+    scale_offset: impl Fn(*const u8) -> __m128,
 ) -> f32 {
     unsafe {
         let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let (mut off0, mut off1) = (0f32, 0f32);
-        let mut i = 0;
-        let step = |i: usize, acc: &mut __m256, off: &mut f32| {
+        let (mut off0, mut off1) = (_mm_setzero_ps(), _mm_setzero_ps());
+        let step = |i: usize, acc: &mut __m256, off: &mut __m128| {
             let blk = b.add(i * bytes);
-            let (s, o) = scale_offset(blk);
+            let pair = _mm_castpd_ps(_mm_load_sd(a.p.add(2 * i).cast()));
+            let so = _mm_mul_ps(scale_offset(blk), pair);
             let p = product(codes(blk), a, 32 * i);
-            // Both runs of a block share the activation's scale.
-            *acc = _mm256_fmadd_ps(p, _mm256_set1_ps(s * *a.d.add(2 * i)), *acc);
-            *off += o * (*a.s.add(2 * i) + *a.s.add(2 * i + 1));
+            *acc = _mm256_fmadd_ps(p, _mm256_broadcastss_ps(so), *acc);
+            *off = _mm_add_ps(*off, so);
         };
+        let mut i = 0;
         while i + 2 <= n {
             step(i, &mut acc0, &mut off0);
             step(i + 1, &mut acc1, &mut off1);
@@ -144,26 +157,27 @@ unsafe fn blocks32(
         if i < n {
             step(i, &mut acc0, &mut off0);
         }
-        hsum(_mm256_add_ps(acc0, acc1)) + off0 + off1
+        let off = _mm_add_ps(off0, off1);
+        hsum(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(off))
+    }
+}
+
+/// `[d, k * d, 0, 0]` from the f16 d at `p`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn scale_times(p: *const u8, k: f32) -> __m128 {
+    unsafe {
+        let bits = (p as *const u16).read_unaligned() as i32;
+        let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(bits | (bits << 16)));
+        _mm_mul_ps(dd, _mm_setr_ps(1.0, k, 0.0, 0.0))
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
 unsafe fn q4_0(b: *const u8, n: usize, a: &Act) -> f32 {
-    unsafe {
-        blocks32(
-            b,
-            n,
-            18,
-            a,
-            |p| nibbles(p.add(2)),
-            |p| {
-                let d = half(p);
-                (d, -8.0 * d)
-            },
-        )
-    }
+    unsafe { blocks32(b, n, 18, a, |p| nibbles(p.add(2)), |p| scale_times(p, -8.0)) }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -176,7 +190,8 @@ unsafe fn q4_1(b: *const u8, n: usize, a: &Act) -> f32 {
             20,
             a,
             |p| nibbles(p.add(4)),
-            |p| (half(p), half(p.add(2))),
+            // d and m are side by side: [d, m, 0, 0] in one conversion.
+            |p| _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned())),
         )
     }
 }
@@ -193,10 +208,7 @@ unsafe fn q8_0(b: *const u8, n: usize, a: &Act) -> f32 {
             a,
             // i8 + 128 as u8: the top bit flipped.
             |p| _mm256_xor_si256(_mm256_loadu_si256(p.add(2).cast()), flip),
-            |p| {
-                let d = half(p);
-                (d, -128.0 * d)
-            },
+            |p| scale_times(p, -128.0),
         )
     }
 }
@@ -344,7 +356,7 @@ mod tests {
                     unpack_row(&m, r, &mut u, &mut s, &mut o);
                     let want = dot_codes(&u, &s, &o, xq, xd, xs);
                     // SAFETY: the CPU has the features; the row holds `cols` values.
-                    let got = unsafe { dot_row_vnni(dtype, m.row(r), xq, xd, xs) };
+                    let got = unsafe { dot_row_vnni(dtype, m.row(r), xq, xd, xs, a.pairs(0)) };
                     let tol = 1e-4 * (1.0 + want.abs()) + 1e-5 * cols as f32;
                     assert!(
                         (got - want).abs() < tol,

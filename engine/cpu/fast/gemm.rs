@@ -14,12 +14,22 @@ use std::arch::x86_64::*;
 /// Weight rows per tile: two registers of 16 f32 lanes.
 pub const TILE_ROWS: usize = 32;
 
-/// `x` (`[n, cols]` f32) as bf16 pairs (`[n, cols / 2]` u32, cols even), each value
-/// rounded to nearest, ties to even.
+/// `x` (`[n, cols]` f32) as bf16 pairs (`[n, ceil(cols / 2)]` u32; an odd row's last pair
+/// padded with zero), each value rounded to nearest, ties to even.
 #[inline(always)]
-pub fn to_bf16_pairs(out: &mut [u32], x: &[f32]) {
-    for (o, p) in out.iter_mut().zip(x.chunks_exact(2)) {
-        *o = bf16_bits(p[0]) | (bf16_bits(p[1]) << 16);
+pub fn to_bf16_pairs(out: &mut [u32], x: &[f32], cols: usize) {
+    for (o, x) in out
+        .chunks_exact_mut(cols.div_ceil(2))
+        .zip(x.chunks_exact(cols))
+    {
+        let pairs = x.chunks_exact(2);
+        let odd = pairs.remainder().first().map(|&v| bf16_bits(v));
+        for (o, p) in o.iter_mut().zip(pairs) {
+            *o = bf16_bits(p[0]) | (bf16_bits(p[1]) << 16);
+        }
+        if let Some(v) = odd {
+            o[o.len() - 1] = v;
+        }
     }
 }
 

@@ -64,7 +64,7 @@ pub fn matmul_with(f: Features, jobs: &mut [Job], x: &[f32], n_in: usize, input:
     }
     if gemm {
         input.bf16.resize(n * n_in.div_ceil(2), 0);
-        to_bf16_pairs(&mut input.bf16, x);
+        to_bf16_pairs(&mut input.bf16, x, n_in);
     } else if jobs.iter().any(|j| is_quantized(j.w.dtype)) {
         input.q8.quantize(x, n_in);
     }
@@ -183,9 +183,10 @@ fn decode_rows(
         for r in lo..hi {
             for t in 0..out.n {
                 let (xq, xd, xs) = q8.row(t);
+                let pairs = q8.pairs(t);
                 // SAFETY: the CPU has the features (`Features`), the type has a kernel, and
                 // the row holds `n_in` values, as each activation row does.
-                let y = unsafe { super::fused::dot_row_vnni(w.dtype, w.row(r), xq, xd, xs) };
+                let y = unsafe { super::fused::dot_row_vnni(w.dtype, w.row(r), xq, xd, xs, pairs) };
                 // SAFETY: r is in this part's columns (`matmul`).
                 unsafe { *out.ptr.add(t * out.stride + r) = y };
             }
@@ -333,4 +334,90 @@ fn row_f32_fast(
     }
     let _ = f;
     row_f32(w, r, out, u, s, o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::fast::unpack::tests::{TYPES, random_matrix};
+    use crate::cpu::ops::matmul_f32;
+    use crate::weights::dequant::to_f32;
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+
+    /// ||a - b|| / ||b||
+    pub fn rel_err(a: &[f32], b: &[f32]) -> f64 {
+        let (mut d, mut n) = (0f64, 0f64);
+        for (&a, &b) in a.iter().zip(b) {
+            d += ((a - b) as f64).powi(2);
+            n += (b as f64).powi(2);
+        }
+        (d / n).sqrt()
+    }
+
+    /// Every stored type, on every kernel this CPU has and on the portable ones, for one
+    /// token (decode), a few, and more than a token group of the bf16 tiles (13 = 12 + 1),
+    /// with row counts that are not whole tiles and a bias: against `ops::matmul_f32` on the
+    /// same weights dequantized to f32. Outputs start as NaN, so a value not written fails.
+    /// The activations are rounded (8 bits per 32, or bf16): errors of a few 1e-3.
+    #[test]
+    fn every_type_and_kernel_matches_the_reference_matmul() {
+        let have = crate::cpu::fast::Features::detect();
+        let mut paths = vec![Features::default()];
+        if have.avx2 {
+            paths.push(Features {
+                avx2: true,
+                ..Default::default()
+            });
+        }
+        if have != Features::default() {
+            paths.push(have);
+        }
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut input = Input::default();
+        for dtype in TYPES {
+            let (rows, cols) = (45, 512);
+            let m = random_matrix(dtype, rows, cols, 11);
+            let wf = to_f32(dtype, &m.bytes, rows * cols).unwrap();
+            let bias: Vec<f32> = (0..rows).map(|_| rng.random_range(-1.0..1.0)).collect();
+            for n in [1, 3, 5, 13] {
+                let x: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-1.0..1.0)).collect();
+                let mut want = vec![0f32; n * rows];
+                matmul_f32(&mut want, &x, &wf, Some(&bias), cols);
+                for &f in &paths {
+                    let mut out = vec![f32::NAN; n * rows];
+                    let mut jobs = [Job {
+                        w: &m,
+                        bias: Some(&bias),
+                        out: &mut out,
+                    }];
+                    matmul_with(f, &mut jobs, &x, cols, &mut input);
+                    let err = rel_err(&out, &want);
+                    assert!(
+                        err < 1e-2,
+                        "{dtype}, {n} tokens, {f:?}: relative error {err:.2e}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rows_are_shared_in_aligned_parts_that_cover_them_once() {
+        for (n_out, parts, align) in [
+            (576, 2, 32),
+            (192, 2, 32),
+            (45, 2, 16),
+            (49152, 3, 16),
+            (7, 4, 32),
+        ] {
+            let mut next = 0;
+            for p in 0..parts {
+                let (lo, hi) = share(n_out, parts, p, align);
+                assert_eq!(lo, next.min(n_out));
+                assert!(lo <= hi && (hi == n_out || hi % align == 0));
+                next = hi;
+            }
+            assert_eq!(next, n_out);
+        }
+    }
 }
