@@ -1,5 +1,5 @@
 //! The decode's dot products with the unpacking fused in, for the types model files mostly
-//! hold (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K): each block's codes are made in a register and go
+//! hold (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K): each block's codes are made in a register and go
 //! straight into `vpdpbusd`, never through memory as in the general path (`unpack` then
 //! `dot::dot_codes_vnni`), which costs twice the instructions. Same arithmetic as there:
 //!
@@ -17,45 +17,86 @@ use crate::weights::DType;
 pub fn has_kernel(dtype: DType) -> bool {
     matches!(
         dtype,
-        DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q4K | DType::Q6K
+        DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q8_0
+            | DType::Q4K
+            | DType::Q6K
     )
 }
 
-/// One stored row (`row`: its blocks) against one quantized activation row (`xq`: `[cols]`,
-/// `xd`, `xs`: `[cols / 16]`, as `dot::Q8Rows::row` gives them; `pairs`: `[cols / 32, 2]`,
-/// `Q8Rows::pairs`).
+/// `R` stored rows (`rows`: each its blocks) against one quantized activation row (`xq`:
+/// `[cols]`, `xd`, `xs`: `[cols / 16]`, as `dot::Q8Rows::row` gives them; `pairs`:
+/// `[cols / 32, 2]`, `Q8Rows::pairs`). Several rows at once share each activation load and
+/// give the core independent sums to interleave.
 ///
 /// # Safety
-/// The CPU must have AVX2, FMA, F16C and AVX-512 F, VL, VNNI; `has_kernel(dtype)`; `row`
-/// must hold whole blocks of `dtype` for `xq.len()` values.
+/// The CPU must have AVX2, FMA, F16C and AVX-512 F, VL, BW, VNNI; `has_kernel(dtype)`; each
+/// row must hold whole blocks of `dtype` for `xq.len()` values.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-pub unsafe fn dot_row_vnni(
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+pub unsafe fn dot_rows_vnni<const R: usize>(
     dtype: DType,
-    row: &[u8],
+    rows: [&[u8]; R],
     xq: &[i8],
     xd: &[f32],
     xs: &[f32],
     pairs: &[f32],
-) -> f32 {
+) -> [f32; R] {
     let cols = xq.len();
-    debug_assert_eq!(row.len(), cols / dtype.block_len() * dtype.block_bytes());
-    debug_assert!(xd.len() * 16 >= cols && xs.len() * 16 >= cols);
+    debug_assert!(
+        rows.iter()
+            .all(|r| r.len() == cols / dtype.block_len() * dtype.block_bytes())
+    );
+    debug_assert!(xd.len() * 16 >= cols && xs.len() * 16 >= cols && pairs.len() * 16 >= cols);
     let a = Act {
         q: xq.as_ptr(),
         d: xd.as_ptr(),
         s: xs.as_ptr(),
         p: pairs.as_ptr(),
     };
-    let b = row.as_ptr();
+    let b = rows.map(|r| r.as_ptr());
+    let n = cols / dtype.block_len();
     // SAFETY: the blocks and the activations span `cols` values (the caller's promise).
     unsafe {
         match dtype {
-            DType::Q4_0 => q4_0(b, cols / 32, &a),
-            DType::Q4_1 => q4_1(b, cols / 32, &a),
-            DType::Q8_0 => q8_0(b, cols / 32, &a),
-            DType::Q4K => q4_k(b, cols / 256, &a),
-            DType::Q6K => q6_k(b, cols / 256, &a),
+            DType::Q4_0 => rows32(
+                b,
+                n,
+                18,
+                &a,
+                |p| nibbles(p.add(2)),
+                |p| scale_times(p, -8.0),
+            ),
+            // d and m side by side: [d, m, 0, 0] in one conversion.
+            DType::Q4_1 => rows32(b, n, 20, &a, |p| nibbles(p.add(4)), |p| halves(p)),
+            DType::Q5_0 => rows32(
+                b,
+                n,
+                22,
+                &a,
+                |p| fifth_bits(p.add(2), p.add(6)),
+                |p| scale_times(p, -16.0),
+            ),
+            DType::Q5_1 => rows32(
+                b,
+                n,
+                24,
+                &a,
+                |p| fifth_bits(p.add(4), p.add(8)),
+                |p| halves(p),
+            ),
+            DType::Q8_0 => {
+                let flip = _mm256_set1_epi8(-128);
+                // i8 + 128 as u8: the top bit flipped.
+                let codes =
+                    |p: *const u8| _mm256_xor_si256(_mm256_loadu_si256(p.add(2).cast()), flip);
+                rows32(b, n, 34, &a, codes, |p| scale_times(p, -128.0))
+            }
+            DType::Q4K => b.map(|b| q4_k(b, n, &a)),
+            DType::Q6K => b.map(|b| q6_k(b, n, &a)),
             other => unreachable!("no fused kernel for {other}"),
         }
     }
@@ -77,7 +118,7 @@ struct Act {
 /// Sixteen bytes of nibbles as 32 codes in the order values are stored: low nibbles (values
 /// 0..16), then high (16..32).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn nibbles(p: *const u8) -> __m256i {
     unsafe {
@@ -91,7 +132,7 @@ unsafe fn nibbles(p: *const u8) -> __m256i {
 
 /// The f16 at `p`, widened.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn half(p: *const u8) -> f32 {
     unsafe {
@@ -102,7 +143,7 @@ unsafe fn half(p: *const u8) -> f32 {
 
 /// `codes . xq` for the 32 values at `at`, as eight i32 lanes (four per run of 16).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn product(codes: __m256i, a: &Act, at: usize) -> __m256 {
     unsafe {
@@ -113,7 +154,7 @@ unsafe fn product(codes: __m256i, a: &Act, at: usize) -> __m256 {
 
 /// Horizontal sum of eight lanes.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -121,50 +162,42 @@ fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
-/// The 32-value block types: `codes(b)` the block's codes, `scale_offset(b)` its
+/// The 32-value block types for `R` rows: `codes(b)` a block's codes, `scale_offset(b)` its
 /// `[scale, offset, 0, 0]`, which one multiply turns into `[scale * xd, offset * xsum]`
 /// against the activation block's pair: the first lane scales the block's product, the
-/// second adds up in a vector of its own. Two blocks per step, with their own sums, so
-/// that the additions of one wait less on the other's.
+/// second adds up in a vector of its own.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn blocks32(
-    b: *const u8,
+unsafe fn rows32<const R: usize>(
+    b: [*const u8; R],
     n: usize,
     bytes: usize,
     a: &Act,
     codes: impl Fn(*const u8) -> __m256i,
     scale_offset: impl Fn(*const u8) -> __m128,
-) -> f32 {
+) -> [f32; R] {
     unsafe {
-        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let (mut off0, mut off1) = (_mm_setzero_ps(), _mm_setzero_ps());
-        let step = |i: usize, acc: &mut __m256, off: &mut __m128| {
-            let blk = b.add(i * bytes);
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut off = [_mm_setzero_ps(); R];
+        for i in 0..n {
+            let x = _mm256_loadu_si256(a.q.add(32 * i).cast());
             let pair = _mm_castpd_ps(_mm_load_sd(a.p.add(2 * i).cast()));
-            let so = _mm_mul_ps(scale_offset(blk), pair);
-            let p = product(codes(blk), a, 32 * i);
-            *acc = _mm256_fmadd_ps(p, _mm256_broadcastss_ps(so), *acc);
-            *off = _mm_add_ps(*off, so);
-        };
-        let mut i = 0;
-        while i + 2 <= n {
-            step(i, &mut acc0, &mut off0);
-            step(i + 1, &mut acc1, &mut off1);
-            i += 2;
+            for r in 0..R {
+                let blk = b[r].add(i * bytes);
+                let so = _mm_mul_ps(scale_offset(blk), pair);
+                let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), codes(blk), x);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcastss_ps(so), acc[r]);
+                off[r] = _mm_add_ps(off[r], so);
+            }
         }
-        if i < n {
-            step(i, &mut acc0, &mut off0);
-        }
-        let off = _mm_add_ps(off0, off1);
-        hsum(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(off))
+        std::array::from_fn(|r| hsum(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(off[r])))
     }
 }
 
 /// `[d, k * d, 0, 0]` from the f16 d at `p`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn scale_times(p: *const u8, k: f32) -> __m128 {
     unsafe {
@@ -174,42 +207,24 @@ unsafe fn scale_times(p: *const u8, k: f32) -> __m128 {
     }
 }
 
+/// `[d, m, 0, 0]` from the two f16 at `p`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-unsafe fn q4_0(b: *const u8, n: usize, a: &Act) -> f32 {
-    unsafe { blocks32(b, n, 18, a, |p| nibbles(p.add(2)), |p| scale_times(p, -8.0)) }
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn halves(p: *const u8) -> __m128 {
+    unsafe { _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned())) }
 }
 
+/// Q5's codes: the nibbles at `q` with bit j of the u32 at `qh` as value j's fifth bit
+/// (a mask register spread to bytes).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-unsafe fn q4_1(b: *const u8, n: usize, a: &Act) -> f32 {
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn fifth_bits(qh: *const u8, q: *const u8) -> __m256i {
     unsafe {
-        blocks32(
-            b,
-            n,
-            20,
-            a,
-            |p| nibbles(p.add(4)),
-            // d and m are side by side: [d, m, 0, 0] in one conversion.
-            |p| _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned())),
-        )
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-unsafe fn q8_0(b: *const u8, n: usize, a: &Act) -> f32 {
-    unsafe {
-        let flip = _mm256_set1_epi8(-128);
-        blocks32(
-            b,
-            n,
-            34,
-            a,
-            // i8 + 128 as u8: the top bit flipped.
-            |p| _mm256_xor_si256(_mm256_loadu_si256(p.add(2).cast()), flip),
-            |p| scale_times(p, -128.0),
-        )
+        let bits = (qh as *const u32).read_unaligned();
+        let fifth = _mm256_and_si256(_mm256_movm_epi8(bits), _mm256_set1_epi8(0x10));
+        _mm256_or_si256(nibbles(q), fifth)
     }
 }
 
@@ -228,7 +243,7 @@ fn k_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 unsafe fn q4_k(b: *const u8, n: usize, a: &Act) -> f32 {
     unsafe {
         let mask = _mm256_set1_epi8(0x0f);
@@ -260,7 +275,7 @@ unsafe fn q4_k(b: *const u8, n: usize, a: &Act) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 unsafe fn q6_k(b: *const u8, n: usize, a: &Act) -> f32 {
     unsafe {
         let m4 = _mm256_set1_epi8(0x0f);
@@ -352,18 +367,84 @@ mod tests {
                     vec![0f32; cols / RUN],
                     vec![0f32; cols / RUN],
                 );
-                for r in 0..4 {
+                let mut want = [0f32; 4];
+                for (r, want) in want.iter_mut().enumerate() {
                     unpack_row(&m, r, &mut u, &mut s, &mut o);
-                    let want = dot_codes(&u, &s, &o, xq, xd, xs);
-                    // SAFETY: the CPU has the features; the row holds `cols` values.
-                    let got = unsafe { dot_row_vnni(dtype, m.row(r), xq, xd, xs, a.pairs(0)) };
+                    *want = dot_codes(&u, &s, &o, xq, xd, xs);
+                }
+                let rows = [m.row(0), m.row(1), m.row(2), m.row(3)];
+                // SAFETY: the CPU has the features; each row holds `cols` values.
+                let four = unsafe { dot_rows_vnni(dtype, rows, xq, xd, xs, a.pairs(0)) };
+                let one = unsafe { dot_rows_vnni(dtype, [m.row(2)], xq, xd, xs, a.pairs(0)) };
+                for (r, (&got, &want)) in four.iter().zip(&want).enumerate() {
                     let tol = 1e-4 * (1.0 + want.abs()) + 1e-5 * cols as f32;
                     assert!(
                         (got - want).abs() < tol,
                         "{dtype} {cols} row {r}: {got} vs {want}"
                     );
                 }
+                assert_eq!(one[0], four[2], "{dtype}: one row alone as among four");
             }
+        }
+    }
+}
+
+/// Not a test: the fused kernels' speed on weights that stay in the core's cache (576 x 576,
+/// a SmolLM2 projection), one row at a time and four, so that kernel changes can be compared
+/// on a machine whose memory other work is using. `cargo test --release -- --ignored
+/// --nocapture fused_speed`.
+#[cfg(all(test, target_arch = "x86_64"))]
+mod speed {
+    use super::*;
+    use crate::cpu::fast::dot::Q8Rows;
+    use crate::cpu::fast::unpack::tests::random_matrix;
+
+    #[test]
+    #[ignore]
+    fn fused_speed() {
+        if !crate::cpu::fast::Features::detect().vnni {
+            return;
+        }
+        let (rows, cols) = (576, 576);
+        let x: Vec<f32> = (0..cols)
+            .map(|i| ((i * 7919) % 201) as f32 / 50.0 - 2.0)
+            .collect();
+        let mut a = Q8Rows::default();
+        a.quantize(&x, cols);
+        let (xq, xd, xs) = a.row(0);
+        let pairs = a.pairs(0);
+        for dtype in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q8_0,
+            DType::Q4K,
+            DType::Q6K,
+        ] {
+            let m = random_matrix(dtype, rows, cols, 3);
+            let mut sink = 0f32;
+            let reps = 400;
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                for r in 0..rows {
+                    // SAFETY: the CPU has the features; rows hold `cols` values.
+                    sink += unsafe { dot_rows_vnni(dtype, [m.row(r)], xq, xd, xs, pairs)[0] };
+                }
+            }
+            let one = t.elapsed().as_secs_f64() * 1e9 / (reps * rows * cols / 32) as f64;
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                for r in (0..rows).step_by(4) {
+                    let rs = std::array::from_fn(|i| m.row(r + i));
+                    // SAFETY: as above.
+                    let y: [f32; 4] = unsafe { dot_rows_vnni(dtype, rs, xq, xd, xs, pairs) };
+                    sink += y.iter().sum::<f32>();
+                }
+            }
+            let four = t.elapsed().as_secs_f64() * 1e9 / (reps * rows * cols / 32) as f64;
+            eprintln!(
+                "{dtype}: ns per block of 32, one row {one:.3}, four rows {four:.3} ({sink:.0})"
+            );
         }
     }
 }

@@ -180,16 +180,31 @@ fn decode_rows(
     let quantized = is_quantized(w.dtype);
     #[cfg(target_arch = "x86_64")]
     if f.vnni && super::fused::has_kernel(w.dtype) {
-        for r in lo..hi {
+        use super::fused::dot_rows_vnni;
+        // Rows four at a time, then one at a time.
+        let mut r = lo;
+        while r < hi {
+            let four = r + ROWS_AT_ONCE <= hi;
             for t in 0..out.n {
                 let (xq, xd, xs) = q8.row(t);
                 let pairs = q8.pairs(t);
+                let at = t * out.stride + r;
                 // SAFETY: the CPU has the features (`Features`), the type has a kernel, and
-                // the row holds `n_in` values, as each activation row does.
-                let y = unsafe { super::fused::dot_row_vnni(w.dtype, w.row(r), xq, xd, xs, pairs) };
-                // SAFETY: r is in this part's columns (`matmul`).
-                unsafe { *out.ptr.add(t * out.stride + r) = y };
+                // each row holds `n_in` values, as each activation row does. The outputs
+                // are this part's columns (`matmul`).
+                unsafe {
+                    if four {
+                        let rows = std::array::from_fn(|i| w.row(r + i));
+                        let y: [f32; ROWS_AT_ONCE] =
+                            dot_rows_vnni(w.dtype, rows, xq, xd, xs, pairs);
+                        std::ptr::copy_nonoverlapping(y.as_ptr(), out.ptr.add(at), ROWS_AT_ONCE);
+                    } else {
+                        let [y] = dot_rows_vnni(w.dtype, [w.row(r)], xq, xd, xs, pairs);
+                        *out.ptr.add(at) = y;
+                    }
+                }
             }
+            r += if four { ROWS_AT_ONCE } else { 1 };
         }
         return;
     }
@@ -211,6 +226,9 @@ fn decode_rows(
         }
     }
 }
+
+/// Weight rows the decode's fused kernels take at once (`fused::dot_rows_vnni`).
+const ROWS_AT_ONCE: usize = 4;
 
 /// `unpack_row`, compiled for AVX2 where the CPU has it so that the compiler vectorizes it.
 fn unpack(f: Features, w: &Matrix, r: usize, u: &mut [u8], scale: &mut [f32], offset: &mut [f32]) {
