@@ -228,6 +228,91 @@ unsafe fn fifth_bits(qh: *const u8, q: *const u8) -> __m256i {
     }
 }
 
+/// Whether `row_bf16` has a decoder for `dtype`: the 32-value block types.
+pub fn has_bf16_decoder(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0
+    )
+}
+
+/// A stored row as bf16 pairs for the prefill's tiles, with the decode's block decoders:
+/// `out[p]` holds values 2p (low half) and 2p + 1, rounded to nearest even.
+///
+/// # Safety
+/// The CPU must have the features below; `has_bf16_decoder(dtype)`; `row` whole blocks of
+/// `dtype` and `out` half as many values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni,avx512bf16")]
+pub unsafe fn row_bf16(dtype: DType, row: &[u8], out: &mut [u32]) {
+    let n = row.len() / dtype.block_bytes();
+    debug_assert!(out.len() * 2 >= n * 32);
+    let (b, o) = (row.as_ptr(), out.as_mut_ptr());
+    // SAFETY: n whole blocks in `row`, 16 pairs of `out` each (the caller's promise).
+    unsafe {
+        match dtype {
+            DType::Q4_0 => {
+                blocks_bf16(b, n, 18, o, |p| nibbles(p.add(2)), |p| scale_times(p, -8.0))
+            }
+            DType::Q4_1 => blocks_bf16(b, n, 20, o, |p| nibbles(p.add(4)), |p| halves(p)),
+            DType::Q5_0 => blocks_bf16(
+                b,
+                n,
+                22,
+                o,
+                |p| fifth_bits(p.add(2), p.add(6)),
+                |p| scale_times(p, -16.0),
+            ),
+            DType::Q5_1 => blocks_bf16(
+                b,
+                n,
+                24,
+                o,
+                |p| fifth_bits(p.add(4), p.add(8)),
+                |p| halves(p),
+            ),
+            DType::Q8_0 => {
+                let flip = _mm256_set1_epi8(-128);
+                let codes =
+                    |p: *const u8| _mm256_xor_si256(_mm256_loadu_si256(p.add(2).cast()), flip);
+                blocks_bf16(b, n, 34, o, codes, |p| scale_times(p, -128.0))
+            }
+            other => unreachable!("no bf16 decoder for {other}"),
+        }
+    }
+}
+
+/// `n` blocks of 32: codes times scale plus offset, in f32, then rounded to 32 bf16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni,avx512bf16")]
+#[inline]
+unsafe fn blocks_bf16(
+    b: *const u8,
+    n: usize,
+    bytes: usize,
+    out: *mut u32,
+    codes: impl Fn(*const u8) -> __m256i,
+    scale_offset: impl Fn(*const u8) -> __m128,
+) {
+    unsafe {
+        for i in 0..n {
+            let blk = b.add(i * bytes);
+            let c = codes(blk);
+            let so = _mm512_castps128_ps512(scale_offset(blk));
+            let s = _mm512_permutexvar_ps(_mm512_setzero_si512(), so);
+            let o = _mm512_permutexvar_ps(_mm512_set1_epi32(1), so);
+            let lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(c)));
+            let hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256::<1>(c)));
+            // Values 0..16 in the low half, 16..32 in the high.
+            let bf = _mm512_cvtne2ps_pbh(_mm512_fmadd_ps(hi, s, o), _mm512_fmadd_ps(lo, s, o));
+            _mm512_storeu_si512(
+                out.add(16 * i).cast(),
+                std::mem::transmute::<__m512bh, __m512i>(bf),
+            );
+        }
+    }
+}
+
 /// Q4_K's eight 6-bit (scale, min) pairs (`unpack::k_scale_min`'s layout).
 #[inline(always)]
 fn k_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
@@ -334,6 +419,47 @@ unsafe fn q6_k(b: *const u8, n: usize, a: &Act) -> f32 {
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
+
+    /// The bf16 decoders against the general path's f32 values rounded to bf16: equal, or
+    /// one bf16 step apart where the fused multiply-add rounded the f32 differently.
+    #[test]
+    fn bf16_decoders_match_the_general_path() {
+        use crate::cpu::fast::unpack::row_f32;
+        if !crate::cpu::fast::Features::detect().bf16 {
+            eprintln!("no AVX-512 BF16 here: the decoders are not run");
+            return;
+        }
+        for dtype in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q8_0,
+        ] {
+            let cols = 512;
+            let m = crate::cpu::fast::unpack::tests::random_matrix(dtype, 2, cols, 4);
+            let mut want = vec![0f32; cols];
+            let (mut u, mut s, mut o) = (
+                vec![0u8; cols],
+                vec![0f32; cols / 16],
+                vec![0f32; cols / 16],
+            );
+            let mut got = vec![0u32; cols / 2];
+            for r in 0..2 {
+                row_f32(&m, r, &mut want, &mut u, &mut s, &mut o);
+                // SAFETY: the CPU has the features; the row is whole blocks of `cols` values.
+                unsafe { row_bf16(dtype, m.row(r), &mut got) };
+                for (i, &w) in want.iter().enumerate() {
+                    let g = f32::from_bits((got[i / 2] >> (16 * (i % 2))) << 16);
+                    let step = w.abs() / 128.0;
+                    assert!(
+                        (g - w).abs() <= step + 1e-30,
+                        "{dtype} row {r} value {i}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
     use crate::cpu::fast::dot::{Q8Rows, dot_codes};
     use crate::cpu::fast::unpack::tests::random_matrix;
     use crate::cpu::fast::unpack::{RUN, unpack_row};
@@ -405,7 +531,12 @@ mod speed {
         if !crate::cpu::fast::Features::detect().vnni {
             return;
         }
-        let (rows, cols) = (576, 576);
+        // RUSTLE_SPEED_ROWS=49152: a matrix as large as the default model's head, out of cache.
+        let rows: usize = std::env::var("RUSTLE_SPEED_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(576);
+        let cols = 576;
         let x: Vec<f32> = (0..cols)
             .map(|i| ((i * 7919) % 201) as f32 / 50.0 - 2.0)
             .collect();
@@ -413,17 +544,10 @@ mod speed {
         a.quantize(&x, cols);
         let (xq, xd, xs) = a.row(0);
         let pairs = a.pairs(0);
-        for dtype in [
-            DType::Q4_0,
-            DType::Q4_1,
-            DType::Q5_0,
-            DType::Q8_0,
-            DType::Q4K,
-            DType::Q6K,
-        ] {
+        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0] {
             let m = random_matrix(dtype, rows, cols, 3);
             let mut sink = 0f32;
-            let reps = 400;
+            let reps = (400 * 576 / rows).max(2);
             let t = std::time::Instant::now();
             for _ in 0..reps {
                 for r in 0..rows {

@@ -140,6 +140,8 @@ struct Scratch {
     row: Vec<f32>,
     /// `[n_in / 2, 32]` a bf16 tile
     tile: Vec<u32>,
+    /// `[n_in / 2]` one row as bf16 pairs
+    pairs_row: Vec<u32>,
 }
 
 impl Scratch {
@@ -149,6 +151,7 @@ impl Scratch {
             self.scale.resize(n_in.div_ceil(RUN), 0.0);
             self.offset.resize(n_in.div_ceil(RUN), 0.0);
             self.row.resize(n_in + 1, 0.0);
+            self.pairs_row.resize(n_in.div_ceil(2), 0);
         }
     }
 }
@@ -181,30 +184,21 @@ fn decode_rows(
     #[cfg(target_arch = "x86_64")]
     if f.vnni && super::fused::has_kernel(w.dtype) {
         use super::fused::dot_rows_vnni;
-        // Rows four at a time, then one at a time.
-        let mut r = lo;
-        while r < hi {
-            let four = r + ROWS_AT_ONCE <= hi;
+        // One row at a time: four side by side, which share their activation loads, ran
+        // faster with the weights in cache but slower from memory (10.6 against 7.9 ms a
+        // token, the default model, one thread): BENCHMARKS.md round 22.
+        for r in lo..hi {
             for t in 0..out.n {
                 let (xq, xd, xs) = q8.row(t);
                 let pairs = q8.pairs(t);
-                let at = t * out.stride + r;
                 // SAFETY: the CPU has the features (`Features`), the type has a kernel, and
-                // each row holds `n_in` values, as each activation row does. The outputs
-                // are this part's columns (`matmul`).
+                // the row holds `n_in` values, as each activation row does. The output is
+                // this part's column (`matmul`).
                 unsafe {
-                    if four {
-                        let rows = std::array::from_fn(|i| w.row(r + i));
-                        let y: [f32; ROWS_AT_ONCE] =
-                            dot_rows_vnni(w.dtype, rows, xq, xd, xs, pairs);
-                        std::ptr::copy_nonoverlapping(y.as_ptr(), out.ptr.add(at), ROWS_AT_ONCE);
-                    } else {
-                        let [y] = dot_rows_vnni(w.dtype, [w.row(r)], xq, xd, xs, pairs);
-                        *out.ptr.add(at) = y;
-                    }
+                    let [y] = dot_rows_vnni(w.dtype, [w.row(r)], xq, xd, xs, pairs);
+                    *out.ptr.add(t * out.stride + r) = y;
                 }
             }
-            r += if four { ROWS_AT_ONCE } else { 1 };
         }
         return;
     }
@@ -226,9 +220,6 @@ fn decode_rows(
         }
     }
 }
-
-/// Weight rows the decode's fused kernels take at once (`fused::dot_rows_vnni`).
-const ROWS_AT_ONCE: usize = 4;
 
 /// `unpack_row`, compiled for AVX2 where the CPU has it so that the compiler vectorizes it.
 fn unpack(f: Features, w: &Matrix, r: usize, u: &mut [u8], scale: &mut [f32], offset: &mut [f32]) {
@@ -284,6 +275,37 @@ fn gemm_rows(
     let mut r0 = lo;
     while r0 < hi {
         let rows = TILE_ROWS.min(hi - r0);
+        #[cfg(target_arch = "x86_64")]
+        if f.bf16 && super::fused::has_bf16_decoder(w.dtype) {
+            for r in 0..TILE_ROWS {
+                let row = &mut s.pairs_row[..pairs];
+                if r < rows {
+                    // SAFETY: the CPU has AVX-512 BF16 (`use_gemm`) and the features it
+                    // implies (`Features`); the row holds whole blocks of `n_in` values.
+                    unsafe { super::fused::row_bf16(w.dtype, w.row(r0 + r), row) };
+                } else {
+                    row.fill(0);
+                }
+                for (p, &v) in row.iter().enumerate() {
+                    s.tile[p * TILE_ROWS + r] = v;
+                }
+            }
+            // SAFETY: as below.
+            unsafe {
+                super::gemm::tile_matmul(
+                    s.tile.as_ptr(),
+                    pairs,
+                    xb.as_ptr(),
+                    pairs,
+                    out.n,
+                    out.ptr.add(r0),
+                    out.stride,
+                    rows,
+                );
+            }
+            r0 += rows;
+            continue;
+        }
         for r in 0..TILE_ROWS {
             let row = &mut s.row[..pairs * 2];
             if r < rows {
