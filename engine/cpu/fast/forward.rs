@@ -156,7 +156,7 @@ pub fn forward<'s>(
             q_dim,
             input,
         );
-        rows(x, xb, dim, |x, d| residual_add_f32(x, d));
+        rows(x, xb, dim, residual_add_f32);
 
         // MLP: x += down(silu(gate(x)) * up(x)) over the normed stream.
         rmsnorm(xb, x, &lw.ffn_norm, c.rms_eps);
@@ -184,7 +184,7 @@ pub fn forward<'s>(
             ffn,
             input,
         );
-        rows(x, xb, dim, |x, d| residual_add_f32(x, d));
+        rows(x, xb, dim, residual_add_f32);
     }
 
     // Only the rows that need logits go through the final norm and the (large) head.
