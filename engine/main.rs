@@ -184,8 +184,10 @@ struct ProfileCli {
     #[arg(long, value_name = "FILE")]
     from: Option<PathBuf>,
 
-    /// Profile the GPU kernels or the CPU reference backend (with the CPU's own ceilings:
-    /// memory, each private cache, the reference matmul; by default on the default model).
+    /// Profile the GPU kernels, the CPU backend (`cpu`: weights as stored, what `--device cpu`
+    /// runs) or the CPU's f32 reference (`cpu-reference`), the CPU ones with the CPU's own
+    /// ceilings: memory, each private cache, the reference matmul; by default on the default
+    /// model.
     #[arg(long, value_enum, default_value_t = ProfileDevice::Gpu)]
     device: ProfileDevice,
 }
@@ -193,6 +195,7 @@ struct ProfileCli {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum ProfileDevice {
     Cpu,
+    CpuReference,
     Gpu,
 }
 
@@ -704,7 +707,8 @@ fn profile(p: &ProfileCli) -> Result<()> {
             };
             let profile = match p.device {
                 ProfileDevice::Gpu => collect::gpu(&args)?,
-                ProfileDevice::Cpu => collect::cpu(&args)?,
+                ProfileDevice::Cpu => collect::cpu(&args, true)?,
+                ProfileDevice::CpuReference => collect::cpu(&args, false)?,
             };
             std::fs::create_dir_all(&p.out).map_err(|e| Error::io(&p.out, e))?;
             profile.save(&p.out.join("profile.json"))?;

@@ -382,8 +382,7 @@ impl Runner {
         match &mut self.backend {
             Backend::Gpu(g) => g.gpu.profile_start(),
             Backend::Cpu(c) => c.ops.profile_start(),
-            // Not timed: `rustle profile --device cpu` runs the reference.
-            Backend::Fast(_) => {}
+            Backend::Fast(f) => f.recorder.start(),
         }
     }
 
@@ -392,7 +391,7 @@ impl Runner {
         match &mut self.backend {
             Backend::Gpu(g) => g.gpu.profile_stop(),
             Backend::Cpu(c) => Ok(c.ops.profile_stop()),
-            Backend::Fast(_) => Ok(vec![]),
+            Backend::Fast(f) => Ok(f.recorder.stop()),
         }
     }
 

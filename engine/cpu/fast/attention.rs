@@ -144,7 +144,7 @@ fn head(a: &Args, o: &mut [f32], q: &[f32], scores: &mut [f32], seq: usize, h: u
     }
     let mut sum = 0f32;
     for s in scores.iter_mut() {
-        *s = (*s - max).exp();
+        *s = super::math::exp_f32(*s - max);
         sum += *s;
     }
     o.fill(0.0);

@@ -6,13 +6,16 @@ use rayon::prelude::*;
 
 use super::attention::{attention_bf16, kv_write_bf16};
 use super::kv::KvCacheBf16;
+use super::math::swiglu_f32;
 use super::matmul::{Input, Job, matmul};
+use super::timed::{self, Recorder};
 use super::unpack::row_f32;
 use super::weights::FastWeights;
 use crate::batch::Batch;
 use crate::config::Config;
-use crate::cpu::ops::{residual_add_f32, rmsnorm_f32, rope_f32, swiglu_f32};
+use crate::cpu::ops::{residual_add_f32, rmsnorm_f32, rope_f32};
 use crate::rope::RopeTables;
+use crate::traffic;
 
 /// Rows per task for the row-wise steps (norms, SwiGLU, residuals): below this many tokens
 /// a step runs on one thread, where sharing it would cost more than it saves.
@@ -70,13 +73,15 @@ impl Scratch {
 
 /// Runs `batch` through the model: writes its keys and values into `kv`, and returns the
 /// logits of the rows `batch.logit_rows` names, `[rows, vocab]`. Call it inside the pool
-/// whose threads should share the work.
+/// whose threads should share the work. `rec` times each step while a profile is recorded.
+#[allow(clippy::too_many_arguments)]
 pub fn forward<'s>(
     c: &Config,
     w: &FastWeights,
     rope: &RopeTables,
     kv: &mut KvCacheBf16,
     s: &'s mut Scratch,
+    rec: &mut Recorder,
     batch: &Batch,
 ) -> &'s [f32] {
     let n = batch.tokens.len();
@@ -91,11 +96,19 @@ pub fn forward<'s>(
     let up = &mut s.up[..n * ffn];
     let hidden = &mut s.hidden[..n * ffn];
     let input = &mut s.input;
+    let pos = &batch.positions;
 
-    embedding(x, w, &batch.tokens, dim);
+    rec.time(
+        "embedding",
+        || timed::embedding(&w.embed, n),
+        || embedding(x, w, &batch.tokens, dim),
+    );
     for (l, lw) in w.layers.iter().enumerate() {
         // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream.
-        rmsnorm(xb, x, &lw.attn_norm, c.rms_eps);
+        let norm = || traffic::rmsnorm_f32(n, dim);
+        rec.time("rmsnorm_f32", norm, || {
+            rmsnorm(xb, x, &lw.attn_norm, c.rms_eps)
+        });
         let mut qkv = [
             Job {
                 w: &lw.wq,
@@ -113,40 +126,45 @@ pub fn forward<'s>(
                 out: v,
             },
         ];
-        matmul(&mut qkv, xb, dim, input);
-        rope_f32(
-            q,
-            &batch.positions,
-            &rope.cos,
-            &rope.sin,
-            c.n_heads,
-            c.head_dim,
-        );
-        rope_f32(
-            k,
-            &batch.positions,
-            &rope.cos,
-            &rope.sin,
-            c.n_kv_heads,
-            c.head_dim,
+        timed_matmul(rec, &mut qkv, xb, dim, input);
+        let (hq, hk, hd) = (c.n_heads, c.n_kv_heads, c.head_dim);
+        rec.time(
+            "rope_f32",
+            || traffic::rope_f32(n, hq + hk, hd),
+            || {
+                rope_f32(q, pos, &rope.cos, &rope.sin, hq, hd);
+                rope_f32(k, pos, &rope.cos, &rope.sin, hk, hd);
+            },
         );
         let (k_cache, v_cache) = kv.layer_mut(l);
-        kv_write_bf16(k_cache, v_cache, k, v, &batch.slots, kv_dim);
-        let (k_cache, v_cache) = kv.layer(l);
-        attention_bf16(
-            att,
-            q,
-            k_cache,
-            v_cache,
-            &batch.block_tables,
-            &batch.token_seq,
-            &batch.positions,
-            batch.max_blocks,
-            c.n_heads,
-            c.n_kv_heads,
-            c.head_dim,
+        rec.time(
+            "kv_write_bf16",
+            || timed::kv_write_bf16(n, kv_dim),
+            || kv_write_bf16(k_cache, v_cache, k, v, &batch.slots, kv_dim),
         );
-        matmul(
+        let (k_cache, v_cache) = kv.layer(l);
+        let attended = || pos.iter().map(|&p| p as usize + 1).sum();
+        rec.time(
+            "attention_bf16",
+            || traffic::attention_per_head(attended(), n, hq, hk, hd, 2),
+            || {
+                attention_bf16(
+                    att,
+                    q,
+                    k_cache,
+                    v_cache,
+                    &batch.block_tables,
+                    &batch.token_seq,
+                    pos,
+                    batch.max_blocks,
+                    hq,
+                    hk,
+                    hd,
+                )
+            },
+        );
+        timed_matmul(
+            rec,
             &mut [Job {
                 w: &lw.wo,
                 bias: None,
@@ -156,10 +174,15 @@ pub fn forward<'s>(
             q_dim,
             input,
         );
-        rows(x, xb, dim, residual_add_f32);
+        let residual = || traffic::residual_add_f32(n * dim);
+        rec.time("residual_add_f32", residual, || {
+            rows(x, xb, dim, residual_add_f32)
+        });
 
         // MLP: x += down(silu(gate(x)) * up(x)) over the normed stream.
-        rmsnorm(xb, x, &lw.ffn_norm, c.rms_eps);
+        rec.time("rmsnorm_f32", norm, || {
+            rmsnorm(xb, x, &lw.ffn_norm, c.rms_eps)
+        });
         let mut gate_up = [
             Job {
                 w: &lw.w_gate,
@@ -172,9 +195,14 @@ pub fn forward<'s>(
                 out: up,
             },
         ];
-        matmul(&mut gate_up, xb, dim, input);
-        swiglu(hidden, gate, up, ffn);
-        matmul(
+        timed_matmul(rec, &mut gate_up, xb, dim, input);
+        rec.time(
+            "swiglu_f32",
+            || traffic::swiglu_f32(n * ffn),
+            || swiglu(hidden, gate, up, ffn),
+        );
+        timed_matmul(
+            rec,
             &mut [Job {
                 w: &lw.w_down,
                 bias: None,
@@ -184,18 +212,27 @@ pub fn forward<'s>(
             ffn,
             input,
         );
-        rows(x, xb, dim, residual_add_f32);
+        rec.time("residual_add_f32", residual, || {
+            rows(x, xb, dim, residual_add_f32)
+        });
     }
 
     // Only the rows that need logits go through the final norm and the (large) head.
     let n_rows = batch.logit_rows.len();
     let head_in = &mut s.head_in[..n_rows * dim];
-    for (dst, &r) in head_in.chunks_exact_mut(dim).zip(&batch.logit_rows) {
-        let r = r as usize;
-        rmsnorm_f32(dst, &x[r * dim..(r + 1) * dim], &w.final_norm, c.rms_eps);
-    }
+    rec.time(
+        "rmsnorm_f32",
+        || traffic::rmsnorm_f32(n_rows, dim),
+        || {
+            for (dst, &r) in head_in.chunks_exact_mut(dim).zip(&batch.logit_rows) {
+                let r = r as usize;
+                rmsnorm_f32(dst, &x[r * dim..(r + 1) * dim], &w.final_norm, c.rms_eps);
+            }
+        },
+    );
     s.logits.resize(n_rows * c.vocab_size, 0.0);
-    matmul(
+    timed_matmul(
+        rec,
         &mut [Job {
             w: w.head(),
             bias: None,
@@ -206,6 +243,22 @@ pub fn forward<'s>(
         input,
     );
     &s.logits
+}
+
+/// `matmul`, timed under its first matrix's type.
+fn timed_matmul(rec: &mut Recorder, jobs: &mut [Job], x: &[f32], n_in: usize, input: &mut Input) {
+    let n = x.len() / n_in;
+    let name = timed::matmul_name(jobs[0].w);
+    let matrices: Vec<&super::weights::Matrix> = if rec.recording() {
+        jobs.iter().map(|j| j.w).collect()
+    } else {
+        vec![]
+    };
+    rec.time(
+        name,
+        || timed::matmul(n, n_in, &matrices),
+        || matmul(jobs, x, n_in, input),
+    );
 }
 
 /// `out[t, :]` = the embedding's row `tokens[t]`, dequantized.

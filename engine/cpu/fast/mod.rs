@@ -15,7 +15,9 @@ pub mod forward;
 pub mod fused;
 pub mod gemm;
 pub mod kv;
+pub mod math;
 pub mod matmul;
+pub mod timed;
 pub mod unpack;
 pub mod weights;
 
@@ -87,6 +89,8 @@ pub struct FastBackend {
     pub kv: KvCacheBf16,
     pub rope: RopeTables,
     pub scratch: Scratch,
+    /// Each step timed while a profile is recorded.
+    pub recorder: timed::Recorder,
     pool: rayon::ThreadPool,
 }
 
@@ -111,6 +115,7 @@ impl FastBackend {
             kv: KvCacheBf16::new(config, n_blocks)?,
             rope: RopeTables::new(config, max_context, weights.rope_freq_factors.as_deref())?,
             scratch: Scratch::new(config, max_batch_tokens),
+            recorder: timed::Recorder::default(),
             weights,
             pool,
         })
@@ -128,9 +133,10 @@ impl FastBackend {
             kv,
             rope,
             scratch,
+            recorder,
             pool,
         } = self;
         let (weights, rope) = (&*weights, &*rope);
-        pool.install(move || forward::forward(c, weights, rope, kv, scratch, batch))
+        pool.install(move || forward::forward(c, weights, rope, kv, scratch, recorder, batch))
     }
 }
