@@ -9,7 +9,7 @@ use rayon::prelude::*;
 
 use crate::kv::block_manager::BLOCK_SIZE;
 
-use super::features;
+use super::cpu_features::features;
 
 thread_local! {
     /// `[positions]` one task's scores, grown to the longest context seen.

@@ -43,7 +43,7 @@ impl Q8Rows {
         self.sums.resize(n * cols / RUN, 0.0);
         self.pairs.resize(n * cols / RUN, 0.0);
         #[cfg(target_arch = "x86_64")]
-        if super::features().avx2 {
+        if super::cpu_features::features().avx2 {
             #[target_feature(enable = "avx2,fma")]
             unsafe fn wide(a: &mut Q8Rows, x: &[f32]) {
                 a.quantize_blocks(x)

@@ -425,7 +425,7 @@ mod tests {
     #[test]
     fn bf16_decoders_match_the_general_path() {
         use crate::cpu::fast::unpack::row_f32;
-        if !crate::cpu::fast::Features::detect().bf16 {
+        if !crate::cpu::fast::cpu_features::Features::detect().bf16 {
             eprintln!("no AVX-512 BF16 here: the decoders are not run");
             return;
         }
@@ -468,7 +468,7 @@ mod tests {
     /// on random blocks and activations: the same sums, to rounding.
     #[test]
     fn fused_kernels_match_the_general_path() {
-        let f = crate::cpu::fast::Features::detect();
+        let f = crate::cpu::fast::cpu_features::Features::detect();
         if !f.vnni {
             eprintln!("no AVX-512 VNNI here: the fused kernels are not run");
             return;
@@ -528,7 +528,7 @@ mod speed {
     #[test]
     #[ignore]
     fn fused_speed() {
-        if !crate::cpu::fast::Features::detect().vnni {
+        if !crate::cpu::fast::cpu_features::Features::detect().vnni {
             return;
         }
         // RUSTLE_SPEED_ROWS=49152: a matrix as large as the default model's head, out of cache.

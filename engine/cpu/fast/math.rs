@@ -31,7 +31,7 @@ pub fn swiglu(out: &mut [f32], gate: &[f32], up: &[f32]) {
 /// `swiglu`, compiled for AVX2 where the CPU has it.
 pub fn swiglu_f32(out: &mut [f32], gate: &[f32], up: &[f32]) {
     #[cfg(target_arch = "x86_64")]
-    if super::features().avx2 {
+    if super::cpu_features::features().avx2 {
         #[target_feature(enable = "avx2,fma")]
         unsafe fn wide(out: &mut [f32], gate: &[f32], up: &[f32]) {
             swiglu(out, gate, up)

@@ -14,11 +14,11 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
+use super::cpu_features::{Features, features};
 use super::dot::{Q8Rows, dot_codes, dot_f32};
 use super::gemm::{TILE_ROWS, pack_row, to_bf16_pairs};
 use super::unpack::{RUN, is_quantized, row_f32, unpack_row};
 use super::weights::Matrix;
-use super::{Features, features};
 
 /// Tokens from which the bf16 tile kernel beats one dot product per token: below it a
 /// tile's unpacking is shared by too few tokens (measured: see BENCHMARKS.md, round 22).
@@ -401,7 +401,7 @@ mod tests {
     /// The activations are rounded (8 bits per 32, or bf16): errors of a few 1e-3.
     #[test]
     fn every_type_and_kernel_matches_the_reference_matmul() {
-        let have = crate::cpu::fast::Features::detect();
+        let have = Features::detect();
         let mut paths = vec![Features::default()];
         if have.avx2 {
             paths.push(Features {
