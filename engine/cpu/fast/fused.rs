@@ -195,15 +195,14 @@ unsafe fn rows32<const R: usize>(
     }
 }
 
-/// `[d, k * d, 0, 0]` from the f16 d at `p`.
+/// `[d, k * d, 0, 0]` from the f16 d at `p`: d broadcast as it loads, widened, scaled.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn scale_times(p: *const u8, k: f32) -> __m128 {
     unsafe {
-        let bits = (p as *const u16).read_unaligned() as i32;
-        let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(bits | (bits << 16)));
-        _mm_mul_ps(dd, _mm_setr_ps(1.0, k, 0.0, 0.0))
+        let d = _mm_set1_epi16((p as *const i16).read_unaligned());
+        _mm_mul_ps(_mm_cvtph_ps(d), _mm_setr_ps(1.0, k, 0.0, 0.0))
     }
 }
 
@@ -215,16 +214,16 @@ unsafe fn halves(p: *const u8) -> __m128 {
     unsafe { _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned())) }
 }
 
-/// Q5's codes: the nibbles at `q` with bit j of the u32 at `qh` as value j's fifth bit
-/// (a mask register spread to bytes).
+/// Q5's codes: the nibbles at `q` with bit j of the u32 at `qh` as value j's fifth bit (the
+/// u32 as a mask register: 16 added, as nibbles are below it, to the bytes it selects).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 unsafe fn fifth_bits(qh: *const u8, q: *const u8) -> __m256i {
     unsafe {
         let bits = (qh as *const u32).read_unaligned();
-        let fifth = _mm256_and_si256(_mm256_movm_epi8(bits), _mm256_set1_epi8(0x10));
-        _mm256_or_si256(nibbles(q), fifth)
+        let n = nibbles(q);
+        _mm256_mask_add_epi8(n, bits, n, _mm256_set1_epi8(0x10))
     }
 }
 
