@@ -1,4 +1,4 @@
-//! Causal grouped-query attention over the bf16 paged KV cache, one task per (token, query
+//! Causal grouped-query attention over the bf16 paged KV cache, one task per (token, KV
 //! head) spread over the pool: the twin of `ops::attention_bf16`, computed in two passes
 //! (all scores, then the softmax-weighted values) so that each pass is a plain loop the
 //! compiler vectorizes, rather than the reference's one-pass online softmax.
@@ -10,6 +10,7 @@ use rayon::prelude::*;
 use crate::kv::block_manager::BLOCK_SIZE;
 
 use super::cpu_features::features;
+use super::dot::dot_f32;
 
 thread_local! {
     /// `[positions]` one task's scores, grown to the longest context seen.
@@ -71,25 +72,29 @@ pub fn attention_bf16(
         head_dim,
     };
     let wide = features().avx2;
-    out.par_chunks_mut(head_dim)
-        .zip(q.par_chunks(head_dim))
+    let group = n_heads / n_kv_heads;
+    // One task per (token, KV head): the group's query heads share each key and value row,
+    // widened from bf16 once for all of them.
+    out.par_chunks_mut(group * head_dim)
+        .zip(q.par_chunks(group * head_dim))
         .enumerate()
-        .for_each(|(th, (o, q))| {
-            let (t, h) = (th / n_heads, th % n_heads);
+        .for_each(|(tk, (o, q))| {
+            let (t, kv) = (tk / n_kv_heads, tk % n_kv_heads);
             let seq = token_seq[t] as usize;
             let len = positions[t] as usize + 1;
-            SCORES.with_borrow_mut(|scores| {
-                if scores.len() < len {
-                    scores.resize(len, 0.0);
+            SCORES.with_borrow_mut(|buf| {
+                let need = group * len + head_dim;
+                if buf.len() < need {
+                    buf.resize(need, 0.0);
                 }
-                let scores = &mut scores[..len];
+                let buf = &mut buf[..need];
                 #[cfg(target_arch = "x86_64")]
                 if wide {
                     // SAFETY: `features` found AVX2 and FMA.
-                    return unsafe { head_avx2(&a, o, q, scores, seq, h) };
+                    return unsafe { group_avx2(&a, o, q, buf, seq, kv, len) };
                 }
                 let _ = wide;
-                head(&a, o, q, scores, seq, h)
+                group_heads(&a, o, q, buf, seq, kv, len)
             })
         });
 }
@@ -106,56 +111,73 @@ struct Args<'a> {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn head_avx2(a: &Args, o: &mut [f32], q: &[f32], scores: &mut [f32], seq: usize, h: usize) {
-    head(a, o, q, scores, seq, h)
+unsafe fn group_avx2(
+    a: &Args,
+    o: &mut [f32],
+    q: &[f32],
+    buf: &mut [f32],
+    seq: usize,
+    kv: usize,
+    len: usize,
+) {
+    group_heads(a, o, q, buf, seq, kv, len)
 }
 
 fn widen(b: u16) -> f32 {
     f32::from_bits((b as u32) << 16)
 }
 
-/// One (token, head): its scores over `scores.len()` positions, then the weighted values.
+/// One (token, KV head) over `len` positions: the scores of each of the group's query heads
+/// (`q`, `o`: `[group, head_dim]`), their softmax, then the weighted values. `buf`: `[group,
+/// len]` scores, then `[head_dim]` for the widened key or value row.
 #[inline(always)]
-fn head(a: &Args, o: &mut [f32], q: &[f32], scores: &mut [f32], seq: usize, h: usize) {
-    let hd = a.head_dim;
+fn group_heads(
+    a: &Args,
+    o: &mut [f32],
+    q: &[f32],
+    buf: &mut [f32],
+    seq: usize,
+    kv: usize,
+    len: usize,
+) {
+    let (hd, g) = (a.head_dim, a.group);
+    let (scores, row) = buf.split_at_mut(g * len);
     let table = &a.block_tables[seq * a.max_blocks..(seq + 1) * a.max_blocks];
-    let col = (h / a.group) * hd;
+    let col = kv * hd;
     let scale = 1.0 / (hd as f32).sqrt();
     let at =
         |p: usize| (table[p / BLOCK_SIZE] as usize * BLOCK_SIZE + p % BLOCK_SIZE) * a.kv_dim + col;
-    let mut max = f32::NEG_INFINITY;
-    for (p, s) in scores.iter_mut().enumerate() {
-        let k = &a.k_cache[at(p)..at(p) + hd];
-        let mut acc = [0f32; 8];
-        for (q, k) in q.chunks_exact(8).zip(k.chunks_exact(8)) {
-            for i in 0..8 {
-                acc[i] += q[i] * widen(k[i]);
-            }
+    for p in 0..len {
+        for (r, &k) in row.iter_mut().zip(&a.k_cache[at(p)..at(p) + hd]) {
+            *r = widen(k);
         }
-        let tail: f32 = q
-            .chunks_exact(8)
-            .remainder()
-            .iter()
-            .zip(k.chunks_exact(8).remainder())
-            .map(|(q, &k)| q * widen(k))
-            .sum();
-        *s = (acc.iter().sum::<f32>() + tail) * scale;
-        max = max.max(*s);
+        for (j, q) in q.chunks_exact(hd).enumerate() {
+            scores[j * len + p] = dot_f32(q, row) * scale;
+        }
     }
-    let mut sum = 0f32;
-    for s in scores.iter_mut() {
-        *s = super::math::exp_f32(*s - max);
-        sum += *s;
+    // Each head's softmax, its weights normalised in place.
+    for s in scores.chunks_exact_mut(len) {
+        let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        let mut sum = 0f32;
+        for s in s.iter_mut() {
+            *s = super::math::exp_f32(*s - max);
+            sum += *s;
+        }
+        let inv = 1.0 / sum;
+        s.iter_mut().for_each(|s| *s *= inv);
     }
     o.fill(0.0);
-    for (p, &w) in scores.iter().enumerate() {
-        let v = &a.v_cache[at(p)..at(p) + hd];
-        for (o, &v) in o.iter_mut().zip(v) {
-            *o += w * widen(v);
+    for p in 0..len {
+        for (r, &v) in row.iter_mut().zip(&a.v_cache[at(p)..at(p) + hd]) {
+            *r = widen(v);
+        }
+        for (j, o) in o.chunks_exact_mut(hd).enumerate() {
+            let w = scores[j * len + p];
+            for (o, &v) in o.iter_mut().zip(row.iter()) {
+                *o += w * v;
+            }
         }
     }
-    let inv = 1.0 / sum;
-    o.iter_mut().for_each(|o| *o *= inv);
 }
 
 #[cfg(test)]
