@@ -256,11 +256,14 @@ impl Runner {
         }
     }
 
-    /// The GPU's batch-invariant mode (`GpuBackend::set_batch_invariant`): a request's tokens
-    /// bit for bit the same whatever shares its batch. The CPU backend always is.
+    /// The batch-invariant mode (`GpuBackend::set_batch_invariant`,
+    /// `FastBackend::set_batch_invariant`): a request's tokens bit for bit the same whatever
+    /// shares its batch. The f32 reference always is.
     pub fn set_batch_invariant(&mut self, on: bool) {
-        if let Backend::Gpu(g) = &mut self.backend {
-            g.set_batch_invariant(on);
+        match &mut self.backend {
+            Backend::Gpu(g) => g.set_batch_invariant(on),
+            Backend::Fast(f) => f.set_batch_invariant(on),
+            Backend::Cpu(_) => {}
         }
     }
 

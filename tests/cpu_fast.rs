@@ -140,3 +140,26 @@ fn fast_weights_hold_the_files_bytes() {
         "held {held} bytes, the file's tensors {file}"
     );
 }
+
+/// In the batch-invariant mode (the server's), a prompt's logits are bit for bit the same in
+/// one pass and in chunks of three, and so is the next decode step's: the bf16 tiles and the
+/// 8-bit dot products are never mixed by the batch's size.
+#[test]
+fn batch_invariant_mode_ignores_chunking() {
+    let prompt = &golden("smollm2-135m").cases[1].prompt_ids;
+    let run = |max_batch_tokens: usize| {
+        let (mut r, _) = fast(None, max_batch_tokens);
+        r.set_batch_invariant(true);
+        let mut seq = r.solo();
+        let mut logits = r.extend_all_logits(&mut seq, prompt).unwrap();
+        let next = argmax_f32(&logits[logits.len() - r.config.vocab_size..]);
+        logits.extend_from_slice(r.extend(&mut seq, &[next]).unwrap());
+        logits
+    };
+    let (whole, chunked) = (run(256), run(3));
+    assert!(whole.iter().all(|v| v.is_finite()));
+    assert!(
+        whole == chunked,
+        "logits differ between one pass and chunks of three"
+    );
+}

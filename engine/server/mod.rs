@@ -149,11 +149,11 @@ fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, St
                 "rustle serve: the CPU holds the weights as stored ({})",
                 m.held_summary()
             );
-            (
-                Runner::with_fast_cpu(m.config, m.weights, &opts)?,
-                m.tokenizer,
-                m.description,
-            )
+            let mut runner = Runner::with_fast_cpu(m.config, m.weights, &opts)?;
+            // A seeded request must repeat whatever else is served, and the prefix cache
+            // changes how a prompt is chunked: the server keeps the CPU batch-invariant.
+            runner.set_batch_invariant(true);
+            (runner, m.tokenizer, m.description)
         }
     };
     eprintln!(

@@ -47,7 +47,7 @@ pub struct Scratch {
     /// `[rows, vocab]`: grows to the largest request, then is reused
     logits: Vec<f32>,
     /// A matmul's input, quantized or in bf16 (`matmul::Input`)
-    input: Input,
+    pub input: Input,
 }
 
 impl Scratch {

@@ -38,6 +38,10 @@ pub struct Job<'a> {
 /// jobs and threads.
 #[derive(Default)]
 pub struct Input {
+    /// Batch-invariant mode: every token through one kernel whatever the batch (the bf16
+    /// tiles where the CPU has AVX-512 BF16, else the 8-bit dot products), so that a token's
+    /// result never depends on what shares its pass: the two round differently.
+    pub invariant: bool,
     /// `[n, n_in]` quantized per 32 (decode, quantized weights)
     q8: Q8Rows,
     /// `[n, n_in / 2]` bf16 pairs (prefill)
@@ -57,7 +61,11 @@ pub fn matmul(jobs: &mut [Job], x: &[f32], n_in: usize, input: &mut Input) {
 /// `matmul` with the kernels `f` allows (tests run each path on its own).
 pub fn matmul_with(f: Features, jobs: &mut [Job], x: &[f32], n_in: usize, input: &mut Input) {
     let n = x.len() / n_in;
-    let gemm = use_gemm(f, n);
+    let gemm = if input.invariant {
+        f.bf16
+    } else {
+        use_gemm(f, n)
+    };
     for j in jobs.iter() {
         assert_eq!(j.w.cols, n_in, "matmul: weight columns vs input width");
         assert_eq!(j.out.len(), n * j.w.rows, "matmul: output size");

@@ -71,6 +71,14 @@ impl FastBackend {
         })
     }
 
+    /// Batch-invariant mode (`matmul::Input::invariant`): a token's logits bit for bit the
+    /// same whatever shares its pass (prompt chunking, the prefix cache, other requests), at
+    /// the cost of decode steps going through the prefill's bf16 tiles (slower than the
+    /// 8-bit dot products, and more accurate).
+    pub fn set_batch_invariant(&mut self, on: bool) {
+        self.scratch.input.invariant = on;
+    }
+
     /// Threads a step is shared by.
     pub fn threads(&self) -> usize {
         self.pool.current_num_threads()
