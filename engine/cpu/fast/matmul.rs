@@ -4,9 +4,10 @@
 //! weights, and several matrices over the same input (q, k, v; gate, up) go in one call.
 //!
 //! Two kernels, chosen by the number of tokens:
-//! - a few tokens (decode): each weight row unpacked once to codes (`unpack.rs`), then one
-//!   integer dot product per token against the activations quantized to 8 bits (`dot.rs`);
-//!   float-typed weights take an f32 dot product instead;
+//! - a few tokens (decode): one integer dot product per row and token against the activations
+//!   quantized to 8 bits, with the row's unpacking fused in for the common block types
+//!   (`fused.rs`, AVX-512 VNNI); otherwise each row unpacked once to codes (`unpack.rs`) and
+//!   dotted with each token (`dot.rs`); float-typed weights take an f32 dot product instead;
 //! - many tokens (prefill), where the CPU has AVX-512 BF16: tiles of 32 rows unpacked to
 //!   bf16 and multiplied with the tokens in bf16 (`gemm.rs`).
 
@@ -20,8 +21,9 @@ use super::gemm::{TILE_ROWS, pack_row, to_bf16_pairs};
 use super::unpack::{RUN, is_quantized, row_f32, unpack_row};
 use super::weights::Matrix;
 
-/// Tokens from which the bf16 tile kernel beats one dot product per token: below it a
-/// tile's unpacking is shared by too few tokens (measured: see BENCHMARKS.md, round 22).
+/// Tokens from which a call takes the bf16 tiles: below it a tile's unpacking is shared by too
+/// few tokens. A guess, not measured yet: the crossing point is somewhere between the decode's
+/// one token and the prompts' tens.
 pub const GEMM_MIN_TOKENS: usize = 4;
 
 /// One matrix of a call and where its product goes.

@@ -1,13 +1,17 @@
-//! The fast CPU backend: `--device cpu` runs here, the f32 reference (`cpu::forward`) stays
-//! the oracle for tests and `rustle profile`.
+//! The fast CPU backend: `--device cpu` runs here (and `rustle profile --device cpu` times
+//! it); the f32 reference (`cpu::forward`) stays the oracle for tests and
+//! `profile --device cpu-reference`.
 //!
 //! Weights stay as the file stores them (`weights`): GGUF blocks quantized, bf16 and f16 in 16
 //! bits. Every quantized type is read through one form (`unpack`: 8-bit codes with a scale
 //! and offset per 16 values), so two kernels serve them all: for a few tokens an integer dot
-//! product against activations quantized per 32 to 8 bits (`dot`, AVX-512 VNNI where
-//! present), for many tokens bf16 tiles (`gemm`, AVX-512 BF16 where present); plain Rust
-//! elsewhere. `matmul` splits every matrix's rows over the pool's threads; `attention` reads
-//! a bf16 KV cache (`kv`); `forward` is the pass, in the reference's order.
+//! product against activations quantized per 32 to 8 bits (`dot`; `fused` with the unpacking
+//! in registers for the common types, AVX-512 VNNI where present), for many tokens bf16 tiles
+//! (`gemm`, AVX-512 BF16 where present); plain Rust elsewhere (`cpu_features` says which).
+//! `matmul` splits every matrix's rows over the pool's threads; `attention` reads a bf16 KV
+//! cache (`kv`); `forward` is the pass, in the reference's order; `timed` times its steps for
+//! the profiler. The two kernels round differently, so a batch-invariant mode sends every
+//! token through one of them (`FastBackend::set_batch_invariant`).
 
 pub mod attention;
 pub mod cpu_features;
