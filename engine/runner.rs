@@ -116,6 +116,11 @@ pub trait Forward {
     /// filters and a seeded draw, `cpu::ops::sample_f32`), `[rows]`: on the GPU the draw runs
     /// on the device and the logits never leave it.
     fn forward_sample(&mut self, batch: &Batch, choices: &Choices) -> Result<&[u32]>;
+
+    /// Says which rows of the next pass are generated tokens fed back rather than a prompt's
+    /// (`[n]`; the serving engine says, before each pass): a backend whose kernels round
+    /// differently by batch size may route each row by it. Forgotten after that pass.
+    fn set_generated(&mut self, _rows: &[bool]) {}
 }
 
 impl Runner {
@@ -505,6 +510,12 @@ impl Runner {
 }
 
 impl Forward for Runner {
+    fn set_generated(&mut self, rows: &[bool]) {
+        if let Backend::Fast(f) = &mut self.backend {
+            f.set_generated(rows);
+        }
+    }
+
     fn limits(&self) -> Limits {
         Limits {
             vocab_size: self.config.vocab_size,

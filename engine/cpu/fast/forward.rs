@@ -48,6 +48,9 @@ pub struct Scratch {
     logits: Vec<f32>,
     /// A matmul's input, quantized or in bf16 (`matmul::Input`)
     pub input: Input,
+    /// `[n]` which rows of the next pass are generated tokens, where the caller said
+    /// (`FastBackend::set_generated`); emptied by the pass
+    pub generated: Vec<bool>,
 }
 
 impl Scratch {
@@ -67,6 +70,7 @@ impl Scratch {
             head_in: z(c.dim),
             logits: vec![0.0; c.vocab_size],
             input: Input::default(),
+            generated: vec![],
         }
     }
 }
@@ -96,6 +100,12 @@ pub fn forward<'s>(
     let up = &mut s.up[..n * ffn];
     let hidden = &mut s.hidden[..n * ffn];
     let input = &mut s.input;
+    // The caller's flags hold for this pass only (and only when they cover it).
+    input.generated.clear();
+    if s.generated.len() == n {
+        input.generated.extend_from_slice(&s.generated);
+    }
+    s.generated.clear();
     let pos = &batch.positions;
 
     rec.time(
@@ -231,6 +241,16 @@ pub fn forward<'s>(
         },
     );
     s.logits.resize(n_rows * c.vocab_size, 0.0);
+    // The head's rows are the logit rows: their own flags.
+    let input = &mut s.input;
+    if input.generated.len() == n {
+        let flags: Vec<bool> = batch
+            .logit_rows
+            .iter()
+            .map(|&r| input.generated[r as usize])
+            .collect();
+        input.generated = flags;
+    }
     timed_matmul(
         rec,
         &mut [Job {

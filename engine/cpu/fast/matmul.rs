@@ -40,14 +40,16 @@ pub struct Job<'a> {
 /// jobs and threads.
 #[derive(Default)]
 pub struct Input {
-    /// Batch-invariant mode: every token through one kernel whatever the batch (the bf16
-    /// tiles where the CPU has AVX-512 BF16, else the 8-bit dot products), so that a token's
-    /// result never depends on what shares its pass: the two round differently.
+    /// Batch-invariant mode: a token's kernel never depends on its batch (the two round
+    /// differently): by `generated` where it covers the call, else the bf16 tiles for every
+    /// token (where the CPU has AVX-512 BF16; else the 8-bit dot products for every token).
     pub invariant: bool,
     /// `[n, n_in]` quantized per 32 (decode, quantized weights)
     q8: Q8Rows,
     /// `[n, n_in / 2]` bf16 pairs (prefill)
     bf16: Vec<u32>,
+    /// `[n]` the pass's `Batch::generated`, set by the forward: which tokens are generated
+    pub generated: Vec<bool>,
 }
 
 /// Which kernel a call of `n` tokens takes.
@@ -63,10 +65,22 @@ pub fn matmul(jobs: &mut [Job], x: &[f32], n_in: usize, input: &mut Input) {
 /// `matmul` with the kernels `f` allows (tests run each path on its own).
 pub fn matmul_with(f: Features, jobs: &mut [Job], x: &[f32], n_in: usize, input: &mut Input) {
     let n = x.len() / n_in;
-    let gemm = if input.invariant {
+    // Which tokens take the bf16 tiles (`gemm`) and which the 8-bit dot products (`dots`).
+    // In the batch-invariant mode a token's kernel never depends on its batch: by what the
+    // token is where the batch says (a prompt's through the tiles, a generated one through
+    // the dot products), else every token through the tiles.
+    let routed = input.invariant && f.bf16 && input.generated.len() == n;
+    let gemm = if routed {
+        input.generated.iter().any(|&g| !g)
+    } else if input.invariant {
         f.bf16
     } else {
         use_gemm(f, n)
+    };
+    let dots = if routed {
+        input.generated.iter().any(|&g| g)
+    } else {
+        !gemm
     };
     for j in jobs.iter() {
         assert_eq!(j.w.cols, n_in, "matmul: weight columns vs input width");
@@ -75,7 +89,8 @@ pub fn matmul_with(f: Features, jobs: &mut [Job], x: &[f32], n_in: usize, input:
     if gemm {
         input.bf16.resize(n * n_in.div_ceil(2), 0);
         to_bf16_pairs(&mut input.bf16, x, n_in);
-    } else if jobs.iter().any(|j| is_quantized(j.w.dtype)) {
+    }
+    if dots && jobs.iter().any(|j| is_quantized(j.w.dtype)) {
         input.q8.quantize(x, n_in);
     }
     // Raw outputs: each thread writes its own rows' columns of every token's row.
@@ -85,6 +100,8 @@ pub fn matmul_with(f: Features, jobs: &mut [Job], x: &[f32], n_in: usize, input:
         .collect();
     let threads = rayon::current_num_threads();
     let input = &*input;
+    // With both, the tiles run every token and the dot products then redo the generated ones.
+    let only = (gemm && dots).then_some(&input.generated[..]);
     (0..threads).into_par_iter().for_each(|part| {
         SCRATCH.with_borrow_mut(|s| {
             for (j, &(out, n_out)) in jobs.iter().zip(&outs) {
@@ -102,8 +119,9 @@ pub fn matmul_with(f: Features, jobs: &mut [Job], x: &[f32], n_in: usize, input:
                 };
                 if gemm {
                     gemm_rows(f, s, j.w, &input.bf16, &out, lo, hi);
-                } else {
-                    decode_rows(f, s, j.w, x, &input.q8, &out, lo, hi);
+                }
+                if dots {
+                    decode_rows(f, s, j.w, x, &input.q8, &out, lo, hi, only);
                 }
                 if let Some(b) = j.bias {
                     for t in 0..n {
@@ -170,8 +188,8 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// Rows `lo..hi` of `w` against each token: unpack a row once, then one dot product per
-/// token.
+/// Rows `lo..hi` of `w` against each token (each token `only` marks, where given): unpack a
+/// row once, then one dot product per token.
 #[allow(clippy::too_many_arguments)]
 fn decode_rows(
     f: Features,
@@ -182,6 +200,7 @@ fn decode_rows(
     out: &OutRows,
     lo: usize,
     hi: usize,
+    only: Option<&[bool]>,
 ) {
     let n_in = w.cols;
     s.fit(n_in);
@@ -198,7 +217,7 @@ fn decode_rows(
         // faster with the weights in cache but slower from memory (10.6 against 7.9 ms a
         // token, the default model, one thread): BENCHMARKS.md round 22.
         for r in lo..hi {
-            for t in 0..out.n {
+            for t in (0..out.n).filter(|&t| only.is_none_or(|m| m[t])) {
                 let (xq, xd, xs) = q8.row(t);
                 let pairs = q8.pairs(t);
                 // SAFETY: the CPU has the features (`Features`), the type has a kernel, and
@@ -218,7 +237,7 @@ fn decode_rows(
         } else {
             row_f32(w, r, &mut s.row[..n_in], u, scale, offset);
         }
-        for t in 0..out.n {
+        for t in (0..out.n).filter(|&t| only.is_none_or(|m| m[t])) {
             let y = if quantized {
                 let (xq, xd, xs) = q8.row(t);
                 dot(f, u, scale, offset, xq, xd, xs)
@@ -391,6 +410,7 @@ mod tests {
     use super::*;
     use crate::cpu::fast::unpack::tests::{TYPES, random_matrix};
     use crate::cpu::ops::matmul_f32;
+    use crate::weights::DType;
     use crate::weights::dequant::to_f32;
     use rand::{Rng, SeedableRng, rngs::StdRng};
 
@@ -448,6 +468,53 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// The batch-invariant mode with the batch's flags: each token's outputs are bit for bit
+    /// what its own kernel gives it alone (a generated token: the dot products, as a decode
+    /// step; a prompt's token: the bf16 tiles), whatever else shares the call.
+    #[test]
+    fn invariant_mode_routes_each_token_by_what_it_is() {
+        let f = Features::detect();
+        if !(f.bf16 && f.vnni) {
+            eprintln!("no AVX-512 BF16 and VNNI here: one kernel serves every token");
+            return;
+        }
+        let (rows, cols, n) = (64, 256, 5);
+        let m = random_matrix(DType::Q4_1, rows, cols, 21);
+        let mut rng = StdRng::seed_from_u64(8);
+        let x: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let flags = vec![false, true, false, false, true];
+        let mut together = vec![f32::NAN; n * rows];
+        let mut input = Input {
+            invariant: true,
+            generated: flags.clone(),
+            ..Default::default()
+        };
+        let mut jobs = [Job {
+            w: &m,
+            bias: None,
+            out: &mut together,
+        }];
+        matmul_with(f, &mut jobs, &x, cols, &mut input);
+        for (t, &generated) in flags.iter().enumerate() {
+            let mut alone = vec![f32::NAN; rows];
+            // A generated token alone is a decode step; a prompt's token alone, the tiles.
+            let mut input = Input {
+                invariant: !generated,
+                ..Default::default()
+            };
+            let mut jobs = [Job {
+                w: &m,
+                bias: None,
+                out: &mut alone,
+            }];
+            matmul_with(f, &mut jobs, &x[t * cols..(t + 1) * cols], cols, &mut input);
+            assert!(
+                alone == together[t * rows..(t + 1) * rows],
+                "token {t} (generated: {generated}) differs from its run alone"
+            );
         }
     }
 

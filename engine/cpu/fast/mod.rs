@@ -10,8 +10,8 @@
 //! (`gemm`, AVX-512 BF16 where present); plain Rust elsewhere (`cpu_features` says which).
 //! `matmul` splits every matrix's rows over the pool's threads; `attention` reads a bf16 KV
 //! cache (`kv`); `forward` is the pass, in the reference's order; `timed` times its steps for
-//! the profiler. The two kernels round differently, so a batch-invariant mode sends every
-//! token through one of them (`FastBackend::set_batch_invariant`).
+//! the profiler. The two kernels round differently, so a batch-invariant mode picks a token's
+//! kernel by what the token is, never by its batch (`FastBackend::set_batch_invariant`).
 
 pub mod attention;
 pub mod cpu_features;
@@ -76,11 +76,20 @@ impl FastBackend {
     }
 
     /// Batch-invariant mode (`matmul::Input::invariant`): a token's logits bit for bit the
-    /// same whatever shares its pass (prompt chunking, the prefix cache, other requests), at
-    /// the cost of decode steps going through the prefill's bf16 tiles (slower than the
-    /// 8-bit dot products, and more accurate).
+    /// same whatever shares its pass (prompt chunking, the prefix cache, other requests). With
+    /// the rows marked (`set_generated`, as the serving engine does) a prompt's tokens take
+    /// the bf16 tiles and generated ones the 8-bit dot products; unmarked, every token takes
+    /// the tiles (decode steps about five times slower: BENCHMARKS.md round 22).
     pub fn set_batch_invariant(&mut self, on: bool) {
         self.scratch.input.invariant = on;
+    }
+
+    /// Which rows of the next pass are generated tokens (`Forward::set_generated`): in the
+    /// batch-invariant mode they take the 8-bit dot products and the prompt's rows the bf16
+    /// tiles, whatever shares the pass. Forgotten after it.
+    pub fn set_generated(&mut self, rows: &[bool]) {
+        self.scratch.generated.clear();
+        self.scratch.generated.extend_from_slice(rows);
     }
 
     /// Threads a step is shared by.
