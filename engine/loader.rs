@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::{Config, HfConfig, OneOrMany};
+use crate::cpu::fast::weights::FastWeights;
 use crate::error::{Error, Result};
 use crate::model::{ModelWeights, Stored};
 use crate::tokenizer::Tokenizer;
@@ -25,13 +26,40 @@ pub struct LoadedModel {
 impl LoadedModel {
     /// "4.92 GB in the files: q4_k 193 (3.37 GB), q6_k 33 (1.32 GB), f32 65 (266.5 kB)".
     pub fn stored_summary(&self) -> String {
-        let total: usize = self.stored.iter().map(|s| s.2).sum();
-        let parts: Vec<String> = self
-            .stored
-            .iter()
-            .map(|(d, n, b)| format!("{d} {n} ({})", bytes_text(*b)))
-            .collect();
-        format!("{} in the files: {}", bytes_text(total), parts.join(", "))
+        stored_summary(&self.stored)
+    }
+}
+
+/// `LoadedModel::stored_summary` of any table of stored tensors.
+pub fn stored_summary(stored: &[(DType, usize, usize)]) -> String {
+    let total: usize = stored.iter().map(|s| s.2).sum();
+    let parts: Vec<String> = stored
+        .iter()
+        .map(|(d, n, b)| format!("{d} {n} ({})", bytes_text(*b)))
+        .collect();
+    format!("{} in the files: {}", bytes_text(total), parts.join(", "))
+}
+
+/// A model as the fast CPU backend holds it: its weights as the files store them.
+pub struct FastModel {
+    pub config: Config,
+    pub weights: FastWeights,
+    pub tokenizer: Tokenizer,
+    pub description: String,
+    /// The tensors as the files store them: (dtype, how many, bytes), the most bytes first.
+    pub stored: Vec<(DType, usize, usize)>,
+}
+
+impl FastModel {
+    /// "98.4 MB, 100.0% of the file's tensor bytes": what the backend holds for the weights.
+    pub fn held_summary(&self) -> String {
+        let file: usize = self.stored.iter().map(|s| s.2).sum();
+        let held = self.weights.held_bytes();
+        format!(
+            "{}, {:.1}% of the files' tensor bytes",
+            bytes_text(held),
+            100.0 * held as f64 / file.max(1) as f64
+        )
     }
 }
 
@@ -50,12 +78,70 @@ pub fn bytes_text(b: usize) -> String {
 /// first (the configuration, the tokenizer, every tensor's name, dtype and shape, the memory
 /// the weights need), so a bad model is refused before any weight is read.
 pub fn load(path: &Path) -> Result<LoadedModel> {
+    open(path)?.into_f32()
+}
+
+/// A model opened and checked, its weights still as the files store them (memory-mapped):
+/// the f32 weights (`into_f32`) or the fast CPU backend's (`cpu::fast::weights`) are made
+/// from it.
+pub struct OpenedModel {
+    pub config: Config,
+    pub raw: Weights,
+    pub tokenizer: Tokenizer,
+    /// The file's Q and K rows are in the order GGUF converters write for `llama` models.
+    pub qk_permuted: bool,
+    /// What was opened, for messages: "SmolLM2-135M-Instruct.Q4_1.gguf (GGUF, llama)".
+    pub description: String,
+}
+
+impl OpenedModel {
+    /// The tensors as the files store them: (dtype, how many, bytes), the most bytes first.
+    pub fn stored(&self) -> Vec<(DType, usize, usize)> {
+        self.raw.by_type()
+    }
+
+    /// The weights as the files store them, for the fast CPU backend.
+    pub fn into_fast(self) -> Result<FastModel> {
+        let stored = self.raw.by_type();
+        fits(stored.iter().map(|s| s.2 as u64).sum(), "as stored")?;
+        let weights = FastWeights::load(&self.config, &self.raw, self.qk_permuted)?;
+        Ok(FastModel {
+            description: self.description,
+            stored,
+            config: self.config,
+            weights,
+            tokenizer: self.tokenizer,
+        })
+    }
+
+    /// Every weight dequantized to f32 (the reference backend's and the GPU upload's).
+    pub fn into_f32(self) -> Result<LoadedModel> {
+        check_params_fit(&self.config)?;
+        let mut weights = ModelWeights::load(&self.config, &self.raw, self.qk_permuted)?;
+        let stored = self.raw.by_type();
+        // The GPU can upload quantized matrices in their blocks (`--weights stored`).
+        weights.stored = Some(Arc::new(Stored {
+            weights: self.raw,
+            qk_permuted: self.qk_permuted,
+        }));
+        Ok(LoadedModel {
+            description: self.description,
+            stored,
+            config: self.config,
+            weights,
+            tokenizer: self.tokenizer,
+        })
+    }
+}
+
+/// Opens and checks `path` (as `load` does) without reading the weights.
+pub fn open(path: &Path) -> Result<OpenedModel> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if meta.is_dir() {
-        return load_hf_folder(path);
+        return open_hf(path);
     }
     if let Some(dir) = folder_of_hf_file(path)? {
-        return load_hf_folder(&dir);
+        return open_hf(&dir);
     }
     let g = GgufFile::open(path)?;
     let arch = g
@@ -71,35 +157,25 @@ pub fn load(path: &Path) -> Result<LoadedModel> {
     let qk_permuted = arch == "llama";
     let raw = gguf_weights(g)?;
     ModelWeights::check(&config, &raw)?;
-    check_params_fit(&config)?;
-    let mut weights = ModelWeights::load(&config, &raw, qk_permuted)?;
-    let stored = raw.by_type();
-    weights.stored = Some(Arc::new(Stored {
-        weights: raw,
-        qk_permuted,
-    }));
-    Ok(LoadedModel {
+    Ok(OpenedModel {
         description: format!("{} (GGUF, {arch})", file_name(path)),
-        stored,
         config,
-        weights,
+        raw,
         tokenizer,
+        qk_permuted,
     })
 }
 
-fn load_hf_folder(dir: &Path) -> Result<LoadedModel> {
-    let (config, weights, tokenizer) = open_hf_folder(dir)?;
+fn open_hf(dir: &Path) -> Result<OpenedModel> {
+    let (config, raw, tokenizer) = open_hf_folder(dir)?;
     check_vocab(&config, &tokenizer)?;
-    ModelWeights::check(&config, &weights)?;
-    check_params_fit(&config)?;
-    let stored = weights.by_type();
-    let weights = ModelWeights::load(&config, &weights, false)?;
-    Ok(LoadedModel {
+    ModelWeights::check(&config, &raw)?;
+    Ok(OpenedModel {
         description: format!("{} (safetensors, {:?})", file_name(dir), config.arch),
-        stored,
         config,
-        weights,
+        raw,
         tokenizer,
+        qk_permuted: false,
     })
 }
 
@@ -136,16 +212,16 @@ fn folder_of_hf_file(path: &Path) -> Result<Option<PathBuf>> {
 /// The weights are held as f32 in host memory; a model that cannot fit is one clear line
 /// rather than an allocation failure halfway through loading.
 pub fn check_params_fit(c: &Config) -> Result<()> {
-    fits(c.n_params().saturating_mul(4))
+    fits(c.n_params().saturating_mul(4), "as f32")
 }
 
-fn fits(need: u64) -> Result<()> {
+fn fits(need: u64, form: &str) -> Result<()> {
     if let Some(available) = available_memory()
         && need > available
     {
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         return Err(Error::Usage(format!(
-            "this model's weights as f32 need {:.1} GiB of memory; {:.1} GiB is available",
+            "this model's weights {form} need {:.1} GiB of memory; {:.1} GiB is available",
             gib(need),
             gib(available)
         )));

@@ -22,6 +22,22 @@ use rustle::serve::{Engine, EngineOptions, RequestParams};
 use rustle::server::args::ServeArgs;
 use rustle::tokenizer::MAX_BYTES_PER_TOKEN;
 
+/// A loaded model in the form its device wants.
+struct HeldModel {
+    config: rustle::config::Config,
+    tokenizer: rustle::tokenizer::Tokenizer,
+    weights: HeldWeights,
+    /// What was opened; what the files store.
+    summary: (String, String),
+}
+
+enum HeldWeights {
+    /// For the GPU to upload.
+    F32(rustle::model::ModelWeights),
+    /// The fast CPU backend's.
+    Stored(rustle::cpu::fast::weights::FastWeights),
+}
+
 /// Size flags are bounded where they are parsed, so that a mistyped number is one line naming
 /// the flag, before the model loads, never an allocation of that size.
 /// `--token-budget` (`--prefill-chunk`): activations grow with it; 64k tokens is past any
@@ -173,8 +189,10 @@ struct ProfileCli {
     #[arg(long, value_name = "FILE")]
     from: Option<PathBuf>,
 
-    /// Profile the GPU kernels or the CPU reference backend (with the CPU's own ceilings:
-    /// memory, each private cache, the reference matmul; by default on the default model).
+    /// Profile the GPU kernels, the CPU backend (`cpu`: weights as stored, what `--device cpu`
+    /// runs) or the CPU's f32 reference (`cpu-reference`), the CPU ones with the CPU's own
+    /// ceilings: memory, each private cache, the reference matmul; by default on the default
+    /// model.
     #[arg(long, value_enum, default_value_t = ProfileDevice::Gpu)]
     device: ProfileDevice,
 
@@ -188,6 +206,7 @@ struct ProfileCli {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum ProfileDevice {
     Cpu,
+    CpuReference,
     Gpu,
 }
 
@@ -413,18 +432,10 @@ fn run(cli: Cli) -> Result<()> {
     eprintln!("rustle: loading {}", path_display(&cli.model));
     let path = loader::resolve_model_path(cli.model)?;
     let t = Instant::now();
-    let model = loader::load(&path)?;
-    eprintln!(
-        "rustle: loaded {} in {:.1} s: {} layers, dim {}, vocab {}",
-        model.description,
-        t.elapsed().as_secs_f64(),
-        model.config.n_layers,
-        model.config.dim,
-        model.config.vocab_size
-    );
+    let opened = loader::open(&path)?;
     let device = match gpu {
         None => Device::Cpu,
-        Some(gpu) => match (check_supported(&model.config), cli.device) {
+        Some(gpu) => match (check_supported(&opened.config), cli.device) {
             (Ok(()), _) => {
                 eprintln!("rustle: running on {}", gpu.description);
                 Device::Gpu(Box::new(gpu))
@@ -436,9 +447,36 @@ fn run(cli: Cli) -> Result<()> {
             }
         },
     };
-    // What the file stores, said before the weights are read; what this run holds, once
-    // the runner has them.
-    let stored = model.stored_summary();
+    // The GPU uploads from the f32 weights (or the stored blocks, `--weights`); the CPU
+    // keeps every matrix as stored. What this run holds is said once the runner has it.
+    let model = match &device {
+        Device::Gpu(_) => {
+            let m = opened.into_f32()?;
+            HeldModel {
+                config: m.config,
+                tokenizer: m.tokenizer,
+                summary: (m.description, loader::stored_summary(&m.stored)),
+                weights: HeldWeights::F32(m.weights),
+            }
+        }
+        Device::Cpu => {
+            let m = opened.into_fast()?;
+            HeldModel {
+                config: m.config,
+                tokenizer: m.tokenizer,
+                summary: (m.description, loader::stored_summary(&m.stored)),
+                weights: HeldWeights::Stored(m.weights),
+            }
+        }
+    };
+    eprintln!(
+        "rustle: loaded {} in {:.1} s: {} layers, dim {}, vocab {}",
+        model.summary.0,
+        t.elapsed().as_secs_f64(),
+        model.config.n_layers,
+        model.config.dim,
+        model.config.vocab_size
+    );
     // Text longer than the context could hold is refused before it is tokenized.
     let context = model.config.max_seq_len;
     let prompt = if cli.chat {
@@ -474,18 +512,21 @@ fn run(cli: Cli) -> Result<()> {
         Device::Gpu(_) => cli.kv_blocks,
     };
     let tokenizer = model.tokenizer;
-    let runner = Runner::new(
-        model.config,
-        model.weights,
-        &RunnerOptions {
-            kv_blocks,
-            max_batch_tokens: cli.token_budget,
-            weights: cli.weights,
-            ..Default::default()
-        },
-        device,
-    )?;
-    eprintln!("rustle: weights: {stored}; {}", runner.weights_held());
+    let opts = RunnerOptions {
+        kv_blocks,
+        max_batch_tokens: cli.token_budget,
+        weights: cli.weights,
+        ..Default::default()
+    };
+    let runner = match model.weights {
+        HeldWeights::F32(w) => Runner::new(model.config, w, &opts, device)?,
+        HeldWeights::Stored(w) => Runner::with_fast_cpu(model.config, w, &opts)?,
+    };
+    eprintln!(
+        "rustle: weights: {}; {}",
+        model.summary.1,
+        runner.weights_held()
+    );
     let token_budget = cli.token_budget;
     let mut engine = Engine::new(
         runner,
@@ -697,7 +738,8 @@ fn profile(p: &ProfileCli) -> Result<()> {
             };
             let profile = match p.device {
                 ProfileDevice::Gpu => collect::gpu(&args)?,
-                ProfileDevice::Cpu => collect::cpu(&args)?,
+                ProfileDevice::Cpu => collect::cpu(&args, true)?,
+                ProfileDevice::CpuReference => collect::cpu(&args, false)?,
             };
             std::fs::create_dir_all(&p.out).map_err(|e| Error::io(&p.out, e))?;
             profile.save(&p.out.join("profile.json"))?;

@@ -5,6 +5,9 @@
 
 use crate::batch::{Batch, SeqChunk};
 use crate::config::Config;
+use crate::cpu::fast::FastBackend;
+use crate::cpu::fast::kv::KvCacheBf16;
+use crate::cpu::fast::weights::FastWeights;
 use crate::cpu::ops::argmax_f32;
 use crate::cpu::{CpuBackend, Scratch};
 use crate::error::{Error, Result};
@@ -68,7 +71,10 @@ pub fn cpu_kv_blocks(config: &Config, tokens: usize) -> usize {
 }
 
 enum Backend {
+    /// The f32 reference.
     Cpu(Box<CpuBackend>),
+    /// The fast CPU backend (weights as stored, SIMD, threads): `--device cpu`.
+    Fast(Box<FastBackend>),
     Gpu(Box<GpuBackend>),
 }
 
@@ -122,6 +128,11 @@ pub trait Forward {
     /// filters and a seeded draw, `cpu::ops::sample_f32`), `[rows]`: on the GPU the draw runs
     /// on the device and the logits never leave it.
     fn forward_sample(&mut self, batch: &Batch, choices: &Choices) -> Result<&[u32]>;
+
+    /// Says which rows of the next pass are generated tokens fed back rather than a prompt's
+    /// (`[n]`; the serving engine says, before each pass): a backend whose kernels round
+    /// differently by batch size may route each row by it. Forgotten after that pass.
+    fn set_generated(&mut self, _rows: &[bool]) {}
 }
 
 impl Runner {
@@ -189,6 +200,45 @@ impl Runner {
         })
     }
 
+    /// A runner on the fast CPU backend, over weights as the files store them
+    /// (`FastWeights::load`). The KV pool is as `new` sizes the reference's.
+    pub fn with_fast_cpu(
+        config: Config,
+        weights: FastWeights,
+        opts: &RunnerOptions,
+    ) -> Result<Runner> {
+        if opts.kv_blocks == Some(0) {
+            return Err(Error::Usage("--kv-blocks must be at least 1".into()));
+        }
+        if opts.weights != WeightFormat::Stored {
+            return Err(Error::Usage(format!(
+                "--weights {} is for the GPU; the CPU holds the weights as the files store them",
+                format!("{:?}", opts.weights).to_lowercase()
+            )));
+        }
+        if opts.max_batch_tokens == 0 {
+            return Err(Error::Usage(
+                "the batch must hold at least one token".into(),
+            ));
+        }
+        let n_blocks = opts
+            .kv_blocks
+            .unwrap_or_else(|| cpu_kv_blocks(&config, config.max_seq_len));
+        let max_context = config.max_seq_len.min(n_blocks.saturating_mul(BLOCK_SIZE));
+        let max_batch_tokens = opts.max_batch_tokens.min(max_context);
+        let fast = FastBackend::new(&config, weights, n_blocks, max_context, max_batch_tokens)?;
+        Ok(Runner {
+            max_context,
+            backend: Backend::Fast(Box::new(fast)),
+            batch: Batch::default(),
+            ids: vec![],
+            logits: vec![],
+            gpu_batch: Batch::default(),
+            max_batch_tokens,
+            config,
+        })
+    }
+
     /// A runner over weights already on the GPU (`GpuWeights::synthetic` for benchmarks).
     pub fn with_gpu_weights(
         config: Config,
@@ -219,6 +269,7 @@ impl Runner {
     pub fn weight_bytes_per_step(&self) -> usize {
         match &self.backend {
             Backend::Cpu(c) => c.weights.bytes(),
+            Backend::Fast(f) => f.weights.bytes_per_step(),
             Backend::Gpu(g) => g.weights.bytes_per_token(&self.config),
         }
     }
@@ -228,15 +279,19 @@ impl Runner {
     pub fn kv_bytes_per_token(&self) -> usize {
         match &self.backend {
             Backend::Cpu(_) => KvCache::bytes_per_token(&self.config),
+            Backend::Fast(_) => KvCacheBf16::bytes_per_token(&self.config),
             Backend::Gpu(_) => crate::gpu::backend::kv_bytes_per_token(&self.config),
         }
     }
 
-    /// The GPU's batch-invariant mode (`GpuBackend::set_batch_invariant`): a request's tokens
-    /// bit for bit the same whatever shares its batch. The CPU backend always is.
+    /// The batch-invariant mode (`GpuBackend::set_batch_invariant`,
+    /// `FastBackend::set_batch_invariant`): a request's tokens bit for bit the same whatever
+    /// shares its batch. The f32 reference always is.
     pub fn set_batch_invariant(&mut self, on: bool) {
-        if let Backend::Gpu(g) = &mut self.backend {
-            g.set_batch_invariant(on);
+        match &mut self.backend {
+            Backend::Gpu(g) => g.set_batch_invariant(on),
+            Backend::Fast(f) => f.set_batch_invariant(on),
+            Backend::Cpu(_) => {}
         }
     }
 
@@ -244,7 +299,7 @@ impl Runner {
     pub fn cpu_backend(&mut self) -> Option<&mut CpuBackend> {
         match &mut self.backend {
             Backend::Cpu(c) => Some(c),
-            Backend::Gpu(_) => None,
+            Backend::Fast(_) | Backend::Gpu(_) => None,
         }
     }
 
@@ -252,7 +307,7 @@ impl Runner {
     pub fn gpu_backend(&mut self) -> Option<&mut GpuBackend> {
         match &mut self.backend {
             Backend::Gpu(g) => Some(g),
-            Backend::Cpu(_) => None,
+            Backend::Cpu(_) | Backend::Fast(_) => None,
         }
     }
 
@@ -266,6 +321,10 @@ impl Runner {
                 let (matrices, vectors) = c.weights.params();
                 let bytes = bytes_text(4 * (matrices + vectors));
                 format!("the CPU holds them in f32 ({bytes})")
+            }
+            Backend::Fast(f) => {
+                let bytes = bytes_text(f.weights.held_bytes());
+                format!("the CPU holds them as stored ({bytes})")
             }
             Backend::Gpu(g) => {
                 let w = &g.weights;
@@ -291,7 +350,12 @@ impl Runner {
     /// "cpu" or the GPU's description.
     pub fn device_name(&self) -> String {
         match &self.backend {
-            Backend::Cpu(_) => "cpu".into(),
+            Backend::Cpu(_) => "cpu (f32 reference)".into(),
+            Backend::Fast(f) => format!(
+                "cpu ({} threads, {})",
+                f.threads(),
+                crate::cpu::fast::features().describe()
+            ),
             Backend::Gpu(g) => g.gpu.description.clone(),
         }
     }
@@ -306,6 +370,7 @@ impl Runner {
     pub fn n_blocks(&self) -> usize {
         match &self.backend {
             Backend::Cpu(c) => c.kv.n_blocks,
+            Backend::Fast(f) => f.kv.n_blocks,
             Backend::Gpu(g) => g.n_blocks,
         }
     }
@@ -363,6 +428,18 @@ impl Runner {
                 }
                 Ok(())
             }
+            Backend::Fast(f) => {
+                // The same pattern, rounded to bf16.
+                let mut state = 0x2545_f491_4f6c_dd1du64;
+                for x in f.kv.k.iter_mut().chain(f.kv.v.iter_mut()) {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    let v = (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+                    *x = half::bf16::from_f32(v).to_bits();
+                }
+                Ok(())
+            }
         }
     }
 
@@ -372,6 +449,7 @@ impl Runner {
         match &mut self.backend {
             Backend::Gpu(g) => g.gpu.profile_start(),
             Backend::Cpu(c) => c.ops.profile_start(),
+            Backend::Fast(f) => f.recorder.start(),
         }
     }
 
@@ -380,6 +458,7 @@ impl Runner {
         match &mut self.backend {
             Backend::Gpu(g) => g.gpu.profile_stop(),
             Backend::Cpu(c) => Ok(c.ops.profile_stop()),
+            Backend::Fast(f) => Ok(f.recorder.stop()),
         }
     }
 
@@ -387,7 +466,7 @@ impl Runner {
     pub fn gpu(&self) -> Option<&Gpu> {
         match &self.backend {
             Backend::Gpu(g) => Some(&g.gpu),
-            Backend::Cpu(_) => None,
+            Backend::Cpu(_) | Backend::Fast(_) => None,
         }
     }
 
@@ -483,12 +562,19 @@ impl Runner {
         seq.table.len += tokens.len();
         match &mut self.backend {
             Backend::Cpu(cpu) => Ok(cpu.forward(&self.config, &self.batch)),
+            Backend::Fast(f) => Ok(f.forward(&self.config, &self.batch)),
             Backend::Gpu(gpu) => gpu.forward(&self.config, &self.batch),
         }
     }
 }
 
 impl Forward for Runner {
+    fn set_generated(&mut self, rows: &[bool]) {
+        if let Backend::Fast(f) = &mut self.backend {
+            f.set_generated(rows);
+        }
+    }
+
     fn limits(&self) -> Limits {
         Limits {
             vocab_size: self.config.vocab_size,
@@ -498,7 +584,7 @@ impl Forward for Runner {
             max_batch_tokens: self.max_batch_tokens,
             max_batch_seqs: match &self.backend {
                 // Every sequence in a batch brings at least one token.
-                Backend::Cpu(_) => self.max_batch_tokens,
+                Backend::Cpu(_) | Backend::Fast(_) => self.max_batch_tokens,
                 Backend::Gpu(_) => MAX_SEQS.min(self.max_batch_tokens),
             },
         }
@@ -507,6 +593,7 @@ impl Forward for Runner {
     fn forward(&mut self, batch: &Batch) -> Result<&[f32]> {
         match &mut self.backend {
             Backend::Cpu(cpu) => Ok(cpu.forward(&self.config, batch)),
+            Backend::Fast(f) => Ok(f.forward(&self.config, batch)),
             Backend::Gpu(gpu) => {
                 let batch = with_a_logits_row(&mut self.gpu_batch, batch);
                 gpu.forward(&self.config, batch)
@@ -516,9 +603,9 @@ impl Forward for Runner {
 
     fn forward_sample(&mut self, batch: &Batch, choices: &Choices) -> Result<&[u32]> {
         match &mut self.backend {
-            Backend::Cpu(cpu) => {
+            backend @ (Backend::Cpu(_) | Backend::Fast(_)) => {
                 let vocab = self.config.vocab_size;
-                let logits = cpu.forward(&self.config, batch);
+                let logits = cpu_forward(backend, &self.config, batch);
                 self.logits.clear();
                 self.logits.extend_from_slice(logits);
                 choices.sample_on_host(&mut self.logits, vocab, &mut self.ids);
@@ -533,9 +620,9 @@ impl Forward for Runner {
 
     fn forward_greedy(&mut self, batch: &Batch) -> Result<&[u32]> {
         match &mut self.backend {
-            Backend::Cpu(cpu) => {
+            backend @ (Backend::Cpu(_) | Backend::Fast(_)) => {
                 let vocab = self.config.vocab_size;
-                let logits = cpu.forward(&self.config, batch);
+                let logits = cpu_forward(backend, &self.config, batch);
                 self.ids.clear();
                 self.ids.extend(logits.chunks_exact(vocab).map(argmax_f32));
                 Ok(&self.ids)
@@ -545,6 +632,15 @@ impl Forward for Runner {
                 gpu.forward_greedy(&self.config, batch)
             }
         }
+    }
+}
+
+/// The logits of one pass on a CPU backend (the reference or the fast one), `[rows, vocab]`.
+fn cpu_forward<'b>(backend: &'b mut Backend, c: &Config, batch: &Batch) -> &'b [f32] {
+    match backend {
+        Backend::Cpu(cpu) => cpu.forward(c, batch),
+        Backend::Fast(f) => f.forward(c, batch),
+        Backend::Gpu(_) => unreachable!("the GPU's logits stay on the device"),
     }
 }
 

@@ -89,7 +89,7 @@ fn cpu_profile_of_a_small_model() {
         "cpu-profile",
         &[
             "--device",
-            "cpu",
+            "cpu-reference",
             "--model",
             "tests/golden/tiny-llama3",
             "--prompt-len",
@@ -131,6 +131,56 @@ fn cpu_profile_of_a_small_model() {
     // 2 layers x 7 matmuls + the head, per decode step.
     assert_eq!(row("matmul_f32", "decode")["calls"], 4 * (2 * 7 + 1));
     assert!(out.join("roofline.png").exists() && out.join("roofline.svg").exists());
+}
+
+/// The fast CPU backend's profile on the tiny quantized GGUF: each step of its forward, the
+/// matmuls named by their weights' stored type; a decode step's matmuls, per layer q/k/v in
+/// one call, o, gate/up in one, down, and the head.
+#[test]
+fn fast_cpu_profile_of_a_small_quantized_model() {
+    let (out, stdout) = profile_into(
+        "fast-cpu-profile",
+        &[
+            "--device",
+            "cpu",
+            "--model",
+            "tests/golden/tiny-quant.gguf",
+            "--prompt-len",
+            "64",
+            "--steps",
+            "4",
+        ],
+    );
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("profile.json")).unwrap()).unwrap();
+    let rows = p["rows"].as_array().unwrap();
+    let calls = |k: &str, phase: &str| {
+        rows.iter()
+            .find(|r| r["kernel"] == k && r["phase"] == phase)
+            .unwrap_or_else(|| panic!("{k} {phase}: {stdout}"))["calls"]
+            .as_u64()
+            .unwrap()
+    };
+    for k in [
+        "embedding",
+        "rmsnorm_f32",
+        "rope_f32",
+        "kv_write_bf16",
+        "attention_bf16",
+        "swiglu_f32",
+        "residual_add_f32",
+    ] {
+        calls(k, "prefill");
+        calls(k, "decode");
+    }
+    // tiny-quant's matmuls by their first matrix: layer 0 q (q4_k), o (q5_0), gate (q4_k),
+    // down (q6_k); layer 1 q (q5_0), o (q4_k), gate (q4_k), down (q4_k); the head (q6_k).
+    let matmuls: u64 = ["matmul_q4_k", "matmul_q5_0", "matmul_q6_k"]
+        .iter()
+        .map(|k| calls(k, "decode"))
+        .sum();
+    assert_eq!(matmuls, 4 * (2 * 4 + 1));
+    assert!(p["device"].as_str().unwrap().contains("the fast backend"));
 }
 
 /// A profile that measured the `mma.sync` peak (GPU profiles do; older files and CPU ones

@@ -1,7 +1,9 @@
 //! The CPU reference backend: the forward pass in plain f32, top to bottom as the model
 //! computes it. Every step is a function in `ops`, the twin of a GPU kernel, called through
-//! `timed::Ops`, which times it when `rustle profile` asks.
+//! `timed::Ops`, which times it when `rustle profile` asks. `fast` is the backend
+//! `--device cpu` runs: weights as stored, SIMD and threads.
 
+pub mod fast;
 pub mod ops;
 pub mod quant;
 pub mod timed;

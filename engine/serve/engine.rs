@@ -131,6 +131,8 @@ pub struct Engine<M: Forward = Runner> {
     ranked: Vec<(f32, u32)>,
     /// The last step's log-probabilities, one per sampled chunk (`None` where not asked).
     logprobs: Vec<Option<TokenLogprobs>>,
+    /// `[rows]` which rows of the step's batch are generated tokens (`Forward::set_generated`)
+    generated: Vec<bool>,
     next_id: RequestId,
     prompt_tokens: u64,
     generated_tokens: u64,
@@ -166,6 +168,7 @@ impl<M: Forward> Engine<M> {
             choices: Choices::default(),
             ranked: vec![],
             logprobs: vec![],
+            generated: vec![],
             next_id: 0,
             prompt_tokens: 0,
             generated_tokens: 0,
@@ -378,6 +381,15 @@ impl<M: Forward> Engine<M> {
             })
             .collect();
         self.batch.fill(&chunks, false);
+        // Which rows are generated tokens (a recomputed sequence's included): a sequence's
+        // first `prompt().len()` tokens are its prompt.
+        self.generated.clear();
+        for c in &step.chunks {
+            let prompt = running[c.seq].prompt().len();
+            self.generated
+                .extend((c.start..c.start + c.len).map(|i| i >= prompt));
+        }
+        self.model.set_generated(&self.generated);
         let sampled: Vec<usize> = step
             .chunks
             .iter()

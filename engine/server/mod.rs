@@ -111,12 +111,7 @@ fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, St
             .ok(),
     };
     let t = Instant::now();
-    let model = loader::load(path)?;
-    eprintln!(
-        "rustle serve: loaded {} in {:.1} s",
-        model.description,
-        t.elapsed().as_secs_f64()
-    );
+    let model = loader::open(path)?;
     if let Some(shape) = &args.shape {
         let gpu = gpu.ok_or_else(|| {
             Error::Usage("--shape makes its weights on the GPU: there is none here".into())
@@ -134,17 +129,37 @@ fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, St
             }
         },
     };
-    let runner = Runner::new(
-        model.config,
-        model.weights,
-        &RunnerOptions {
-            kv_blocks: args.kv_blocks,
-            max_batch_tokens: args.token_budget,
-            weights: args.weights,
-            ..Default::default()
-        },
-        device,
-    )?;
+    let opts = RunnerOptions {
+        kv_blocks: args.kv_blocks,
+        max_batch_tokens: args.token_budget,
+        weights: args.weights,
+        ..Default::default()
+    };
+    // The GPU uploads from the f32 weights (or the stored blocks, `--weights`); the CPU keeps
+    // them as the files store them.
+    let (runner, tokenizer, description) = match device {
+        Device::Gpu(_) => {
+            let m = model.into_f32()?;
+            (
+                Runner::new(m.config, m.weights, &opts, device)?,
+                m.tokenizer,
+                m.description,
+            )
+        }
+        Device::Cpu => {
+            let m = model.into_fast()?;
+            let mut runner = Runner::with_fast_cpu(m.config, m.weights, &opts)?;
+            // A seeded request must repeat whatever else is served, and the prefix cache
+            // changes how a prompt is chunked: the server keeps the CPU batch-invariant.
+            runner.set_batch_invariant(true);
+            (runner, m.tokenizer, m.description)
+        }
+    };
+    eprintln!(
+        "rustle serve: loaded {description} in {:.1} s; {}",
+        t.elapsed().as_secs_f64(),
+        runner.weights_held()
+    );
     let device_name = runner.device_name();
     let engine = Engine::new(
         runner,
@@ -152,10 +167,10 @@ fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, St
             token_budget: args.token_budget,
             max_seqs: args.max_seqs,
             prefix_cache: !args.no_prefix_cache,
-            eos: model.tokenizer.eos_tokens.clone(),
+            eos: tokenizer.eos_tokens.clone(),
         },
     )?;
-    Ok((engine, (model.tokenizer, device_name)))
+    Ok((engine, (tokenizer, device_name)))
 }
 
 /// An engine over random weights of `shape` on `gpu`, its vocabulary the tokenizer's.

@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use super::ceilings::{gpu_bandwidth, gpu_matrix_flops};
-use super::setup::{cpu_runner, gpu_runner};
+use super::setup::{fast_cpu_runner, gpu_runner};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::runner::{Runner, RunnerOptions};
@@ -233,7 +233,7 @@ pub fn run(a: &ServeBenchArgs) -> Result<ServeReport> {
         synthetic: a.weights.1,
     };
     let (runner, model, gpu) = if a.device_cpu {
-        let (r, name) = cpu_runner(None, a.model.as_deref(), &opts)?;
+        let (r, name) = fast_cpu_runner(a.model.as_deref(), &opts)?;
         (r, name, None)
     } else {
         let gpu = Gpu::new()?;

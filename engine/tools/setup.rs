@@ -76,6 +76,20 @@ pub fn cpu_runner(
     Ok((Runner::new(config, weights, opts, Device::Cpu)?, name))
 }
 
+/// A runner on the fast CPU backend over `model` (a folder or file; the default model without
+/// one), and the model's name for reports.
+pub fn fast_cpu_runner(model: Option<&Path>, opts: &RunnerOptions) -> Result<(Runner, String)> {
+    let path = loader::resolve_model_path(model.map(Path::to_owned))?;
+    progress(&format!("loading {}", path.display()));
+    let m = loader::open(&path)?.into_fast()?;
+    progress(&format!(
+        "the CPU holds the weights as stored ({})",
+        m.held_summary()
+    ));
+    let name = m.description.clone();
+    Ok((Runner::with_fast_cpu(m.config, m.weights, opts)?, name))
+}
+
 /// A prompt of `n` token ids spread over a vocabulary of `vocab`, for timing runs.
 pub fn synthetic_prompt(n: usize, vocab: usize) -> Vec<u32> {
     (0..n as u32)

@@ -11,7 +11,7 @@ use crate::tools::ceilings::{
     cpu_cache_bandwidth, cpu_matmul_flops, cpu_memory_bandwidth, cpu_private_caches,
     cublas_gemm_flops, gpu_bandwidth, mma_peak_flops, rustle_gemm_flops,
 };
-use crate::tools::setup::{cpu_runner, gpu_runner, synthetic_prompt};
+use crate::tools::setup::{cpu_runner, fast_cpu_runner, gpu_runner, synthetic_prompt};
 use crate::tools::timing::by_kernel;
 
 /// The shape the GPU profile runs without `--shape` or `--model`.
@@ -98,12 +98,27 @@ pub fn gpu(args: &ProfileArgs) -> Result<Profile> {
 /// its weights in cache. An operation whose bytes per call fit a cache is held to that
 /// cache's bandwidth (`Ceilings::bandwidth_for`): on a CPU the residual stream and a norm's
 /// output stay in cache from one operation to the next.
-pub fn cpu(args: &ProfileArgs) -> Result<Profile> {
+///
+/// `fast`: the fast backend's steps (`cpu::fast`, a real model: weights as stored) rather than
+/// the reference's. Its ceilings are the same measurements, so its bf16 and 8-bit matmuls
+/// can pass the f32 reference matmul's roof.
+pub fn cpu(args: &ProfileArgs, fast: bool) -> Result<Profile> {
     let threads = rayon::current_num_threads();
     let device = format!(
-        "{} ({threads} threads)",
-        cpu_name().unwrap_or_else(|| "CPU".into())
+        "{} ({threads} threads, {})",
+        cpu_name().unwrap_or_else(|| "CPU".into()),
+        if fast {
+            "the fast backend"
+        } else {
+            "the f32 reference"
+        }
     );
+    if fast && args.shape.is_some() {
+        return Err(crate::error::Error::Usage(
+            "--shape makes f32 weights, which only the reference holds: use --device cpu-reference"
+                .into(),
+        ));
+    }
     progress(&format!(
         "on {device}: measuring memory bandwidth (a read and a copy of 512 MiB)"
     ));
@@ -135,8 +150,11 @@ pub fn cpu(args: &ProfileArgs) -> Result<Profile> {
         mma_peak_flops_per_s: None,
         caches,
     };
-    let (mut runner, model) =
-        cpu_runner(args.shape.as_deref(), args.model.as_deref(), &opts(args))?;
+    let (mut runner, model) = if fast {
+        fast_cpu_runner(args.model.as_deref(), &opts(args))?
+    } else {
+        cpu_runner(args.shape.as_deref(), args.model.as_deref(), &opts(args))?
+    };
     progress(&format!(
         "prefill of {} tokens and {} decode steps, every operation timed",
         args.prompt_len, args.steps

@@ -1,0 +1,300 @@
+//! Activations quantized per block of 32 to 8 bits, and the dot product of such a row with a
+//! weight row unpacked to codes (`unpack.rs`): the decode's matmul, one token at a time.
+//!
+//! With x[i] ~ xd[i / 32] * xq[i] and w[i] = scale[i / 16] * u[i] + offset[i / 16]:
+//!
+//!   w . x = sum over runs j of scale[j] * xd[j / 2] * (sum of u[i] * xq[i] in run j)
+//!         + sum over runs j of offset[j] * xs[j]
+//!
+//! where `xs[j]` is run j's activations summed (`xd * sum xq`). The first sum is integer
+//! work: u8 codes times i8 activations, four products at a time into i32 lanes (AVX-512
+//! VNNI's `vpdpbusd`), a lane group of four per run of 16.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use super::unpack::RUN;
+
+/// `n` rows of activations, each quantized in blocks of 32: the form the decode's integer
+/// dot products read.
+#[derive(Default)]
+pub struct Q8Rows {
+    pub cols: usize,
+    /// `[n, cols]` x / xd, rounded
+    pub q: Vec<i8>,
+    /// `[n, cols / 16]` the scale of each run's block (two runs share one), so that a run's
+    /// scale is one load
+    pub d: Vec<f32>,
+    /// `[n, cols / 16]` each run's sum of activations as quantized, `d * sum q`
+    pub sums: Vec<f32>,
+    /// `[n, cols / 32, 2]` each block's (scale, sum over its 32): the pair a 32-value
+    /// weight block's (scale, offset) multiplies in one instruction (`fused.rs`)
+    pub pairs: Vec<f32>,
+}
+
+impl Q8Rows {
+    /// Quantizes `x` (`[n, cols]`, cols a multiple of 32) in place of what it held; grows
+    /// only when a larger batch arrives.
+    pub fn quantize(&mut self, x: &[f32], cols: usize) {
+        let n = x.len() / cols;
+        self.cols = cols;
+        self.q.resize(n * cols, 0);
+        self.d.resize(n * cols / RUN, 0.0);
+        self.sums.resize(n * cols / RUN, 0.0);
+        self.pairs.resize(n * cols / RUN, 0.0);
+        #[cfg(target_arch = "x86_64")]
+        if super::cpu_features::features().avx2 {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn wide(a: &mut Q8Rows, x: &[f32]) {
+                a.quantize_blocks(x)
+            }
+            // SAFETY: the CPU has AVX2 and FMA (`Features`).
+            return unsafe { wide(self, x) };
+        }
+        self.quantize_blocks(x)
+    }
+
+    #[inline(always)]
+    fn quantize_blocks(&mut self, x: &[f32]) {
+        let blocks = x.chunks_exact(32).zip(self.q.chunks_exact_mut(32)).zip(
+            self.d
+                .chunks_exact_mut(2)
+                .zip(self.sums.chunks_exact_mut(2)),
+        );
+        for ((x, q), (d, sums)) in blocks {
+            quantize_block(x, q, d, sums);
+        }
+        let pairs = self.pairs.chunks_exact_mut(2);
+        for ((p, d), s) in pairs
+            .zip(self.d.chunks_exact(2))
+            .zip(self.sums.chunks_exact(2))
+        {
+            p[0] = d[0];
+            p[1] = s[0] + s[1];
+        }
+    }
+
+    /// Row `t`'s (scale, sum) per block of 32: `[cols / 32, 2]`.
+    pub fn pairs(&self, t: usize) -> &[f32] {
+        let r = self.cols / RUN;
+        &self.pairs[t * r..(t + 1) * r]
+    }
+
+    /// Row `t`: (codes, run scales, run sums).
+    pub fn row(&self, t: usize) -> (&[i8], &[f32], &[f32]) {
+        let (c, r) = (self.cols, self.cols / RUN);
+        (
+            &self.q[t * c..(t + 1) * c],
+            &self.d[t * r..(t + 1) * r],
+            &self.sums[t * r..(t + 1) * r],
+        )
+    }
+}
+
+/// One block of 32: scale = max |x| / 127, q = x / scale rounded to nearest (ties even).
+#[inline(always)]
+fn quantize_block(x: &[f32], q: &mut [i8], d: &mut [f32], sums: &mut [f32]) {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let scale = amax / 127.0;
+    let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+    for (q, &x) in q.iter_mut().zip(x) {
+        *q = (x * inv).round_ties_even() as i8;
+    }
+    for (run, (d, s)) in d.iter_mut().zip(sums.iter_mut()).enumerate() {
+        let sum: i32 = q[RUN * run..RUN * (run + 1)]
+            .iter()
+            .map(|&q| q as i32)
+            .sum();
+        *d = scale;
+        *s = scale * sum as f32;
+    }
+}
+
+/// Sum of `a[i] * b[i]`, in eight lanes the compiler keeps in a vector.
+#[inline(always)]
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a8
+        .remainder()
+        .iter()
+        .zip(b8.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a8.zip(b8) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// A weight row as codes (`u`: `[cols]`, `scale`, `offset`: `[cols / 16]`) against one
+/// quantized activation row (`xq`: `[cols]`, `xd`, `xs`: `[cols / 16]`): the portable form.
+#[inline(always)]
+pub fn dot_codes(
+    u: &[u8],
+    scale: &[f32],
+    offset: &[f32],
+    xq: &[i8],
+    xd: &[f32],
+    xs: &[f32],
+) -> f32 {
+    let mut acc = [0f32; 4];
+    let runs = u
+        .chunks_exact(RUN)
+        .zip(xq.chunks_exact(RUN))
+        .zip(scale.iter().zip(xd));
+    for (j, ((u, x), (s, d))) in runs.enumerate() {
+        let mut i = 0i32;
+        for k in 0..RUN {
+            i += u[k] as i32 * x[k] as i32;
+        }
+        acc[j % 4] += s * d * i as f32;
+    }
+    acc.iter().sum::<f32>() + dot_f32(offset, xs)
+}
+
+/// `dot_codes` with AVX-512 VNNI: 64 codes per `vpdpbusd`, four runs of 16, each run's
+/// four i32 lanes scaled by its weight scale times its activation scale.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, VL, VNNI, and `u.len()` must be a multiple of 32, the other
+/// slices as `dot_codes` says.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512vnni")]
+pub unsafe fn dot_codes_vnni(
+    u: &[u8],
+    scale: &[f32],
+    offset: &[f32],
+    xq: &[i8],
+    xd: &[f32],
+    xs: &[f32],
+) -> f32 {
+    let n = u.len();
+    debug_assert!(n.is_multiple_of(32) && xq.len() >= n && scale.len() >= n / RUN);
+    debug_assert!(xd.len() >= n / RUN);
+    // SAFETY (all loads): i + 64 <= n (32 in the tail), and the runs' arrays hold n / 16
+    // values, as the caller promises.
+    let sum = unsafe {
+        let (u, xq, s, d) = (u.as_ptr(), xq.as_ptr(), scale.as_ptr(), xd.as_ptr());
+        // Lane l of a 64-code product belongs to run l / 4 of the four.
+        let runs = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+        let (mut acc0, mut acc1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        let mut i = 0;
+        while i + 128 <= n {
+            let p0 = _mm512_dpbusd_epi32(
+                _mm512_setzero_si512(),
+                _mm512_loadu_si512(u.add(i).cast()),
+                _mm512_loadu_si512(xq.add(i).cast()),
+            );
+            let p1 = _mm512_dpbusd_epi32(
+                _mm512_setzero_si512(),
+                _mm512_loadu_si512(u.add(i + 64).cast()),
+                _mm512_loadu_si512(xq.add(i + 64).cast()),
+            );
+            let j = i / RUN;
+            let sd0 = _mm_mul_ps(_mm_loadu_ps(s.add(j)), _mm_loadu_ps(d.add(j)));
+            let sd1 = _mm_mul_ps(_mm_loadu_ps(s.add(j + 4)), _mm_loadu_ps(d.add(j + 4)));
+            let sv0 = _mm512_permutexvar_ps(runs, _mm512_castps128_ps512(sd0));
+            let sv1 = _mm512_permutexvar_ps(runs, _mm512_castps128_ps512(sd1));
+            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p0), sv0, acc0);
+            acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p1), sv1, acc1);
+            i += 128;
+        }
+        while i + 64 <= n {
+            let p = _mm512_dpbusd_epi32(
+                _mm512_setzero_si512(),
+                _mm512_loadu_si512(u.add(i).cast()),
+                _mm512_loadu_si512(xq.add(i).cast()),
+            );
+            let j = i / RUN;
+            let sd = _mm_mul_ps(_mm_loadu_ps(s.add(j)), _mm_loadu_ps(d.add(j)));
+            let sv = _mm512_permutexvar_ps(runs, _mm512_castps128_ps512(sd));
+            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sv, acc0);
+            i += 64;
+        }
+        let mut sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+        if i < n {
+            // One block of 32 left: two runs.
+            let p = _mm256_dpbusd_epi32(
+                _mm256_setzero_si256(),
+                _mm256_loadu_si256(u.add(i).cast()),
+                _mm256_loadu_si256(xq.add(i).cast()),
+            );
+            let mut lanes = [0i32; 8];
+            _mm256_storeu_si256(lanes.as_mut_ptr().cast(), p);
+            let j = i / RUN;
+            let (a, b): (i32, i32) = (lanes[..4].iter().sum(), lanes[4..].iter().sum());
+            sum += *s.add(j) * *d.add(j) * a as f32 + *s.add(j + 1) * *d.add(j + 1) * b as f32;
+        }
+        sum
+    };
+    sum + dot_f32(offset, xs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+
+    fn random(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        (0..n).map(|_| rng.random_range(-2f32..2.0)).collect()
+    }
+
+    #[test]
+    fn quantized_activations_stay_within_half_a_step() {
+        let x = random(3 * 96, 1);
+        let mut a = Q8Rows::default();
+        a.quantize(&x, 96);
+        for t in 0..3 {
+            let (q, d, sums) = a.row(t);
+            for (i, &xi) in x[t * 96..(t + 1) * 96].iter().enumerate() {
+                let back = d[i / RUN] * q[i] as f32;
+                assert!((back - xi).abs() <= 0.5 * d[i / RUN] + 1e-6, "{t} {i}");
+            }
+            for (j, &s) in sums.iter().enumerate() {
+                let want: f32 = q[RUN * j..RUN * (j + 1)].iter().map(|&q| q as f32).sum();
+                assert!((s - d[j] * want).abs() <= 1e-4 * (1.0 + s.abs()));
+            }
+        }
+        // A block of zeros quantizes to zeros, not NaN.
+        a.quantize(&[0.0; 32], 32);
+        assert_eq!(a.row(0).1, &[0.0, 0.0]);
+    }
+
+    /// The integer dot product against the same sum done in f32 over the values the codes
+    /// and the quantized activations stand for: equal to rounding.
+    #[test]
+    fn code_dot_products_match_f32_on_what_they_stand_for() {
+        let mut rng = StdRng::seed_from_u64(2);
+        for cols in [32, 64, 96, 576, 1536] {
+            let u: Vec<u8> = (0..cols).map(|_| rng.random()).collect();
+            let scale: Vec<f32> = (0..cols / RUN)
+                .map(|_| rng.random_range(-0.1..0.1))
+                .collect();
+            let offset: Vec<f32> = (0..cols / RUN)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect();
+            let mut a = Q8Rows::default();
+            a.quantize(&random(cols, cols as u64), cols);
+            let (xq, xd, xs) = a.row(0);
+            let mut want = 0f64;
+            for i in 0..cols {
+                let w = scale[i / RUN] as f64 * u[i] as f64 + offset[i / RUN] as f64;
+                want += w * xd[i / RUN] as f64 * xq[i] as f64;
+            }
+            let got = dot_codes(&u, &scale, &offset, xq, xd, xs);
+            let tol = 1e-4 * (1.0 + want.abs());
+            assert!((got as f64 - want).abs() < tol, "{cols}: {got} vs {want}");
+            if std::arch::is_x86_feature_detected!("avx512vnni")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+            {
+                // SAFETY: the features are there; lengths as the function asks.
+                let fast = unsafe { dot_codes_vnni(&u, &scale, &offset, xq, xd, xs) };
+                assert!((fast as f64 - want).abs() < tol, "{cols}: {fast} vs {want}");
+            }
+        }
+    }
+}

@@ -1,0 +1,573 @@
+//! The decode's dot products with the unpacking fused in, for the types model files mostly
+//! hold (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K): each block's codes are made in a register
+//! and go straight into `vpdpbusd`, never through memory as in the general path (`unpack`
+//! then `dot::dot_codes_vnni`), which took the default model's decode 2 to 2.5 times as long
+//! (BENCHMARKS.md round 22). Same arithmetic as there:
+//!
+//!   w . x = sum over runs of 16 j of scale[j] * xd[j] * (u . xq over run j)
+//!         + sum over runs j of offset[j] * xs[j]
+//!
+//! with the codes u, scales and offsets of `unpack.rs` and the activations of `dot::Q8Rows`.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use crate::weights::DType;
+
+/// Whether `dot_row_vnni` has a kernel for `dtype`.
+pub fn has_kernel(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q8_0
+            | DType::Q4K
+            | DType::Q6K
+    )
+}
+
+/// `R` stored rows (`rows`: each its blocks) against one quantized activation row (`xq`:
+/// `[cols]`, `xd`, `xs`: `[cols / 16]`, as `dot::Q8Rows::row` gives them; `pairs`:
+/// `[cols / 32, 2]`, `Q8Rows::pairs`). Several rows at once share each activation load and
+/// give the core independent sums to interleave.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA, F16C and AVX-512 F, VL, BW, VNNI; `has_kernel(dtype)`; each
+/// row must hold whole blocks of `dtype` for `xq.len()` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+pub unsafe fn dot_rows_vnni<const R: usize>(
+    dtype: DType,
+    rows: [&[u8]; R],
+    xq: &[i8],
+    xd: &[f32],
+    xs: &[f32],
+    pairs: &[f32],
+) -> [f32; R] {
+    let cols = xq.len();
+    debug_assert!(
+        rows.iter()
+            .all(|r| r.len() == cols / dtype.block_len() * dtype.block_bytes())
+    );
+    debug_assert!(xd.len() * 16 >= cols && xs.len() * 16 >= cols && pairs.len() * 16 >= cols);
+    let a = Act {
+        q: xq.as_ptr(),
+        d: xd.as_ptr(),
+        s: xs.as_ptr(),
+        p: pairs.as_ptr(),
+    };
+    let b = rows.map(|r| r.as_ptr());
+    let n = cols / dtype.block_len();
+    // SAFETY: the blocks and the activations span `cols` values (the caller's promise).
+    unsafe {
+        match dtype {
+            DType::Q4_0 => rows32(
+                b,
+                n,
+                18,
+                &a,
+                |p| nibbles(p.add(2)),
+                |p| scale_times(p, -8.0),
+            ),
+            // d and m side by side: [d, m, 0, 0] in one conversion.
+            DType::Q4_1 => rows32(b, n, 20, &a, |p| nibbles(p.add(4)), |p| halves(p)),
+            DType::Q5_0 => rows32(
+                b,
+                n,
+                22,
+                &a,
+                |p| fifth_bits(p.add(2), p.add(6)),
+                |p| scale_times(p, -16.0),
+            ),
+            DType::Q5_1 => rows32(
+                b,
+                n,
+                24,
+                &a,
+                |p| fifth_bits(p.add(4), p.add(8)),
+                |p| halves(p),
+            ),
+            DType::Q8_0 => {
+                let flip = _mm256_set1_epi8(-128);
+                // i8 + 128 as u8: the top bit flipped.
+                let codes =
+                    |p: *const u8| _mm256_xor_si256(_mm256_loadu_si256(p.add(2).cast()), flip);
+                rows32(b, n, 34, &a, codes, |p| scale_times(p, -128.0))
+            }
+            DType::Q4K => b.map(|b| q4_k(b, n, &a)),
+            DType::Q6K => b.map(|b| q6_k(b, n, &a)),
+            other => unreachable!("no fused kernel for {other}"),
+        }
+    }
+}
+
+/// Pointers into one activation row.
+#[cfg(target_arch = "x86_64")]
+struct Act {
+    /// `[cols]` i8
+    q: *const i8,
+    /// `[cols / 16]` the scale of each run
+    d: *const f32,
+    /// `[cols / 16]` each run's sum
+    s: *const f32,
+    /// `[cols / 32, 2]` each block's (scale, sum)
+    p: *const f32,
+}
+
+/// Sixteen bytes of nibbles as 32 codes in the order values are stored: low nibbles (values
+/// 0..16), then high (16..32). The bytes go to both halves as they load; the high half is
+/// shifted by 4 (a shift per 32-bit lane), and both masked: three instructions.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn nibbles(p: *const u8) -> __m256i {
+    unsafe {
+        let q = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast()));
+        let shifts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+        _mm256_and_si256(_mm256_srlv_epi32(q, shifts), _mm256_set1_epi8(0x0f))
+    }
+}
+
+/// The f16 at `p`, widened.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn half(p: *const u8) -> f32 {
+    unsafe {
+        let bits = (p as *const u16).read_unaligned();
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+    }
+}
+
+/// `codes . xq` for the 32 values at `at`, as eight i32 lanes (four per run of 16).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn product(codes: __m256i, a: &Act, at: usize) -> __m256 {
+    unsafe {
+        let x = _mm256_loadu_si256(a.q.add(at).cast());
+        _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), codes, x))
+    }
+}
+
+/// Horizontal sum of eight lanes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// The 32-value block types for `R` rows: `codes(b)` a block's codes, `scale_offset(b)` its
+/// `[scale, offset, 0, 0]`, which one multiply turns into `[scale * xd, offset * xsum]`
+/// against the activation block's pair: the first lane scales the block's product, the
+/// second adds up in a vector of its own.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn rows32<const R: usize>(
+    b: [*const u8; R],
+    n: usize,
+    bytes: usize,
+    a: &Act,
+    codes: impl Fn(*const u8) -> __m256i,
+    scale_offset: impl Fn(*const u8) -> __m128,
+) -> [f32; R] {
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut off = [_mm_setzero_ps(); R];
+        for i in 0..n {
+            let x = _mm256_loadu_si256(a.q.add(32 * i).cast());
+            let pair = _mm_castpd_ps(_mm_load_sd(a.p.add(2 * i).cast()));
+            for r in 0..R {
+                let blk = b[r].add(i * bytes);
+                let so = _mm_mul_ps(scale_offset(blk), pair);
+                let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), codes(blk), x);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcastss_ps(so), acc[r]);
+                off[r] = _mm_add_ps(off[r], so);
+            }
+        }
+        std::array::from_fn(|r| hsum(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(off[r])))
+    }
+}
+
+/// `[d, k * d, 0, 0]` from the f16 d at `p`: d broadcast as it loads, widened, scaled.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn scale_times(p: *const u8, k: f32) -> __m128 {
+    unsafe {
+        let d = _mm_set1_epi16((p as *const i16).read_unaligned());
+        _mm_mul_ps(_mm_cvtph_ps(d), _mm_setr_ps(1.0, k, 0.0, 0.0))
+    }
+}
+
+/// `[d, m, 0, 0]` from the two f16 at `p`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn halves(p: *const u8) -> __m128 {
+    unsafe { _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned())) }
+}
+
+/// Q5's codes: the nibbles at `q` with bit j of the u32 at `qh` as value j's fifth bit (the
+/// u32 as a mask register: 16 added, as nibbles are below it, to the bytes it selects).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn fifth_bits(qh: *const u8, q: *const u8) -> __m256i {
+    unsafe {
+        let bits = (qh as *const u32).read_unaligned();
+        let n = nibbles(q);
+        _mm256_mask_add_epi8(n, bits, n, _mm256_set1_epi8(0x10))
+    }
+}
+
+/// Whether `row_bf16` has a decoder for `dtype`: the 32-value block types.
+pub fn has_bf16_decoder(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0
+    )
+}
+
+/// A stored row as bf16 pairs for the prefill's tiles, with the decode's block decoders:
+/// `out[p]` holds values 2p (low half) and 2p + 1, rounded to nearest even.
+///
+/// # Safety
+/// The CPU must have the features below; `has_bf16_decoder(dtype)`; `row` whole blocks of
+/// `dtype` and `out` half as many values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni,avx512bf16")]
+pub unsafe fn row_bf16(dtype: DType, row: &[u8], out: &mut [u32]) {
+    let n = row.len() / dtype.block_bytes();
+    debug_assert!(out.len() * 2 >= n * 32);
+    let (b, o) = (row.as_ptr(), out.as_mut_ptr());
+    // SAFETY: n whole blocks in `row`, 16 pairs of `out` each (the caller's promise).
+    unsafe {
+        match dtype {
+            DType::Q4_0 => {
+                blocks_bf16(b, n, 18, o, |p| nibbles(p.add(2)), |p| scale_times(p, -8.0))
+            }
+            DType::Q4_1 => blocks_bf16(b, n, 20, o, |p| nibbles(p.add(4)), |p| halves(p)),
+            DType::Q5_0 => blocks_bf16(
+                b,
+                n,
+                22,
+                o,
+                |p| fifth_bits(p.add(2), p.add(6)),
+                |p| scale_times(p, -16.0),
+            ),
+            DType::Q5_1 => blocks_bf16(
+                b,
+                n,
+                24,
+                o,
+                |p| fifth_bits(p.add(4), p.add(8)),
+                |p| halves(p),
+            ),
+            DType::Q8_0 => {
+                let flip = _mm256_set1_epi8(-128);
+                let codes =
+                    |p: *const u8| _mm256_xor_si256(_mm256_loadu_si256(p.add(2).cast()), flip);
+                blocks_bf16(b, n, 34, o, codes, |p| scale_times(p, -128.0))
+            }
+            other => unreachable!("no bf16 decoder for {other}"),
+        }
+    }
+}
+
+/// `n` blocks of 32: codes times scale plus offset, in f32, then rounded to 32 bf16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni,avx512bf16")]
+#[inline]
+unsafe fn blocks_bf16(
+    b: *const u8,
+    n: usize,
+    bytes: usize,
+    out: *mut u32,
+    codes: impl Fn(*const u8) -> __m256i,
+    scale_offset: impl Fn(*const u8) -> __m128,
+) {
+    unsafe {
+        for i in 0..n {
+            let blk = b.add(i * bytes);
+            let c = codes(blk);
+            let so = _mm512_castps128_ps512(scale_offset(blk));
+            let s = _mm512_permutexvar_ps(_mm512_setzero_si512(), so);
+            let o = _mm512_permutexvar_ps(_mm512_set1_epi32(1), so);
+            let lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(c)));
+            let hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256::<1>(c)));
+            // Values 0..16 in the low half, 16..32 in the high.
+            let bf = _mm512_cvtne2ps_pbh(_mm512_fmadd_ps(hi, s, o), _mm512_fmadd_ps(lo, s, o));
+            _mm512_storeu_si512(
+                out.add(16 * i).cast(),
+                std::mem::transmute::<__m512bh, __m512i>(bf),
+            );
+        }
+    }
+}
+
+/// Q4_K's eight 6-bit (scale, min) pairs (`unpack::k_scale_min`'s layout).
+#[inline(always)]
+fn k_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    let mut sc = [0u8; 8];
+    let mut m = [0u8; 8];
+    for j in 0..4 {
+        sc[j] = s[j] & 63;
+        m[j] = s[j + 4] & 63;
+        sc[j + 4] = (s[j + 8] & 0x0f) | ((s[j] >> 6) << 4);
+        m[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
+    }
+    (sc, m)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+unsafe fn q4_k(b: *const u8, n: usize, a: &Act) -> f32 {
+    unsafe {
+        let mask = _mm256_set1_epi8(0x0f);
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut off = 0f32;
+        for i in 0..n {
+            let blk = b.add(144 * i);
+            let (d, dmin) = (half(blk), half(blk.add(2)));
+            let (sc, m) = k_scales(&*(blk.add(4) as *const [u8; 12]));
+            // Each 32-byte run of q: sub-block 2c in its low nibbles, 2c + 1 in its high.
+            for c in 0..4 {
+                let q = _mm256_loadu_si256(blk.add(16 + 32 * c).cast());
+                let lo = _mm256_and_si256(q, mask);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+                let (j0, j1) = (8 * i + 2 * c, 8 * i + 2 * c + 1); // sub-blocks of the row
+                let p0 = product(lo, a, 32 * j0);
+                let p1 = product(hi, a, 32 * j1);
+                let s0 = d * sc[2 * c] as f32 * *a.d.add(2 * j0);
+                let s1 = d * sc[2 * c + 1] as f32 * *a.d.add(2 * j1);
+                acc0 = _mm256_fmadd_ps(p0, _mm256_set1_ps(s0), acc0);
+                acc1 = _mm256_fmadd_ps(p1, _mm256_set1_ps(s1), acc1);
+                off -= dmin
+                    * (m[2 * c] as f32 * (*a.s.add(2 * j0) + *a.s.add(2 * j0 + 1))
+                        + m[2 * c + 1] as f32 * (*a.s.add(2 * j1) + *a.s.add(2 * j1 + 1)));
+            }
+        }
+        hsum(_mm256_add_ps(acc0, acc1)) + off
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+unsafe fn q6_k(b: *const u8, n: usize, a: &Act) -> f32 {
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0f);
+        let m2 = _mm256_set1_epi8(3);
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut off = 0f32;
+        for i in 0..n {
+            let blk = b.add(210 * i);
+            let d = half(blk.add(208));
+            let scales = blk.add(192) as *const i8;
+            for h in 0..2 {
+                // Value l + 32k of this half: nibble k / 2 of ql[l + 32 (k % 2)], bits
+                // 2k..2k+2 of qh[l]; runs of 16 each with its own i8 scale.
+                let ql0 = _mm256_loadu_si256(blk.add(64 * h).cast());
+                let ql1 = _mm256_loadu_si256(blk.add(64 * h + 32).cast());
+                let qh = _mm256_loadu_si256(blk.add(128 + 32 * h).cast());
+                let high = |shift: i32| {
+                    let v = match shift {
+                        0 => qh,
+                        2 => _mm256_srli_epi16(qh, 2),
+                        4 => _mm256_srli_epi16(qh, 4),
+                        _ => _mm256_srli_epi16(qh, 6),
+                    };
+                    _mm256_slli_epi16(_mm256_and_si256(v, m2), 4)
+                };
+                let codes = [
+                    _mm256_or_si256(_mm256_and_si256(ql0, m4), high(0)),
+                    _mm256_or_si256(_mm256_and_si256(ql1, m4), high(2)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), high(4)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6)),
+                ];
+                for (k, &codes) in codes.iter().enumerate() {
+                    let run = 16 * i + 8 * h + 2 * k; // the first of its two runs in the row
+                    let p = product(codes, a, 16 * run);
+                    let (sa, sb) = (
+                        d * *scales.add(8 * h + 2 * k) as f32,
+                        d * *scales.add(8 * h + 2 * k + 1) as f32,
+                    );
+                    let sv = _mm256_set_m128(
+                        _mm_set1_ps(sb * *a.d.add(run + 1)),
+                        _mm_set1_ps(sa * *a.d.add(run)),
+                    );
+                    if k % 2 == 0 {
+                        acc0 = _mm256_fmadd_ps(p, sv, acc0);
+                    } else {
+                        acc1 = _mm256_fmadd_ps(p, sv, acc1);
+                    }
+                    off -= 32.0 * (sa * *a.s.add(run) + sb * *a.s.add(run + 1));
+                }
+            }
+        }
+        hsum(_mm256_add_ps(acc0, acc1)) + off
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// The bf16 decoders against the general path's f32 values rounded to bf16: equal, or
+    /// one bf16 step apart where the fused multiply-add rounded the f32 differently.
+    #[test]
+    fn bf16_decoders_match_the_general_path() {
+        use crate::cpu::fast::unpack::row_f32;
+        if !crate::cpu::fast::cpu_features::Features::detect().bf16 {
+            eprintln!("no AVX-512 BF16 here: the decoders are not run");
+            return;
+        }
+        for dtype in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q8_0,
+        ] {
+            let cols = 512;
+            let m = crate::cpu::fast::unpack::tests::random_matrix(dtype, 2, cols, 4);
+            let mut want = vec![0f32; cols];
+            let (mut u, mut s, mut o) = (
+                vec![0u8; cols],
+                vec![0f32; cols / 16],
+                vec![0f32; cols / 16],
+            );
+            let mut got = vec![0u32; cols / 2];
+            for r in 0..2 {
+                row_f32(&m, r, &mut want, &mut u, &mut s, &mut o);
+                // SAFETY: the CPU has the features; the row is whole blocks of `cols` values.
+                unsafe { row_bf16(dtype, m.row(r), &mut got) };
+                for (i, &w) in want.iter().enumerate() {
+                    let g = f32::from_bits((got[i / 2] >> (16 * (i % 2))) << 16);
+                    let step = w.abs() / 128.0;
+                    assert!(
+                        (g - w).abs() <= step + 1e-30,
+                        "{dtype} row {r} value {i}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+    use crate::cpu::fast::dot::{Q8Rows, dot_codes};
+    use crate::cpu::fast::unpack::tests::random_matrix;
+    use crate::cpu::fast::unpack::{RUN, unpack_row};
+
+    /// Each fused kernel against the general path (codes in memory, portable dot product)
+    /// on random blocks and activations: the same sums, to rounding.
+    #[test]
+    fn fused_kernels_match_the_general_path() {
+        let f = crate::cpu::fast::cpu_features::Features::detect();
+        if !f.vnni {
+            eprintln!("no AVX-512 VNNI here: the fused kernels are not run");
+            return;
+        }
+        for dtype in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q8_0,
+            DType::Q4K,
+            DType::Q6K,
+        ] {
+            for cols in [256, 768, 1536] {
+                let m = random_matrix(dtype, 4, cols, cols as u64);
+                let x: Vec<f32> = (0..cols)
+                    .map(|i| ((i * 7919) % 201) as f32 / 50.0 - 2.0)
+                    .collect();
+                let mut a = Q8Rows::default();
+                a.quantize(&x, cols);
+                let (xq, xd, xs) = a.row(0);
+                let (mut u, mut s, mut o) = (
+                    vec![0u8; cols],
+                    vec![0f32; cols / RUN],
+                    vec![0f32; cols / RUN],
+                );
+                let mut want = [0f32; 4];
+                for (r, want) in want.iter_mut().enumerate() {
+                    unpack_row(&m, r, &mut u, &mut s, &mut o);
+                    *want = dot_codes(&u, &s, &o, xq, xd, xs);
+                }
+                let rows = [m.row(0), m.row(1), m.row(2), m.row(3)];
+                // SAFETY: the CPU has the features; each row holds `cols` values.
+                let four = unsafe { dot_rows_vnni(dtype, rows, xq, xd, xs, a.pairs(0)) };
+                let one = unsafe { dot_rows_vnni(dtype, [m.row(2)], xq, xd, xs, a.pairs(0)) };
+                for (r, (&got, &want)) in four.iter().zip(&want).enumerate() {
+                    let tol = 1e-4 * (1.0 + want.abs()) + 1e-5 * cols as f32;
+                    assert!(
+                        (got - want).abs() < tol,
+                        "{dtype} {cols} row {r}: {got} vs {want}"
+                    );
+                }
+                assert_eq!(one[0], four[2], "{dtype}: one row alone as among four");
+            }
+        }
+    }
+}
+
+/// Not a test: the fused kernels' speed on weights that stay in the core's cache (576 x 576,
+/// a SmolLM2 projection), one row at a time and four, so that kernel changes can be compared
+/// on a machine whose memory other work is using. `cargo test --release -- --ignored
+/// --nocapture fused_speed`.
+#[cfg(all(test, target_arch = "x86_64"))]
+mod speed {
+    use super::*;
+    use crate::cpu::fast::dot::Q8Rows;
+    use crate::cpu::fast::unpack::tests::random_matrix;
+
+    #[test]
+    #[ignore]
+    fn fused_speed() {
+        if !crate::cpu::fast::cpu_features::Features::detect().vnni {
+            return;
+        }
+        // RUSTLE_SPEED_ROWS=49152: a matrix as large as the default model's head, out of cache.
+        let rows: usize = std::env::var("RUSTLE_SPEED_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(576);
+        let cols = 576;
+        let x: Vec<f32> = (0..cols)
+            .map(|i| ((i * 7919) % 201) as f32 / 50.0 - 2.0)
+            .collect();
+        let mut a = Q8Rows::default();
+        a.quantize(&x, cols);
+        let (xq, xd, xs) = a.row(0);
+        let pairs = a.pairs(0);
+        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0] {
+            let m = random_matrix(dtype, rows, cols, 3);
+            let mut sink = 0f32;
+            let reps = (400 * 576 / rows).max(2);
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                for r in 0..rows {
+                    // SAFETY: the CPU has the features; rows hold `cols` values.
+                    sink += unsafe { dot_rows_vnni(dtype, [m.row(r)], xq, xd, xs, pairs)[0] };
+                }
+            }
+            let one = t.elapsed().as_secs_f64() * 1e9 / (reps * rows * cols / 32) as f64;
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                for r in (0..rows).step_by(4) {
+                    let rs = std::array::from_fn(|i| m.row(r + i));
+                    // SAFETY: as above.
+                    let y: [f32; 4] = unsafe { dot_rows_vnni(dtype, rs, xq, xd, xs, pairs) };
+                    sink += y.iter().sum::<f32>();
+                }
+            }
+            let four = t.elapsed().as_secs_f64() * 1e9 / (reps * rows * cols / 32) as f64;
+            eprintln!(
+                "{dtype}: ns per block of 32, one row {one:.3}, four rows {four:.3} ({sink:.0})"
+            );
+        }
+    }
+}
