@@ -5,10 +5,11 @@
 //!
 //! Step 1 gives a row to a warp: lane `l` adds elements `l, l + 32, ...`, then five shuffles
 //! add the 32 lanes' sums, no shared memory, no barrier. A long row is then a long chain of
-//! loads per lane: 4096 floats are 128 rounds. Step 2 gives a row to a block of 1024 threads:
-//! each thread adds a few elements (4 of a 4096-wide row, all loads in flight at once), each
-//! warp reduces with shuffles, and the warps meet in shared memory (`block_sum`: two
-//! barriers). That is what RMSNorm does with its row (the lesson's chapter 4).
+//! loads per lane (each add waits for its load before the next load issues): 4096 floats
+//! are 128 rounds. Step 2 gives a row to a block of 1024 threads: each thread adds a few
+//! elements (4 rounds for a 4096-wide row), each warp reduces with shuffles, and the warps
+//! meet in shared memory (`block_sum`: two barriers). RMSNorm reduces its row the same way,
+//! its loads issued before any add (the lesson's chapter 4).
 
 use crate::device::{
     WARP, block_dim_x, block_idx_x, block_sum, dynamic_shared, global_idx_x, thread_idx_x, warp_sum,
