@@ -4,12 +4,17 @@
 # docs/profile-*.json and docs/roofline-*.svg/png. Needs only the rustle binary (no cargo):
 #
 #   here:   cargo build --release            # then copy target/release/rustle over
-#   there:  scripts/lesson-figures.sh RUSTLE_BIN OUT_DIR
+#   there:  scripts/lesson-figures.sh RUSTLE_BIN OUT_DIR [GPU_TEST_BIN]
+#
+# GPU_TEST_BIN, optional: the `gpu` test executable that `cargo test --release --no-run`
+# lists (tests/gpu.rs); given, its kernel tests run first (`kernel::`: every kernel against
+# its CPU twin, the lesson's steps among them; no model needed), into kernel-tests.txt.
 #
 # Writes under OUT_DIR (created; must be empty or new):
 #
 #   RUN.txt                      date (UTC), machine, GPU (nvidia-smi), binary, and each
 #                                command with its exit status and seconds
+#   kernel-tests.txt             the kernel tests (with GPU_TEST_BIN only)
 #   lesson-llama3-8b.txt         rustle bench --lesson --shape llama3-8b (prompts of 512)
 #   lesson-llama3-8b.json        the same figures as JSON (a second run, --json; its stderr in
 #                                lesson-llama3-8b.json.stderr)
@@ -29,13 +34,18 @@
 set -u
 
 usage() {
-  echo "usage: scripts/lesson-figures.sh RUSTLE_BIN OUT_DIR" >&2
+  echo "usage: scripts/lesson-figures.sh RUSTLE_BIN OUT_DIR [GPU_TEST_BIN]" >&2
   exit 2
 }
-[ $# -eq 2 ] || usage
+[ $# -eq 2 ] || [ $# -eq 3 ] || usage
 bin=$1
 out=$2
+gpu_tests=${3:-}
 [ -x "$bin" ] || { echo "lesson-figures: $bin is not an executable" >&2; exit 2; }
+if [ -n "$gpu_tests" ] && [ ! -x "$gpu_tests" ]; then
+  echo "lesson-figures: $gpu_tests is not an executable" >&2
+  exit 2
+fi
 if [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then
   echo "lesson-figures: $out is not empty" >&2
   exit 2
@@ -77,6 +87,12 @@ step() {
   fi
 }
 
+# The kernels against their twins first, where the test executable is given: a figure of a
+# kernel that fails its test is worth nothing.
+if [ -n "$gpu_tests" ]; then
+  step "$out/kernel-tests.txt" "$gpu_tests" kernel::
+fi
+
 # The lesson's steps: the 8B shape (the book's figures), its JSON, a 2048-token prompt, and
 # the 1B shape (as round 19 ran both).
 step "$out/lesson-llama3-8b.txt" "$bin" bench --lesson --shape llama3-8b
@@ -101,8 +117,11 @@ echo "finished $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $failed commands failed" >>"
 cat >"$out/FILL.txt" <<'EOF'
 Where each figure of this run goes. The book quotes BENCHMARKS.md only (tests/docs.rs checks
 every quoted figure, command, round and date against it), so: first the figures into
-BENCHMARKS.md's "22. The lesson ..." round (date and GPU from RUN.txt, the command from the
-first line of each file), then into docs/figures.md and the chapters, quoted exactly.
+BENCHMARKS.md's round "22. The lesson ...", in place of its paragraph "The lesson's GPU
+steps: not measured yet." (date and GPU from RUN.txt, the command from the first line of
+each file), then into docs/figures.md (each row: the figure in double quotes, the date, H200,
+the command, "round 22"; the heading's date must be the figure's date) and the chapters'
+"## Measured on the H200" sections, as blockquotes naming round, date, GPU and command.
 
 1. lesson-llama3-8b.txt  (rustle bench --lesson --shape llama3-8b)
    "ceilings measured in this run: ..."  -> round 22: the ceilings every share is of

@@ -515,7 +515,7 @@ pub fn print(l: &Lesson) {
         println!();
         println!("{title}");
         println!(
-            "  {:<34} {:<22} {:>10} {:>9} {:>8} {:>9} {:>8}  role",
+            "  {:<40} {:<22} {:>10} {:>9} {:>8} {:>9} {:>8}  role",
             "case", "kernel", "us", "GB/s", "of BW", "TFLOP/s", "of MAT"
         );
         for s in l.steps.iter().filter(|s| s.section == section) {
@@ -534,7 +534,7 @@ pub fn print(l: &Lesson) {
                 _ => "-".into(),
             };
             println!(
-                "  {:<34} {:<22} {:>10.1} {:>9.0} {:>8} {:>9.1} {:>8}  {}",
+                "  {:<40} {:<22} {:>10.1} {:>9.0} {:>8} {:>9.1} {:>8}  {}",
                 s.case,
                 s.kernel,
                 s.us,
