@@ -248,8 +248,10 @@ struct BenchCli {
     #[arg(long, value_name = "TYPE")]
     weights: Option<String>,
 
-    /// The lesson's steps instead (docs/): each GEMV step, from a thread per row to
-    /// `gemv_bf16`, timed on the shape's decode matrices against the read bandwidth.
+    /// The lesson's steps instead (docs/), each beside the kernel the forward pass runs and
+    /// a ceiling measured in the same run: the GEMV steps on the decode matrices, the
+    /// residual add and the reductions alone, the GEMM and attention steps on a prompt of
+    /// --prompt-len tokens.
     #[arg(long)]
     lesson: bool,
 
@@ -615,22 +617,22 @@ fn bench(b: &BenchCli) -> Result<()> {
 fn bench_lesson(b: &BenchCli) -> Result<()> {
     let gpu = Gpu::new()?;
     let c = rustle::shapes::shape_config(&b.shape)?;
-    eprintln!("rustle bench --lesson: {} on {}", b.shape, gpu.description);
-    let read = rustle::tools::ceilings::gpu_bandwidth(&gpu)?.read_bytes_per_s;
-    let rows = rustle::tools::lesson::run(&gpu, &c)?;
+    eprintln!(
+        "rustle bench --lesson: {} on {}, prompts of {} tokens",
+        b.shape, gpu.description, b.prompt_len
+    );
+    let lesson = rustle::tools::lesson::run(&gpu, &c, b.prompt_len)?;
     if b.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&rows).expect("a report serialises")
+            serde_json::to_string_pretty(&lesson).expect("a report serialises")
         );
     } else {
         println!(
-            "{} on {}, read bandwidth {:.2} TB/s (the share of it in parentheses)",
-            b.shape,
-            gpu.description,
-            read / 1e12
+            "rustle bench --lesson: {} on {}, prompts of {} tokens",
+            b.shape, gpu.description, b.prompt_len
         );
-        rustle::tools::lesson::print(&rows, read);
+        rustle::tools::lesson::print(&lesson);
     }
     Ok(())
 }

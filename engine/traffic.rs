@@ -328,6 +328,13 @@ pub fn read_probe_u32(words: usize, blocks: usize) -> Traffic {
     t((words + blocks) as u64 * F32, 0)
 }
 
+/// The lesson's row sums (`sum_step1_warp_f32`, `sum_step2_block_f32`): the matrix read, one
+/// float per row written; an add per element.
+pub fn sum_f32(rows: usize, cols: usize) -> Traffic {
+    let (rows, cols) = (rows as u64, cols as u64);
+    t((rows * cols + rows) * F32, rows * cols)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,5 +433,7 @@ mod tests {
         assert_eq!(argmax_f32(10), t(40, 0));
         assert_eq!(fill_random_bf16(10), t(20, 0));
         assert_eq!(read_probe_u32(16, 2), t(72, 0));
+        // 2 rows of 5: 10 floats read, 2 written; 10 adds.
+        assert_eq!(sum_f32(2, 5), t(48, 10));
     }
 }

@@ -23,8 +23,9 @@
 //! - a figure (a blockquote, or a table row naming a round) quotes `BENCHMARKS.md`: each
 //!   "double-quoted" text and each backticked `rustle` command in it occurs there (line breaks
 //!   aside), each round it names is a round there, and each date it gives is in the heading
-//!   of a round it names. A figure names its GPU (the H200: every round so far ran on it); a
-//!   blockquote must also name a round and quote something.
+//!   of a round it names. A figure names its GPU (the H200: every GPU round so far ran on
+//!   it), or "no GPU" for one measured without (the build); a blockquote must also name a
+//!   round and quote something.
 //!
 //! Numbered chapters (`docs/NN-*.md`) must each be linked from the index and end with an
 //! exercise (a `## Exercise` heading and a `cargo test` command).
@@ -33,9 +34,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The GPUs `BENCHMARKS.md` has measured on; a figure names one. (Add one here when a round
-/// runs on another.)
-const GPUS: &[&str] = &["H200"];
+/// The GPUs `BENCHMARKS.md` has measured on; a figure names one, or says "no GPU" (the
+/// kernels' build, timed on the CPU machine). (Add one here when a round runs on another.)
+const GPUS: &[&str] = &["H200", "no GPU"];
 
 /// Extensions of the files a backticked path is checked for.
 const PATH_EXTENSIONS: &[&str] = &[".rs", ".md", ".json", ".svg", ".png", ".py", ".sh", ".toml"];

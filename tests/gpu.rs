@@ -45,7 +45,7 @@ const TESTS: &[(&str, Test)] = &[
         "kernel::dequant_q4_0 .. dequant_fp8 (every block type)",
         dequant_blocks,
     ),
-    ("kernel::gemm_bf16", gemm_bf16),
+    ("kernel::gemm_step1_simt_bf16", gemm_step1_simt_bf16),
     ("kernel::gemm_mma_bf16", gemm_mma_bf16),
     ("kernel::gemm_wgmma_bf16", gemm_wgmma_bf16),
     ("kernel::gemm_skinny_bf16 (and reduce)", gemm_skinny_bf16),
@@ -65,6 +65,7 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::sample_f32, penalize_f32", sample_f32),
     ("kernel::fill_random_bf16", fill_random_bf16),
     ("kernel::read_probe_u32", read_probe_u32),
+    ("kernel::sum_step1_warp_f32, sum_step2_block_f32", sum_steps),
     (
         "model::default_model_gpu_matches_cpu",
         default_model_gpu_matches_cpu,
@@ -598,7 +599,7 @@ fn check_gemm<X: cudarc::driver::DeviceRepr>(
     }
 }
 
-fn gemm_bf16(g: &Gpu, rng: &mut StdRng) {
+fn gemm_step1_simt_bf16(g: &Gpu, rng: &mut StdRng) {
     let shapes = [
         (2, 64, 64, false),
         (7, 576, 192, true),
@@ -608,7 +609,14 @@ fn gemm_bf16(g: &Gpu, rng: &mut StdRng) {
         (300, 4096, 1024, false),
     ];
     let input = |rng: &mut StdRng, len| normal(rng, len, 1.0);
-    check_gemm(g, rng, Gpu::gemm_bf16, ops::gemm_bf16, input, &shapes);
+    check_gemm(
+        g,
+        rng,
+        Gpu::gemm_step1_simt_bf16,
+        ops::gemm_step1_simt_bf16,
+        input,
+        &shapes,
+    );
 }
 
 /// Both sides take the same bf16 inputs, so they differ only in summation order. The small
@@ -1481,6 +1489,41 @@ fn read_probe_u32(g: &Gpu, rng: &mut StdRng) {
         g.read_probe_u32(&mut partial.as_view_mut(), &up(g, &data).as_view())
             .unwrap();
         assert_eq!(down(g, &partial), cpu, "{n_words} words, grid {grid}");
+    }
+}
+
+/// The lesson's reduction steps against their twin: one column, rows past a block of 8
+/// warps (step 1), rows narrower than a warp, wider than a block of 1024 threads (step 2),
+/// and not a multiple of either; outputs poisoned. The values have both signs and a mean of
+/// 0.5, so that no row's sum is near zero by chance (where any change of order is a large
+/// relative error).
+fn sum_steps(g: &Gpu, rng: &mut StdRng) {
+    type Step = fn(&Gpu, &mut Out<f32>, &In<f32>, usize) -> rustle::Result<()>;
+    type Twin = fn(&mut [f32], &[f32], usize);
+    let steps: [(&str, Step, Twin); 2] = [
+        ("step 1", Gpu::sum_step1_warp_f32, ops::sum_step1_warp_f32),
+        ("step 2", Gpu::sum_step2_block_f32, ops::sum_step2_block_f32),
+    ];
+    for (name, gpu, twin) in steps {
+        for (n_rows, n_cols) in [
+            (1, 1),
+            (3, 576),
+            (1, 4096),
+            (1000, 37),
+            (9, 1025),
+            (2, 100_003),
+        ] {
+            let x: Vec<f32> = normal(rng, n_rows * n_cols, 1.0)
+                .into_iter()
+                .map(|v| v + 0.5)
+                .collect();
+            let mut cpu = vec![0.0; n_rows];
+            twin(&mut cpu, &x, n_cols);
+            let mut out = poisoned(g, n_rows);
+            gpu(g, &mut out.as_view_mut(), &up(g, &x).as_view(), n_cols).unwrap();
+            let what = format!("{name}, {n_rows} rows of {n_cols}");
+            assert_close(&what, &down(g, &out), &cpu, LONG_REDUCTION);
+        }
     }
 }
 

@@ -161,7 +161,8 @@ pub fn gemv_swiglu_bf16(out: &mut [f32], x: &[f32], w_gate: &[u16], w_up: &[u16]
 }
 
 /// `out[t, o] = sum_i x[t, i] * w[o, i] + bias[o]` for many tokens, weights in bf16: the
-/// twin of the GPU's SIMT GEMM (the prefill runs `gemm_mma_bf16`, below).
+/// product every GEMM twin is (the lesson's SIMT `gemm_step1_simt_bf16`; the prefill's
+/// `gemm_mma_bf16`, below, with its input rounded to bf16).
 ///
 /// - `out`: `[n, n_out]`
 /// - `x`: `[n, n_in]`
@@ -912,6 +913,39 @@ pub fn penalize_f32(logits: &mut [f32], entries: &[u32], penalties: &[f32], voca
             *l -= presence + frequency * generated as f32;
         }
     }
+}
+
+/// The lesson's GEMM step 1 (SIMT tiles in shared memory): `out = x w^T + bias`. Its twin
+/// is the product itself, `gemm_bf16`.
+pub fn gemm_step1_simt_bf16(
+    out: &mut [f32],
+    x: &[f32],
+    w: &[u16],
+    bias: Option<&[f32]>,
+    n_in: usize,
+) {
+    gemm_bf16(out, x, w, bias, n_in);
+}
+
+/// The sum of each row, in f64, rounded once: the twin of the lesson's reduction steps,
+/// which sum in f32 in another order (a tree), so the tests compare with a tolerance.
+///
+/// - `out`: `[n_rows]`
+/// - `x`: `[n_rows, n_cols]`
+fn row_sums_f32(out: &mut [f32], x: &[f32], n_cols: usize) {
+    for (o, row) in out.iter_mut().zip(x.chunks_exact(n_cols)) {
+        *o = row.iter().map(|&v| v as f64).sum::<f64>() as f32;
+    }
+}
+
+/// The lesson's reduction step 1 (a warp per row): each row's sum.
+pub fn sum_step1_warp_f32(out: &mut [f32], x: &[f32], n_cols: usize) {
+    row_sums_f32(out, x, n_cols);
+}
+
+/// The lesson's reduction step 2 (a block per row): each row's sum.
+pub fn sum_step2_block_f32(out: &mut [f32], x: &[f32], n_cols: usize) {
+    row_sums_f32(out, x, n_cols);
 }
 
 #[cfg(test)]

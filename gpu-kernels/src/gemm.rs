@@ -1,7 +1,9 @@
 //! GEMM: many tokens' activations times a bf16 weight matrix, tiled through shared memory so
 //! each weight loaded from memory serves 64 tokens. The first step of the lesson, in plain
 //! SIMT arithmetic (16 TFLOP/s on an H200); the prefill runs `gemm_mma_bf16`, its
-//! tensor-core successor, about fifteen times faster.
+//! tensor-core successor, about fifteen times faster, or on Hopper `gemm_wgmma_bf16`.
+//! Nothing in the forward pass launches this one (`BENCHMARKS.md` calls it `gemm_bf16` up to
+//! round 21).
 
 use crate::device::{
     bf16_to_f32, block_idx_x, block_idx_y, dynamic_shared, sync_threads, thread_idx_x, thread_idx_y,
@@ -22,7 +24,7 @@ const TN: usize = 4;
 
 /// `out[t, o] = sum_i x[t, i] * w[o, i] + bias[o]`.
 ///
-/// The first step of the lesson's GEMM, kept and tested: the prompt runs `gemm_wgmma_bf16`
+/// Step 1 of the lesson's GEMM, kept and tested: the prompt runs `gemm_wgmma_bf16`
 /// (or `gemm_mma_bf16`), batched decode `gemm_skinny_bf16`.
 ///
 /// - `out`: `[n, n_out]` f32
@@ -42,7 +44,7 @@ const TN: usize = 4;
 /// # Safety
 /// The host's launch wrapper checks the preconditions.
 #[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn gemm_bf16(
+pub unsafe extern "gpu-kernel" fn gemm_step1_simt_bf16(
     out: *mut f32,
     x: *const f32,
     w: *const u16,

@@ -1,7 +1,7 @@
 //! GEMM on tensor cores with `mma.sync`: the prompt's matmuls on Ampere and Ada (Hopper runs
 //! `gemm_wgmma_bf16`, which builds on this one).
 //!
-//! The SIMT `gemm_bf16` does one multiply-add per thread per instruction; here one warp-wide
+//! The SIMT `gemm_step1_simt_bf16` does one multiply-add per thread per instruction; here one warp-wide
 //! `mma` instruction does 16 x 8 x 16 = 2048 of them. The kernel is the classic Ampere
 //! shape: a block tile of the output, staged through shared memory in steps along the
 //! reduction by asynchronous copies (`cp.async`, global to shared without passing through

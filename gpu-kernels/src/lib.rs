@@ -45,6 +45,7 @@ pub mod residual;
 pub mod rmsnorm;
 pub mod rope;
 pub mod sample;
+pub mod sum_steps;
 pub mod swiglu;
 /// Launch shapes shared with the host, which compiles the same file (`include!`).
 pub mod tiles;

@@ -1,5 +1,6 @@
-//! `gemm_bf16`: the SIMT GEMM, the first step of the lesson (the prefill runs the
-//! tensor-core ones).
+//! `gemm_step1_simt_bf16`: the SIMT GEMM, the first step of the lesson. Nothing in the
+//! forward pass launches it (the prefill runs the tensor-core ones); `rustle bench --lesson`
+//! times it beside them.
 
 use cudarc::driver::LaunchConfig;
 
@@ -12,7 +13,7 @@ impl Gpu {
     /// Many tokens through a linear layer: out `[n, n_out]`, x `[n, n_in]`,
     /// w `[n_out, n_in]` bf16, bias `[n_out]` or none.
     #[allow(clippy::too_many_arguments)]
-    pub fn gemm_bf16(
+    pub fn gemm_step1_simt_bf16(
         &self,
         out: &mut Out<f32>,
         x: &In<f32>,
@@ -31,11 +32,11 @@ impl Gpu {
         };
         let (n, n_in, n_out) = (u32_of(n, "n"), u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
         let traffic = traffic::gemm_bf16(n as usize, n_in as usize, n_out as usize, bias.is_some());
-        let mut b = self.launcher(&self.kernels.gemm_bf16);
+        let mut b = self.launcher(&self.kernels.gemm_step1_simt_bf16);
         b.arg(out).arg(x).arg(w).arg_or_null(bias);
         b.arg(&n).arg(&n_in).arg(&n_out);
         // SAFETY: shapes checked; block (16, 16), the grid covers the output in 64 x 64
         // tiles, and the two shared tiles get their 8320 bytes.
-        self.timed("gemm_bf16", traffic, || unsafe { b.launch(cfg) })
+        self.timed("gemm_step1_simt_bf16", traffic, || unsafe { b.launch(cfg) })
     }
 }

@@ -22,6 +22,7 @@ pub mod residual;
 pub mod rmsnorm;
 pub mod rope;
 pub mod sample;
+pub mod sum_steps;
 pub mod swiglu;
 pub mod table;
 

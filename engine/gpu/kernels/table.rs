@@ -47,7 +47,7 @@ kernel_table!(
     gemv_swiglu_bf16,
     gemv_step1_thread_per_row_bf16,
     gemv_step2_warp_per_row_bf16,
-    gemm_bf16,
+    gemm_step1_simt_bf16,
     gemm_mma_bf16,
     gemm_skinny_bf16,
     gemm_skinny_reduce_f32,
@@ -88,7 +88,9 @@ kernel_table!(
     gemv_q6_k,
     dequant_q6_k,
     gemv_fp8,
-    dequant_fp8;
+    dequant_fp8,
+    sum_step1_warp_f32,
+    sum_step2_block_f32;
     optional: gemm_wgmma_bf16,
 );
 
