@@ -117,7 +117,7 @@ echo "finished $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $failed commands failed" >>"
 cat >"$out/FILL.txt" <<'EOF'
 Where each figure of this run goes. The book quotes BENCHMARKS.md only (tests/docs.rs checks
 every quoted figure, command, round and date against it), so: first the figures into
-BENCHMARKS.md's round "22. The lesson ...", in place of its paragraph "The lesson's GPU
+BENCHMARKS.md's round "24. The lesson ...", in place of its paragraph "The lesson's GPU
 steps: not measured yet." (date and GPU from RUN.txt, the command from the first line of
 each file), then into docs/figures.md (each row: the figure in double quotes, the date, H200,
 the command, "round 24"; the heading's date must be the figure's date) and the chapters'
