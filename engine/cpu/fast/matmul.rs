@@ -311,6 +311,9 @@ fn gemm_rows(
     lo: usize,
     hi: usize,
 ) {
+    // The tiles' multiply is AVX-512 BF16's: `use_gemm` never picks them elsewhere.
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (xb, out);
     let n_in = w.cols;
     let pairs = n_in.div_ceil(2);
     s.fit(n_in);
