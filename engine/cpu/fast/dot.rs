@@ -8,8 +8,14 @@
 //!
 //! where `xs[j]` is run j's activations summed (`xd * sum xq`). The first sum is integer
 //! work: u8 codes times i8 activations, four products at a time into i32 lanes (AVX-512
-//! VNNI's `vpdpbusd`), a lane group of four per run of 16.
+//! VNNI's `vpdpbusd`), a lane group of four per run of 16. On Arm a run of 16 is one NEON
+//! register and its product four i32 lanes, made by whichever instruction the CPU has:
+//! `usdot` (i8mm: u8 times i8, as `vpdpbusd`), `sdot` (dotprod: i8 times i8, so the codes
+//! are shifted by -128 and 128 times the activations' sum added back), or widening
+//! multiplies (plain NEON).
 
+#[cfg(target_arch = "aarch64")]
+use std::arch::aarch64::*;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
@@ -233,6 +239,144 @@ pub unsafe fn dot_codes_vnni(
     sum + dot_f32(offset, xs)
 }
 
+/// `dot_codes` on NEON, with `run(u, x)` the integer product of one run of 16 codes and 16
+/// activations as four i32 lanes (their sum the run's product; exact: at most 16 * 255 * 128
+/// in magnitude). Four runs a step, each into its own f32 accumulator, scaled by its weight
+/// scale times its activation scale (one lane of a four-run vector of them).
+///
+/// # Safety
+/// `u.len()` a multiple of 32, the other slices as `dot_codes` says; `run` reads 16 values
+/// at each pointer it is given.
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+unsafe fn dot_codes_runs(
+    u: &[u8],
+    scale: &[f32],
+    offset: &[f32],
+    xq: &[i8],
+    xd: &[f32],
+    xs: &[f32],
+    run: impl Fn(*const u8, *const i8) -> int32x4_t,
+) -> f32 {
+    let n = u.len();
+    debug_assert!(n.is_multiple_of(32) && xq.len() >= n && scale.len() >= n / RUN);
+    debug_assert!(xd.len() >= n / RUN);
+    // SAFETY (all loads): i + 64 <= n (32 in the tail), and the runs' arrays hold n / 16
+    // values, as the caller promises.
+    let sum = unsafe {
+        let (u, xq, s, d) = (u.as_ptr(), xq.as_ptr(), scale.as_ptr(), xd.as_ptr());
+        let p = |i: usize| vcvtq_f32_s32(run(u.add(i), xq.add(i)));
+        let mut acc = [vdupq_n_f32(0.0); 4];
+        let mut i = 0;
+        while i + 64 <= n {
+            let j = i / RUN;
+            let sd = vmulq_f32(vld1q_f32(s.add(j)), vld1q_f32(d.add(j)));
+            acc[0] = vfmaq_laneq_f32::<0>(acc[0], p(i), sd);
+            acc[1] = vfmaq_laneq_f32::<1>(acc[1], p(i + 16), sd);
+            acc[2] = vfmaq_laneq_f32::<2>(acc[2], p(i + 32), sd);
+            acc[3] = vfmaq_laneq_f32::<3>(acc[3], p(i + 48), sd);
+            i += 64;
+        }
+        if i < n {
+            // One block of 32 left: two runs.
+            let j = i / RUN;
+            let sd = vmul_f32(vld1_f32(s.add(j)), vld1_f32(d.add(j)));
+            acc[0] = vfmaq_lane_f32::<0>(acc[0], p(i), sd);
+            acc[1] = vfmaq_lane_f32::<1>(acc[1], p(i + 16), sd);
+        }
+        vaddvq_f32(vaddq_f32(
+            vaddq_f32(acc[0], acc[1]),
+            vaddq_f32(acc[2], acc[3]),
+        ))
+    };
+    sum + dot_f32(offset, xs)
+}
+
+/// `dot_codes` with i8mm's `usdot`: a run of 16 codes times activations in one instruction.
+///
+/// # Safety
+/// The CPU must have NEON and i8mm, and `u.len()` must be a multiple of 32, the other slices
+/// as `dot_codes` says.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon,i8mm")]
+pub unsafe fn dot_codes_usdot(
+    u: &[u8],
+    scale: &[f32],
+    offset: &[f32],
+    xq: &[i8],
+    xd: &[f32],
+    xs: &[f32],
+) -> f32 {
+    use super::neon::usdot;
+    // SAFETY: the caller's promises; each run reads 16 values at i < n.
+    unsafe {
+        dot_codes_runs(u, scale, offset, xq, xd, xs, |u, x| {
+            usdot(vdupq_n_s32(0), vld1q_u8(u), vld1q_s8(x))
+        })
+    }
+}
+
+/// `dot_codes` with dotprod's `sdot`, which multiplies i8 by i8: the codes shifted to i8 (the
+/// top bit flipped: u - 128), and the 128 they lost times the run's activations added back,
+/// the activations' sum a second `sdot` against ones. Exact, as the others: u . x =
+/// (u - 128) . x + 128 * (1 . x).
+///
+/// # Safety
+/// The CPU must have NEON and dotprod, and `u.len()` must be a multiple of 32, the other
+/// slices as `dot_codes` says.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon,dotprod")]
+pub unsafe fn dot_codes_sdot(
+    u: &[u8],
+    scale: &[f32],
+    offset: &[f32],
+    xq: &[i8],
+    xd: &[f32],
+    xs: &[f32],
+) -> f32 {
+    use super::neon::sdot;
+    let (flip, ones, zero) = (vdupq_n_u8(0x80), vdupq_n_s8(1), vdupq_n_s32(0));
+    // SAFETY: the caller's promises; each run reads 16 values at i < n.
+    unsafe {
+        dot_codes_runs(u, scale, offset, xq, xd, xs, |u, x| {
+            let x = vld1q_s8(x);
+            let shifted = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(u), flip));
+            let sum = sdot(zero, ones, x);
+            vaddq_s32(sdot(zero, shifted, x), vshlq_n_s32::<7>(sum))
+        })
+    }
+}
+
+/// `dot_codes` on plain NEON: codes and activations widened to i16, where each product fits
+/// (255 * -128 = -32640), multiplied 8 at a time, and neighbouring products added in pairs
+/// into the four i32 lanes.
+///
+/// # Safety
+/// The CPU must have NEON, and `u.len()` must be a multiple of 32, the other slices as
+/// `dot_codes` says.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+pub unsafe fn dot_codes_neon(
+    u: &[u8],
+    scale: &[f32],
+    offset: &[f32],
+    xq: &[i8],
+    xd: &[f32],
+    xs: &[f32],
+) -> f32 {
+    // SAFETY: the caller's promises; each run reads 16 values at i < n.
+    unsafe {
+        dot_codes_runs(u, scale, offset, xq, xd, xs, |u, x| {
+            let (u, x) = (vld1q_u8(u), vld1q_s8(x));
+            let u_lo = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(u)));
+            let u_hi = vreinterpretq_s16_u16(vmovl_high_u8(u));
+            let lo = vmulq_s16(u_lo, vmovl_s8(vget_low_s8(x)));
+            let hi = vmulq_s16(u_hi, vmovl_high_s8(x));
+            vpadalq_s16(vpaddlq_s16(lo), hi)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,12 +432,29 @@ mod tests {
             let got = dot_codes(&u, &scale, &offset, xq, xd, xs);
             let tol = 1e-4 * (1.0 + want.abs());
             assert!((got as f64 - want).abs() < tol, "{cols}: {got} vs {want}");
+            #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx512vnni")
                 && std::arch::is_x86_feature_detected!("avx512vl")
             {
                 // SAFETY: the features are there; lengths as the function asks.
                 let fast = unsafe { dot_codes_vnni(&u, &scale, &offset, xq, xd, xs) };
                 assert!((fast as f64 - want).abs() < tol, "{cols}: {fast} vs {want}");
+            }
+            #[cfg(target_arch = "aarch64")]
+            {
+                use std::arch::is_aarch64_feature_detected as has;
+                type Form = unsafe fn(&[u8], &[f32], &[f32], &[i8], &[f32], &[f32]) -> f32;
+                let forms: [(&str, bool, Form); 3] = [
+                    ("usdot", has!("i8mm"), dot_codes_usdot),
+                    ("sdot", has!("dotprod"), dot_codes_sdot),
+                    ("neon", has!("neon"), dot_codes_neon),
+                ];
+                for (name, _, form) in forms.into_iter().filter(|f| f.1) {
+                    // SAFETY: the CPU has the form's features; lengths as the function asks.
+                    let fast = unsafe { form(&u, &scale, &offset, xq, xd, xs) };
+                    let msg = format!("{name}, {cols}: {fast} vs {want}");
+                    assert!((fast as f64 - want).abs() < tol, "{msg}");
+                }
             }
         }
     }

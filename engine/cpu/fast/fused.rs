@@ -313,6 +313,7 @@ unsafe fn blocks_bf16(
 }
 
 /// Q4_K's eight 6-bit (scale, min) pairs (`unpack::k_scale_min`'s layout).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn k_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     let mut sc = [0u8; 8];

@@ -7,7 +7,8 @@
 //! - a few tokens (decode): one integer dot product per row and token against the activations
 //!   quantized to 8 bits, with the row's unpacking fused in for the common block types
 //!   (`fused.rs`, AVX-512 VNNI); otherwise each row unpacked once to codes (`unpack.rs`) and
-//!   dotted with each token (`dot.rs`); float-typed weights take an f32 dot product instead;
+//!   dotted with each token (`dot.rs`, NEON's dot products on Arm); float-typed weights take
+//!   an f32 dot product instead;
 //! - many tokens (prefill), where the CPU has AVX-512 BF16: tiles of 32 rows unpacked to
 //!   bf16 and multiplied with the tokens in bf16 (`gemm.rs`).
 
@@ -265,7 +266,7 @@ fn unpack(f: Features, w: &Matrix, r: usize, u: &mut [u8], scale: &mut [f32], of
     unpack_row(w, r, u, scale, offset)
 }
 
-/// `dot_codes`, with VNNI where the CPU has it.
+/// `dot_codes`, with VNNI where the CPU has it, or on Arm the best NEON form it has.
 fn dot(
     f: Features,
     u: &[u8],
@@ -279,6 +280,21 @@ fn dot(
     if f.vnni {
         // SAFETY: the CPU has the features (`Features`); the lengths are one row's.
         return unsafe { super::dot::dot_codes_vnni(u, scale, offset, xq, xd, xs) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        use super::dot::{dot_codes_neon, dot_codes_sdot, dot_codes_usdot};
+        // SAFETY (each): the CPU has the form's features (`Features`); the lengths are one
+        // row's, a multiple of 32 as every quantized row is.
+        if f.i8mm {
+            return unsafe { dot_codes_usdot(u, scale, offset, xq, xd, xs) };
+        }
+        if f.dotprod {
+            return unsafe { dot_codes_sdot(u, scale, offset, xq, xd, xs) };
+        }
+        if f.neon {
+            return unsafe { dot_codes_neon(u, scale, offset, xq, xd, xs) };
+        }
     }
     let _ = f;
     dot_codes(u, scale, offset, xq, xd, xs)
@@ -295,6 +311,9 @@ fn gemm_rows(
     lo: usize,
     hi: usize,
 ) {
+    // The tiles' multiply is AVX-512 BF16's: `use_gemm` never picks them elsewhere.
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (xb, out);
     let n_in = w.cols;
     let pairs = n_in.div_ceil(2);
     s.fit(n_in);
@@ -432,16 +451,31 @@ mod tests {
     #[test]
     fn every_type_and_kernel_matches_the_reference_matmul() {
         let have = Features::detect();
-        let mut paths = vec![Features::default()];
-        if have.avx2 {
-            paths.push(Features {
-                avx2: true,
-                ..Default::default()
-            });
+        // The portable forms, then each step up to what the CPU has: on x86 AVX2 alone; on
+        // Arm plain NEON, then with `sdot`, then (with i8mm) `usdot`.
+        let none = Features::default();
+        let mut paths = vec![none];
+        for f in [
+            Features {
+                avx2: have.avx2,
+                ..none
+            },
+            Features {
+                neon: have.neon,
+                ..none
+            },
+            Features {
+                neon: have.neon,
+                dotprod: have.dotprod,
+                ..none
+            },
+            have,
+        ] {
+            if !paths.contains(&f) {
+                paths.push(f);
+            }
         }
-        if have != Features::default() {
-            paths.push(have);
-        }
+        eprintln!("kernel paths checked: {paths:?}");
         let mut rng = StdRng::seed_from_u64(5);
         let mut input = Input::default();
         for dtype in TYPES {

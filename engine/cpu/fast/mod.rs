@@ -6,8 +6,9 @@
 //! bits. Every quantized type is read through one form (`unpack`: 8-bit codes with a scale
 //! and offset per 16 values), so two kernels serve them all: for a few tokens an integer dot
 //! product against activations quantized per 32 to 8 bits (`dot`; `fused` with the unpacking
-//! in registers for the common types, AVX-512 VNNI where present), for many tokens bf16 tiles
-//! (`gemm`, AVX-512 BF16 where present); plain Rust elsewhere (`cpu_features` says which).
+//! in registers for the common types, AVX-512 VNNI where present; on Arm NEON's `usdot` or
+//! `sdot`, `neon` wrapping the two instructions), for many tokens bf16 tiles (`gemm`, AVX-512
+//! BF16 where present); plain Rust elsewhere (`cpu_features` says which).
 //! `matmul` splits every matrix's rows over the pool's threads; `attention` reads a bf16 KV
 //! cache (`kv`); `forward` is the pass, in the reference's order; `timed` times its steps for
 //! the profiler. The two kernels round differently, so a batch-invariant mode picks a token's
@@ -22,6 +23,8 @@ pub mod gemm;
 pub mod kv;
 pub mod math;
 pub mod matmul;
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
 pub mod timed;
 pub mod unpack;
 pub mod weights;
