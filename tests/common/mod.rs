@@ -118,12 +118,20 @@ pub fn check_case(runner: &mut Runner, tok: &Tokenizer, case: &Case, tol: &Toler
         let Some(row) = logits.get(top.position) else {
             continue; // past a tolerated divergence
         };
-        assert_eq!(
-            argmax_f32(row),
-            top.ids[0],
-            "top-1 at position {}",
-            top.position
-        );
+        // The best token must be transformers' best unless the two best are a near-tie
+        // there (the logits themselves are held to `tol.logit` below either way).
+        let margin = match top.logits[..] {
+            [first, second, ..] => first - second,
+            _ => f32::INFINITY,
+        };
+        if margin >= tol.near_tie {
+            assert_eq!(
+                argmax_f32(row),
+                top.ids[0],
+                "top-1 at position {} (margin {margin})",
+                top.position
+            );
+        }
         for (&id, &want) in top.ids.iter().zip(&top.logits) {
             let err = (row[id as usize] - want).abs();
             worst = worst.max(err);
