@@ -11,22 +11,23 @@
 //! stamped out per type by `quant_kernels!` at the end of the file.
 
 use crate::device::{
-    WARP, block_dim_x, block_idx_x, fma, global_idx_x, ld_nc_v4, pack_bf16x2, st_v4, thread_idx_x,
-    wait_for_previous_kernel, warp_sum,
+    WARP, block_dim_x, block_idx_x, dynamic_shared, fma, global_idx_x, pack_bf16x2, st_v4,
+    sync_threads, thread_idx_x, wait_for_previous_kernel, warp_sum,
 };
+use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, ld_shared_v4, shared_addr};
 use crate::quant_blocks::{Blocks, Fp8, GROUP, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
-use crate::tiles::{QUANT_MAX_TOKENS, QUANT_ROWS_PER_WARP};
+use crate::tiles::{QUANT_MAX_TOKENS, QUANT_ROWS_PER_WARP, QUANT_STAGE_STRIDE};
 use crate::unroll::unroll;
 
-/// `sum_i w[i] * x[i]` over eight weights and the eight activations at `x` (two 16-byte
-/// loads), in two partial sums so that the adds do not all wait on each other.
+/// `sum_i w[i] * x[i]` over eight weights and the eight activations at shared address `x`
+/// (two 16-byte loads), in two partial sums so that the adds do not all wait on each other.
 ///
 /// # Safety
-/// `x` is 16-byte aligned and holds 8 floats, read-only during the kernel.
+/// `x` is a 16-byte aligned shared address with 32 bytes to read.
 #[inline(always)]
-unsafe fn dot8(w: &[f32; 8], x: *const f32) -> f32 {
+unsafe fn dot8_shared(w: &[f32; 8], x: u32) -> f32 {
     // SAFETY: the caller's guarantee.
-    let (a, b) = unsafe { (ld_nc_v4(x as *const u32), ld_nc_v4(x.add(4) as *const u32)) };
+    let (a, b) = unsafe { (ld_shared_v4(x), ld_shared_v4(x + 16)) };
     let mut s = [0.0f32; 2];
     unroll!(i < 4 => {
         s[0] = fma(w[i], f32::from_bits(a[i]), s[0]);
@@ -53,18 +54,26 @@ unsafe fn row_scale<B: Blocks>(row_scales: *const f32, row: usize) -> f32 {
 /// for tokens `t < n_tokens`.
 ///
 /// Thread mapping: each warp takes `QUANT_ROWS_PER_WARP` consecutive rows (the block's warps
-/// consecutive pairs); lane `l` takes groups `l, l + 32, ...` of every row. A lane loads
-/// its groups of all the warp's rows before decoding any, so that several loads are in
-/// flight, decodes each to 32 floats once, and multiplies them by every token's
-/// activations: the weights are read once for all the tokens. The lanes meet in a shuffle
-/// reduction per (row, token).
+/// consecutive runs of them); lane `l` takes groups `l, l + 32, ...` of every row. The block
+/// walks the columns in stages of 32 groups (1024 columns, one group a lane): the threads
+/// copy the stage's activations of every token into shared memory (`cp.async`) while each
+/// lane's loads of its group of every row are in flight, then each lane decodes its group
+/// to 32 floats once and multiplies them by every token's activations: the weights are read
+/// once for all the tokens. The lanes meet in a shuffle reduction per (row, token).
+///
+/// Why shared memory: read from global memory, a lane's activations lie 128 bytes from its
+/// neighbour's, so every 16-byte load of the warp touched 32 cache lines, and the L1 cache
+/// spent more time on the activations than the memory did on the weights. In shared memory,
+/// each group of 32 floats is followed by 4 of padding (`QUANT_STAGE_STRIDE`), so that the
+/// lanes of a quarter-warp read 16 bytes each from eight different bank quads.
 ///
 /// # Safety
 /// `n_in % 32 == 0` and a whole number of blocks; `w` is `[n_out, n_in / BLOCK_LEN]`
 /// blocks, aligned as `Blocks::load` asks; `x` is `[n_tokens, n_in]`, 16-byte aligned;
 /// `out` is `[n_tokens, out_stride]` (this matrix's rows at columns `0..n_out`);
 /// `row_scales` and `bias` are null or `[n_out]`; `n_tokens <= QUANT_MAX_TOKENS`; `x` does
-/// not overlap `out`.
+/// not overlap `out`; the launch gives `n_tokens * 32 * QUANT_STAGE_STRIDE` floats of
+/// dynamic shared memory.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn gemv_blocks<B: Blocks>(
@@ -84,42 +93,76 @@ unsafe fn gemv_blocks<B: Blocks>(
     let lane = thread_idx_x() % WARP;
     let warp = block_idx_x() * (block_dim_x() / WARP) + thread_idx_x() / WARP;
     let first = warp * R;
-    if first >= n_out {
-        return;
-    }
+    // A warp past the matrix still stages activations for the others, and meets them at
+    // every barrier; it loads nothing of its own and writes nothing.
+    let live = first < n_out;
     let row_bytes = n_in / B::BLOCK_LEN * B::BLOCK_BYTES;
     // Rows past the matrix read its last row again and write nothing.
     let mut rows = [w; R];
     unroll!(r < R => {
         rows[r] = w.wrapping_add((first + r).min(n_out - 1) * row_bytes);
     });
+    // [n_tokens][32 groups][QUANT_STAGE_STRIDE] f32
+    let stage = shared_addr(dynamic_shared::<f32>());
+    let groups = n_in / GROUP;
     let mut acc = [[0.0f32; QUANT_MAX_TOKENS]; R];
-    let mut g = lane;
-    while g < n_in / GROUP {
-        // Every row's loads first, so that they are in flight together.
+    let mut g0 = 0;
+    while g0 < groups {
+        let g = g0 + lane;
+        let mine = live && g < groups;
+        // This lane's loads first (a group past the row reads the row's first group of the
+        // stage and is not used), so that they are in flight during the copies.
         let mut raw = [core::mem::MaybeUninit::<B::Raw>::uninit(); R];
         unroll!(r < R => {
-            // SAFETY: g < n_in / 32 of a row inside the matrix (the preconditions).
-            raw[r].write(unsafe { B::load(rows[r], g) });
+            // SAFETY: g or g0 < n_in / 32 of a row inside the matrix (the preconditions).
+            raw[r].write(unsafe { B::load(rows[r], if g < groups { g } else { g0 }) });
         });
-        // SAFETY: every element was written just above.
-        let raw = raw.map(|r| unsafe { r.assume_init() });
-        unroll!(k < 4 => {
-            let mut w = [[0.0f32; 8]; R];
-            unroll!(r < R => {
-                w[r] = B::decode8(&raw[r], k);
+        // The stage's activations, 16 bytes a copy: token t's group j, quarter q.
+        let stage_groups = (groups - g0).min(WARP);
+        let copies = n_tokens * stage_groups * 8;
+        let mut c = thread_idx_x();
+        while c < copies {
+            let (t, j, q) = (c / (stage_groups * 8), c / 8 % stage_groups, c % 8);
+            let at = ((t * WARP + j) * QUANT_STAGE_STRIDE + 4 * q) as u32;
+            // SAFETY: t < n_tokens and g0 + j < groups: inside x, 16-byte aligned; the
+            // shared offset is inside the launch's shared memory (preconditions).
+            unsafe {
+                let src = x.add(t * n_in + (g0 + j) * GROUP + 4 * q);
+                cp_async_16(stage + 4 * at, src, true);
+            }
+            c += block_dim_x();
+        }
+        cp_async_commit();
+        cp_async_wait::<0>();
+        // SAFETY: every thread of the block reaches both barriers of every stage (the loop
+        // bounds are the same for all).
+        unsafe { sync_threads() };
+        if mine {
+            // SAFETY: every element was written just above.
+            let raw = raw.map(|r| unsafe { r.assume_init() });
+            unroll!(k < 4 => {
+                let mut w = [[0.0f32; 8]; R];
+                unroll!(r < R => {
+                    w[r] = B::decode8(&raw[r], k);
+                });
+                unroll!(t < QUANT_MAX_TOKENS => {
+                    if t < n_tokens {
+                        let at = (t * WARP + lane) * QUANT_STAGE_STRIDE + 8 * k;
+                        let xt = stage + 4 * at as u32;
+                        unroll!(r < R => {
+                            // SAFETY: token t's eight floats of this group, staged above.
+                            acc[r][t] += unsafe { dot8_shared(&w[r], xt) };
+                        });
+                    }
+                });
             });
-            unroll!(t < QUANT_MAX_TOKENS => {
-                if t < n_tokens {
-                    // SAFETY: token t's weights 32g + 8k.. are inside x.
-                    let xt = unsafe { x.add(t * n_in + g * GROUP + 8 * k) };
-                    unroll!(r < R => {
-                        acc[r][t] += unsafe { dot8(&w[r], xt) };
-                    });
-                }
-            });
-        });
-        g += WARP;
+        }
+        // SAFETY: as above; the next stage overwrites what this one read.
+        unsafe { sync_threads() };
+        g0 += WARP;
+    }
+    if !live {
+        return;
     }
     unroll!(r < R => {
         let row = first + r;

@@ -131,3 +131,11 @@ pub const REDUCE_MAX_PARTS: usize = 8;
 pub const QUANT_MAX_TOKENS: usize = 8;
 /// Quantized GEMV: output rows per warp, which share each load of the activations.
 pub const QUANT_ROWS_PER_WARP: usize = 2;
+/// Quantized GEMV: floats a group of 32 activations takes in shared memory, 4 of them
+/// padding (the lanes' 16-byte reads then fall in different banks).
+pub const QUANT_STAGE_STRIDE: usize = 36;
+/// Quantized GEMV: bytes of dynamic shared memory for `n_tokens` tokens' stage of 32 groups.
+pub const fn quant_stage_bytes(n_tokens: usize) -> usize {
+    n_tokens * 32 * QUANT_STAGE_STRIDE * 4
+}
+const _: () = assert!(quant_stage_bytes(QUANT_MAX_TOKENS) <= 48 * 1024);

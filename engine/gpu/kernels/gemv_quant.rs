@@ -8,7 +8,7 @@ use super::table::Kernels;
 use super::{In, Out, aligned16, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::gpu::tiles::{QUANT_MAX_TOKENS, QUANT_ROWS_PER_WARP};
+use crate::gpu::tiles::{QUANT_MAX_TOKENS, QUANT_ROWS_PER_WARP, quant_stage_bytes};
 use crate::traffic::Traffic;
 use crate::weights::blocks::BlockType;
 
@@ -127,7 +127,9 @@ impl Gpu {
         let cfg = LaunchConfig {
             grid_dim: (n_out.div_ceil(rows_per_block) as u32, 1, 1),
             block_dim: (32 * QUANT_WARPS as u32, 1, 1),
-            shared_mem_bytes: 0,
+            // The activations' stage (`gemv_blocks`): at most 36 KiB, inside the 48 KiB a
+            // launch may take without raising the limit.
+            shared_mem_bytes: quant_stage_bytes(n_tokens) as u32,
         };
         let (func, _, name, _) = self.kernels.quant(ty);
         let traffic = Traffic {
