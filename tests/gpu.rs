@@ -37,6 +37,7 @@ const TESTS: &[(&str, Test)] = &[
         gemv_steps,
     ),
     ("kernel::gemv_swiglu_bf16", gemv_swiglu_bf16),
+    ("kernel::quantize_q8_f32", quantize_q8_f32),
     (
         "kernel::gemv_q4_0 .. gemv_fp8 (every block type)",
         gemv_blocks,
@@ -320,9 +321,40 @@ fn gemv_bf16(g: &Gpu, rng: &mut StdRng) {
     }
 }
 
-/// Every block type's GEMV against its twin: one row and rows past a block's 16, widths of
+/// The activations' 8-bit codes against the twin's, bit for bit (the same IEEE division
+/// and rounding), over several tokens' rows, with a group of zeros among them.
+fn quantize_q8_f32(g: &Gpu, rng: &mut StdRng) {
+    for n in [32, 4096, 8 * 14336] {
+        let mut x = normal(rng, n, 1.0);
+        x[..32].fill(0.0);
+        if n > 64 {
+            // A group that holds one large value, as the hidden state's outliers do.
+            x[40] = 300.0;
+        }
+        let (mut codes, mut scales) = (vec![0u8; n], vec![0f32; n / 16]);
+        rustle::cpu::quant::quantize_q8_f32(&mut codes, &mut scales, &x, n);
+        let mut codes_dev = up(g, &vec![0xaau8; n]);
+        let mut scales_dev = poisoned(g, n / 16);
+        g.quantize_q8_f32(
+            &mut codes_dev.as_view_mut(),
+            &mut scales_dev.as_view_mut(),
+            &up(g, &x).as_view(),
+            n,
+        )
+        .unwrap();
+        assert!(down(g, &codes_dev) == codes, "{n} values: the codes differ");
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert!(
+            bits(&down(g, &scales_dev)) == bits(&scales),
+            "{n} values: the scales differ"
+        );
+    }
+}
+
+/// Every block type's GEMV against its twin: one row and rows past a block's 4, widths of
 /// one block to a down projection's, 1 to 8 tokens, a wider output row (`out_stride`), bias
-/// and accumulation. Columns past `n_out` must stay as they were (poison).
+/// and accumulation. The GGUF types take the activations as the twin's codes; fp8 as
+/// floats. Columns past `n_out` must stay as they were (poison).
 fn gemv_blocks(g: &Gpu, rng: &mut StdRng) {
     for ty in BlockType::ALL {
         let shapes: &[(usize, usize, usize, usize, bool, bool)] = &[
@@ -331,6 +363,7 @@ fn gemv_blocks(g: &Gpu, rng: &mut StdRng) {
             (4096, 100, 1, 100, false, true),
             (14336, 33, 8, 33, false, true),
             (2048, 16, 5, 17, true, true),
+            (768, 7, 2, 9, true, true),
         ];
         for &(n_in, n_out, n_tokens, stride, bias, accumulate) in shapes {
             let (w, scales) =
@@ -343,41 +376,70 @@ fn gemv_blocks(g: &Gpu, rng: &mut StdRng) {
                 vec![f32::NAN; n_tokens * stride]
             };
             let mut cpu = start.clone();
-            rustle::cpu::quant::gemv_blocks(
-                ty,
-                &mut cpu,
-                &x,
-                &w,
-                scales.as_deref(),
-                b.as_deref(),
-                n_tokens,
-                n_in,
-                n_out,
-                stride,
-                accumulate,
-            );
             let mut out = up(g, &start);
-            let (w_dev, x_dev) = (up(g, &w), up(g, &x));
-            let s_dev = scales.as_ref().map(|s| up(g, s));
+            let w_dev = up(g, &w);
             let b_dev = b.as_ref().map(|b| up(g, b));
-            let (s_view, b_view) = (
-                s_dev.as_ref().map(|s| s.as_view()),
-                b_dev.as_ref().map(|b| b.as_view()),
-            );
-            g.gemv_blocks(
-                ty,
-                &mut out.as_view_mut(),
-                &x_dev.as_view(),
-                &w_dev.as_view(),
-                s_view.as_ref(),
-                b_view.as_ref(),
-                n_tokens,
-                n_in,
-                n_out,
-                stride,
-                accumulate,
-            )
-            .unwrap();
+            let b_view = b_dev.as_ref().map(|b| b.as_view());
+            if ty == BlockType::Fp8 {
+                rustle::cpu::quant::gemv_fp8(
+                    &mut cpu,
+                    &x,
+                    &w,
+                    scales.as_deref(),
+                    b.as_deref(),
+                    n_tokens,
+                    n_in,
+                    n_out,
+                    stride,
+                    accumulate,
+                );
+                let s_dev = up(g, scales.as_ref().expect("fp8 row scales"));
+                g.gemv_blocks(
+                    ty,
+                    &mut out.as_view_mut(),
+                    &up(g, &x).as_view(),
+                    &w_dev.as_view(),
+                    Some(&s_dev.as_view()),
+                    b_view.as_ref(),
+                    n_tokens,
+                    n_in,
+                    n_out,
+                    stride,
+                    accumulate,
+                )
+                .unwrap();
+            } else {
+                let n = n_tokens * n_in;
+                let (mut codes, mut code_scales) = (vec![0u8; n], vec![0f32; n / 16]);
+                rustle::cpu::quant::quantize_q8_f32(&mut codes, &mut code_scales, &x, n);
+                rustle::cpu::quant::gemv_codes(
+                    ty,
+                    &mut cpu,
+                    &codes,
+                    &code_scales,
+                    &w,
+                    b.as_deref(),
+                    n_tokens,
+                    n_in,
+                    n_out,
+                    stride,
+                    accumulate,
+                );
+                g.gemv_codes(
+                    ty,
+                    &mut out.as_view_mut(),
+                    &up(g, &codes).as_view(),
+                    &up(g, &code_scales).as_view(),
+                    &w_dev.as_view(),
+                    b_view.as_ref(),
+                    n_tokens,
+                    n_in,
+                    n_out,
+                    stride,
+                    accumulate,
+                )
+                .unwrap();
+            }
             let out = down(g, &out);
             let what = format!(
                 "{ty} {n_out} x {n_in}, {n_tokens} tokens, stride {stride}, bias {bias}, accumulate {accumulate}"
@@ -1924,11 +1986,12 @@ fn profile_times_every_launch_of_a_step(g: &Gpu, _: &mut StdRng) {
     r.extend_greedy(&mut seq, &[t]).unwrap();
     let launches = g.profile_stop().unwrap();
     // Per layer: 2 norms, qkv, RoPE + cache write, attention split + combine, o_proj,
-    // gate, up, SwiGLU, down (the file's blocks: the quantized GEMV has no fused gate/up);
-    // then the embedding, the final norm, the head and the argmax.
+    // gate, up, SwiGLU, down (the file's blocks: the quantized GEMV has no fused gate/up),
+    // and the input of qkv, o_proj, gate (whose codes up reads too) and down made 8-bit
+    // codes; then the embedding, the final norm, the head with its codes, and the argmax.
     assert_eq!(
         launches.len(),
-        11 * c.n_layers + 4,
+        15 * c.n_layers + 5,
         "{:?}",
         launches.iter().map(|l| l.kernel).collect::<Vec<_>>()
     );

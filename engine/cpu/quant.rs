@@ -1,5 +1,6 @@
-//! The CPU twins of `gpu-kernels/src/gemv_quant.rs`: the quantized GEMV and dequantizer of
-//! each block type, same names and argument order, over the same bytes. Each row is decoded
+//! The CPU twins of `gpu-kernels/src/gemv_quant.rs` and `gemv_codes.rs`: the quantized
+//! GEMV and dequantizer of each block type, and the activations' 8-bit codes, same names
+//! and argument order, over the same bytes. Each row is decoded
 //! whole (`BlockType::decode_row`, the loader's dequantizers) and multiplied in f32, so the
 //! GPU's register decoding is held against the decoders that are themselves checked
 //! against the `gguf` package.
@@ -42,6 +43,61 @@ pub fn gemv_blocks(
     }
 }
 
+/// `quantize_q8_f32` on the GPU: each group of 32 values of `x[..n]` to codes
+/// `round(x / d)` (ties to even) with `d = max |x| / 127`, and `scales[g] = (d, d * sum of
+/// the codes)`: the same divisions and roundings, so the same bits.
+pub fn quantize_q8_f32(codes: &mut [u8], scales: &mut [f32], x: &[f32], n: usize) {
+    assert!(n.is_multiple_of(32) && codes.len() >= n && scales.len() >= n / 16);
+    for (g, group) in x[..n].chunks_exact(32).enumerate() {
+        let max = group.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let d = max / 127.0;
+        let mut sum = 0i32;
+        for (i, &v) in group.iter().enumerate() {
+            let q = if max > 0.0 {
+                (v / d).round_ties_even() as i32
+            } else {
+                0
+            };
+            codes[32 * g + i] = q as i8 as u8;
+            sum += q;
+        }
+        scales[2 * g] = d;
+        scales[2 * g + 1] = d * sum as f32;
+    }
+}
+
+/// `gemv_<type>` of the GGUF types on the GPU: `gemv_blocks` of the values the codes stand
+/// for (`d * code`, `quantize_q8_f32`'s `codes` `[n_tokens, n_in]` and `scales`). The GPU
+/// sums the same products in integers first, then scales them: the same sum, rounded
+/// differently.
+#[allow(clippy::too_many_arguments)]
+pub fn gemv_codes(
+    ty: BlockType,
+    out: &mut [f32],
+    codes: &[u8],
+    scales: &[f32],
+    w: &[u8],
+    bias: Option<&[f32]>,
+    n_tokens: usize,
+    n_in: usize,
+    n_out: usize,
+    out_stride: usize,
+    accumulate: bool,
+) {
+    assert!(
+        ty != BlockType::Fp8,
+        "fp8 multiplies in floats: gemv_blocks"
+    );
+    let x: Vec<f32> = codes[..n_tokens * n_in]
+        .iter()
+        .enumerate()
+        .map(|(i, &q)| scales[2 * (i / 32)] * q as i8 as f32)
+        .collect();
+    gemv_blocks(
+        ty, out, &x, w, None, bias, n_tokens, n_in, n_out, out_stride, accumulate,
+    )
+}
+
 /// Rows `rows[r]` (or r) of the matrix as f32 into `out_f32` when given, else rounded to
 /// bf16 into `out_bf16`: `dequant_blocks` on the GPU.
 #[allow(clippy::too_many_arguments)]
@@ -69,17 +125,46 @@ pub fn dequant_blocks(
     }
 }
 
-/// The twins by kernel name: `gemv_q4_k`, `dequant_q4_k`, ..., each `gemv_blocks` or
-/// `dequant_blocks` of its type.
-macro_rules! twins {
-    ($($ty:ident => $gemv:ident, $dequant:ident;)*) => {$(
-        #[doc = concat!("`gemv_blocks` over `", stringify!($ty), "` weights.")]
+/// `gemv_fp8` on the GPU: `gemv_blocks` over fp8 rows.
+#[allow(clippy::too_many_arguments)]
+pub fn gemv_fp8(
+    out: &mut [f32],
+    x: &[f32],
+    w: &[u8],
+    row_scales: Option<&[f32]>,
+    bias: Option<&[f32]>,
+    n_tokens: usize,
+    n_in: usize,
+    n_out: usize,
+    out_stride: usize,
+    accumulate: bool,
+) {
+    gemv_blocks(
+        BlockType::Fp8,
+        out,
+        x,
+        w,
+        row_scales,
+        bias,
+        n_tokens,
+        n_in,
+        n_out,
+        out_stride,
+        accumulate,
+    )
+}
+
+/// The GGUF types' GEMV twins by kernel name (`gemv_q4_k`, ...), each `gemv_codes` of its
+/// type.
+macro_rules! gemv_twins {
+    ($($ty:ident => $gemv:ident;)*) => {$(
+        #[doc = concat!("`gemv_codes` over `", stringify!($ty), "` weights.")]
         #[allow(clippy::too_many_arguments)]
         pub fn $gemv(
             out: &mut [f32],
-            x: &[f32],
+            codes: &[u8],
+            scales: &[f32],
             w: &[u8],
-            row_scales: Option<&[f32]>,
             bias: Option<&[f32]>,
             n_tokens: usize,
             n_in: usize,
@@ -87,12 +172,29 @@ macro_rules! twins {
             out_stride: usize,
             accumulate: bool,
         ) {
-            gemv_blocks(
-                BlockType::$ty, out, x, w, row_scales, bias, n_tokens, n_in, n_out, out_stride,
-                accumulate,
+            gemv_codes(
+                BlockType::$ty, out, codes, scales, w, bias, n_tokens, n_in, n_out,
+                out_stride, accumulate,
             )
         }
+    )*};
+}
 
+gemv_twins! {
+    Q4_0 => gemv_q4_0;
+    Q4_1 => gemv_q4_1;
+    Q5_0 => gemv_q5_0;
+    Q5_1 => gemv_q5_1;
+    Q8_0 => gemv_q8_0;
+    Q4K => gemv_q4_k;
+    Q5K => gemv_q5_k;
+    Q6K => gemv_q6_k;
+}
+
+/// The dequantizer twins by kernel name: `dequant_q4_k`, ..., each `dequant_blocks` of its
+/// type.
+macro_rules! dequant_twins {
+    ($($ty:ident => $dequant:ident;)*) => {$(
         #[doc = concat!("`dequant_blocks` over `", stringify!($ty), "` weights.")]
         #[allow(clippy::too_many_arguments)]
         pub fn $dequant(
@@ -109,16 +211,16 @@ macro_rules! twins {
     )*};
 }
 
-twins! {
-    Q4_0 => gemv_q4_0, dequant_q4_0;
-    Q4_1 => gemv_q4_1, dequant_q4_1;
-    Q5_0 => gemv_q5_0, dequant_q5_0;
-    Q5_1 => gemv_q5_1, dequant_q5_1;
-    Q8_0 => gemv_q8_0, dequant_q8_0;
-    Q4K => gemv_q4_k, dequant_q4_k;
-    Q5K => gemv_q5_k, dequant_q5_k;
-    Q6K => gemv_q6_k, dequant_q6_k;
-    Fp8 => gemv_fp8, dequant_fp8;
+dequant_twins! {
+    Q4_0 => dequant_q4_0;
+    Q4_1 => dequant_q4_1;
+    Q5_0 => dequant_q5_0;
+    Q5_1 => dequant_q5_1;
+    Q8_0 => dequant_q8_0;
+    Q4K => dequant_q4_k;
+    Q5K => dequant_q5_k;
+    Q6K => dequant_q6_k;
+    Fp8 => dequant_fp8;
 }
 
 /// Random blocks of `ty` for `rows` rows of `n_in` (tests and synthetic benchmark weights):
@@ -221,6 +323,35 @@ mod tests {
                 assert_eq!(out[t * stride + 3..t * stride + 5], [1.0, 1.0]);
             }
         }
+    }
+
+    /// The codes stand for x within half a step of each group's scale, the largest value of
+    /// a group is ±127, and the second scale is d times the codes' sum.
+    #[test]
+    fn quantize_q8_rounds_each_group_to_its_scale() {
+        let x: Vec<f32> = (0..96)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013)
+            .collect();
+        let (mut codes, mut scales) = (vec![0u8; 96], vec![0f32; 6]);
+        quantize_q8_f32(&mut codes, &mut scales, &x, 96);
+        for g in 0..3 {
+            let d = scales[2 * g];
+            let group = &x[32 * g..32 * g + 32];
+            let max = group.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            assert_eq!(d, max / 127.0);
+            let q: Vec<i32> = codes[32 * g..32 * g + 32]
+                .iter()
+                .map(|&c| c as i8 as i32)
+                .collect();
+            assert_eq!(q.iter().map(|q| q.abs()).max(), Some(127));
+            for (v, q) in group.iter().zip(&q) {
+                assert!((v - d * *q as f32).abs() <= 0.5 * d * 1.0001);
+            }
+            assert_eq!(scales[2 * g + 1], d * q.iter().sum::<i32>() as f32);
+        }
+        // An all-zero group has codes and scales of zero.
+        quantize_q8_f32(&mut codes, &mut scales, &[0.0; 32], 32);
+        assert!(codes[..32].iter().all(|&c| c == 0) && scales[..2] == [0.0, 0.0]);
     }
 
     #[test]

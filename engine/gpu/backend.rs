@@ -413,6 +413,17 @@ struct MatmulScratch {
     /// model's widest split matrix, `skinny_splits`) or of the warpgroup GEMM (`[k_splits,
     /// n, n_out]` for the largest split its plans make up to `max_tokens`): the larger
     parts: CudaSlice<f32>,
+    /// `[QUANT_MAX_TOKENS, max(dim, q_dim, ffn_dim)]` i8: the input of a GEMV over GGUF
+    /// blocks as 8-bit codes (`quantize_q8_f32`), made once for all the row runs of a matrix
+    codes: CudaSlice<u8>,
+    /// `[QUANT_MAX_TOKENS, max(dim, q_dim, ffn_dim) / 32][2]`: the codes' scales, (d, d times
+    /// the group's sum of codes)
+    code_scales: CudaSlice<f32>,
+    /// The last quantized GEMV left its whole input in `codes`.
+    codes_made: bool,
+    /// `codes` already hold the next quantized GEMV's input (up's, after gate's on the same
+    /// input): it skips `quantize_q8_f32`. Set by the caller for one call.
+    codes_hold_input: bool,
     /// Every matmul through the skinny kernel (whose sums for a token do not depend on the
     /// other tokens of the launch), one token too: `GpuBackend::set_batch_invariant`.
     batch_invariant: bool,
@@ -457,8 +468,13 @@ impl MatmulScratch {
             .map(|m| skinny(m).max(wgmma(m)))
             .max()
             .unwrap_or(0);
+        let widest = dim.max(q).max(ffn);
         Ok(MatmulScratch {
-            x_bf16: gpu.zeros(max_tokens * dim.max(q).max(ffn), "activations")?,
+            x_bf16: gpu.zeros(max_tokens * widest, "activations")?,
+            codes: gpu.zeros(QUANT_MAX_TOKENS * widest, "activations as 8-bit codes")?,
+            code_scales: gpu.zeros(QUANT_MAX_TOKENS * widest / 16, "the codes' scales")?,
+            codes_made: false,
+            codes_hold_input: false,
             parts: gpu.zeros(parts.max(1), "the tensor-core matmuls' split sums")?,
             w_bf16: match dequant_elements {
                 0 => None,
@@ -671,12 +687,15 @@ impl GpuBackend {
     }
 
     /// `out (+)= x w^T + bias` through the quantized GEMV: `QUANT_MAX_TOKENS` tokens a
-    /// launch, one launch per run of rows of one type.
+    /// launch, one launch per run of rows of one type. For the GGUF types the tokens are
+    /// first made 8-bit codes (`quantize_q8_f32`), once for all the runs; fp8 multiplies
+    /// the floats.
     #[allow(clippy::too_many_arguments)]
     fn gemv_blocks(
         gpu: &Gpu,
         out: &mut Out<f32>,
         x: &In<f32>,
+        mm: &mut MatmulScratch,
         w: &GpuMatrix,
         bias: Option<&In<f32>>,
         n: usize,
@@ -687,28 +706,58 @@ impl GpuBackend {
         let GpuMatrix::Blocks(parts) = w else {
             unreachable!("gemv_blocks of a bf16 matrix")
         };
+        let in_codes = parts.iter().any(|p| p.ty != BlockType::Fp8);
+        let hold = std::mem::take(&mut mm.codes_hold_input) && n <= QUANT_MAX_TOKENS;
+        mm.codes_made = in_codes && n <= QUANT_MAX_TOKENS;
         for first in (0..n).step_by(QUANT_MAX_TOKENS) {
             let tokens = (n - first).min(QUANT_MAX_TOKENS);
             let x = x.slice(first * n_in..(first + tokens) * n_in);
+            if in_codes && !hold {
+                gpu.quantize_q8_f32(
+                    &mut mm.codes.slice_mut(..tokens * n_in),
+                    &mut mm.code_scales.slice_mut(..tokens * n_in / 16),
+                    &x,
+                    tokens * n_in,
+                )?;
+            }
+            let (codes, scales) = (
+                mm.codes.slice(..tokens * n_in),
+                mm.code_scales.slice(..tokens * n_in / 16),
+            );
             let mut row = 0;
             for p in parts {
                 let start = first * n_out + row;
                 let out = &mut out.slice_mut(start..start + (tokens - 1) * n_out + p.rows);
                 let bias = bias.map(|b| b.slice(row..row + p.rows));
-                let scales = p.scales.as_ref().map(|s| s.as_view());
-                gpu.gemv_blocks(
-                    p.ty,
-                    out,
-                    &x,
-                    &p.bytes.as_view(),
-                    scales.as_ref(),
-                    bias.as_ref(),
-                    tokens,
-                    n_in,
-                    p.rows,
-                    n_out,
-                    accumulate,
-                )?;
+                let w = &p.bytes.as_view();
+                match &p.scales {
+                    Some(s) => gpu.gemv_blocks(
+                        p.ty,
+                        out,
+                        &x,
+                        w,
+                        Some(&s.as_view()),
+                        bias.as_ref(),
+                        tokens,
+                        n_in,
+                        p.rows,
+                        n_out,
+                        accumulate,
+                    )?,
+                    None => gpu.gemv_codes(
+                        p.ty,
+                        out,
+                        &codes,
+                        &scales,
+                        w,
+                        bias.as_ref(),
+                        tokens,
+                        n_in,
+                        p.rows,
+                        n_out,
+                        accumulate,
+                    )?,
+                }
                 row += p.rows;
             }
         }
@@ -780,7 +829,18 @@ impl GpuBackend {
     ) -> Result<()> {
         let bias = bias.map(|b| b.as_view());
         if Self::takes_blocks(mm, w, n, n_in * n_out) {
-            return Self::gemv_blocks(gpu, out, x, w, bias.as_ref(), n, n_in, n_out, accumulate);
+            return Self::gemv_blocks(
+                gpu,
+                out,
+                x,
+                mm,
+                w,
+                bias.as_ref(),
+                n,
+                n_in,
+                n_out,
+                accumulate,
+            );
         }
         if !mm.rounds(n) {
             let w = &w.as_bf16().expect("blocks take gemv_blocks").as_view();
@@ -818,7 +878,7 @@ impl GpuBackend {
         accumulate: bool,
     ) -> Result<()> {
         if Self::takes_blocks(mm, w, n, n_in * n_out) {
-            return Self::gemv_blocks(gpu, out, x, w, bias, n, n_in, n_out, accumulate);
+            return Self::gemv_blocks(gpu, out, x, mm, w, bias, n, n_in, n_out, accumulate);
         }
         Self::with_bf16(gpu, mm, w, n_in, n_out, |mm, w| {
             Self::gemm_rounded(gpu, out, mm, w, bias, n, n_in, n_out, accumulate)
@@ -884,7 +944,7 @@ impl GpuBackend {
         n_out: usize,
     ) -> Result<()> {
         if Self::takes_blocks(mm, w, n, n_in * n_out) {
-            return Self::gemv_blocks(gpu, x, input, w, None, n, n_in, n_out, true);
+            return Self::gemv_blocks(gpu, x, input, mm, w, None, n, n_in, n_out, true);
         }
         if !mm.rounds(n) {
             let w = &w.as_bf16().expect("blocks take gemv_blocks").as_view();
@@ -1405,14 +1465,21 @@ impl GpuBackend {
             );
         }
         let xb = &self.xb.slice(..n * dim);
-        for (out, w) in [(&mut self.gate, &lw.w_gate), (&mut self.up, &lw.w_up)] {
+        self.mm.codes_made = false;
+        for (i, (out, w)) in [(&mut self.gate, &lw.w_gate), (&mut self.up, &lw.w_up)]
+            .into_iter()
+            .enumerate()
+        {
             let out = &mut out.slice_mut(..n * ffn);
+            // Up reads the codes gate's quantized GEMV made of the same input.
+            self.mm.codes_hold_input = i == 1 && self.mm.codes_made;
             if self.mm.rounds(n) {
                 Self::gemm(g, out, xb, &mut self.mm, w, None, n, dim, ffn, false)?;
             } else {
                 Self::matmul(g, out, xb, &mut self.mm, w, None, n, dim, ffn, false)?;
             }
         }
+        self.mm.codes_hold_input = false;
         if !self.mm.rounds(n) {
             // Quantized gate and up for one token: no bf16 copy for the down GEMV.
             return g.swiglu_f32(

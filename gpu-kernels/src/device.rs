@@ -418,3 +418,59 @@ pub fn fma(a: f32, b: f32, c: f32) -> f32 {
     };
     out
 }
+
+/// `c` plus the dot product of the four bytes of `a` with the four bytes of `b`, each as a
+/// signed byte (`dp4a.s32.s32`): four multiply-adds of 8-bit codes in one instruction, the
+/// reason the quantized GEMV (`gemv_codes.rs`) quantizes its activations to 8 bits.
+#[inline(always)]
+pub fn dp4a(a: u32, b: u32, c: i32) -> i32 {
+    let out: i32;
+    // SAFETY: a register-only instruction.
+    unsafe {
+        asm!(
+            "dp4a.s32.s32 {o}, {a}, {b}, {c};",
+            o = out(reg32) out,
+            a = in(reg32) a,
+            b = in(reg32) b,
+            c = in(reg32) c,
+            options(pure, nomem, nostack),
+        )
+    };
+    out
+}
+
+/// The 32 bits at bit `shift` of the 64-bit `hi:lo` (`shf.r.clamp.b32`; a shift of 32 or
+/// more gives `hi`): a word that starts inside `lo`, out of two aligned loads.
+#[inline(always)]
+pub fn funnel_shift(lo: u32, hi: u32, shift: u32) -> u32 {
+    let out: u32;
+    // SAFETY: a register-only instruction.
+    unsafe {
+        asm!(
+            "shf.r.clamp.b32 {o}, {lo}, {hi}, {s};",
+            o = out(reg32) out,
+            lo = in(reg32) lo,
+            hi = in(reg32) hi,
+            s = in(reg32) shift,
+            options(pure, nomem, nostack),
+        )
+    };
+    out
+}
+
+/// `x` rounded to the nearest integer, ties to even (`cvt.rni.s32.f32`), as
+/// `f32::round_ties_even` rounds on the CPU.
+#[inline(always)]
+pub fn round_to_i32(x: f32) -> i32 {
+    let out: i32;
+    // SAFETY: a register-only conversion.
+    unsafe {
+        asm!(
+            "cvt.rni.s32.f32 {o}, {x};",
+            o = out(reg32) out,
+            x = in(reg32) x,
+            options(pure, nomem, nostack),
+        )
+    };
+    out
+}

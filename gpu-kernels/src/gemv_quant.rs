@@ -1,14 +1,14 @@
 //! Linear layers over quantized weights (`quant_blocks.rs`), the weights dequantized in
 //! registers on their way from memory:
-//! - `gemv_<type>`: up to `QUANT_MAX_TOKENS` tokens times the matrix, the decode step's
+//! - `gemv_fp8`: up to `QUANT_MAX_TOKENS` tokens times an fp8 matrix, the decode step's
 //!   matmul. Decode reads every weight once per token, so the fewer bytes a weight takes,
-//!   the faster the step: this is where 4-bit weights pay.
+//!   the faster the step. (The GGUF types have their own, in integers: `gemv_codes.rs`.)
 //! - `dequant_<type>`: rows of the matrix to bf16 (for the tensor-core GEMM of a prompt,
 //!   which does enough arithmetic per weight that the extra pass costs little) or to f32
 //!   (the embedding's rows for a batch's tokens).
 //!
 //! Each is written once, generic over the type (`gemv_blocks`, `dequant_blocks`), and
-//! stamped out per type by `quant_kernels!` at the end of the file.
+//! stamped out per type at the end of the file.
 
 use crate::device::{
     WARP, block_dim_x, block_idx_x, dynamic_shared, fma, global_idx_x, pack_bf16x2, st_v4,
@@ -16,7 +16,9 @@ use crate::device::{
 };
 use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, ld_shared_v4, shared_addr};
 use crate::quant_blocks::{Blocks, Fp8, GROUP, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
-use crate::tiles::{QUANT_MAX_TOKENS, QUANT_ROWS_PER_WARP, QUANT_STAGE_STRIDE};
+use crate::tiles::{
+    DEQUANT_STAGE_WORDS, QUANT_MAX_TOKENS, QUANT_ROWS_PER_WARP, QUANT_STAGE_STRIDE,
+};
 use crate::unroll::unroll;
 
 /// `sum_i w[i] * x[i]` over eight weights and the eight activations at shared address `x`
@@ -188,12 +190,17 @@ unsafe fn gemv_blocks<B: Blocks>(
 /// Rows `rows[r]` (or row r itself where `rows` is null) of the matrix, dequantized, to row
 /// r of `out_f32` if that is set, else of `out_bf16`: `[n_rows, n_in]` either way.
 ///
-/// Thread mapping: one thread per (row, group), consecutive threads along a row, so a warp
-/// writes 32 consecutive groups.
+/// Thread mapping: one thread per (row, group), consecutive threads along a row, so a
+/// block's groups are one run of the output. To f32 (the embedding's few rows) each thread
+/// writes its group. To bf16 (whole matrices for the prompt's GEMM) the block's threads
+/// first leave their groups in shared memory, then copy the block's run out 16 bytes a
+/// thread, in order: written straight from the registers, a warp's 16-byte stores lay 64
+/// bytes apart, and each filled half of 32 sectors where it could fill 16 whole.
 ///
 /// # Safety
 /// `w` as `gemv_blocks`; every `rows[r]` a row of the matrix; exactly one output set, with
-/// `[n_rows, n_in]` elements, 16-byte aligned; `row_scales` null or one per row of `w`.
+/// `[n_rows, n_in]` elements, 16-byte aligned; `row_scales` null or one per row of `w`; a
+/// bf16 output takes `dequant_shared_bytes(blockDim.x)` bytes of dynamic shared memory.
 #[inline(always)]
 unsafe fn dequant_blocks<B: Blocks>(
     out_bf16: *mut u16,
@@ -206,67 +213,109 @@ unsafe fn dequant_blocks<B: Blocks>(
 ) {
     wait_for_previous_kernel();
     let groups = n_in / GROUP;
+    let total = n_rows * groups;
     let i = global_idx_x();
-    if i >= n_rows * groups {
-        return;
-    }
-    let (r, g) = (i / groups, i % groups);
-    // SAFETY (all): r < n_rows; rows, the scales and the outputs as the preconditions say.
-    unsafe {
+    // Group i's scale and bytes.
+    // SAFETY (both): i < total; rows, the scales and the outputs as the preconditions say.
+    let group = |i: usize| unsafe {
+        let (r, g) = (i / groups, i % groups);
         let src = if rows.is_null() {
             r
         } else {
             *rows.add(r) as usize
         };
         let row = w.add(src * (n_in / B::BLOCK_LEN * B::BLOCK_BYTES));
-        let scale = row_scale::<B>(row_scales, src);
-        let raw = B::load(row, g);
-        let at = r * n_in + g * GROUP;
+        (row_scale::<B>(row_scales, src), B::load(row, g))
+    };
+    if !out_f32.is_null() {
+        if i >= total {
+            return;
+        }
+        let (scale, raw) = group(i);
         unroll!(k < 4 => {
             let v = B::decode8(&raw, k).map(|v| v * scale);
-            if !out_f32.is_null() {
-                let p = out_f32.add(at + 8 * k) as *mut u32;
+            // SAFETY: group i of the output, 16-byte aligned.
+            unsafe {
+                let p = out_f32.add(32 * i + 8 * k) as *mut u32;
                 st_v4(p, [v[0], v[1], v[2], v[3]].map(f32::to_bits));
                 st_v4(p.add(4), [v[4], v[5], v[6], v[7]].map(f32::to_bits));
-            } else {
-                let q = [0, 1, 2, 3].map(|i| pack_bf16x2(v[2 * i], v[2 * i + 1]));
-                st_v4(out_bf16.add(at + 8 * k) as *mut u32, q);
             }
         });
+        return;
+    }
+    // [blockDim.x][DEQUANT_STAGE_WORDS] u32: each thread's group as 16 bf16 pairs, padded
+    // by a word so that the lanes' stores fall in different banks.
+    let stage = dynamic_shared::<u32>();
+    let t = thread_idx_x();
+    if i < total {
+        let (scale, raw) = group(i);
+        unroll!(k < 4 => {
+            let v = B::decode8(&raw, k).map(|v| v * scale);
+            unroll!(j < 4 => {
+                // SAFETY: thread t's words, inside the launch's shared memory.
+                unsafe {
+                    *stage.add(DEQUANT_STAGE_WORDS * t + 4 * k + j) =
+                        pack_bf16x2(v[2 * j], v[2 * j + 1]);
+                }
+            });
+        });
+    }
+    // SAFETY: every thread of the block reaches the barrier.
+    unsafe { sync_threads() };
+    let first = block_idx_x() * block_dim_x();
+    let chunks = 4 * (total - first).min(block_dim_x());
+    let mut c = t;
+    while c < chunks {
+        let (g, q) = (c / 4, c % 4);
+        // SAFETY: group first + g < total was staged above; its 16 bytes q of the output
+        // are inside it, 16-byte aligned.
+        unsafe {
+            let words = [0, 1, 2, 3].map(|j| *stage.add(DEQUANT_STAGE_WORDS * g + 4 * q + j));
+            st_v4(out_bf16.add(32 * (first + g) + 8 * q) as *mut u32, words);
+        }
+        c += block_dim_x();
     }
 }
 
-/// The two kernels of each type: `gemv_<type>` (`gemv_blocks`) and `dequant_<type>`
-/// (`dequant_blocks`), with their arguments as `u32`s where the host passes sizes.
-macro_rules! quant_kernels {
-    ($($ty:ident => $gemv:ident, $dequant:ident;)*) => {$(
-        #[doc = concat!("`gemv_blocks` over `", stringify!($ty), "` weights.")]
-        ///
-        /// # Safety
-        /// The host's launch wrapper checks `gemv_blocks`'s preconditions.
-        #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "gpu-kernel" fn $gemv(
-            out: *mut f32,
-            x: *const f32,
-            w: *const u8,
-            row_scales: *const f32,
-            bias: *const f32,
-            n_tokens: u32,
-            n_in: u32,
-            n_out: u32,
-            out_stride: u32,
-            accumulate: u32,
-        ) {
-            // SAFETY: the wrapper's checks.
-            unsafe {
-                gemv_blocks::<$ty>(
-                    out, x, w, row_scales, bias, n_tokens as usize, n_in as usize,
-                    n_out as usize, out_stride as usize, accumulate != 0,
-                )
-            }
-        }
+/// `gemv_fp8`: `gemv_blocks` over fp8 rows. (The GGUF types multiply in integers instead,
+/// `gemv_codes.rs`; fp8's values are not integers.)
+///
+/// # Safety
+/// The host's launch wrapper checks `gemv_blocks`'s preconditions.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "gpu-kernel" fn gemv_fp8(
+    out: *mut f32,
+    x: *const f32,
+    w: *const u8,
+    row_scales: *const f32,
+    bias: *const f32,
+    n_tokens: u32,
+    n_in: u32,
+    n_out: u32,
+    out_stride: u32,
+    accumulate: u32,
+) {
+    // SAFETY: the wrapper's checks.
+    unsafe {
+        gemv_blocks::<Fp8>(
+            out,
+            x,
+            w,
+            row_scales,
+            bias,
+            n_tokens as usize,
+            n_in as usize,
+            n_out as usize,
+            out_stride as usize,
+            accumulate != 0,
+        )
+    }
+}
 
+/// `dequant_<type>`: `dequant_blocks` over each type, its sizes as `u32`s.
+macro_rules! dequant_kernels {
+    ($($ty:ident => $dequant:ident;)*) => {$(
         #[doc = concat!("`dequant_blocks` over `", stringify!($ty), "` weights.")]
         ///
         /// # Safety
@@ -291,14 +340,14 @@ macro_rules! quant_kernels {
     )*};
 }
 
-quant_kernels! {
-    Q4_0 => gemv_q4_0, dequant_q4_0;
-    Q4_1 => gemv_q4_1, dequant_q4_1;
-    Q5_0 => gemv_q5_0, dequant_q5_0;
-    Q5_1 => gemv_q5_1, dequant_q5_1;
-    Q8_0 => gemv_q8_0, dequant_q8_0;
-    Q4K => gemv_q4_k, dequant_q4_k;
-    Q5K => gemv_q5_k, dequant_q5_k;
-    Q6K => gemv_q6_k, dequant_q6_k;
-    Fp8 => gemv_fp8, dequant_fp8;
+dequant_kernels! {
+    Q4_0 => dequant_q4_0;
+    Q4_1 => dequant_q4_1;
+    Q5_0 => dequant_q5_0;
+    Q5_1 => dequant_q5_1;
+    Q8_0 => dequant_q8_0;
+    Q4K => dequant_q4_k;
+    Q5K => dequant_q5_k;
+    Q6K => dequant_q6_k;
+    Fp8 => dequant_fp8;
 }

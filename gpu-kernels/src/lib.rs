@@ -27,6 +27,7 @@ pub mod argmax;
 pub mod attention;
 pub mod attention_mma;
 pub mod attention_split_mma;
+pub mod codes;
 pub mod device;
 pub mod embedding;
 pub mod fill;
@@ -36,6 +37,7 @@ pub mod gemm_skinny;
 #[cfg(target_feature = "sm_90a")]
 pub mod gemm_wgmma;
 pub mod gemv;
+pub mod gemv_codes;
 pub mod gemv_quant;
 pub mod gemv_steps;
 pub mod kv_cache;

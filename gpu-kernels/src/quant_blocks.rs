@@ -2,8 +2,9 @@
 //! them, and rustle's fp8 rows. Every type is loaded 32 weights at a time, a *group*: a
 //! whole block of the 32-weight types, one sub-block of the 256-weight k-quants. A lane
 //! loads one group's bytes (`Blocks::load`, all loads issued before any is used) and turns
-//! them into floats in registers, eight at a time (`Blocks::decode8`); the GEMV and the
-//! dequantizer in `gemv_quant.rs` are written once over this trait.
+//! them into floats in registers, eight at a time (`Blocks::decode8`); the dequantizer and
+//! fp8's GEMV in `gemv_quant.rs` are written once over this trait. (The GGUF types' decode
+//! GEMV reads the same blocks as integer codes instead: `codes.rs`.)
 //!
 //! All of it must stay in registers: an array indexed by a number the compiler cannot fold
 //! (a loop it kept rolled, a sub-block known only at run time) goes to local memory, and
@@ -255,7 +256,7 @@ impl Blocks for Q8_0 {
 /// s + 4 (min); 4..8 the low and high nibbles of byte s + 4 with the top two bits of bytes
 /// s - 4 and s on top.
 #[inline(always)]
-fn scale_min(head: &[u32; 4], s: usize) -> (f32, f32) {
+pub(crate) fn scale_min(head: &[u32; 4], s: usize) -> (f32, f32) {
     let byte = |i: usize| byte_of(head, 4 + i);
     let (sc, m) = if s < 4 {
         (byte(s) & 63, byte(s + 4) & 63)

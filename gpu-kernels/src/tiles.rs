@@ -139,3 +139,21 @@ pub const fn quant_stage_bytes(n_tokens: usize) -> usize {
     n_tokens * 32 * QUANT_STAGE_STRIDE * 4
 }
 const _: () = assert!(quant_stage_bytes(QUANT_MAX_TOKENS) <= 48 * 1024);
+
+/// Integer GEMV (`gemv_codes.rs`): output rows per block, which share each load of the
+/// activations' codes.
+pub const CODES_ROWS: usize = 4;
+/// Integer GEMV: most warps per block, which split each row's spans between them.
+pub const CODES_MAX_WARPS: usize = 4;
+/// Integer GEMV: bytes of dynamic shared memory for `warps` warps' sums.
+pub const fn codes_shared_bytes(warps: usize) -> usize {
+    warps * CODES_ROWS * QUANT_MAX_TOKENS * 4
+}
+
+/// Dequantizer to bf16 (`gemv_quant.rs`): words a thread's group of 32 takes in shared
+/// memory, one of them padding (threads 17 words apart store to different banks).
+pub const DEQUANT_STAGE_WORDS: usize = 17;
+/// Dequantizer to bf16: bytes of dynamic shared memory for a block of `threads`.
+pub const fn dequant_shared_bytes(threads: usize) -> usize {
+    threads * DEQUANT_STAGE_WORDS * 4
+}

@@ -1,4 +1,5 @@
 //! The quantized matmul kernels (`gemv_<type>`, `dequant_<type>`, one pair per block type,
+//! the GGUF types' GEMV wrapped in `gemv_codes.rs`;
 //! `gpu-kernels/src/gemv_quant.rs`): one wrapper for each kind, which picks the type's
 //! kernel from the table. The arguments are the kernels', the block type first.
 
@@ -8,7 +9,9 @@ use super::table::Kernels;
 use super::{In, Out, aligned16, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::gpu::tiles::{QUANT_MAX_TOKENS, QUANT_ROWS_PER_WARP, quant_stage_bytes};
+use crate::gpu::tiles::{
+    QUANT_MAX_TOKENS, QUANT_ROWS_PER_WARP, dequant_shared_bytes, quant_stage_bytes,
+};
 use crate::traffic::Traffic;
 use crate::weights::blocks::BlockType;
 
@@ -17,7 +20,10 @@ const QUANT_WARPS: usize = 8;
 
 impl Kernels {
     /// `(gemv_<type>, dequant_<type>)` and their names.
-    fn quant(&self, ty: BlockType) -> (&CudaFunction, &CudaFunction, &'static str, &'static str) {
+    pub(super) fn quant(
+        &self,
+        ty: BlockType,
+    ) -> (&CudaFunction, &CudaFunction, &'static str, &'static str) {
         match ty {
             BlockType::Q4_0 => (
                 &self.gemv_q4_0,
@@ -98,7 +104,7 @@ fn check_matrix(
 }
 
 impl Gpu {
-    /// `gemv_<ty>`: out (`[n_tokens, out_stride]`, this matrix's columns `0..n_out`) (+)=
+    /// `gemv_fp8` (the GGUF types take `gemv_codes`): out (`[n_tokens, out_stride]`, this matrix's columns `0..n_out`) (+)=
     /// x `[n_tokens, n_in]` times w^T (`[n_out]` rows of `ty`) + bias `[n_out]`.
     #[allow(clippy::too_many_arguments)]
     pub fn gemv_blocks(
@@ -116,6 +122,10 @@ impl Gpu {
         accumulate: bool,
     ) -> Result<()> {
         check_matrix(self, ty, w, row_scales, n_out, n_in);
+        assert!(
+            ty == BlockType::Fp8,
+            "the GGUF types multiply in integers: gemv_codes"
+        );
         assert!(
             (1..=QUANT_MAX_TOKENS).contains(&n_tokens),
             "1..=8 tokens a launch"
@@ -192,7 +202,11 @@ impl Gpu {
             }
             (None, None) => panic!("dequant_blocks needs an output"),
         };
-        let cfg = linear(n / 32);
+        let mut cfg = linear(n / 32);
+        if out_f32.is_none() {
+            // To bf16 the block's groups pass through shared memory (`dequant_blocks`).
+            cfg.shared_mem_bytes = dequant_shared_bytes(cfg.block_dim.0 as usize) as u32;
+        }
         let (_, func, _, name) = self.kernels.quant(ty);
         let traffic = Traffic {
             bytes: (n_rows * ty.row_bytes(n_in) + written * n) as u64,

@@ -1,0 +1,110 @@
+//! The integer GEMV of the GGUF types (`quantize_q8_f32`, then `gemv_<type>`,
+//! `gpu-kernels/src/gemv_codes.rs`).
+
+use cudarc::driver::LaunchConfig;
+
+use super::{In, Out, aligned16, linear, u32_of};
+use crate::error::Result;
+use crate::gpu::context::Gpu;
+use crate::gpu::tiles::{CODES_MAX_WARPS, CODES_ROWS, QUANT_MAX_TOKENS, codes_shared_bytes};
+use crate::traffic::Traffic;
+use crate::weights::blocks::BlockType;
+
+impl Gpu {
+    /// `quantize_q8_f32`: x (`[n]`, whole groups of 32) to 8-bit `codes` (`[n]`) and the
+    /// groups' `scales` (`[n / 32][2]`: d, d times the sum of the codes).
+    pub fn quantize_q8_f32(
+        &self,
+        codes: &mut Out<u8>,
+        scales: &mut Out<f32>,
+        x: &In<f32>,
+        n: usize,
+    ) -> Result<()> {
+        assert!(n.is_multiple_of(32), "whole groups of 32");
+        assert!(x.len() >= n && codes.len() >= n && scales.len() >= n / 16);
+        let traffic = Traffic {
+            bytes: (4 * n + n + 8 * (n / 32)) as u64,
+            flops: 0,
+        };
+        let n_arg = u32_of(n, "values");
+        let mut b = self.launcher(&self.kernels.quantize_q8_f32);
+        b.arg(codes).arg(scales).arg(x).arg(&n_arg);
+        // SAFETY: the three buffers hold n values (and n / 32 pairs of scales), whole
+        // groups; an output and an input are different buffers (Rust's borrows).
+        self.timed("quantize_q8_f32", traffic, || unsafe {
+            b.launch(linear(n))
+        })
+    }
+
+    /// `gemv_<ty>` for the GGUF types: out (`[n_tokens, out_stride]`, this matrix's columns
+    /// `0..n_out`) (+)= x w^T + bias `[n_out]`, x as `quantize_q8_f32` left it (`codes`
+    /// `[n_tokens, n_in]`, `scales` `[n_tokens, n_in / 32][2]`), w `[n_out]` rows of `ty`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_codes(
+        &self,
+        ty: BlockType,
+        out: &mut Out<f32>,
+        codes: &In<u8>,
+        scales: &In<f32>,
+        w: &In<u8>,
+        bias: Option<&In<f32>>,
+        n_tokens: usize,
+        n_in: usize,
+        n_out: usize,
+        out_stride: usize,
+        accumulate: bool,
+    ) -> Result<()> {
+        assert!(
+            ty != BlockType::Fp8,
+            "fp8 multiplies in floats: gemv_blocks"
+        );
+        assert!(
+            ty.fits(n_in),
+            "{ty} rows of {n_in} weights are not whole, aligned blocks"
+        );
+        assert!(w.len() == n_out * ty.row_bytes(n_in), "{ty}: matrix bytes");
+        assert!(
+            aligned16(w, &self.stream),
+            "{ty}: the matrix must start 16-byte aligned"
+        );
+        assert!(
+            (1..=QUANT_MAX_TOKENS).contains(&n_tokens),
+            "1..={QUANT_MAX_TOKENS} tokens a launch"
+        );
+        assert!(codes.len() >= n_tokens * n_in && aligned16(codes, &self.stream));
+        assert!(scales.len() >= n_tokens * n_in / 16 && aligned16(scales, &self.stream));
+        assert!(n_out <= out_stride && out.len() >= (n_tokens - 1) * out_stride + n_out);
+        assert!(bias.is_none_or(|b| b.len() == n_out));
+        // A k-quant span is two groups of 32; the others one.
+        let groups_per_span = if ty.block_len() == 256 { 2 } else { 1 };
+        let spans = n_in / (32 * groups_per_span);
+        let warps = spans.div_ceil(32).clamp(1, CODES_MAX_WARPS);
+        let cfg = LaunchConfig {
+            grid_dim: (n_out.div_ceil(CODES_ROWS) as u32, 1, 1),
+            block_dim: (32 * warps as u32, 1, 1),
+            shared_mem_bytes: codes_shared_bytes(warps) as u32,
+        };
+        let (func, _, name, _) = self.kernels.quant(ty);
+        let traffic = Traffic {
+            bytes: (w.len()
+                + n_tokens * n_in
+                + 8 * n_tokens * n_in / 32
+                + 4 * n_tokens * n_out * (1 + accumulate as usize)
+                + 4 * bias.map_or(0, |b| b.len())) as u64,
+            flops: (2 * n_tokens * n_in * n_out) as u64,
+        };
+        let args = [n_tokens, n_in, n_out, out_stride].map(|v| u32_of(v, "a size"));
+        let acc = accumulate as u32;
+        let mut b = self.launcher(func);
+        b.arg(out).arg(codes).arg(scales).arg(w).arg_or_null(bias);
+        b.arg(&args[0])
+            .arg(&args[1])
+            .arg(&args[2])
+            .arg(&args[3])
+            .arg(&acc);
+        // SAFETY: the matrix is whole aligned blocks of its type (checked), codes and
+        // scales hold the tokens' groups 16-byte aligned, out every token's n_out columns
+        // and no input; the weights are read-only.
+        self.timed(name, traffic, || unsafe { b.launch(cfg) })
+    }
+}

@@ -1,0 +1,222 @@
+//! The decode step's linear layers over GGUF weights, in integers (`codes.rs`):
+//! - `quantize_q8_f32`: a matmul's input to 8-bit codes, one scale per 32, once for all the
+//!   matrices that read it;
+//! - `gemv_<type>`: up to `QUANT_MAX_TOKENS` tokens' codes times the matrix, four weights a
+//!   `dp4a`.
+//!
+//! At 4.5 bits a weight the memory brings about seven billion weights a second into each
+//! SM's share of the H200, so the GEMV has a handful of instructions per weight to spend
+//! before it stops being bound by memory. Decoding each weight to a float and multiplying
+//! it by a float activation spent about six; the integer dot spends about one.
+
+use crate::codes::Codes;
+use crate::device::{
+    WARP, block_dim_x, block_idx_x, dynamic_shared, global_idx_x, ld_nc_u32, ld_nc_v4,
+    round_to_i32, sync_threads, thread_idx_x, wait_for_previous_kernel, warp_max, warp_sum,
+};
+use crate::quant_blocks::{Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
+use crate::tiles::{CODES_ROWS, QUANT_MAX_TOKENS};
+use crate::unroll::unroll;
+
+/// `codes[i] = round(x[i] / d)` with `d = max |x| / 127` over each group of 32 values, and
+/// `scales[g] = (d, d * sum of group g's codes)`.
+///
+/// - `codes`: `[n]` i8
+/// - `scales`: `[n / 32][2]` f32
+/// - `x`: `[n]` f32 (any number of tokens' rows, one after the other)
+///
+/// Thread mapping: a thread per value, a warp per group: its maximum and its sum are
+/// shuffles, and lane 0 writes the scales. The division is IEEE's and the rounding ties to
+/// even, as the CPU twin's, so the codes are the same bits on both.
+///
+/// # Safety
+/// `n % 32 == 0`; the buffers hold what is listed above and do not overlap.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn quantize_q8_f32(
+    codes: *mut u8,
+    scales: *mut f32,
+    x: *const f32,
+    n: u32,
+) {
+    wait_for_previous_kernel();
+    let i = global_idx_x();
+    // n is whole groups, so a warp leaves here whole or not at all.
+    if i >= n as usize {
+        return;
+    }
+    // SAFETY (all): i < n, and group i / 32's scales are floats i / 16 and i / 16 + 1.
+    let v = unsafe { *x.add(i) };
+    let max = warp_max(v.abs());
+    let d = max / 127.0;
+    let q = if max > 0.0 { round_to_i32(v / d) } else { 0 };
+    unsafe { *codes.add(i) = q as i8 as u8 };
+    let sum = warp_sum(q as f32);
+    if i.is_multiple_of(WARP) {
+        unsafe {
+            *scales.add(i / 16) = d;
+            *scales.add(i / 16 + 1) = d * sum;
+        }
+    }
+}
+
+/// `out[t, o] = (accumulate ? out[t, o] : 0) + sum_i w[o, i] x[t, i] + bias[o]` for tokens
+/// `t < n_tokens`, x as `quantize_q8_f32` left it.
+///
+/// - `out`: `[n_tokens, out_stride]` f32, this matrix's rows at columns `0..n_out`
+/// - `codes`: `[n_tokens, n_in]` i8; `scales`: `[n_tokens, n_in / 32][2]` f32
+/// - `w`: `[n_out, n_in / BLOCK_LEN]` blocks, as the file has them
+/// - `bias`: null or `[n_out]`
+///
+/// Thread mapping: a block takes `CODES_ROWS` consecutive rows and splits each row's spans
+/// (`Codes`) between its threads: thread `i` takes spans `i, i + blockDim, ...` of every
+/// row, loads the span of each row (all the loads issued before any is used), then
+/// multiplies them by the token's codes, which it loads once for all the rows; token by
+/// token. Each warp's sums meet in shuffles, then the warps' in shared memory, added in
+/// warp order (the same sums every run). Splitting a row between a block's warps, rather
+/// than giving a warp rows of its own, puts the loads of a whole short row in flight at
+/// once. (A block that walked groups of rows one after the other, loading the next group
+/// while it multiplied the last, was slower: round 27 of BENCHMARKS.md.)
+///
+/// # Safety
+/// `n_in` is whole blocks and whole spans; `w`'s rows start where `Codes::load_span` allows;
+/// the buffers are as listed, `codes` and `scales` 16-byte aligned, `out` not overlapping
+/// the inputs; `1 <= n_tokens <= QUANT_MAX_TOKENS`; `blockDim.x` is a multiple of 32; the
+/// launch gives `codes_shared_bytes(blockDim.x / 32)` bytes of dynamic shared memory.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemv_codes<B: Codes>(
+    out: *mut f32,
+    codes: *const u8,
+    scales: *const f32,
+    w: *const u8,
+    bias: *const f32,
+    n_tokens: usize,
+    n_in: usize,
+    n_out: usize,
+    out_stride: usize,
+    accumulate: bool,
+) {
+    wait_for_previous_kernel();
+    const R: usize = CODES_ROWS;
+    const T: usize = QUANT_MAX_TOKENS;
+    let first = block_idx_x() * R;
+    let row_bytes = n_in / B::BLOCK_LEN * B::BLOCK_BYTES;
+    // Rows past the matrix read its last row again and write nothing.
+    let mut rows = [w; R];
+    unroll!(r < R => {
+        rows[r] = w.wrapping_add((first + r).min(n_out - 1) * row_bytes);
+    });
+    let (groups, spans) = (n_in / 32, n_in / (32 * B::GROUPS));
+    // [warps][R][T] f32: each warp's sums.
+    let partial = dynamic_shared::<f32>();
+    let (warp, lane) = (thread_idx_x() / WARP, thread_idx_x() % WARP);
+    // Tokens one after the other, in a loop the compiler keeps rolled: sums for all eight
+    // at once took 198 registers a thread (Q4_K), and the occupancy with them. A token
+    // after the first finds the spans' bytes in L1.
+    for t in 0..n_tokens {
+        let mut acc = [0.0f32; R];
+        let mut s = thread_idx_x();
+        while s < spans {
+            let mut span = [core::mem::MaybeUninit::<B::Span>::uninit(); R];
+            unroll!(r < R => {
+                // SAFETY: s < spans of a row inside the matrix.
+                span[r].write(unsafe { B::load_span(rows[r], s) });
+            });
+            // SAFETY: every element was written just above.
+            let span = span.map(|v| unsafe { v.assume_init() });
+            let mut x = [[0u32; 8]; 2];
+            let (mut d, mut ds) = ([0.0f32; 2], [0.0f32; 2]);
+            unroll!(k < 2 => {
+                if k < B::GROUPS {
+                    let g = t * groups + B::group(s, k);
+                    // SAFETY: group g of token t: inside codes and scales, aligned.
+                    unsafe {
+                        let p = codes.add(32 * g) as *const u32;
+                        let (a, b) = (ld_nc_v4(p), ld_nc_v4(p.add(4)));
+                        x[k] = [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]];
+                        let sc = scales.add(2 * g) as *const u32;
+                        d[k] = f32::from_bits(ld_nc_u32(sc));
+                        ds[k] = f32::from_bits(ld_nc_u32(sc.add(1)));
+                    }
+                }
+            });
+            unroll!(r < R => {
+                acc[r] += B::dot(&span[r], &x, d, ds);
+            });
+            s += block_dim_x();
+        }
+        unroll!(r < R => {
+            let v = warp_sum(acc[r]);
+            if lane == 0 {
+                // SAFETY: inside the launch's shared memory (the preconditions).
+                unsafe { *partial.add((warp * R + r) * T + t) = v };
+            }
+        });
+    }
+    // SAFETY: every thread of the block reaches this barrier.
+    unsafe { sync_threads() };
+    // Thread i adds up (row r of the block, token t) for i = r * n_tokens + t.
+    let mut i = thread_idx_x();
+    while i < R * n_tokens {
+        let (r, t) = (i / n_tokens, i % n_tokens);
+        let row = first + r;
+        if row < n_out {
+            let mut sum = 0.0;
+            for warp in 0..block_dim_x() / WARP {
+                // SAFETY: written above, before the barrier.
+                sum += unsafe { *partial.add((warp * R + r) * T + t) };
+            }
+            // SAFETY: row < n_out, t < n_tokens: inside out and bias.
+            unsafe {
+                let o = out.add(t * out_stride + row);
+                let b = if bias.is_null() { 0.0 } else { *bias.add(row) };
+                let prev = if accumulate { *o } else { 0.0 };
+                *o = prev + sum + b;
+            }
+        }
+        i += block_dim_x();
+    }
+}
+
+/// `gemv_<type>`: `gemv_codes` over the type, its sizes as `u32`s.
+macro_rules! codes_kernels {
+    ($($ty:ident => $gemv:ident;)*) => {$(
+        #[doc = concat!("`gemv_codes` over `", stringify!($ty), "` weights.")]
+        ///
+        /// # Safety
+        /// The host's launch wrapper checks `gemv_codes`'s preconditions.
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "gpu-kernel" fn $gemv(
+            out: *mut f32,
+            codes: *const u8,
+            scales: *const f32,
+            w: *const u8,
+            bias: *const f32,
+            n_tokens: u32,
+            n_in: u32,
+            n_out: u32,
+            out_stride: u32,
+            accumulate: u32,
+        ) {
+            // SAFETY: the wrapper's checks.
+            unsafe {
+                gemv_codes::<$ty>(
+                    out, codes, scales, w, bias, n_tokens as usize, n_in as usize,
+                    n_out as usize, out_stride as usize, accumulate != 0,
+                )
+            }
+        }
+    )*};
+}
+
+codes_kernels! {
+    Q4_0 => gemv_q4_0;
+    Q4_1 => gemv_q4_1;
+    Q5_0 => gemv_q5_0;
+    Q5_1 => gemv_q5_1;
+    Q8_0 => gemv_q8_0;
+    Q4K => gemv_q4_k;
+    Q5K => gemv_q5_k;
+    Q6K => gemv_q6_k;
+}
