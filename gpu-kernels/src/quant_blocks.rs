@@ -10,7 +10,7 @@
 //! (a loop it kept rolled, a sub-block known only at run time) goes to local memory, and
 //! the first version of these kernels, written with `array::from_fn`, ran at a tenth of the
 //! bandwidth for it. So every loop over a group is `unroll!`ed, and bytes that a run-time
-//! number picks are chosen by selects and shifts (`byte_of`), never by indexing.
+//! number picks are chosen by shifts (`scale_min`), never by indexing.
 //!
 //! The layouts (little-endian; `d`, `m`, `dmin` are f16; the host's
 //! `engine/weights/dequant.rs` and `dequant_k.rs` decode the same bytes):
@@ -112,19 +112,6 @@ unsafe fn load_u32s<const N: usize>(p: *const u8) -> [u32; N] {
 #[inline(always)]
 fn word(h: &[u16], i: usize) -> u32 {
     h[2 * i] as u32 | (h[2 * i + 1] as u32) << 16
-}
-
-/// Byte `i` (0..16) of four words, `i` known only at run time: the word by selects and the
-/// byte by a shift, so that the words stay in registers.
-#[inline(always)]
-fn byte_of(w: &[u32; 4], i: usize) -> u32 {
-    let word = match i / 4 {
-        0 => w[0],
-        1 => w[1],
-        2 => w[2],
-        _ => w[3],
-    };
-    (word >> (8 * (i % 4) as u32)) & 0xff
 }
 
 /// Nibble `j` (0..32, a constant) of a 32-weight block's 16 bytes: weight j < 16 is byte
@@ -252,18 +239,21 @@ impl Blocks for Q8_0 {
 }
 
 /// Sub-block `s`'s 6-bit scale and min from the 12 packed bytes of Q4_K and Q5_K (bytes
-/// 4..16 of the block's head): sub-blocks 0..4 take the low 6 bits of bytes s (scale) and
-/// s + 4 (min); 4..8 the low and high nibbles of byte s + 4 with the top two bits of bytes
-/// s - 4 and s on top.
+/// 4..16 of the block's head, words 1..4): sub-blocks 0..4 take the low 6 bits of bytes s
+/// (scale) and s + 4 (min); 4..8 the low and high nibbles of byte s + 4 with the top two
+/// bits of bytes s - 4 and s on top. Every byte it needs is byte `s % 4` of one of the three
+/// words, so one shift of each word by the same run-time amount finds them all, where
+/// picking each byte's word took compares and selects.
 #[inline(always)]
 pub(crate) fn scale_min(head: &[u32; 4], s: usize) -> (f32, f32) {
-    let byte = |i: usize| byte_of(head, 4 + i);
+    let shift = 8 * (s % 4) as u32;
+    let (a, b, c) = (head[1] >> shift, head[2] >> shift, head[3] >> shift);
     let (sc, m) = if s < 4 {
-        (byte(s) & 63, byte(s + 4) & 63)
+        (a & 63, b & 63)
     } else {
         (
-            (byte(s + 4) & 0xf) | (byte(s - 4) >> 6) << 4,
-            (byte(s + 4) >> 4) | (byte(s) >> 6) << 4,
+            (c & 0xf) | (a >> 2) & 0x30,
+            (c >> 4) & 0xf | (b >> 2) & 0x30,
         )
     };
     (small(sc, 0.0), small(m, 0.0))
