@@ -142,7 +142,7 @@ const _: () = assert!(quant_stage_bytes(QUANT_MAX_TOKENS) <= 48 * 1024);
 
 /// Integer GEMV (`gemv_codes.rs`): output rows per block, which share each load of the
 /// activations' codes.
-pub const CODES_ROWS: usize = 4;
+pub const CODES_ROWS: usize = 2;
 /// Integer GEMV: most warps per block, which split each row's spans between them.
 pub const CODES_MAX_WARPS: usize = 4;
 /// Integer GEMV: bytes of dynamic shared memory for `warps` warps' sums.
