@@ -4,10 +4,12 @@
 //! - `gemv_<type>`: up to `QUANT_MAX_TOKENS` tokens' codes times the matrix, four weights a
 //!   `dp4a`.
 //!
-//! At 4.5 bits a weight the memory brings about seven billion weights a second into each
-//! SM's share of the H200, so the GEMV has a handful of instructions per weight to spend
-//! before it stops being bound by memory. Decoding each weight to a float and multiplying
-//! it by a float activation spent about six; the integer dot spends about one.
+//! At 4.5 bits a weight the H200's memory brings about seven billion weights a second, so
+//! its SMs have a handful of instructions per weight to spend before the GEMV stops being
+//! bound by memory. Decoding each weight to a float and multiplying it by a float
+//! activation took an extract, the exponent trick and two fused multiply-adds a weight
+//! (BENCHMARKS.md round 23); the integer dot takes a mask and a quarter of a `dp4a` a
+//! weight, and the block's scales once per group of 32.
 
 use crate::codes::Codes;
 use crate::device::{
