@@ -43,6 +43,10 @@ const TESTS: &[(&str, Test)] = &[
         gemv_blocks,
     ),
     (
+        "kernel::gemv_swiglu_q4_0 .. gemv_swiglu_q6_k (every GGUF type)",
+        gemv_swiglu_blocks,
+    ),
+    (
         "kernel::dequant_q4_0 .. dequant_fp8 (every block type)",
         dequant_blocks,
     ),
@@ -454,6 +458,71 @@ fn gemv_blocks(g: &Gpu, rng: &mut StdRng) {
                 for c in n_out..stride {
                     let (o, s) = (out[t * stride + c], start[t * stride + c]);
                     assert!(o.to_bits() == s.to_bits(), "{what}: column {c} was written");
+                }
+            }
+        }
+    }
+}
+
+/// Every GGUF type's fused gate-and-up GEMV against its twin: one row to more than a wave
+/// of blocks, 1 to 8 tokens, a wider output row. Columns past `n_out` must stay as they
+/// were (poison).
+fn gemv_swiglu_blocks(g: &Gpu, rng: &mut StdRng) {
+    for ty in BlockType::ALL.into_iter().filter(|&t| t != BlockType::Fp8) {
+        for (n_in, n_out, n_tokens, stride) in [
+            (256, 1, 1, 1),
+            (768, 37, 3, 40),
+            (4096, 5000, 1, 5000),
+            (2048, 16, 8, 17),
+        ] {
+            let [(w_gate, _), (w_up, _)] = [0.05, 0.05]
+                .map(|s| rustle::cpu::quant::random_blocks(ty, n_out, n_in, s, rng.random()));
+            let x = normal(rng, n_tokens * n_in, 1.0);
+            let n = n_tokens * n_in;
+            let (mut codes, mut code_scales) = (vec![0u8; n], vec![0f32; n / 16]);
+            rustle::cpu::quant::quantize_q8_f32(&mut codes, &mut code_scales, &x, n);
+            let start = vec![f32::NAN; n_tokens * stride];
+            let mut cpu = start.clone();
+            rustle::cpu::quant::gemv_swiglu_codes(
+                ty,
+                &mut cpu,
+                &codes,
+                &code_scales,
+                &w_gate,
+                &w_up,
+                n_tokens,
+                n_in,
+                n_out,
+                stride,
+            );
+            let mut out = up(g, &start);
+            g.gemv_swiglu_codes(
+                ty,
+                &mut out.as_view_mut(),
+                &up(g, &codes).as_view(),
+                &up(g, &code_scales).as_view(),
+                &up(g, &w_gate).as_view(),
+                &up(g, &w_up).as_view(),
+                n_tokens,
+                n_in,
+                n_out,
+                stride,
+            )
+            .unwrap();
+            let out = down(g, &out);
+            let what = format!("{ty} {n_out} x {n_in}, {n_tokens} tokens, stride {stride}");
+            let cols = |v: &[f32]| -> Vec<f32> {
+                (0..n_tokens)
+                    .flat_map(|t| v[t * stride..t * stride + n_out].to_vec())
+                    .collect()
+            };
+            assert_close(&what, &cols(&out), &cols(&cpu), LONG_REDUCTION);
+            for t in 0..n_tokens {
+                for c in n_out..stride {
+                    assert!(
+                        out[t * stride + c].is_nan(),
+                        "{what}: column {c} was written"
+                    );
                 }
             }
         }
@@ -1986,12 +2055,12 @@ fn profile_times_every_launch_of_a_step(g: &Gpu, _: &mut StdRng) {
     r.extend_greedy(&mut seq, &[t]).unwrap();
     let launches = g.profile_stop().unwrap();
     // Per layer: 2 norms, qkv, RoPE + cache write, attention split + combine, o_proj,
-    // gate, up, SwiGLU, down (the file's blocks: the quantized GEMV has no fused gate/up),
-    // and the input of qkv, o_proj, gate (whose codes up reads too) and down made 8-bit
-    // codes; then the embedding, the final norm, the head with its codes, and the argmax.
+    // gate with up and the SwiGLU (one launch: both are Q4_1), down, and the input of qkv,
+    // o_proj, gate-and-up and down made 8-bit codes; then the embedding, the final norm,
+    // the head with its codes, and the argmax.
     assert_eq!(
         launches.len(),
-        15 * c.n_layers + 5,
+        13 * c.n_layers + 5,
         "{:?}",
         launches.iter().map(|l| l.kernel).collect::<Vec<_>>()
     );

@@ -98,6 +98,40 @@ pub fn gemv_codes(
     )
 }
 
+/// `gemv_swiglu_<type>` on the GPU: `out[t, o] = silu(g) * u`, `g` and `u` the gate's and
+/// up's `gemv_codes` of the token (`swiglu_f32` of the two).
+#[allow(clippy::too_many_arguments)]
+pub fn gemv_swiglu_codes(
+    ty: BlockType,
+    out: &mut [f32],
+    codes: &[u8],
+    scales: &[f32],
+    w_gate: &[u8],
+    w_up: &[u8],
+    n_tokens: usize,
+    n_in: usize,
+    n_out: usize,
+    out_stride: usize,
+) {
+    let mut sums = [
+        vec![0.0f32; n_tokens * n_out],
+        vec![0.0f32; n_tokens * n_out],
+    ];
+    for (sum, w) in sums.iter_mut().zip([w_gate, w_up]) {
+        gemv_codes(
+            ty, sum, codes, scales, w, None, n_tokens, n_in, n_out, n_out, false,
+        );
+    }
+    for t in 0..n_tokens {
+        let row = t * n_out..(t + 1) * n_out;
+        crate::cpu::ops::swiglu_f32(
+            &mut out[t * out_stride..t * out_stride + n_out],
+            &sums[0][row.clone()],
+            &sums[1][row],
+        );
+    }
+}
+
 /// Rows `rows[r]` (or r) of the matrix as f32 into `out_f32` when given, else rounded to
 /// bf16 into `out_bf16`: `dequant_blocks` on the GPU.
 #[allow(clippy::too_many_arguments)]
@@ -189,6 +223,42 @@ gemv_twins! {
     Q4K => gemv_q4_k;
     Q5K => gemv_q5_k;
     Q6K => gemv_q6_k;
+}
+
+/// The fused gate-and-up twins by kernel name (`gemv_swiglu_q4_k`, ...), each
+/// `gemv_swiglu_codes` of its type.
+macro_rules! swiglu_twins {
+    ($($ty:ident => $gemv:ident;)*) => {$(
+        #[doc = concat!("`gemv_swiglu_codes` over `", stringify!($ty), "` weights.")]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $gemv(
+            out: &mut [f32],
+            codes: &[u8],
+            scales: &[f32],
+            w_gate: &[u8],
+            w_up: &[u8],
+            n_tokens: usize,
+            n_in: usize,
+            n_out: usize,
+            out_stride: usize,
+        ) {
+            gemv_swiglu_codes(
+                BlockType::$ty, out, codes, scales, w_gate, w_up, n_tokens, n_in, n_out,
+                out_stride,
+            )
+        }
+    )*};
+}
+
+swiglu_twins! {
+    Q4_0 => gemv_swiglu_q4_0;
+    Q4_1 => gemv_swiglu_q4_1;
+    Q5_0 => gemv_swiglu_q5_0;
+    Q5_1 => gemv_swiglu_q5_1;
+    Q8_0 => gemv_swiglu_q8_0;
+    Q4K => gemv_swiglu_q4_k;
+    Q5K => gemv_swiglu_q5_k;
+    Q6K => gemv_swiglu_q6_k;
 }
 
 /// The dequantizer twins by kernel name: `dequant_q4_k`, ..., each `dequant_blocks` of its

@@ -1446,8 +1446,8 @@ impl GpuBackend {
         Ok(false)
     }
 
-    /// Layer `l`'s `hidden = silu(xb w_gate^T) * (xb w_up^T)`: one fused GEMV for a token;
-    /// for more, the two matmuls on the input the norm rounded into `mm.x_bf16`, then the
+    /// Layer `l`'s `hidden = silu(xb w_gate^T) * (xb w_up^T)`: one fused GEMV for a token
+    /// (bf16, or gate and up of one GGUF type); for more, the two matmuls on the input the norm rounded into `mm.x_bf16`, then the
     /// SwiGLU kernel, which leaves `hidden` rounded there for the down projection.
     fn swiglu(&mut self, c: &Config, n: usize, l: usize) -> Result<()> {
         let (g, lw) = (&self.gpu, &self.weights.layers[l]);
@@ -1465,6 +1465,32 @@ impl GpuBackend {
             );
         }
         let xb = &self.xb.slice(..n * dim);
+        if !self.mm.rounds(n)
+            && let (GpuMatrix::Blocks(gate), GpuMatrix::Blocks(up)) = (&lw.w_gate, &lw.w_up)
+            && let ([gate], [up]) = (gate.as_slice(), up.as_slice())
+            && gate.ty == up.ty
+            && gate.ty != BlockType::Fp8
+        {
+            // One GGUF type for both: one launch for gate, up and the SwiGLU, on the
+            // input's codes.
+            let (codes, scales) = (
+                &mut self.mm.codes.slice_mut(..dim),
+                &mut self.mm.code_scales.slice_mut(..dim / 16),
+            );
+            g.quantize_q8_f32(codes, scales, xb, dim)?;
+            return g.gemv_swiglu_codes(
+                gate.ty,
+                &mut self.hidden.slice_mut(..ffn),
+                &self.mm.codes.slice(..dim),
+                &self.mm.code_scales.slice(..dim / 16),
+                &gate.bytes.as_view(),
+                &up.bytes.as_view(),
+                1,
+                dim,
+                ffn,
+                ffn,
+            );
+        }
         self.mm.codes_made = false;
         for (i, (out, w)) in [(&mut self.gate, &lw.w_gate), (&mut self.up, &lw.w_up)]
             .into_iter()

@@ -2,7 +2,9 @@
 //! - `quantize_q8_f32`: a matmul's input to 8-bit codes, one scale per 32, once for all the
 //!   matrices that read it;
 //! - `gemv_<type>`: up to `QUANT_MAX_TOKENS` tokens' codes times the matrix, four weights a
-//!   `dp4a`.
+//!   `dp4a`;
+//! - `gemv_swiglu_<type>`: the same over the gate and up matrices at once, their SwiGLU
+//!   applied to the two sums.
 //!
 //! At 4.5 bits a weight the H200's memory brings about seven billion weights a second, so
 //! its SMs have a handful of instructions per weight to spend before the GEMV stops being
@@ -13,7 +15,7 @@
 
 use crate::codes::Codes;
 use crate::device::{
-    WARP, block_dim_x, block_idx_x, dynamic_shared, global_idx_x, ld_nc_u32, ld_nc_v4,
+    WARP, block_dim_x, block_idx_x, dynamic_shared, exp, global_idx_x, ld_nc_u32, ld_nc_v4,
     round_to_i32, sync_threads, thread_idx_x, wait_for_previous_kernel, warp_max, warp_sum,
 };
 use crate::quant_blocks::{Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
@@ -79,18 +81,26 @@ pub unsafe extern "gpu-kernel" fn quantize_q8_f32(
 /// once. (A block that walked groups of rows one after the other, loading the next group
 /// while it multiplied the last, was slower: round 27 of BENCHMARKS.md.)
 ///
+/// With `SWIGLU`, the MLP's first half instead: `out[t, o] = silu(g) * u` with `g` and
+/// `u` row o of `w` (the gate) and of `w_up` times the token; a block takes row o of each
+/// as its two rows, and its first threads apply the SwiGLU to the two sums. One launch
+/// where gate, up and the SwiGLU took three.
+///
 /// # Safety
-/// `n_in` is whole blocks and whole spans; `w`'s rows start where `Codes::load_span` allows;
-/// the buffers are as listed, `codes` and `scales` 16-byte aligned, `out` not overlapping
-/// the inputs; `1 <= n_tokens <= QUANT_MAX_TOKENS`; `blockDim.x` is a multiple of 32; the
-/// launch gives `codes_shared_bytes(blockDim.x / 32)` bytes of dynamic shared memory.
+/// `n_in` is whole blocks and whole spans; `w`'s rows (and `w_up`'s, with `SWIGLU`) start
+/// where `Codes::load_span` allows; the buffers are as listed, `codes` and `scales` 16-byte
+/// aligned, `out` not overlapping the inputs; `1 <= n_tokens <= QUANT_MAX_TOKENS`;
+/// `blockDim.x` is a multiple of 32; the launch gives `codes_shared_bytes(blockDim.x / 32)`
+/// bytes of dynamic shared memory and `n_out.div_ceil(CODES_ROWS)` blocks (`n_out` with
+/// `SWIGLU`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemv_codes<B: Codes>(
+unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
     out: *mut f32,
     codes: *const u8,
     scales: *const f32,
     w: *const u8,
+    w_up: *const u8,
     bias: *const f32,
     n_tokens: usize,
     n_in: usize,
@@ -101,12 +111,22 @@ unsafe fn gemv_codes<B: Codes>(
     wait_for_previous_kernel();
     const R: usize = CODES_ROWS;
     const T: usize = QUANT_MAX_TOKENS;
-    let first = block_idx_x() * R;
+    const {
+        assert!(
+            !SWIGLU || R == 2,
+            "SwiGLU's block takes a gate row and an up row"
+        )
+    };
+    let first = block_idx_x() * if SWIGLU { 1 } else { R };
     let row_bytes = n_in / B::BLOCK_LEN * B::BLOCK_BYTES;
     // Rows past the matrix read its last row again and write nothing.
     let mut rows = [w; R];
     unroll!(r < R => {
-        rows[r] = w.wrapping_add((first + r).min(n_out - 1) * row_bytes);
+        rows[r] = if SWIGLU {
+            [w, w_up][r].wrapping_add(first * row_bytes)
+        } else {
+            w.wrapping_add((first + r).min(n_out - 1) * row_bytes)
+        };
     });
     let (groups, spans) = (n_in / 32, n_in / (32 * B::GROUPS));
     // [warps][R][T] f32: each warp's sums.
@@ -157,17 +177,31 @@ unsafe fn gemv_codes<B: Codes>(
     }
     // SAFETY: every thread of the block reaches this barrier.
     unsafe { sync_threads() };
+    // The sum of the warps' sums of row r of the block for token t, in warp order.
+    let total = |r: usize, t: usize| {
+        let mut sum = 0.0;
+        for warp in 0..block_dim_x() / WARP {
+            // SAFETY: written above, before the barrier.
+            sum += unsafe { *partial.add((warp * R + r) * T + t) };
+        }
+        sum
+    };
+    if SWIGLU {
+        let t = thread_idx_x();
+        if t < n_tokens {
+            let (g, u) = (total(0, t), total(1, t));
+            // SAFETY: row `first` < n_out (one block a row), t < n_tokens: inside out.
+            unsafe { *out.add(t * out_stride + first) = g / (1.0 + exp(-g)) * u };
+        }
+        return;
+    }
     // Thread i adds up (row r of the block, token t) for i = r * n_tokens + t.
     let mut i = thread_idx_x();
     while i < R * n_tokens {
         let (r, t) = (i / n_tokens, i % n_tokens);
         let row = first + r;
         if row < n_out {
-            let mut sum = 0.0;
-            for warp in 0..block_dim_x() / WARP {
-                // SAFETY: written above, before the barrier.
-                sum += unsafe { *partial.add((warp * R + r) * T + t) };
-            }
+            let sum = total(r, t);
             // SAFETY: row < n_out, t < n_tokens: inside out and bias.
             unsafe {
                 let o = out.add(t * out_stride + row);
@@ -203,9 +237,40 @@ macro_rules! codes_kernels {
         ) {
             // SAFETY: the wrapper's checks.
             unsafe {
-                gemv_codes::<$ty>(
-                    out, codes, scales, w, bias, n_tokens as usize, n_in as usize,
-                    n_out as usize, out_stride as usize, accumulate != 0,
+                gemv_codes::<$ty, false>(
+                    out, codes, scales, w, core::ptr::null(), bias, n_tokens as usize,
+                    n_in as usize, n_out as usize, out_stride as usize, accumulate != 0,
+                )
+            }
+        }
+    )*};
+}
+
+/// `gemv_swiglu_<type>`: `gemv_codes` with `SWIGLU` over the type, its sizes as `u32`s.
+macro_rules! swiglu_kernels {
+    ($($ty:ident => $gemv:ident;)*) => {$(
+        #[doc = concat!("`gemv_codes` with `SWIGLU` over `", stringify!($ty), "` weights.")]
+        ///
+        /// # Safety
+        /// The host's launch wrapper checks `gemv_codes`'s preconditions.
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "gpu-kernel" fn $gemv(
+            out: *mut f32,
+            codes: *const u8,
+            scales: *const f32,
+            w_gate: *const u8,
+            w_up: *const u8,
+            n_tokens: u32,
+            n_in: u32,
+            n_out: u32,
+            out_stride: u32,
+        ) {
+            // SAFETY: the wrapper's checks.
+            unsafe {
+                gemv_codes::<$ty, true>(
+                    out, codes, scales, w_gate, w_up, core::ptr::null(), n_tokens as usize,
+                    n_in as usize, n_out as usize, out_stride as usize, false,
                 )
             }
         }
@@ -221,4 +286,15 @@ codes_kernels! {
     Q4K => gemv_q4_k;
     Q5K => gemv_q5_k;
     Q6K => gemv_q6_k;
+}
+
+swiglu_kernels! {
+    Q4_0 => gemv_swiglu_q4_0;
+    Q4_1 => gemv_swiglu_q4_1;
+    Q5_0 => gemv_swiglu_q5_0;
+    Q5_1 => gemv_swiglu_q5_1;
+    Q8_0 => gemv_swiglu_q8_0;
+    Q4K => gemv_swiglu_q4_k;
+    Q5K => gemv_swiglu_q5_k;
+    Q6K => gemv_swiglu_q6_k;
 }

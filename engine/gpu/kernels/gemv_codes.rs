@@ -3,6 +3,8 @@
 
 use cudarc::driver::LaunchConfig;
 
+use super::gemv_quant::check_matrix;
+use super::table::Kernels;
 use super::{In, Out, aligned16, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
@@ -58,32 +60,10 @@ impl Gpu {
             ty != BlockType::Fp8,
             "fp8 multiplies in floats: gemv_blocks"
         );
-        assert!(
-            ty.fits(n_in),
-            "{ty} rows of {n_in} weights are not whole, aligned blocks"
-        );
-        assert!(w.len() == n_out * ty.row_bytes(n_in), "{ty}: matrix bytes");
-        assert!(
-            aligned16(w, &self.stream),
-            "{ty}: the matrix must start 16-byte aligned"
-        );
-        assert!(
-            (1..=QUANT_MAX_TOKENS).contains(&n_tokens),
-            "1..={QUANT_MAX_TOKENS} tokens a launch"
-        );
-        assert!(codes.len() >= n_tokens * n_in && aligned16(codes, &self.stream));
-        assert!(scales.len() >= n_tokens * n_in / 16 && aligned16(scales, &self.stream));
-        assert!(n_out <= out_stride && out.len() >= (n_tokens - 1) * out_stride + n_out);
+        check_matrix(self, ty, w, None, n_out, n_in);
+        self.check_codes(codes, scales, out, n_tokens, n_in, n_out, out_stride);
         assert!(bias.is_none_or(|b| b.len() == n_out));
-        // A k-quant span is two groups of 32; the others one.
-        let groups_per_span = if ty.block_len() == 256 { 2 } else { 1 };
-        let spans = n_in / (32 * groups_per_span);
-        let warps = spans.div_ceil(32).clamp(1, CODES_MAX_WARPS);
-        let cfg = LaunchConfig {
-            grid_dim: (n_out.div_ceil(CODES_ROWS) as u32, 1, 1),
-            block_dim: (32 * warps as u32, 1, 1),
-            shared_mem_bytes: codes_shared_bytes(warps) as u32,
-        };
+        let cfg = codes_launch(ty, n_in, n_out.div_ceil(CODES_ROWS));
         let (func, _, name, _) = self.kernels.quant(ty);
         let traffic = Traffic {
             bytes: (w.len()
@@ -106,5 +86,98 @@ impl Gpu {
         // scales hold the tokens' groups 16-byte aligned, out every token's n_out columns
         // and no input; the weights are read-only.
         self.timed(name, traffic, || unsafe { b.launch(cfg) })
+    }
+}
+
+impl Gpu {
+    /// `gemv_swiglu_<ty>`: out (`[n_tokens, out_stride]`, columns `0..n_out`) = silu(x
+    /// w_gate^T) * (x w_up^T), x as `quantize_q8_f32` left it, both matrices `[n_out]` rows
+    /// of `ty`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_swiglu_codes(
+        &self,
+        ty: BlockType,
+        out: &mut Out<f32>,
+        codes: &In<u8>,
+        scales: &In<f32>,
+        w_gate: &In<u8>,
+        w_up: &In<u8>,
+        n_tokens: usize,
+        n_in: usize,
+        n_out: usize,
+        out_stride: usize,
+    ) -> Result<()> {
+        let (func, name) = self.kernels.swiglu(ty);
+        for w in [w_gate, w_up] {
+            check_matrix(self, ty, w, None, n_out, n_in);
+        }
+        self.check_codes(codes, scales, out, n_tokens, n_in, n_out, out_stride);
+        let cfg = codes_launch(ty, n_in, n_out);
+        let traffic = Traffic {
+            bytes: (2 * w_gate.len()
+                + n_tokens * n_in
+                + 8 * n_tokens * n_in / 32
+                + 4 * n_tokens * n_out) as u64,
+            flops: (4 * n_tokens * n_in * n_out) as u64,
+        };
+        let args = [n_tokens, n_in, n_out, out_stride].map(|v| u32_of(v, "a size"));
+        let mut b = self.launcher(func);
+        b.arg(out).arg(codes).arg(scales).arg(w_gate).arg(w_up);
+        b.arg(&args[0]).arg(&args[1]).arg(&args[2]).arg(&args[3]);
+        // SAFETY: both matrices are whole aligned blocks of their type (checked), codes and
+        // scales hold the tokens' groups 16-byte aligned, out every token's n_out columns
+        // and no input; the weights are read-only.
+        self.timed(name, traffic, || unsafe { b.launch(cfg) })
+    }
+
+    /// The checks of the activations' codes and the output that every integer GEMV needs.
+    #[allow(clippy::too_many_arguments)]
+    fn check_codes(
+        &self,
+        codes: &In<u8>,
+        scales: &In<f32>,
+        out: &Out<f32>,
+        n_tokens: usize,
+        n_in: usize,
+        n_out: usize,
+        out_stride: usize,
+    ) {
+        assert!(
+            (1..=QUANT_MAX_TOKENS).contains(&n_tokens),
+            "1..={QUANT_MAX_TOKENS} tokens a launch"
+        );
+        assert!(codes.len() >= n_tokens * n_in && aligned16(codes, &self.stream));
+        assert!(scales.len() >= n_tokens * n_in / 16 && aligned16(scales, &self.stream));
+        assert!(n_out <= out_stride && out.len() >= (n_tokens - 1) * out_stride + n_out);
+    }
+}
+
+/// An integer GEMV's launch over `blocks` blocks: each block's warps split a row's spans
+/// (a k-quant span is two groups of 32, the others one), at most `CODES_MAX_WARPS`.
+fn codes_launch(ty: BlockType, n_in: usize, blocks: usize) -> LaunchConfig {
+    let groups_per_span = if ty.block_len() == 256 { 2 } else { 1 };
+    let spans = n_in / (32 * groups_per_span);
+    let warps = spans.div_ceil(32).clamp(1, CODES_MAX_WARPS);
+    LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (32 * warps as u32, 1, 1),
+        shared_mem_bytes: codes_shared_bytes(warps) as u32,
+    }
+}
+
+impl Kernels {
+    /// `gemv_swiglu_<type>` and its name, for the GGUF types.
+    fn swiglu(&self, ty: BlockType) -> (&cudarc::driver::CudaFunction, &'static str) {
+        match ty {
+            BlockType::Q4_0 => (&self.gemv_swiglu_q4_0, "gemv_swiglu_q4_0"),
+            BlockType::Q4_1 => (&self.gemv_swiglu_q4_1, "gemv_swiglu_q4_1"),
+            BlockType::Q5_0 => (&self.gemv_swiglu_q5_0, "gemv_swiglu_q5_0"),
+            BlockType::Q5_1 => (&self.gemv_swiglu_q5_1, "gemv_swiglu_q5_1"),
+            BlockType::Q8_0 => (&self.gemv_swiglu_q8_0, "gemv_swiglu_q8_0"),
+            BlockType::Q4K => (&self.gemv_swiglu_q4_k, "gemv_swiglu_q4_k"),
+            BlockType::Q5K => (&self.gemv_swiglu_q5_k, "gemv_swiglu_q5_k"),
+            BlockType::Q6K => (&self.gemv_swiglu_q6_k, "gemv_swiglu_q6_k"),
+            BlockType::Fp8 => panic!("fp8 multiplies in floats: it has no integer SwiGLU GEMV"),
+        }
     }
 }

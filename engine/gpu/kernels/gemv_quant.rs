@@ -79,7 +79,7 @@ impl Kernels {
 }
 
 /// The checks both kernels need of a matrix: whole, aligned blocks, and scales for fp8.
-fn check_matrix(
+pub(super) fn check_matrix(
     gpu: &Gpu,
     ty: BlockType,
     w: &In<u8>,
