@@ -188,10 +188,10 @@ pub fn gemv_fp8(
     )
 }
 
-/// The GGUF types' GEMV twins by kernel name (`gemv_q4_k`, ...), each `gemv_codes` of its
-/// type.
+/// The GGUF types' GEMV twins by kernel name (`gemv_q4_k`, `gemv_swiglu_q4_k`, ...), each
+/// `gemv_codes` or `gemv_swiglu_codes` of its type.
 macro_rules! gemv_twins {
-    ($($ty:ident => $gemv:ident;)*) => {$(
+    ($($ty:ident => $gemv:ident, $swiglu:ident;)*) => {$(
         #[doc = concat!("`gemv_codes` over `", stringify!($ty), "` weights.")]
         #[allow(clippy::too_many_arguments)]
         pub fn $gemv(
@@ -211,27 +211,10 @@ macro_rules! gemv_twins {
                 out_stride, accumulate,
             )
         }
-    )*};
-}
 
-gemv_twins! {
-    Q4_0 => gemv_q4_0;
-    Q4_1 => gemv_q4_1;
-    Q5_0 => gemv_q5_0;
-    Q5_1 => gemv_q5_1;
-    Q8_0 => gemv_q8_0;
-    Q4K => gemv_q4_k;
-    Q5K => gemv_q5_k;
-    Q6K => gemv_q6_k;
-}
-
-/// The fused gate-and-up twins by kernel name (`gemv_swiglu_q4_k`, ...), each
-/// `gemv_swiglu_codes` of its type.
-macro_rules! swiglu_twins {
-    ($($ty:ident => $gemv:ident;)*) => {$(
         #[doc = concat!("`gemv_swiglu_codes` over `", stringify!($ty), "` weights.")]
         #[allow(clippy::too_many_arguments)]
-        pub fn $gemv(
+        pub fn $swiglu(
             out: &mut [f32],
             codes: &[u8],
             scales: &[f32],
@@ -250,15 +233,15 @@ macro_rules! swiglu_twins {
     )*};
 }
 
-swiglu_twins! {
-    Q4_0 => gemv_swiglu_q4_0;
-    Q4_1 => gemv_swiglu_q4_1;
-    Q5_0 => gemv_swiglu_q5_0;
-    Q5_1 => gemv_swiglu_q5_1;
-    Q8_0 => gemv_swiglu_q8_0;
-    Q4K => gemv_swiglu_q4_k;
-    Q5K => gemv_swiglu_q5_k;
-    Q6K => gemv_swiglu_q6_k;
+gemv_twins! {
+    Q4_0 => gemv_q4_0, gemv_swiglu_q4_0;
+    Q4_1 => gemv_q4_1, gemv_swiglu_q4_1;
+    Q5_0 => gemv_q5_0, gemv_swiglu_q5_0;
+    Q5_1 => gemv_q5_1, gemv_swiglu_q5_1;
+    Q8_0 => gemv_q8_0, gemv_swiglu_q8_0;
+    Q4K => gemv_q4_k, gemv_swiglu_q4_k;
+    Q5K => gemv_q5_k, gemv_swiglu_q5_k;
+    Q6K => gemv_q6_k, gemv_swiglu_q6_k;
 }
 
 /// The dequantizer twins by kernel name: `dequant_q4_k`, ..., each `dequant_blocks` of its

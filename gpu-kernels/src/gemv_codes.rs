@@ -214,9 +214,10 @@ unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
     }
 }
 
-/// `gemv_<type>`: `gemv_codes` over the type, its sizes as `u32`s.
+/// `gemv_<type>` and `gemv_swiglu_<type>`: `gemv_codes` over the type, without and with
+/// `SWIGLU`, its sizes as `u32`s.
 macro_rules! codes_kernels {
-    ($($ty:ident => $gemv:ident;)*) => {$(
+    ($($ty:ident => $gemv:ident, $swiglu:ident;)*) => {$(
         #[doc = concat!("`gemv_codes` over `", stringify!($ty), "` weights.")]
         ///
         /// # Safety
@@ -243,19 +244,14 @@ macro_rules! codes_kernels {
                 )
             }
         }
-    )*};
-}
 
-/// `gemv_swiglu_<type>`: `gemv_codes` with `SWIGLU` over the type, its sizes as `u32`s.
-macro_rules! swiglu_kernels {
-    ($($ty:ident => $gemv:ident;)*) => {$(
         #[doc = concat!("`gemv_codes` with `SWIGLU` over `", stringify!($ty), "` weights.")]
         ///
         /// # Safety
         /// The host's launch wrapper checks `gemv_codes`'s preconditions.
         #[unsafe(no_mangle)]
         #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "gpu-kernel" fn $gemv(
+        pub unsafe extern "gpu-kernel" fn $swiglu(
             out: *mut f32,
             codes: *const u8,
             scales: *const f32,
@@ -278,23 +274,12 @@ macro_rules! swiglu_kernels {
 }
 
 codes_kernels! {
-    Q4_0 => gemv_q4_0;
-    Q4_1 => gemv_q4_1;
-    Q5_0 => gemv_q5_0;
-    Q5_1 => gemv_q5_1;
-    Q8_0 => gemv_q8_0;
-    Q4K => gemv_q4_k;
-    Q5K => gemv_q5_k;
-    Q6K => gemv_q6_k;
-}
-
-swiglu_kernels! {
-    Q4_0 => gemv_swiglu_q4_0;
-    Q4_1 => gemv_swiglu_q4_1;
-    Q5_0 => gemv_swiglu_q5_0;
-    Q5_1 => gemv_swiglu_q5_1;
-    Q8_0 => gemv_swiglu_q8_0;
-    Q4K => gemv_swiglu_q4_k;
-    Q5K => gemv_swiglu_q5_k;
-    Q6K => gemv_swiglu_q6_k;
+    Q4_0 => gemv_q4_0, gemv_swiglu_q4_0;
+    Q4_1 => gemv_q4_1, gemv_swiglu_q4_1;
+    Q5_0 => gemv_q5_0, gemv_swiglu_q5_0;
+    Q5_1 => gemv_q5_1, gemv_swiglu_q5_1;
+    Q8_0 => gemv_q8_0, gemv_swiglu_q8_0;
+    Q4K => gemv_q4_k, gemv_swiglu_q4_k;
+    Q5K => gemv_q5_k, gemv_swiglu_q5_k;
+    Q6K => gemv_q6_k, gemv_swiglu_q6_k;
 }
