@@ -1447,8 +1447,9 @@ impl GpuBackend {
     }
 
     /// Layer `l`'s `hidden = silu(xb w_gate^T) * (xb w_up^T)`: one fused GEMV for a token
-    /// (bf16, or gate and up of one GGUF type); for more, the two matmuls on the input the norm rounded into `mm.x_bf16`, then the
-    /// SwiGLU kernel, which leaves `hidden` rounded there for the down projection.
+    /// (bf16, or gate and up of one GGUF type); for more, the two matmuls on the input the
+    /// norm rounded into `mm.x_bf16`, then the SwiGLU kernel, which leaves `hidden` rounded
+    /// there for the down projection.
     fn swiglu(&mut self, c: &Config, n: usize, l: usize) -> Result<()> {
         let (g, lw) = (&self.gpu, &self.weights.layers[l]);
         let (dim, ffn) = (c.dim, c.ffn_dim);

@@ -87,9 +87,7 @@ impl Gpu {
         // and no input; the weights are read-only.
         self.timed(name, traffic, || unsafe { b.launch(cfg) })
     }
-}
 
-impl Gpu {
     /// `gemv_swiglu_<ty>`: out (`[n_tokens, out_stride]`, columns `0..n_out`) = silu(x
     /// w_gate^T) * (x w_up^T), x as `quantize_q8_f32` left it, both matrices `[n_out]` rows
     /// of `ty`.
