@@ -8,8 +8,8 @@
 use crate::weights::blocks::BlockType;
 
 /// `out[t * out_stride + o] = (accumulate ? .. : 0) + w[o] . x[t] + bias[o]` for
-/// `t < n_tokens`, `o < n_out`: `gemv_blocks` on the GPU. `w`: `[n_out]` rows of
-/// `ty.row_bytes(n_in)`; `row_scales`: fp8's, one per row.
+/// `t < n_tokens`, `o < n_out`: what every quantized GEMV on the GPU computes. `w`:
+/// `[n_out]` rows of `ty.row_bytes(n_in)`; `row_scales`: fp8's, one per row.
 #[allow(clippy::too_many_arguments)]
 pub fn gemv_blocks(
     ty: BlockType,

@@ -75,7 +75,17 @@ impl Gpu {
         let (major, minor) = ctx
             .compute_capability()
             .map_err(Error::driver("compute capability"))?;
-        let (ptx, target) = super::ptx::ptx_for(major, minor);
+        let (built_in, target) = super::ptx::ptx_for(major, minor);
+        // RUSTLE_PTX=FILE loads the kernels from that PTX instead: a kernel change measured
+        // without rebuilding the engine. The file must hold every kernel of the table, with
+        // the arguments this build passes.
+        let ptx = match std::env::var_os("RUSTLE_PTX").filter(|p| !p.is_empty()) {
+            Some(path) => std::fs::read_to_string(&path).map_err(|source| Error::Io {
+                path: path.into(),
+                source,
+            })?,
+            None => built_in.to_owned(),
+        };
         // Programmatic dependent launch (Hopper and later): each kernel may start while the
         // one before it drains. RUSTLE_PDL=0 turns it off, to measure what it brings.
         let pdl = major >= 9 && std::env::var("RUSTLE_PDL").map_or(true, |v| v != "0");

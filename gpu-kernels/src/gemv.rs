@@ -60,15 +60,15 @@ unsafe fn row_dot(w_row: *const u16, x: *const f32, n_in: usize, lane: usize) ->
 
 /// Where this thread's warp works: its output row, and the columns `[start, end)` of its
 /// part of the row. A block is `(32 * parts, rows)`: `blockDim.y` rows, each shared by
-/// `blockDim.x / 32` warps that take consecutive slices of the columns (a multiple of 8
-/// each). Small matrices use several parts, so that enough loads are in flight to fill the
-/// GPU; large ones one.
+/// `blockDim.x / 32` warps that take consecutive slices of the columns (a multiple of
+/// `align` each, the weights of a lane's load). Small matrices use several parts, so that
+/// enough loads are in flight to fill the GPU; large ones one.
 #[inline(always)]
-fn row_part(n_in: usize) -> (usize, usize, usize, usize) {
+pub(crate) fn row_part(n_in: usize, align: usize) -> (usize, usize, usize, usize) {
     let parts = block_dim_x() / WARP;
     let row = block_idx_x() * block_dim_y() + thread_idx_y();
     let part = thread_idx_x() / WARP;
-    let slice = n_in.div_ceil(parts * 8) * 8;
+    let slice = n_in.div_ceil(parts * align) * align;
     let start = (part * slice).min(n_in);
     (row, part, start, (start + slice).min(n_in))
 }
@@ -131,7 +131,7 @@ pub unsafe extern "gpu-kernel" fn gemv_bf16(
     crate::device::wait_for_previous_kernel();
     let (n_in, n_out) = (n_in as usize, n_out as usize);
     let lane = thread_idx_x() % WARP;
-    let (row, _, start, end) = row_part(n_in);
+    let (row, _, start, end) = row_part(n_in, 8);
     let mut sum = 0.0f32;
     if row < n_out {
         // SAFETY: row < n_out; start is a multiple of 8 inside the row; the preconditions
@@ -177,7 +177,7 @@ pub unsafe extern "gpu-kernel" fn gemv_swiglu_bf16(
     crate::device::wait_for_previous_kernel();
     let (n_in, n_out) = (n_in as usize, n_out as usize);
     let lane = thread_idx_x() % WARP;
-    let (row, _, start, end) = row_part(n_in);
+    let (row, _, start, end) = row_part(n_in, 8);
     let (mut g, mut u) = (0.0f32, 0.0f32);
     if row < n_out {
         // SAFETY: as in gemv_bf16.

@@ -5,38 +5,18 @@
 //!   the faster the step. (The GGUF types have their own, in integers: `gemv_codes.rs`.)
 //! - `dequant_<type>`: rows of the matrix to bf16 (for the tensor-core GEMM of a prompt,
 //!   which does enough arithmetic per weight that the extra pass costs little) or to f32
-//!   (the embedding's rows for a batch's tokens).
-//!
-//! Each is written once, generic over the type (`gemv_blocks`, `dequant_blocks`), and
-//! stamped out per type at the end of the file.
+//!   (the embedding's rows for a batch's tokens), written once, generic over the type
+//!   (`dequant_blocks`), and stamped out per type at the end of the file.
 
 use crate::device::{
-    WARP, block_dim_x, block_idx_x, dynamic_shared, fma, global_idx_x, pack_bf16x2, st_v4,
-    sync_threads, thread_idx_x, wait_for_previous_kernel, warp_sum,
+    WARP, block_dim_x, block_idx_x, dynamic_shared, fma, global_idx_x, ld_nc_u32, ld_nc_v4,
+    pack_bf16x2, st_v4, sync_threads, thread_idx_x, thread_idx_y, wait_for_previous_kernel,
+    warp_sum,
 };
-use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, ld_shared_v4, shared_addr};
-use crate::quant_blocks::{Blocks, Fp8, GROUP, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
-use crate::tiles::{
-    DEQUANT_STAGE_WORDS, QUANT_MAX_TOKENS, QUANT_ROWS_PER_WARP, QUANT_STAGE_STRIDE,
-};
+use crate::gemv::row_part;
+use crate::quant_blocks::{Blocks, Fp8, GROUP, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0, fp8x4};
+use crate::tiles::{DEQUANT_STAGE_WORDS, FP8_UNROLL, QUANT_MAX_TOKENS};
 use crate::unroll::unroll;
-
-/// `sum_i w[i] * x[i]` over eight weights and the eight activations at shared address `x`
-/// (two 16-byte loads), in two partial sums so that the adds do not all wait on each other.
-///
-/// # Safety
-/// `x` is a 16-byte aligned shared address with 32 bytes to read.
-#[inline(always)]
-unsafe fn dot8_shared(w: &[f32; 8], x: u32) -> f32 {
-    // SAFETY: the caller's guarantee.
-    let (a, b) = unsafe { (ld_shared_v4(x), ld_shared_v4(x + 16)) };
-    let mut s = [0.0f32; 2];
-    unroll!(i < 4 => {
-        s[0] = fma(w[i], f32::from_bits(a[i]), s[0]);
-        s[1] = fma(w[4 + i], f32::from_bits(b[i]), s[1]);
-    });
-    s[0] + s[1]
-}
 
 /// What a row's sums are multiplied by: `Blocks::UNSCALE` and the row's scale (fp8), 1
 /// for the GGUF types, whose scales are inside their blocks.
@@ -52,139 +32,168 @@ unsafe fn row_scale<B: Blocks>(row_scales: *const f32, row: usize) -> f32 {
     B::UNSCALE * unsafe { *row_scales.add(row) }
 }
 
-/// `out[t, o] = (accumulate ? out[t, o] : 0) + scale[o] * sum_i w[o, i] x[t, i] + bias[o]`
-/// for tokens `t < n_tokens`.
-///
-/// Thread mapping: each warp takes `QUANT_ROWS_PER_WARP` consecutive rows (the block's warps
-/// consecutive runs of them); lane `l` takes groups `l, l + 32, ...` of every row. The block
-/// walks the columns in stages of 32 groups (1024 columns, one group a lane): the threads
-/// copy the stage's activations of every token into shared memory (`cp.async`) while each
-/// lane's loads of its group of every row are in flight, then each lane decodes its group
-/// to 32 floats once and multiplies them by every token's activations: the weights are read
-/// once for all the tokens. The lanes meet in a shuffle reduction per (row, token).
-///
-/// Why shared memory: read from global memory, a lane's activations lie 128 bytes from its
-/// neighbour's, so every 16-byte load of the warp touched 32 cache lines, and the L1 cache
-/// spent more time on the activations than the memory did on the weights. In shared memory,
-/// each group of 32 floats is followed by 4 of padding (`QUANT_STAGE_STRIDE`), so that the
-/// lanes of a quarter-warp read 16 bytes each from eight different bank quads.
+/// fp8 weights (columns) in one warp's chunk: 32 lanes x 4 places x 4 bytes.
+const FP8_WARP_CHUNK: usize = WARP * 16;
+
+/// `sum_j w[j] x[j]` over the four fp8 weights of `word` and the four activations at `x`
+/// (one 16-byte load), 2^-120 times the true sum (`fp8x4`).
 ///
 /// # Safety
-/// `n_in % 32 == 0` and a whole number of blocks; `w` is `[n_out, n_in / BLOCK_LEN]`
-/// blocks, aligned as `Blocks::load` asks; `x` is `[n_tokens, n_in]`, 16-byte aligned;
-/// `out` is `[n_tokens, out_stride]` (this matrix's rows at columns `0..n_out`);
-/// `row_scales` and `bias` are null or `[n_out]`; `n_tokens <= QUANT_MAX_TOKENS`; `x` does
-/// not overlap `out`; the launch gives `n_tokens * 32 * QUANT_STAGE_STRIDE` floats of
-/// dynamic shared memory.
+/// `x` is 16-byte aligned, holds 4 floats and is read-only during the kernel.
 #[inline(always)]
+unsafe fn dot4_fp8(word: u32, x: *const f32) -> f32 {
+    // SAFETY: the caller's guarantee.
+    let xs = unsafe { ld_nc_v4(x as *const u32) };
+    let w = fp8x4(word);
+    let x = xs.map(f32::from_bits);
+    let half = fma(w[0], x[0], w[1] * x[1]);
+    fma(w[2], x[2], fma(w[3], x[3], half))
+}
+
+/// One step of a warp's walk along its part of a row, for one token: `FP8_UNROLL` chunks
+/// of 512 columns from column `c`, every load issued before any is used. Word q of chunk k
+/// holds the 4 columns at `c + 512 k + 128 q + 4 lane`, so that the warp's loads of a word,
+/// and of its 4 activations, are 128 and 512 bytes in a row. (A lane that took 16 columns
+/// in a row read its activations 64 bytes from its neighbour's: every 16-byte load of the
+/// warp touched 16 cache lines.) With `CHECKED`, for the part's last step, words at or past
+/// `end` are left out; without it every word is inside, and the addresses are the same
+/// register plus constants. (A check on every word put a branch around every load, and fp8
+/// decoded at 0.89 times this speed: BENCHMARKS.md round 29.)
+///
+/// # Safety
+/// `w_row` is a row of the matrix and `x_t` the token's activations (16-byte aligned);
+/// `c` and `end` are inside the row, `end - c` whole 16s of columns, and without `CHECKED`
+/// at least a step.
+#[inline(always)]
+unsafe fn fp8_step<const CHECKED: bool>(
+    w_row: *const u8,
+    x_t: *const f32,
+    c: usize,
+    end: usize,
+    lane: usize,
+) -> f32 {
+    const U: usize = FP8_UNROLL;
+    let first = c + 4 * lane;
+    let inside = |at: usize| !CHECKED || first + at < end;
+    let mut words = [[0u32; 4]; U];
+    unroll!(k < U => {
+        unroll!(q < 4 => {
+            let at = k * FP8_WARP_CHUNK + 128 * q;
+            if inside(at) {
+                // SAFETY: 4 bytes of the row inside the part, 4-byte aligned.
+                words[k][q] = unsafe { ld_nc_u32(w_row.add(first + at) as *const u32) };
+            }
+        });
+    });
+    let mut sums = [0.0f32; 2];
+    unroll!(k < U => {
+        unroll!(q < 4 => {
+            let at = k * FP8_WARP_CHUNK + 128 * q;
+            if inside(at) {
+                // SAFETY: the token's 4 activations at the word's columns, 16-byte aligned.
+                sums[q % 2] += unsafe { dot4_fp8(words[k][q], x_t.add(first + at)) };
+            }
+        });
+    });
+    sums[0] + sums[1]
+}
+
+/// `out[t, o] = (accumulate ? out[t, o] : 0) + scale[o] * sum_i w[o, i] x[t, i] + bias[o]`
+/// for tokens `t < n_tokens`, over fp8 rows: the decode step's matmul for `--weights fp8`.
+///
+/// - `out`: `[n_tokens, out_stride]` f32, this matrix's rows at columns `0..n_out`
+/// - `x`: `[n_tokens, n_in]` f32
+/// - `w`: `[n_out, n_in]` e4m3; `row_scales`: `[n_out]` f32
+/// - `bias`: null or `[n_out]` f32
+///
+/// Thread mapping: `gemv_bf16`'s. A block is `(32 * parts, rows)`: each of its `rows` rows
+/// is read by `parts` warps side by side (`row_part`), each warp walking its part in steps
+/// of `FP8_UNROLL` chunks of 512 columns (`fp8_step`): a lane loads 4 bytes of each of 4
+/// places in a chunk, all the step's loads in flight before it uses any, and multiplies
+/// them by the token's activations, which it reads from global memory: every block reads
+/// the same few, so they stay in L1. Tokens one after the other (a token after the first
+/// finds the weights in L1). A warp's lanes meet in shuffles, a row's warps in shared
+/// memory.
+///
+/// Measured (BENCHMARKS.md round 29): the first version staged the activations in shared
+/// memory, 1024 columns a step with two barriers each, and decoded at 0.31 of the copy
+/// bandwidth; this walk, 0.36. `ncu` finds it issuing an instruction every other cycle
+/// per scheduler, its warps waiting on L1 for the activations, four bytes of which come
+/// with every weight's byte.
+///
+/// # Safety
+/// `n_in % 32 == 0`; `w` and `x` 16-byte aligned; `1 <= n_tokens <= QUANT_MAX_TOKENS`;
+/// `blockDim.x` a multiple of 32; the launch gives `fp8_shared_bytes(warps)` bytes of
+/// dynamic shared memory; `x` does not overlap `out`.
+#[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemv_blocks<B: Blocks>(
+pub unsafe extern "gpu-kernel" fn gemv_fp8(
     out: *mut f32,
     x: *const f32,
     w: *const u8,
     row_scales: *const f32,
     bias: *const f32,
-    n_tokens: usize,
-    n_in: usize,
-    n_out: usize,
-    out_stride: usize,
-    accumulate: bool,
+    n_tokens: u32,
+    n_in: u32,
+    n_out: u32,
+    out_stride: u32,
+    accumulate: u32,
 ) {
     wait_for_previous_kernel();
-    const R: usize = QUANT_ROWS_PER_WARP;
+    const T: usize = QUANT_MAX_TOKENS;
+    const STEP: usize = FP8_UNROLL * FP8_WARP_CHUNK;
+    let (n_tokens, n_in, n_out) = (n_tokens as usize, n_in as usize, n_out as usize);
+    let out_stride = out_stride as usize;
     let lane = thread_idx_x() % WARP;
-    let warp = block_idx_x() * (block_dim_x() / WARP) + thread_idx_x() / WARP;
-    let first = warp * R;
-    // A warp past the matrix still stages activations for the others, and meets them at
-    // every barrier; it loads nothing of its own and writes nothing.
-    let live = first < n_out;
-    let row_bytes = n_in / B::BLOCK_LEN * B::BLOCK_BYTES;
-    // Rows past the matrix read its last row again and write nothing.
-    let mut rows = [w; R];
-    unroll!(r < R => {
-        rows[r] = w.wrapping_add((first + r).min(n_out - 1) * row_bytes);
-    });
-    // [n_tokens][32 groups][QUANT_STAGE_STRIDE] f32
-    let stage = shared_addr(dynamic_shared::<f32>());
-    let groups = n_in / GROUP;
-    let mut acc = [[0.0f32; QUANT_MAX_TOKENS]; R];
-    let mut g0 = 0;
-    while g0 < groups {
-        let g = g0 + lane;
-        let mine = live && g < groups;
-        // This lane's loads first (a group past the row reads the row's first group of the
-        // stage and is not used), so that they are in flight during the copies.
-        let mut raw = [core::mem::MaybeUninit::<B::Raw>::uninit(); R];
-        unroll!(r < R => {
-            // SAFETY: g or g0 < n_in / 32 of a row inside the matrix (the preconditions).
-            raw[r].write(unsafe { B::load(rows[r], if g < groups { g } else { g0 }) });
-        });
-        // The stage's activations, 16 bytes a copy: token t's group j, quarter q.
-        let stage_groups = (groups - g0).min(WARP);
-        let copies = n_tokens * stage_groups * 8;
-        let mut c = thread_idx_x();
-        while c < copies {
-            let (t, j, q) = (c / (stage_groups * 8), c / 8 % stage_groups, c % 8);
-            let at = ((t * WARP + j) * QUANT_STAGE_STRIDE + 4 * q) as u32;
-            // SAFETY: t < n_tokens and g0 + j < groups: inside x, 16-byte aligned; the
-            // shared offset is inside the launch's shared memory (preconditions).
-            unsafe {
-                let src = x.add(t * n_in + (g0 + j) * GROUP + 4 * q);
-                cp_async_16(stage + 4 * at, src, true);
+    let (row, part, start, end) = row_part(n_in, 16);
+    let live = row < n_out;
+    let w_row = w.wrapping_add(row * n_in);
+    // [warps][T] f32: each warp's sums, then a row's warps added in order.
+    let shared = dynamic_shared::<f32>();
+    let parts = block_dim_x() / WARP;
+    let warp = thread_idx_y() * parts + part;
+    // Tokens one after the other, in a loop the compiler keeps rolled: the sums of all
+    // eight at once held a thread to 80 registers and an SM to 24 warps, and ran at 0.9
+    // times this loop's speed (round 29; `gemv_codes` found the same). A token after the
+    // first finds its weights in L1.
+    for t in 0..n_tokens {
+        let mut sum = 0.0f32;
+        let (mut c, x_t) = (start, x.wrapping_add(t * n_in));
+        if live {
+            // SAFETY (both): the part of a row inside the matrix; whole steps, then the
+            // rest (whole 16s of columns: `row_part`).
+            while c + STEP <= end {
+                sum += unsafe { fp8_step::<false>(w_row, x_t, c, end, lane) };
+                c += STEP;
             }
-            c += block_dim_x();
-        }
-        cp_async_commit();
-        cp_async_wait::<0>();
-        // SAFETY: every thread of the block reaches both barriers of every stage (the loop
-        // bounds are the same for all).
-        unsafe { sync_threads() };
-        if mine {
-            // SAFETY: every element was written just above.
-            let raw = raw.map(|r| unsafe { r.assume_init() });
-            unroll!(k < 4 => {
-                let mut w = [[0.0f32; 8]; R];
-                unroll!(r < R => {
-                    w[r] = B::decode8(&raw[r], k);
-                });
-                unroll!(t < QUANT_MAX_TOKENS => {
-                    if t < n_tokens {
-                        let at = (t * WARP + lane) * QUANT_STAGE_STRIDE + 8 * k;
-                        let xt = stage + 4 * at as u32;
-                        unroll!(r < R => {
-                            // SAFETY: token t's eight floats of this group, staged above.
-                            acc[r][t] += unsafe { dot8_shared(&w[r], xt) };
-                        });
-                    }
-                });
-            });
-        }
-        // SAFETY: as above; the next stage overwrites what this one read.
-        unsafe { sync_threads() };
-        g0 += WARP;
-    }
-    if !live {
-        return;
-    }
-    unroll!(r < R => {
-        let row = first + r;
-        // SAFETY: the scales, when present, hold every row of the matrix.
-        let scale = unsafe { row_scale::<B>(row_scales, row.min(n_out - 1)) };
-        unroll!(t < QUANT_MAX_TOKENS => {
-            if t < n_tokens {
-                let sum = warp_sum(acc[r][t]);
-                if lane == 0 && row < n_out {
-                    // SAFETY: row < n_out, t < n_tokens: inside out and bias.
-                    unsafe {
-                        let o = out.add(t * out_stride + row);
-                        let b = if bias.is_null() { 0.0 } else { *bias.add(row) };
-                        let prev = if accumulate { *o } else { 0.0 };
-                        *o = prev + sum * scale + b;
-                    }
-                }
+            if c < end {
+                sum += unsafe { fp8_step::<true>(w_row, x_t, c, end, lane) };
             }
-        });
-    });
+        }
+        let v = warp_sum(sum);
+        if lane == 0 {
+            // SAFETY: warp < the block's warps, t < T: inside the shared memory.
+            unsafe { *shared.add(warp * T + t) = v };
+        }
+    }
+    // SAFETY: every thread of the block reaches the barrier.
+    unsafe { sync_threads() };
+    let t = thread_idx_x();
+    if live && t < n_tokens {
+        let mut sum = 0.0;
+        for p in 0..parts {
+            // SAFETY: written above, before the barrier.
+            sum += unsafe { *shared.add((thread_idx_y() * parts + p) * T + t) };
+        }
+        // SAFETY: row < n_out, t < n_tokens: inside out, the scales and bias.
+        unsafe {
+            let scale = row_scale::<Fp8>(row_scales, row);
+            let o = out.add(t * out_stride + row);
+            let b = if bias.is_null() { 0.0 } else { *bias.add(row) };
+            let prev = if accumulate != 0 { *o } else { 0.0 };
+            *o = prev + sum * scale + b;
+        }
+    }
 }
 
 /// Rows `rows[r]` (or row r itself where `rows` is null) of the matrix, dequantized, to row
@@ -198,7 +207,7 @@ unsafe fn gemv_blocks<B: Blocks>(
 /// bytes apart, and each filled half of 32 sectors where it could fill 16 whole.
 ///
 /// # Safety
-/// `w` as `gemv_blocks`; every `rows[r]` a row of the matrix; exactly one output set, with
+/// `w` is whole blocks of the type, aligned as `Blocks::load` asks; every `rows[r]` a row of the matrix; exactly one output set, with
 /// `[n_rows, n_in]` elements, 16-byte aligned; `row_scales` null or one per row of `w`; a
 /// bf16 output takes `dequant_shared_bytes(blockDim.x)` bytes of dynamic shared memory.
 #[inline(always)]
@@ -274,42 +283,6 @@ unsafe fn dequant_blocks<B: Blocks>(
             st_v4(out_bf16.add(32 * (first + g) + 8 * q) as *mut u32, words);
         }
         c += block_dim_x();
-    }
-}
-
-/// `gemv_fp8`: `gemv_blocks` over fp8 rows. (The GGUF types multiply in integers instead,
-/// `gemv_codes.rs`; fp8's values are not integers.)
-///
-/// # Safety
-/// The host's launch wrapper checks `gemv_blocks`'s preconditions.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "gpu-kernel" fn gemv_fp8(
-    out: *mut f32,
-    x: *const f32,
-    w: *const u8,
-    row_scales: *const f32,
-    bias: *const f32,
-    n_tokens: u32,
-    n_in: u32,
-    n_out: u32,
-    out_stride: u32,
-    accumulate: u32,
-) {
-    // SAFETY: the wrapper's checks.
-    unsafe {
-        gemv_blocks::<Fp8>(
-            out,
-            x,
-            w,
-            row_scales,
-            bias,
-            n_tokens as usize,
-            n_in as usize,
-            n_out as usize,
-            out_stride as usize,
-            accumulate != 0,
-        )
     }
 }
 

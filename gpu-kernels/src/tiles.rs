@@ -127,18 +127,17 @@ pub const fn attn_split_mma_shared_bytes(head_dim: usize) -> usize {
 /// GEMM's are at most this many.
 pub const REDUCE_MAX_PARTS: usize = 8;
 
-/// Quantized GEMV (`gemv_quant.rs`): most tokens one launch multiplies by the matrix.
+/// Quantized GEMV (`gemv_fp8`, `gemv_<type>`): most tokens one launch multiplies by the
+/// matrix.
 pub const QUANT_MAX_TOKENS: usize = 8;
-/// Quantized GEMV: output rows per warp, which share each load of the activations.
-pub const QUANT_ROWS_PER_WARP: usize = 2;
-/// Quantized GEMV: floats a group of 32 activations takes in shared memory, 4 of them
-/// padding (the lanes' 16-byte reads then fall in different banks).
-pub const QUANT_STAGE_STRIDE: usize = 36;
-/// Quantized GEMV: bytes of dynamic shared memory for `n_tokens` tokens' stage of 32 groups.
-pub const fn quant_stage_bytes(n_tokens: usize) -> usize {
-    n_tokens * 32 * QUANT_STAGE_STRIDE * 4
+/// fp8 GEMV (`gemv_quant.rs`): 16-byte loads each lane issues before it uses any.
+pub const FP8_UNROLL: usize = 4;
+/// fp8 GEMV: columns a warp covers in one step of its loop (32 lanes, 16 weights a load).
+pub const FP8_WARP_STEP: usize = 32 * 16 * FP8_UNROLL;
+/// fp8 GEMV: bytes of dynamic shared memory for `warps` warps' sums.
+pub const fn fp8_shared_bytes(warps: usize) -> usize {
+    warps * QUANT_MAX_TOKENS * 4
 }
-const _: () = assert!(quant_stage_bytes(QUANT_MAX_TOKENS) <= 48 * 1024);
 
 /// Integer GEMV (`gemv_codes.rs`): output rows per block, which share each load of the
 /// activations' codes.

@@ -58,7 +58,7 @@ impl Gpu {
     ) -> Result<()> {
         assert!(
             ty != BlockType::Fp8,
-            "fp8 multiplies in floats: gemv_blocks"
+            "fp8 multiplies in floats: gemv_fp8 (Gpu::gemv_blocks)"
         );
         check_matrix(self, ty, w, None, n_out, n_in);
         self.check_codes(codes, scales, out, n_tokens, n_in, n_out, out_stride);

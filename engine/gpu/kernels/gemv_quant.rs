@@ -3,20 +3,16 @@
 //! `gpu-kernels/src/gemv_quant.rs`): one wrapper for each kind, which picks the type's
 //! kernel from the table. The arguments are the kernels', the block type first.
 
-use cudarc::driver::{CudaFunction, LaunchConfig};
+use cudarc::driver::CudaFunction;
 
+use super::gemv::gemv_launch;
 use super::table::Kernels;
 use super::{In, Out, aligned16, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::gpu::tiles::{
-    QUANT_MAX_TOKENS, QUANT_ROWS_PER_WARP, dequant_shared_bytes, quant_stage_bytes,
-};
+use crate::gpu::tiles::{FP8_WARP_STEP, QUANT_MAX_TOKENS, dequant_shared_bytes, fp8_shared_bytes};
 use crate::traffic::Traffic;
 use crate::weights::blocks::BlockType;
-
-/// Warps per quantized GEMV block.
-const QUANT_WARPS: usize = 8;
 
 impl Kernels {
     /// `(gemv_<type>, dequant_<type>)` and their names.
@@ -104,7 +100,8 @@ pub(super) fn check_matrix(
 }
 
 impl Gpu {
-    /// `gemv_fp8` (the GGUF types take `gemv_codes`): out (`[n_tokens, out_stride]`, this matrix's columns `0..n_out`) (+)=
+    /// `gemv_fp8` (the GGUF types take `gemv_codes`): out (`[n_tokens, out_stride]`, this
+    /// matrix's columns `0..n_out`) (+)=
     /// x `[n_tokens, n_in]` times w^T (`[n_out]` rows of `ty`) + bias `[n_out]`.
     #[allow(clippy::too_many_arguments)]
     pub fn gemv_blocks(
@@ -133,14 +130,13 @@ impl Gpu {
         assert!(x.len() == n_tokens * n_in && aligned16(x, &self.stream));
         assert!(n_out <= out_stride && out.len() >= (n_tokens - 1) * out_stride + n_out);
         assert!(bias.is_none_or(|b| b.len() == n_out));
-        let rows_per_block = QUANT_WARPS * QUANT_ROWS_PER_WARP;
-        let cfg = LaunchConfig {
-            grid_dim: (n_out.div_ceil(rows_per_block) as u32, 1, 1),
-            block_dim: (32 * QUANT_WARPS as u32, 1, 1),
-            // The activations' stage (`gemv_blocks`): at most 36 KiB, inside the 48 KiB a
-            // launch may take without raising the limit.
-            shared_mem_bytes: quant_stage_bytes(n_tokens) as u32,
-        };
+        // `gemv_bf16`'s launch, a warp's part of a row at least one step of its loop.
+        let cfg = gemv_launch(
+            n_out,
+            self.sm_count,
+            n_in / FP8_WARP_STEP,
+            fp8_shared_bytes(1),
+        );
         let (func, _, name, _) = self.kernels.quant(ty);
         let traffic = Traffic {
             bytes: (w.len()
