@@ -15,7 +15,7 @@ use crate::device::{
 };
 use crate::gemv::row_part;
 use crate::quant_blocks::{Blocks, Fp8, GROUP, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0, fp8x4};
-use crate::tiles::{DEQUANT_STAGE_WORDS, FP8_UNROLL, QUANT_MAX_TOKENS};
+use crate::tiles::{DEQUANT_STAGE_WORDS, FP8_UNROLL, FP8_WARP_STEP, QUANT_MAX_TOKENS};
 use crate::unroll::unroll;
 
 /// What a row's sums are multiplied by: `Blocks::UNSCALE` and the row's scale (fp8), 1
@@ -32,8 +32,9 @@ unsafe fn row_scale<B: Blocks>(row_scales: *const f32, row: usize) -> f32 {
     B::UNSCALE * unsafe { *row_scales.add(row) }
 }
 
-/// fp8 weights (columns) in one warp's chunk: 32 lanes x 4 places x 4 bytes.
-const FP8_WARP_CHUNK: usize = WARP * 16;
+/// fp8 weights (columns) in one warp's chunk: 32 lanes x 4 places x 4 bytes; a step
+/// (`FP8_WARP_STEP`, shared with the host's launch) is `FP8_UNROLL` of them.
+const FP8_WARP_CHUNK: usize = FP8_WARP_STEP / FP8_UNROLL;
 
 /// `sum_j w[j] x[j]` over the four fp8 weights of `word` and the four activations at `x`
 /// (one 16-byte load), 2^-120 times the true sum (`fp8x4`).
@@ -141,7 +142,6 @@ pub unsafe extern "gpu-kernel" fn gemv_fp8(
 ) {
     wait_for_previous_kernel();
     const T: usize = QUANT_MAX_TOKENS;
-    const STEP: usize = FP8_UNROLL * FP8_WARP_CHUNK;
     let (n_tokens, n_in, n_out) = (n_tokens as usize, n_in as usize, n_out as usize);
     let out_stride = out_stride as usize;
     let lane = thread_idx_x() % WARP;
@@ -162,9 +162,9 @@ pub unsafe extern "gpu-kernel" fn gemv_fp8(
         if live {
             // SAFETY (both): the part of a row inside the matrix; whole steps, then the
             // rest (whole 16s of columns: `row_part`).
-            while c + STEP <= end {
+            while c + FP8_WARP_STEP <= end {
                 sum += unsafe { fp8_step::<false>(w_row, x_t, c, end, lane) };
-                c += STEP;
+                c += FP8_WARP_STEP;
             }
             if c < end {
                 sum += unsafe { fp8_step::<true>(w_row, x_t, c, end, lane) };

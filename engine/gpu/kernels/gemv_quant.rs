@@ -101,8 +101,8 @@ pub(super) fn check_matrix(
 
 impl Gpu {
     /// `gemv_fp8` (the GGUF types take `gemv_codes`): out (`[n_tokens, out_stride]`, this
-    /// matrix's columns `0..n_out`) (+)=
-    /// x `[n_tokens, n_in]` times w^T (`[n_out]` rows of `ty`) + bias `[n_out]`.
+    /// matrix's columns `0..n_out`) (+)= x `[n_tokens, n_in]` times w^T (`[n_out]` rows of
+    /// `ty`) + bias `[n_out]`.
     #[allow(clippy::too_many_arguments)]
     pub fn gemv_blocks(
         &self,
