@@ -131,6 +131,23 @@ pub fn gemm_wgmma_bf16(n: usize, n_in: usize, n_out: usize, bias: bool) -> Traff
     gemm_mma_bf16(n, n_in, n_out, bias)
 }
 
+/// The same matmul on e4m3 inputs (one byte a value) with their scales: a scale per token
+/// and per output feature read once.
+pub fn gemm_wgmma_fp8(n: usize, n_in: usize, n_out: usize, bias: bool) -> Traffic {
+    let (n, n_in, n_out) = (n as u64, n_in as u64, n_out as u64);
+    t(
+        (n_out + n) * n_in + (n + n_out) * F32 + n * n_out * F32 + bias as u64 * n_out * F32,
+        2 * n * n_in * n_out,
+    )
+}
+
+/// Each value read as f32 (the second pass finds it in cache) and written as one byte; a
+/// scale a row.
+pub fn quantize_fp8_f32(n: usize, n_in: usize) -> Traffic {
+    let (n, n_in) = (n as u64, n_in as u64);
+    t(n * n_in * (F32 + 1) + n * F32, 0)
+}
+
 /// The tensor-core probe: each warp runs `iters x 16` m16n8k16 steps (2 x 16 x 8 x 16
 /// FLOP each) and each thread writes one float.
 pub fn mma_probe_bf16(threads: usize, iters: usize) -> Traffic {

@@ -1,9 +1,9 @@
-//! The CPU twins of `gpu-kernels/src/gemv_quant.rs` and `gemv_codes.rs`: the quantized
-//! GEMV and dequantizer of each block type, and the activations' 8-bit codes, same names
-//! and argument order, over the same bytes. Each row is decoded
-//! whole (`BlockType::decode_row`, the loader's dequantizers) and multiplied in f32, so the
-//! GPU's register decoding is held against the decoders that are themselves checked
-//! against the `gguf` package.
+//! The CPU twins of `gpu-kernels/src/gemv_quant.rs`, `gemv_codes.rs` and the fp8 prefill
+//! (`quantize_fp8.rs`, `gemm_wgmma_fp8`): the quantized GEMV and dequantizer of each block
+//! type, the activations' 8-bit codes, and fp8's activations and GEMM, same names and
+//! argument order, over the same bytes. Each row is decoded whole (`BlockType::decode_row`,
+//! the loader's dequantizers) and multiplied in f32, so the GPU's register decoding is held
+//! against the decoders that are themselves checked against the `gguf` package.
 
 use crate::weights::blocks::BlockType;
 
@@ -325,6 +325,44 @@ pub fn random_blocks(
             }
         });
     (bytes, None)
+}
+
+/// `quantize_fp8_f32` on the GPU: each row of `x` (`[n, n_in]`) to e4m3 `codes` with
+/// `scales[t] = max |x[t]| / 448` (1 for a row of zeros), the way `--weights fp8` quantizes
+/// a matrix's rows at load: the same division and rounding, so the same bytes.
+pub fn quantize_fp8_f32(codes: &mut [u8], scales: &mut [f32], x: &[f32], n_in: usize) {
+    let (c, s) = crate::weights::blocks::quantize_fp8(x, n_in);
+    codes.copy_from_slice(&c);
+    scales.copy_from_slice(&s);
+}
+
+/// `gemm_wgmma_fp8` on the GPU: `out[t, o] = x_scales[t] w_scales[o] sum_i x[t, i] w[o, i] +
+/// bias[o]` for e4m3 `x` (`[n, n_in]`) and `w` (`[n_out, n_in]`), the products of the bytes'
+/// values summed in f32, then scaled.
+pub fn gemm_wgmma_fp8(
+    out: &mut [f32],
+    x: &[u8],
+    x_scales: &[f32],
+    w: &[u8],
+    w_scales: &[f32],
+    bias: Option<&[f32]>,
+    n_in: usize,
+) {
+    use crate::weights::blocks::e4m3_to_f32;
+    use rayon::prelude::*;
+    let n_out = w_scales.len();
+    let w: Vec<f32> = w.iter().map(|&b| e4m3_to_f32(b)).collect();
+    out.par_chunks_mut(n_out)
+        .zip(x.par_chunks(n_in))
+        .zip(x_scales)
+        .for_each(|((y, xr), &xs)| {
+            let xr: Vec<f32> = xr.iter().map(|&b| e4m3_to_f32(b)).collect();
+            for (o, y) in y.iter_mut().enumerate() {
+                let row = &w[o * n_in..(o + 1) * n_in];
+                let dot: f32 = row.iter().zip(&xr).map(|(a, b)| a * b).sum();
+                *y = dot * (xs * w_scales[o]) + bias.map_or(0.0, |b| b[o]);
+            }
+        });
 }
 
 #[cfg(test)]

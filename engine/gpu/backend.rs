@@ -14,8 +14,11 @@ use super::context::Gpu;
 use super::kernels::attention_mma::attention_mma_supports;
 use super::kernels::attention_split_mma::attention_split_mma_supports;
 use super::kernels::gemm_skinny::{SKINNY_MAX_TOKENS, skinny_splits};
+use super::kernels::gemm_wgmma::Fp8Operands;
 use super::kernels::{In, Out};
-use super::matrix::{GpuMatrix, Piece, Synthetic, Uploader, WeightFormat, random_matrix};
+use super::matrix::{
+    BlockPart, GpuMatrix, Piece, Synthetic, Uploader, WeightFormat, random_matrix,
+};
 use super::tiles::{BLOCK_SIZE, MAX_HEAD_DIM, QUANT_MAX_TOKENS};
 use crate::batch::Batch;
 use crate::config::Config;
@@ -387,15 +390,24 @@ impl GpuWeights {
         parts.join(", ")
     }
 
+    /// Whether some layer matrix is fp8 (`--weights fp8`).
+    fn has_fp8(&self) -> bool {
+        self.layers
+            .iter()
+            .flat_map(|l| l.matrices())
+            .any(|m| m.as_fp8().is_some())
+    }
+
     /// The largest layer matrix held in blocks, in elements (0 if none): the size of the
-    /// bf16 scratch a prompt's matmul dequantizes it into.
-    fn largest_blocks_matrix(&self, c: &Config) -> usize {
+    /// bf16 scratch a prompt's matmul dequantizes it into. With `fp8_cores` (the GPU has
+    /// `gemm_wgmma_fp8`) fp8 matrices need none: they go to the tensor cores as they are.
+    fn largest_blocks_matrix(&self, c: &Config, fp8_cores: bool) -> usize {
         let (dim, q, kv, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
         let elements = [(q + 2 * kv) * dim, dim * q, ffn * dim, ffn * dim, dim * ffn];
         self.layers
             .iter()
             .flat_map(|l| l.matrices().into_iter().zip(elements))
-            .filter(|(m, _)| m.as_bf16().is_none())
+            .filter(|(m, _)| m.as_bf16().is_none() && !(fp8_cores && m.as_fp8().is_some()))
             .map(|(_, n)| n)
             .max()
             .unwrap_or(0)
@@ -421,6 +433,15 @@ struct MatmulScratch {
     code_scales: CudaSlice<f32>,
     /// The last quantized GEMV left its whole input in `codes`.
     codes_made: bool,
+    /// `[max_tokens, max(dim, q_dim, ffn_dim)]` e4m3 and `[max_tokens]` scales: the input of
+    /// fp8's tensor-core GEMM (`quantize_fp8_f32`); `None` where no matrix takes it
+    /// (`takes_fp8`).
+    x_fp8: Option<(CudaSlice<u8>, CudaSlice<f32>)>,
+    /// The last fp8 GEMM left its whole input in `x_fp8`.
+    fp8_made: bool,
+    /// `x_fp8` already holds the next fp8 GEMM's input (up's, after gate's): it skips
+    /// `quantize_fp8_f32`. Set by the caller for one call, as `codes_hold_input`.
+    fp8_hold_input: bool,
     /// `codes` already hold the next quantized GEMV's input (up's, after gate's on the same
     /// input): it skips `quantize_q8_f32`. Set by the caller for one call.
     codes_hold_input: bool,
@@ -436,11 +457,13 @@ impl MatmulScratch {
         n > 1 || self.batch_invariant
     }
 
+    /// `fp8`: some matrix takes fp8's tensor cores.
     fn new(
         gpu: &Gpu,
         c: &Config,
         max_tokens: usize,
         dequant_elements: usize,
+        fp8: bool,
     ) -> Result<MatmulScratch> {
         let (dim, q, kv, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
         let matrices = [
@@ -475,6 +498,15 @@ impl MatmulScratch {
             code_scales: gpu.zeros(QUANT_MAX_TOKENS * widest / 16, "the codes' scales")?,
             codes_made: false,
             codes_hold_input: false,
+            x_fp8: match fp8 {
+                false => None,
+                true => Some((
+                    gpu.zeros(max_tokens * widest, "activations in e4m3")?,
+                    gpu.zeros(max_tokens, "the e4m3 activations' scales")?,
+                )),
+            },
+            fp8_made: false,
+            fp8_hold_input: false,
             parts: gpu.zeros(parts.max(1), "the tensor-core matmuls' split sums")?,
             w_bf16: match dequant_elements {
                 0 => None,
@@ -574,6 +606,7 @@ impl GpuBackend {
         max_tokens: usize,
     ) -> Result<GpuBackend> {
         check_supported(c)?;
+        let fp8_cores = gpu.has_wgmma_fp8();
         let act = |width: usize| gpu.zeros::<f32>(max_tokens * width, "activations");
         let ids = || gpu.zeros::<u32>(max_tokens, "the batch");
         let block_bytes = kv_bytes_per_token(c) * BLOCK_SIZE;
@@ -612,7 +645,13 @@ impl GpuBackend {
             gate: act(c.ffn_dim)?,
             up: act(c.ffn_dim)?,
             hidden: act(c.ffn_dim)?,
-            mm: MatmulScratch::new(&gpu, c, max_tokens, weights.largest_blocks_matrix(c))?,
+            mm: MatmulScratch::new(
+                &gpu,
+                c,
+                max_tokens,
+                weights.largest_blocks_matrix(c, fp8_cores),
+                fp8_cores && weights.has_fp8(),
+            )?,
             head_in: act(c.dim)?,
             logits: act(c.vocab_size)?,
             partial_o: gpu.zeros(partial_rows * c.head_dim, "attention scratch")?,
@@ -682,8 +721,69 @@ impl GpuBackend {
         if w.as_bf16().is_some() {
             return false;
         }
+        if n <= QUANT_MAX_TOKENS || mm.batch_invariant {
+            return true;
+        }
         let fits = mm.w_bf16.as_ref().is_some_and(|s| s.len() >= elements);
-        n <= QUANT_MAX_TOKENS || mm.batch_invariant || !fits
+        Self::takes_fp8(mm, w).is_none() && !fits
+    }
+
+    /// The fp8 matrix `w` when more tokens than the GEMV's go through it on fp8's tensor
+    /// cores (`gemm_wgmma_fp8`, on a GPU that has it, where `MatmulScratch::x_fp8` was made
+    /// for it), not dequantized to bf16: half the bytes, twice the products a cycle.
+    fn takes_fp8<'w>(mm: &MatmulScratch, w: &'w GpuMatrix) -> Option<&'w BlockPart> {
+        w.as_fp8()
+            .filter(|_| mm.x_fp8.is_some() && !mm.batch_invariant)
+    }
+
+    /// `out (+)= x w^T + bias` for `n` tokens on fp8's tensor cores: x made e4m3
+    /// (`quantize_fp8_f32`, unless `x_fp8` holds it already), then `gemm_wgmma_fp8`. It adds
+    /// into `out` only through a split plan's sum; otherwise through `tmp` and a residual
+    /// add (`tmp` must then be given).
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_fp8(
+        gpu: &Gpu,
+        out: &mut Out<f32>,
+        x: &In<f32>,
+        mm: &mut MatmulScratch,
+        w: &BlockPart,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+        tmp: Option<&mut CudaSlice<f32>>,
+    ) -> Result<()> {
+        let hold = std::mem::take(&mut mm.fp8_hold_input);
+        mm.fp8_made = true;
+        let (codes, scales) = mm.x_fp8.as_mut().expect("takes_fp8 checked x_fp8");
+        if !hold {
+            gpu.quantize_fp8_f32(
+                &mut codes.slice_mut(..n * n_in),
+                &mut scales.slice_mut(..n),
+                &x.slice(..n * n_in),
+                n,
+                n_in,
+            )?;
+        }
+        let w_scales = w.scales.as_ref().expect("fp8 has row scales");
+        let ops = || Fp8Operands {
+            x: codes.slice(..n * n_in),
+            x_scales: scales.slice(..n),
+            w: w.bytes.as_view(),
+            w_scales: w_scales.as_view(),
+        };
+        let parts = &mut mm.parts.as_view_mut();
+        match tmp {
+            None => gpu.gemm_wgmma_fp8(out, ops(), bias, n, n_in, n_out, parts, false),
+            Some(_) if gpu.wgmma_parts_len(n, n_in, n_out) > 0 => {
+                gpu.gemm_wgmma_fp8(out, ops(), bias, n, n_in, n_out, parts, true)
+            }
+            Some(tmp) => {
+                let tmp = &mut tmp.slice_mut(..n * n_out);
+                gpu.gemm_wgmma_fp8(tmp, ops(), bias, n, n_in, n_out, parts, false)?;
+                gpu.residual_add_f32(out, &tmp.as_view())
+            }
+        }
     }
 
     /// `out (+)= x w^T + bias` through the quantized GEMV: `QUANT_MAX_TOKENS` tokens a
@@ -880,6 +980,13 @@ impl GpuBackend {
         if Self::takes_blocks(mm, w, n, n_in * n_out) {
             return Self::gemv_blocks(gpu, out, x, mm, w, bias, n, n_in, n_out, accumulate);
         }
+        if let Some(w) = Self::takes_fp8(mm, w) {
+            assert!(
+                !accumulate,
+                "the fp8 GEMM adds into its output through add_matmul"
+            );
+            return Self::gemm_fp8(gpu, out, x, mm, w, bias, n, n_in, n_out, None);
+        }
         Self::with_bf16(gpu, mm, w, n_in, n_out, |mm, w| {
             Self::gemm_rounded(gpu, out, mm, w, bias, n, n_in, n_out, accumulate)
         })
@@ -949,6 +1056,9 @@ impl GpuBackend {
         if !mm.rounds(n) {
             let w = &w.as_bf16().expect("blocks take gemv_blocks").as_view();
             return gpu.gemv_bf16(x, input, w, None, n_in, n_out, true);
+        }
+        if let Some(w) = Self::takes_fp8(mm, w) {
+            return Self::gemm_fp8(gpu, x, input, mm, w, None, n, n_in, n_out, Some(tmp));
         }
         if !rounded {
             gpu.f32_to_bf16(&mut mm.x_bf16.slice_mut(..n * n_in), input)?;
@@ -1493,6 +1603,7 @@ impl GpuBackend {
             );
         }
         self.mm.codes_made = false;
+        self.mm.fp8_made = false;
         for (i, (out, w)) in [(&mut self.gate, &lw.w_gate), (&mut self.up, &lw.w_up)]
             .into_iter()
             .enumerate()
@@ -1500,6 +1611,7 @@ impl GpuBackend {
             let out = &mut out.slice_mut(..n * ffn);
             // Up reads the codes gate's quantized GEMV made of the same input.
             self.mm.codes_hold_input = i == 1 && self.mm.codes_made;
+            self.mm.fp8_hold_input = i == 1 && self.mm.fp8_made;
             if self.mm.rounds(n) {
                 Self::gemm(g, out, xb, &mut self.mm, w, None, n, dim, ffn, false)?;
             } else {
@@ -1507,6 +1619,7 @@ impl GpuBackend {
             }
         }
         self.mm.codes_hold_input = false;
+        self.mm.fp8_hold_input = false;
         if !self.mm.rounds(n) {
             // Quantized gate and up for one token: no bf16 copy for the down GEMV.
             return g.swiglu_f32(

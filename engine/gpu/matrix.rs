@@ -59,6 +59,17 @@ impl GpuMatrix {
             GpuMatrix::Blocks(_) => None,
         }
     }
+
+    /// The matrix's one run of rows, if it is fp8 (`--weights fp8`) through and through.
+    pub fn as_fp8(&self) -> Option<&BlockPart> {
+        match self {
+            GpuMatrix::Blocks(parts) => match parts.as_slice() {
+                [p] if p.ty == BlockType::Fp8 => Some(p),
+                _ => None,
+            },
+            GpuMatrix::Bf16(_) => None,
+        }
+    }
 }
 
 /// One piece of a stacked matrix: its tensor's name, its values as the CPU holds them, and

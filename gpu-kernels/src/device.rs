@@ -298,9 +298,30 @@ pub fn wait_for_previous_kernel() {
 /// else uses during the call.
 #[inline(always)]
 pub unsafe fn block_sum(v: f32, scratch: *mut f32) -> f32 {
+    // SAFETY: the caller's guarantee.
+    unsafe { block_reduce(v, scratch, warp_sum) }
+}
+
+/// The maximum of `v` over the whole block (of values `>= 0`), returned to every thread.
+///
+/// # Safety
+/// As `block_sum`.
+#[inline(always)]
+pub unsafe fn block_max(v: f32, scratch: *mut f32) -> f32 {
+    // SAFETY: the caller's guarantee.
+    unsafe { block_reduce(v, scratch, warp_max) }
+}
+
+/// `block_sum` and `block_max`: `warp` over each warp, then over the warps' results (0 for
+/// the missing ones, which neither a sum nor a maximum of non-negatives notices).
+///
+/// # Safety
+/// As `block_sum`.
+#[inline(always)]
+unsafe fn block_reduce(v: f32, scratch: *mut f32, warp_op: impl Fn(f32) -> f32) -> f32 {
     let (lane, warp) = (thread_idx_x() % WARP, thread_idx_x() / WARP);
     let n_warps = block_dim_x() / WARP;
-    let v = warp_sum(v);
+    let v = warp_op(v);
     // SAFETY: warp < 32 by the block-size precondition; barriers reached by all threads.
     unsafe {
         if lane == 0 {
@@ -312,11 +333,34 @@ pub unsafe fn block_sum(v: f32, scratch: *mut f32) -> f32 {
         } else {
             0.0
         };
-        let total = warp_sum(partial);
+        let total = warp_op(partial);
         // Nobody may overwrite `scratch` (a second call) before every warp has read it.
         sync_threads();
         total
     }
+}
+
+/// Four floats to four e4m3 bytes, each rounded to the nearest (ties to even) and held to
+/// ±448 (`cvt.rn.satfinite.e4m3x2.f32`, sm_89 on): `v[0]` in the lowest byte, as
+/// `f32_to_e4m3` rounds on the host.
+#[cfg(target_feature = "sm_90a")]
+#[inline(always)]
+pub fn pack_e4m3x4(v: [f32; 4]) -> u32 {
+    let pair = |lo: f32, hi: f32| {
+        let out: u16;
+        // SAFETY: a conversion between registers. The first source goes to the high byte.
+        unsafe {
+            asm!(
+                "cvt.rn.satfinite.e4m3x2.f32 {o}, {h}, {l};",
+                o = out(reg16) out,
+                h = in(reg32) hi,
+                l = in(reg32) lo,
+                options(pure, nomem, nostack),
+            )
+        };
+        out as u32
+    };
+    pair(v[0], v[1]) | pair(v[2], v[3]) << 16
 }
 
 /// `sqrt(x)`, correctly rounded (`sqrt.rn.f32`), so norms match the CPU's exactly.

@@ -11,6 +11,11 @@
 //!
 //! The tiles are laid out as the descriptor's 128-byte swizzle wants them (see
 //! `wgmma::swizzle_128b`); `cp.async` copies each 16-byte chunk straight to its place.
+//!
+//! `gemm_wgmma_fp8` is the same kernel on e4m3 bytes (`--weights fp8`): a step's 128 bytes
+//! of a row are 128 values instead of 64, each product takes 32 of them instead of 16, and
+//! the tensor cores multiply fp8 at twice the bf16 rate. Only the instruction and the
+//! epilogue, which applies the two scales, differ.
 
 use crate::device::{
     block_idx_x, block_idx_y, block_idx_z, dynamic_shared, grid_dim_z, sync_threads, thread_idx_x,
@@ -18,11 +23,14 @@ use crate::device::{
 use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, shared_addr};
 use crate::tiles::{WGMMA_BK, WGMMA_BM, WGMMA_MAX_BN, WGMMA_STAGES, WGMMA_THREADS};
 use crate::wgmma::{self, Accumulators, descriptor_sw128, swizzle_128b};
+use core::ptr::null;
 
-/// Bytes of one stage: the `[WGMMA_BM][64]` bf16 tile of `x`, then room for the widest
-/// `[WGMMA_MAX_BN][64]` tile of `w`.
-const X_BYTES: usize = WGMMA_BM * WGMMA_BK * 2;
-const STAGE_BYTES: usize = X_BYTES + WGMMA_MAX_BN * WGMMA_BK * 2;
+/// Bytes of a row in one step: 64 bf16 (`WGMMA_BK`) or 128 e4m3, one swizzled row.
+const ROW_BYTES: usize = WGMMA_BK * 2;
+/// Bytes of one stage: the `[WGMMA_BM][ROW_BYTES]` tile of `x`, then room for the widest
+/// `[WGMMA_MAX_BN][ROW_BYTES]` tile of `w`.
+const X_BYTES: usize = WGMMA_BM * ROW_BYTES;
+const STAGE_BYTES: usize = X_BYTES + WGMMA_MAX_BN * ROW_BYTES;
 /// Batches of products (steps) a warpgroup leaves running when it reaches the next step's
 /// barrier: with 1, the tensor cores never wait for the barrier; with 0, one more buffer is
 /// free for the copies (measured slower: BENCHMARKS.md, round 13).
@@ -30,8 +38,8 @@ const LAG: usize = 1;
 /// Steps requested ahead of the one being multiplied: every buffer but that one's and the
 /// LAG ones still being read.
 const AHEAD: usize = WGMMA_STAGES - 1 - LAG;
-/// 16-byte chunks along one row of a step (64 bf16).
-const CHUNKS: usize = WGMMA_BK / 8;
+/// 16-byte chunks along one row of a step.
+const CHUNKS: usize = ROW_BYTES / 16;
 
 /// `out[t, o] = sum_i x[t, i] * w[o, i] + bias[o]`, bf16 inputs, products summed in f32: the
 /// same contract as `gemm_mma_bf16`, on sm_90a.
@@ -77,32 +85,122 @@ pub unsafe extern "gpu-kernel" fn gemm_wgmma_bf16(
     tile_n: u32,
 ) {
     crate::device::wait_for_previous_kernel();
-    let (n, n_in, n_out) = (n as usize, n_in as usize, n_out as usize);
-    // SAFETY: the same preconditions, passed on; the accumulators' type fixes the width.
+    let (x, w) = (x as *const u8, w as *const u8);
+    let (n, row_bytes) = (n as usize, 2 * n_in as usize);
+    // SAFETY: the same preconditions, passed on (no scales: bf16 products are the values).
+    unsafe { by_width::<false>(tile_n, out, x, null(), w, null(), bias, n, row_bytes, n_out) }
+}
+
+/// `out[t, o] = x_scales[t] w_scales[o] sum_i x[t, i] w[o, i] + bias[o]`, e4m3 inputs,
+/// products summed by the tensor cores (in their own accumulator, which keeps fewer bits
+/// than an f32 sum; the tests bound the difference): `gemm_wgmma_bf16` on e4m3 bytes, for
+/// the prefill of `--weights fp8`.
+///
+/// - `out`: as `gemm_wgmma_bf16`'s
+/// - `x`: `[n, n_in]` e4m3, one scale a token: `x_scales` `[n]` f32 (`quantize_fp8_f32`)
+/// - `w`: `[n_out, n_in]` e4m3, one scale a row: `w_scales` `[n_out]` f32
+/// - `bias`, `tile_n`: as `gemm_wgmma_bf16`'s
+///
+/// Thread mapping: `gemm_wgmma_bf16`'s, with a step of 128 along the reduction (a row's
+/// 128 bytes, as there) in four `k32` products. Split, each part is scaled.
+///
+/// PRECONDITIONS: `n_in % 16 == 0`; `x` and `w` 16-byte aligned; launch as
+/// `gemm_wgmma_bf16`.
+///
+/// # Safety
+/// The host's launch wrapper checks the preconditions.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "gpu-kernel" fn gemm_wgmma_fp8(
+    out: *mut f32,
+    x: *const u8,
+    x_scales: *const f32,
+    w: *const u8,
+    w_scales: *const f32,
+    bias: *const f32,
+    n: u32,
+    n_in: u32,
+    n_out: u32,
+    tile_n: u32,
+) {
+    crate::device::wait_for_previous_kernel();
+    let (n, row_bytes) = (n as usize, n_in as usize);
+    // SAFETY: the same preconditions, passed on.
+    unsafe {
+        by_width::<true>(
+            tile_n, out, x, x_scales, w, w_scales, bias, n, row_bytes, n_out,
+        )
+    }
+}
+
+/// `gemm::<A, FP8>` for the accumulators of a `tile_n`-wide tile.
+///
+/// # Safety
+/// As the kernels.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn by_width<const FP8: bool>(
+    tile_n: u32,
+    out: *mut f32,
+    x: *const u8,
+    x_scales: *const f32,
+    w: *const u8,
+    w_scales: *const f32,
+    bias: *const f32,
+    n: usize,
+    row_bytes: usize,
+    n_out: u32,
+) {
+    let o = Operands {
+        x,
+        x_scales,
+        w,
+        w_scales,
+        bias,
+    };
+    let (n_out, rb) = (n_out as usize, row_bytes);
+    // SAFETY: the caller's preconditions; the accumulators' type fixes the width.
     unsafe {
         match tile_n {
-            128 => gemm::<[f32; 64]>(out, x, w, bias, n, n_in, n_out),
-            192 => gemm::<[f32; 96]>(out, x, w, bias, n, n_in, n_out),
-            224 => gemm::<[f32; 112]>(out, x, w, bias, n, n_in, n_out),
-            _ => gemm::<[f32; 128]>(out, x, w, bias, n, n_in, n_out),
+            128 => gemm::<[f32; 64], FP8>(out, o, n, rb, n_out),
+            192 => gemm::<[f32; 96], FP8>(out, o, n, rb, n_out),
+            224 => gemm::<[f32; 112], FP8>(out, o, n, rb, n_out),
+            _ => gemm::<[f32; 128], FP8>(out, o, n, rb, n_out),
         }
     }
 }
 
-/// `gemm_wgmma_bf16` with tiles `A::N` features wide.
+/// A GEMM's inputs: the matrices as bytes, their scales (null for bf16) and the bias (null
+/// for none).
+#[derive(Clone, Copy)]
+struct Operands {
+    x: *const u8,
+    x_scales: *const f32,
+    w: *const u8,
+    w_scales: *const f32,
+    bias: *const f32,
+}
+
+/// Both kernels with tiles `A::N` features wide: bf16 or (`FP8`) e4m3 operands, rows of
+/// `row_bytes` bytes.
 ///
 /// # Safety
-/// As `gemm_wgmma_bf16`.
+/// As the kernels.
 #[inline(always)]
-unsafe fn gemm<A: Accumulators>(
+unsafe fn gemm<A: Accumulators, const FP8: bool>(
     out: *mut f32,
-    x: *const u16,
-    w: *const u16,
-    bias: *const f32,
+    o: Operands,
     n: usize,
-    n_in: usize,
+    row_bytes: usize,
     n_out: usize,
 ) {
+    let Operands {
+        x,
+        x_scales,
+        w,
+        w_scales,
+        bias,
+    } = o;
     let tid = thread_idx_x();
     let group = tid / 128;
     let (m0, n0) = (block_idx_y() * WGMMA_BM, block_idx_x() * A::N);
@@ -113,53 +211,57 @@ unsafe fn gemm<A: Accumulators>(
     let w_tile = |s: usize| smem + (s * STAGE_BYTES + X_BYTES) as u32;
 
     // This block's share of the reduction, as in `gemm_mma_bf16`.
-    let all_steps = n_in.div_ceil(WGMMA_BK);
+    let all_steps = row_bytes.div_ceil(ROW_BYTES);
     let per_split = all_steps.div_ceil(grid_dim_z());
     let first = (block_idx_z() * per_split).min(all_steps);
     let steps = per_split.min(all_steps - first);
 
-    // Copies the 16-byte chunks `tid`, `tid + 256`, ... of a `rows x 64` slice of `src`
-    // (row `r0` on, `valid_rows` of them inside the matrix) from column `k0` into the
-    // swizzled tile at `tile`: neighbouring threads cover a row's 128 bytes.
-    let copy =
-        |tile: u32, src: *const u16, r0: usize, valid_rows: usize, rows: usize, k0: usize| {
-            for j in 0..rows * CHUNKS / WGMMA_THREADS {
-                let c = tid + WGMMA_THREADS * j;
-                let (row, chunk) = (c / CHUNKS, c % CHUNKS);
-                let k = k0 + 8 * chunk;
-                let ok = k < n_in && row < valid_rows;
-                // SAFETY: the source is read only when valid: inside its matrix, and 16-byte
-                // aligned (the base is, and n_in % 8 == 0); otherwise the base is named and the
-                // 16 bytes are zero-filled. The destination is inside the tile.
-                unsafe {
-                    let from = if ok {
-                        src.add((r0 + row) * n_in + k)
-                    } else {
-                        src
-                    };
-                    cp_async_16(tile + swizzle_128b(row, chunk) as u32, from, ok);
-                }
+    // Copies the 16-byte chunks `tid`, `tid + 256`, ... of a `rows x ROW_BYTES` slice of
+    // `src` (row `r0` on, `valid_rows` of them inside the matrix) from byte `k0` of its rows
+    // into the swizzled tile at `tile`: neighbouring threads cover a row's 128 bytes.
+    let copy = |tile: u32, src: *const u8, r0: usize, valid_rows: usize, rows: usize, k0: usize| {
+        for j in 0..rows * CHUNKS / WGMMA_THREADS {
+            let c = tid + WGMMA_THREADS * j;
+            let (row, chunk) = (c / CHUNKS, c % CHUNKS);
+            let k = k0 + 16 * chunk;
+            let ok = k < row_bytes && row < valid_rows;
+            // SAFETY: the source is read only when valid: inside its matrix, and 16-byte
+            // aligned (the base is, and row_bytes % 16 == 0); otherwise the base is named
+            // and the 16 bytes are zero-filled. The destination is inside the tile.
+            unsafe {
+                let from = if ok {
+                    src.add((r0 + row) * row_bytes + k)
+                } else {
+                    src
+                };
+                cp_async_16(tile + swizzle_128b(row, chunk) as u32, from, ok);
             }
-        };
+        }
+    };
     // Requests step `t` into buffer `s`.
     let request = |s: usize, t: usize| {
-        let k0 = (first + t) * WGMMA_BK;
+        let k0 = (first + t) * ROW_BYTES;
         copy(x_tile(s), x, m0, n.saturating_sub(m0), WGMMA_BM, k0);
         copy(w_tile(s), w, n0, n_out.saturating_sub(n0), A::N, k0);
     };
 
-    // The four products of one step: along k, 16 values (32 bytes) into the swizzled rows
-    // at a time; this warpgroup's 64 rows of x start 64 rows (8 KiB) into the tile. Four
-    // calls with constant offsets, not a loop: a loop the compiler keeps rolled would index
-    // the accumulators, through memory.
+    // The four products of one step: along k, 32 bytes (16 bf16 or 32 e4m3) into the
+    // swizzled rows at a time; this warpgroup's 64 rows of x start 64 rows (8 KiB) into the
+    // tile. Four calls with constant offsets, not a loop: a loop the compiler keeps rolled
+    // would index the accumulators, through memory.
     let multiply = |s: usize, acc: &mut A| {
-        let x_rows = x_tile(s) + (group * 64 * 128) as u32;
+        let x_rows = x_tile(s) + (group * 64 * ROW_BYTES) as u32;
         let product = |k_bytes: u32, acc: &mut A| {
             let a = descriptor_sw128(x_rows + k_bytes);
             let b = descriptor_sw128(w_tile(s) + k_bytes);
             // SAFETY: the whole warpgroup is here, the descriptors name 1024-byte-aligned
             // swizzled tiles in this block's shared memory, and `fence` came first.
-            unsafe { acc.mma_bf16(a, b) };
+            unsafe {
+                match FP8 {
+                    true => acc.mma_e4m3(a, b),
+                    false => acc.mma_bf16(a, b),
+                }
+            };
         };
         product(0, acc);
         product(32, acc);
@@ -219,10 +321,19 @@ unsafe fn gemm<A: Accumulators>(
         if row >= n || col >= n_out {
             return;
         }
-        // SAFETY: in bounds by the guards; bias, when present, holds n_out floats; the
-        // 8-byte store is aligned (out is, n_out and col are even).
+        // SAFETY: in bounds by the guards; bias, when present, holds n_out floats, and the
+        // scales, with fp8, n and n_out; the 8-byte store is aligned (out is, n_out and col
+        // are even).
         unsafe {
             let both = col + 1 < n_out;
+            let (a, b) = match FP8 {
+                true => {
+                    let xs = *x_scales.add(row);
+                    let b_scale = if both { *w_scales.add(col + 1) } else { 0.0 };
+                    (a * (xs * *w_scales.add(col)), b * (xs * b_scale))
+                }
+                false => (a, b),
+            };
             let (a, b) = match add_bias {
                 true => (
                     a + *bias.add(col),

@@ -43,6 +43,8 @@ pub mod gemv_steps;
 pub mod kv_cache;
 pub mod mma;
 pub mod quant_blocks;
+#[cfg(target_feature = "sm_90a")]
+pub mod quantize_fp8;
 pub mod residual;
 pub mod rmsnorm;
 pub mod rope;

@@ -15,10 +15,11 @@
 use core::arch::asm;
 
 /// The descriptor of a K-major operand tile in shared memory laid out as the hardware's
-/// 128-byte swizzle wants it: rows of 64 bf16 (128 bytes), eight rows (1024 bytes) to a
-/// swizzle atom, the 16-byte chunk `c` of row `r` stored at chunk `c ^ (r % 8)`. The tile
-/// starts at shared address `start`, and its atom boundaries are 1024-byte aligned (`start`
-/// itself may sit 32, 64 or 96 bytes into a row: that is how a product walks along k).
+/// 128-byte swizzle wants it: rows of 128 bytes (64 bf16 or 128 e4m3), eight rows (1024
+/// bytes) to a swizzle atom, the 16-byte chunk `c` of row `r` stored at chunk `c ^ (r % 8)`.
+/// The tile starts at shared address `start`, and its atom boundaries are 1024-byte aligned
+/// (`start` itself may sit 32, 64 or 96 bytes into a row: that is how a product walks along
+/// k).
 ///
 /// Fields: bits 0-13 the start address / 16; 16-29 the leading byte offset / 16 (unused
 /// for swizzled K-major tiles: 1 by convention); 32-45 the stride byte offset / 16, from
@@ -100,6 +101,13 @@ pub trait Accumulators: Sized {
     /// first product on these accumulators.
     unsafe fn mma_bf16(&mut self, a: u64, b: u64);
 
+    /// `acc += a * b` for a 64 x 32 tile `a` and a 32 x N tile `b` of e4m3 bytes: the same
+    /// 32 bytes of k a row as `mma_bf16`, twice the values. Same contract as `mma_bf16`.
+    ///
+    /// # Safety
+    /// As `mma_bf16`.
+    unsafe fn mma_e4m3(&mut self, a: u64, b: u64);
+
     /// Tells the compiler that the accumulators may have changed here (a PTX comment that
     /// "writes" every register): placed after `wait_group`, it keeps reads of them from
     /// being scheduled before the wait, while the tensor cores may still be writing them.
@@ -137,6 +145,31 @@ macro_rules! accumulators {
                         a = in(reg64) a,
                         b = in(reg64) b,
                         // 1: add to the accumulators (0 would overwrite them).
+                        scale_d = in(reg32) 1u32,
+                        options(nostack),
+                    )
+                }
+            }
+
+            #[inline(always)]
+            unsafe fn mma_e4m3(&mut self, a: u64, b: u64) {
+                // SAFETY: the caller's guarantee.
+                unsafe {
+                    asm!(
+                        "{{",
+                        ".reg .pred p;",
+                        "setp.ne.b32 p, {scale_d}, 0;",
+                        // fp8 operands are K-major only: no transpose arguments.
+                        concat!(
+                            "wgmma.mma_async.sync.aligned.m64n", $n, "k32.f32.e4m3.e4m3 {{",
+                            $("{", $i, "}, ",)*
+                            "{", $last, "}}}, {a}, {b}, p, 1, 1;"
+                        ),
+                        "}}",
+                        $(inout(reg32) self[$i],)*
+                        inout(reg32) self[$last],
+                        a = in(reg64) a,
+                        b = in(reg64) b,
                         scale_d = in(reg32) 1u32,
                         options(nostack),
                     )

@@ -28,6 +28,22 @@ pub(super) struct TensorGemm {
     pub(super) traffic: fn(usize, usize, usize, bool) -> Traffic,
 }
 
+impl TensorGemm {
+    /// The grid of output tiles `plan` says (tokens by `tile_m`, features by its width, the
+    /// reduction in its splits), blocks of the kernel's threads and shared memory.
+    pub(super) fn launch(&self, plan: GemmPlan, n: usize, n_out: usize) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (
+                n_out.div_ceil(plan.tile_n) as u32,
+                u32_of(n.div_ceil(self.tile_m), "token tiles"),
+                plan.k_splits as u32,
+            ),
+            block_dim: (self.threads as u32, 1, 1),
+            shared_mem_bytes: self.shared as u32,
+        }
+    }
+}
+
 /// `gemm_mma_bf16`.
 const MMA_GEMM: TensorGemm = TensorGemm {
     name: "gemm_mma_bf16",
@@ -95,15 +111,7 @@ impl Gpu {
                 self.stream.memset_zeros(out)
             })?;
         }
-        let cfg = LaunchConfig {
-            grid_dim: (
-                n_out.div_ceil(plan.tile_n) as u32,
-                u32_of(n.div_ceil(k.tile_m), "token tiles"),
-                plan.k_splits as u32,
-            ),
-            block_dim: (k.threads as u32, 1, 1),
-            shared_mem_bytes: k.shared as u32,
-        };
+        let cfg = k.launch(plan, n, n_out);
         let traffic = (k.traffic)(n, n_in, n_out, bias.is_some());
         let (n, n_in, n_out) = (u32_of(n, "n"), u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
         let tile_n = plan.tile_n as u32;

@@ -1,10 +1,11 @@
 //! `gemm_wgmma_bf16`, the prompt GEMM on Hopper's warpgroup tensor cores, its plan, and
-//! the prefill's choice between it and `gemm_mma_bf16`.
+//! the prefill's choice between it and `gemm_mma_bf16`; `gemm_wgmma_fp8`, the same on e4m3
+//! (`--weights fp8`).
 
 use cudarc::driver::CudaFunction;
 
 use super::gemm_mma::TensorGemm;
-use super::{In, Out};
+use super::{In, Out, aligned16, u32_of};
 use crate::error::{Error, Result};
 use crate::gpu::context::Gpu;
 use crate::gpu::gemm_plan::{self, GemmPlan, WGMMA_SPLITS};
@@ -21,6 +22,54 @@ const WGMMA_GEMM: TensorGemm = TensorGemm {
     split_parts: true,
     traffic: traffic::gemm_wgmma_bf16,
 };
+
+/// `gemm_wgmma_fp8`: the same tiles, stages and shared memory.
+const WGMMA_FP8_GEMM: TensorGemm = TensorGemm {
+    name: "gemm_wgmma_fp8",
+    traffic: traffic::gemm_wgmma_fp8,
+    ..WGMMA_GEMM
+};
+
+/// `gemm_wgmma_fp8`'s inputs: e4m3 activations and weights, each with its scales.
+pub struct Fp8Operands<'a> {
+    /// `[n, n_in]` e4m3 (`quantize_fp8_f32`)
+    pub x: In<'a, u8>,
+    /// `[n]`
+    pub x_scales: In<'a, f32>,
+    /// `[n_out, n_in]` e4m3
+    pub w: In<'a, u8>,
+    /// `[n_out]`
+    pub w_scales: In<'a, f32>,
+}
+
+/// What both warpgroup GEMMs check of a plan they are given: one of the widths and splits
+/// they run, `accumulate` only through a split's sum, and room in `parts` for a split's
+/// `k_splits * n * n_out` floats, which it returns (0 unsplit).
+fn check_plan(
+    name: &str,
+    plan: GemmPlan,
+    accumulate: bool,
+    parts: &Out<f32>,
+    n: usize,
+    n_out: usize,
+) -> usize {
+    assert!(WGMMA_WIDTHS.contains(&plan.tile_n) && WGMMA_SPLITS.contains(&plan.k_splits));
+    assert!(
+        !accumulate || plan.k_splits > 1,
+        "{name} adds into its output only through a split's sum"
+    );
+    if plan.k_splits == 1 {
+        return 0;
+    }
+    let len = plan.k_splits * n * n_out;
+    assert!(
+        parts.len() >= len,
+        "{name} split {} ways needs {len} floats of parts, has {}",
+        plan.k_splits,
+        parts.len()
+    );
+    len
+}
 
 impl Gpu {
     /// As `gemm_mma_bf16`, on Hopper's warpgroup tensor cores (`wgmma`): an error on a GPU
@@ -96,25 +145,103 @@ impl Gpu {
         parts: &mut Out<f32>,
         accumulate: bool,
     ) -> Result<()> {
-        assert!(WGMMA_WIDTHS.contains(&plan.tile_n) && WGMMA_SPLITS.contains(&plan.k_splits));
-        assert!(
-            !accumulate || plan.k_splits > 1,
-            "gemm_wgmma_bf16 adds into its output only through a split's sum"
-        );
+        let len = check_plan("gemm_wgmma_bf16", plan, accumulate, parts, n, n_out);
         let func = self.wgmma_kernel()?;
         if plan.k_splits == 1 {
             return self.tensor_gemm(func, &WGMMA_GEMM, plan, out, x, w, bias, n, n_in, n_out);
         }
-        let len = plan.k_splits * n * n_out;
-        assert!(
-            parts.len() >= len,
-            "gemm_wgmma_bf16 split {} ways needs {len} floats of parts, has {}",
-            plan.k_splits,
-            parts.len()
-        );
         let parts = &mut parts.slice_mut(..len);
         self.tensor_gemm(func, &WGMMA_GEMM, plan, parts, x, w, None, n, n_in, n_out)?;
         self.gemm_skinny_reduce_f32(out, &parts.as_view(), bias, n_out, accumulate)
+    }
+
+    /// `gemm_wgmma_fp8`: `out (+)= x_scales[t] w_scales[o] (x w^T)[t, o] + bias[o]` on the
+    /// plan `gemm_wgmma_bf16` takes for the shape (`parts` as it says). It adds into `out`
+    /// only through a split plan's sum, as `gemm_wgmma_add_bf16`: `accumulate` needs
+    /// `wgmma_parts_len(n, n_in, n_out) > 0`. An error on a GPU without it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_wgmma_fp8(
+        &self,
+        out: &mut Out<f32>,
+        ops: Fp8Operands,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+        parts: &mut Out<f32>,
+        accumulate: bool,
+    ) -> Result<()> {
+        let plan = self.wgmma_plan(n, n_in, n_out)?;
+        self.gemm_wgmma_fp8_planned(plan, out, ops, bias, n, n_in, n_out, parts, accumulate)
+    }
+
+    /// `gemm_wgmma_fp8` on the plan the caller chose, as `gemm_wgmma_planned`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_wgmma_fp8_planned(
+        &self,
+        plan: GemmPlan,
+        out: &mut Out<f32>,
+        ops: Fp8Operands,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+        parts: &mut Out<f32>,
+        accumulate: bool,
+    ) -> Result<()> {
+        let len = check_plan("gemm_wgmma_fp8", plan, accumulate, parts, n, n_out);
+        let func = self.kernels.gemm_wgmma_fp8.as_ref().ok_or_else(|| {
+            Error::Unsupported(format!(
+                "gemm_wgmma_fp8 needs a GPU of compute capability 9.0 (Hopper); this is {}",
+                self.description
+            ))
+        })?;
+        let Fp8Operands {
+            x,
+            x_scales,
+            w,
+            w_scales,
+        } = ops;
+        assert!(
+            n_in.is_multiple_of(16),
+            "gemm_wgmma_fp8 moves 16 values at a time: n_in {n_in} must be a multiple of 16"
+        );
+        assert!(x.len() == n * n_in && w.len() == n_out * n_in);
+        assert!(x_scales.len() == n && w_scales.len() == n_out);
+        assert!(bias.is_none_or(|b| b.len() == n_out));
+        assert!(
+            aligned16(&w, &self.stream) && aligned16(&x, &self.stream),
+            "gemm_wgmma_fp8 needs 16-byte aligned w and x"
+        );
+        let k = &WGMMA_FP8_GEMM;
+        let cfg = k.launch(plan, n, n_out);
+        let traffic = (k.traffic)(n, n_in, n_out, bias.is_some());
+        let split = plan.k_splits > 1;
+        let (n_u, n_in_u, n_out_u) = (u32_of(n, "n"), u32_of(n_in, "n_in"), u32_of(n_out, "n_out"));
+        let tile_n = plan.tile_n as u32;
+        let parts = parts.slice_mut(..len);
+        assert!(split || out.len() == n * n_out);
+        let mut b = self.launcher(func);
+        match split {
+            true => b.arg(&parts),
+            false => b.arg(out),
+        };
+        b.arg(&x).arg(&x_scales).arg(&w).arg(&w_scales);
+        b.arg_or_null(if split { None } else { bias });
+        b.arg(&n_u).arg(&n_in_u).arg(&n_out_u).arg(&tile_n);
+        // SAFETY: shapes and alignment checked; the block size and shared memory of
+        // `gemm_wgmma_bf16`'s launch (the limit raised for this kernel too), a grid of
+        // tiles of the width the kernel is told, and room for every part when split.
+        self.timed(k.name, traffic, || unsafe { b.launch(cfg) })?;
+        if split {
+            self.gemm_skinny_reduce_f32(out, &parts.as_view(), bias, n_out, accumulate)?;
+        }
+        Ok(())
+    }
+
+    /// Whether this GPU runs `gemm_wgmma_fp8` (and `quantize_fp8_f32`, its input).
+    pub fn has_wgmma_fp8(&self) -> bool {
+        self.kernels.gemm_wgmma_fp8.is_some() && self.kernels.quantize_fp8_f32.is_some()
     }
 
     fn wgmma_kernel(&self) -> Result<&CudaFunction> {

@@ -19,6 +19,7 @@ pub mod gemv_codes;
 pub mod gemv_quant;
 pub mod gemv_steps;
 pub mod kv_cache;
+pub mod quantize_fp8;
 pub mod residual;
 pub mod rmsnorm;
 pub mod rope;

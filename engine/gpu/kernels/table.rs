@@ -100,7 +100,7 @@ kernel_table!(
     dequant_fp8,
     sum_step1_warp_f32,
     sum_step2_block_f32;
-    optional: gemm_wgmma_bf16,
+    optional: gemm_wgmma_bf16, gemm_wgmma_fp8, quantize_fp8_f32,
 );
 
 impl Kernels {
@@ -121,6 +121,11 @@ impl Kernels {
             (
                 self.gemm_wgmma_bf16.as_ref(),
                 "gemm_wgmma_bf16",
+                WGMMA_SHARED_BYTES,
+            ),
+            (
+                self.gemm_wgmma_fp8.as_ref(),
+                "gemm_wgmma_fp8",
                 WGMMA_SHARED_BYTES,
             ),
             (
