@@ -431,20 +431,17 @@ struct MatmulScratch {
     /// `[QUANT_MAX_TOKENS, max(dim, q_dim, ffn_dim) / 32][2]`: the codes' scales, (d, d times
     /// the group's sum of codes)
     code_scales: CudaSlice<f32>,
-    /// The last quantized GEMV left its whole input in `codes`.
-    codes_made: bool,
+    /// The last quantized matmul left its whole input made: 8-bit codes in `codes` (the
+    /// GGUF types' GEMV) or e4m3 in `x_fp8` (fp8's GEMM).
+    input_made: bool,
     /// `[max_tokens, max(dim, q_dim, ffn_dim)]` e4m3 and `[max_tokens]` scales: the input of
     /// fp8's tensor-core GEMM (`quantize_fp8_f32`); `None` where no matrix takes it
     /// (`takes_fp8`).
     x_fp8: Option<(CudaSlice<u8>, CudaSlice<f32>)>,
-    /// The last fp8 GEMM left its whole input in `x_fp8`.
-    fp8_made: bool,
-    /// `x_fp8` already holds the next fp8 GEMM's input (up's, after gate's): it skips
-    /// `quantize_fp8_f32`. Set by the caller for one call, as `codes_hold_input`.
-    fp8_hold_input: bool,
-    /// `codes` already hold the next quantized GEMV's input (up's, after gate's on the same
-    /// input): it skips `quantize_q8_f32`. Set by the caller for one call.
-    codes_hold_input: bool,
+    /// `codes` or `x_fp8` already hold the next quantized matmul's input (up's, after
+    /// gate's on the same input): it skips `quantize_q8_f32` or `quantize_fp8_f32`. Set by
+    /// the caller for one call.
+    hold_input: bool,
     /// Every matmul through the skinny kernel (whose sums for a token do not depend on the
     /// other tokens of the launch), one token too: `GpuBackend::set_batch_invariant`.
     batch_invariant: bool,
@@ -496,8 +493,8 @@ impl MatmulScratch {
             x_bf16: gpu.zeros(max_tokens * widest, "activations")?,
             codes: gpu.zeros(QUANT_MAX_TOKENS * widest, "activations as 8-bit codes")?,
             code_scales: gpu.zeros(QUANT_MAX_TOKENS * widest / 16, "the codes' scales")?,
-            codes_made: false,
-            codes_hold_input: false,
+            input_made: false,
+            hold_input: false,
             x_fp8: match fp8 {
                 false => None,
                 true => Some((
@@ -505,8 +502,6 @@ impl MatmulScratch {
                     gpu.zeros(max_tokens, "the e4m3 activations' scales")?,
                 )),
             },
-            fp8_made: false,
-            fp8_hold_input: false,
             parts: gpu.zeros(parts.max(1), "the tensor-core matmuls' split sums")?,
             w_bf16: match dequant_elements {
                 0 => None,
@@ -753,8 +748,8 @@ impl GpuBackend {
         n_out: usize,
         tmp: Option<&mut CudaSlice<f32>>,
     ) -> Result<()> {
-        let hold = std::mem::take(&mut mm.fp8_hold_input);
-        mm.fp8_made = true;
+        let hold = std::mem::take(&mut mm.hold_input);
+        mm.input_made = true;
         let (codes, scales) = mm.x_fp8.as_mut().expect("takes_fp8 checked x_fp8");
         if !hold {
             gpu.quantize_fp8_f32(
@@ -807,8 +802,8 @@ impl GpuBackend {
             unreachable!("gemv_blocks of a bf16 matrix")
         };
         let in_codes = parts.iter().any(|p| p.ty != BlockType::Fp8);
-        let hold = std::mem::take(&mut mm.codes_hold_input) && n <= QUANT_MAX_TOKENS;
-        mm.codes_made = in_codes && n <= QUANT_MAX_TOKENS;
+        let hold = std::mem::take(&mut mm.hold_input) && n <= QUANT_MAX_TOKENS;
+        mm.input_made = in_codes && n <= QUANT_MAX_TOKENS;
         for first in (0..n).step_by(QUANT_MAX_TOKENS) {
             let tokens = (n - first).min(QUANT_MAX_TOKENS);
             let x = x.slice(first * n_in..(first + tokens) * n_in);
@@ -1602,24 +1597,21 @@ impl GpuBackend {
                 ffn,
             );
         }
-        self.mm.codes_made = false;
-        self.mm.fp8_made = false;
+        self.mm.input_made = false;
         for (i, (out, w)) in [(&mut self.gate, &lw.w_gate), (&mut self.up, &lw.w_up)]
             .into_iter()
             .enumerate()
         {
             let out = &mut out.slice_mut(..n * ffn);
-            // Up reads the codes gate's quantized GEMV made of the same input.
-            self.mm.codes_hold_input = i == 1 && self.mm.codes_made;
-            self.mm.fp8_hold_input = i == 1 && self.mm.fp8_made;
+            // Up reads the codes (or e4m3) gate's quantized matmul made of the same input.
+            self.mm.hold_input = i == 1 && self.mm.input_made;
             if self.mm.rounds(n) {
                 Self::gemm(g, out, xb, &mut self.mm, w, None, n, dim, ffn, false)?;
             } else {
                 Self::matmul(g, out, xb, &mut self.mm, w, None, n, dim, ffn, false)?;
             }
         }
-        self.mm.codes_hold_input = false;
-        self.mm.fp8_hold_input = false;
+        self.mm.hold_input = false;
         if !self.mm.rounds(n) {
             // Quantized gate and up for one token: no bf16 copy for the down GEMV.
             return g.swiglu_f32(

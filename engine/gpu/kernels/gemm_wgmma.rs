@@ -190,12 +190,7 @@ impl Gpu {
         accumulate: bool,
     ) -> Result<()> {
         let len = check_plan("gemm_wgmma_fp8", plan, accumulate, parts, n, n_out);
-        let func = self.kernels.gemm_wgmma_fp8.as_ref().ok_or_else(|| {
-            Error::Unsupported(format!(
-                "gemm_wgmma_fp8 needs a GPU of compute capability 9.0 (Hopper); this is {}",
-                self.description
-            ))
-        })?;
+        let func = self.hopper_kernel(&self.kernels.gemm_wgmma_fp8, "gemm_wgmma_fp8")?;
         let Fp8Operands {
             x,
             x_scales,
@@ -245,9 +240,19 @@ impl Gpu {
     }
 
     fn wgmma_kernel(&self) -> Result<&CudaFunction> {
-        self.kernels.gemm_wgmma_bf16.as_ref().ok_or_else(|| {
+        self.hopper_kernel(&self.kernels.gemm_wgmma_bf16, "gemm_wgmma_bf16")
+    }
+
+    /// A kernel of the sm_90a build only (`func`, from the kernel table), or the error that
+    /// names it and this GPU.
+    pub(super) fn hopper_kernel<'a>(
+        &self,
+        func: &'a Option<CudaFunction>,
+        name: &str,
+    ) -> Result<&'a CudaFunction> {
+        func.as_ref().ok_or_else(|| {
             Error::Unsupported(format!(
-                "gemm_wgmma_bf16 needs a GPU of compute capability 9.0 (Hopper); this is {}",
+                "{name} needs a GPU of compute capability 9.0 (Hopper); this is {}",
                 self.description
             ))
         })

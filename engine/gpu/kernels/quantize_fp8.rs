@@ -4,7 +4,7 @@
 use cudarc::driver::LaunchConfig;
 
 use super::{In, Out, aligned16, u32_of};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gpu::context::Gpu;
 use crate::traffic;
 
@@ -21,12 +21,7 @@ impl Gpu {
         n: usize,
         n_in: usize,
     ) -> Result<()> {
-        let func = self.kernels.quantize_fp8_f32.as_ref().ok_or_else(|| {
-            Error::Unsupported(format!(
-                "quantize_fp8_f32 needs a GPU of compute capability 9.0 (Hopper); this is {}",
-                self.description
-            ))
-        })?;
+        let func = self.hopper_kernel(&self.kernels.quantize_fp8_f32, "quantize_fp8_f32")?;
         assert!(n_in.is_multiple_of(4), "4 values at a time: n_in {n_in}");
         assert!(x.len() == n * n_in && codes.len() == n * n_in && scales.len() == n);
         assert!(
