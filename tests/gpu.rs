@@ -50,6 +50,10 @@ const TESTS: &[(&str, Test)] = &[
         "kernel::dequant_q4_0 .. dequant_fp8 (every block type)",
         dequant_blocks,
     ),
+    (
+        "kernel::gemm_q4_0 .. gemm_q6_k (every GGUF type, and its splits)",
+        gemm_blocks,
+    ),
     ("kernel::gemm_step1_simt_bf16", gemm_step1_simt_bf16),
     ("kernel::gemm_mma_bf16", gemm_mma_bf16),
     ("kernel::gemm_wgmma_bf16", gemm_wgmma_bf16),
@@ -851,6 +855,119 @@ fn gemm_wgmma_bf16(g: &Gpu, rng: &mut StdRng) {
 /// side of each body's tile count (1, 2, 4, 8, 16 tiles of 8), reductions that end inside a
 /// 128-deep chunk, features past a 128-wide tile, with and without bias and accumulation,
 /// the reduction split every way the kernel takes; then the split's second half alone.
+/// Every GGUF type's tensor-core GEMM against its twin: 1 to 64 tokens (one, two, four and
+/// eight tiles of 8, and part-filled tiles), a row and rows past a block's 128, widths of a
+/// block to a down projection's, a wider output row (`out_stride`, whose extra columns must
+/// keep their poison), bias and accumulation; then the same shapes with the reduction split
+/// 2, 3 and 8 ways, the parts added by `gemm_skinny_reduce_f32`.
+fn gemm_blocks(g: &Gpu, rng: &mut StdRng) {
+    let shapes: &[(usize, usize, usize, usize, bool, bool)] = &[
+        (256, 1, 9, 1, false, false),
+        (512, 37, 16, 40, true, false),
+        (1280, 130, 12, 131, true, true),
+        (768, 7, 1, 9, true, true),
+        (2048, 130, 33, 130, false, true),
+        (4096, 300, 64, 300, false, true),
+        (14336, 33, 24, 33, true, false),
+    ];
+    for ty in BlockType::ALL.into_iter().filter(|&t| t != BlockType::Fp8) {
+        for &(n_in, n_out, n, stride, bias, accumulate) in shapes {
+            if !ty.fits(n_in) {
+                continue;
+            }
+            let (w, _) = rustle::cpu::quant::random_blocks(ty, n_out, n_in, 0.05, rng.random());
+            let x = bf16_weights(rng, n * n_in, 1.0);
+            let b = bias.then(|| normal(rng, n_out, 1.0));
+            let start: Vec<f32> = if accumulate {
+                normal(rng, n * stride, 1.0)
+            } else {
+                vec![f32::NAN; n * stride]
+            };
+            let mut cpu = start.clone();
+            rustle::cpu::quant::gemm_blocks(
+                ty,
+                &mut cpu,
+                &x,
+                &w,
+                b.as_deref(),
+                n,
+                n_in,
+                n_out,
+                stride,
+                accumulate,
+            );
+            let (x_dev, w_dev) = (up(g, &x), up(g, &w));
+            let b_dev = b.as_ref().map(|b| up(g, b));
+            let b_view = b_dev.as_ref().map(|b| b.as_view());
+            let chunks = n_in / 256;
+            for splits in [1, 2, 3, 8] {
+                if splits > 1
+                    && (stride != n_out || (splits - 1) * chunks.div_ceil(splits) >= chunks)
+                {
+                    continue;
+                }
+                let mut out = up(g, &start);
+                if splits == 1 {
+                    g.gemm_blocks(
+                        ty,
+                        &mut out.as_view_mut(),
+                        &x_dev.as_view(),
+                        &w_dev.as_view(),
+                        b_view.as_ref(),
+                        n,
+                        n_in,
+                        n_out,
+                        stride,
+                        accumulate,
+                        1,
+                    )
+                    .unwrap();
+                } else {
+                    let mut parts = poisoned(g, splits * n * n_out);
+                    g.gemm_blocks(
+                        ty,
+                        &mut parts.as_view_mut(),
+                        &x_dev.as_view(),
+                        &w_dev.as_view(),
+                        None,
+                        n,
+                        n_in,
+                        n_out,
+                        n_out,
+                        false,
+                        splits,
+                    )
+                    .unwrap();
+                    g.gemm_skinny_reduce_f32(
+                        &mut out.as_view_mut(),
+                        &parts.as_view(),
+                        b_view.as_ref(),
+                        n_out,
+                        accumulate,
+                    )
+                    .unwrap();
+                }
+                let out = down(g, &out);
+                let what = format!(
+                    "{ty} {n_out} x {n_in}, {n} tokens, stride {stride}, bias {bias}, accumulate {accumulate}, {splits} splits"
+                );
+                let cols = |v: &[f32]| -> Vec<f32> {
+                    (0..n)
+                        .flat_map(|t| v[t * stride..t * stride + n_out].to_vec())
+                        .collect()
+                };
+                assert_close(&what, &cols(&out), &cols(&cpu), LONG_REDUCTION);
+                for t in 0..n {
+                    for c in n_out..stride {
+                        let (o, s) = (out[t * stride + c], start[t * stride + c]);
+                        assert!(o.to_bits() == s.to_bits(), "{what}: column {c} was written");
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn gemm_skinny_bf16(g: &Gpu, rng: &mut StdRng) {
     let shapes = [
         (1, 64, 64),

@@ -1,6 +1,7 @@
-//! The CPU twins of `gpu-kernels/src/gemv_quant.rs`, `gemv_codes.rs` and the fp8 prefill
-//! (`quantize_fp8.rs`, `gemm_wgmma_fp8`): the quantized GEMV and dequantizer of each block
-//! type, the activations' 8-bit codes, and fp8's activations and GEMM, same names and
+//! The CPU twins of `gpu-kernels/src/gemv_quant.rs`, `gemv_codes.rs`, `gemm_blocks.rs` and
+//! the fp8 prefill (`quantize_fp8.rs`, `gemm_wgmma_fp8`): the quantized GEMV, tensor-core
+//! GEMM and dequantizer of each block type, the activations' 8-bit codes, and fp8's
+//! activations and GEMM, same names and
 //! argument order, over the same bytes. Each row is decoded whole (`BlockType::decode_row`,
 //! the loader's dequantizers) and multiplied in f32, so the GPU's register decoding is held
 //! against the decoders that are themselves checked against the `gguf` package.
@@ -244,6 +245,132 @@ gemv_twins! {
     Q6K => gemv_q6_k, gemv_swiglu_q6_k;
 }
 
+/// Row `bytes` of `ty` as `gemm_<type>` hands it to the tensor cores, bf16 values in `out`:
+/// the k-quants with each sub-block's scale (and min) rounded to bf16 and every `q * scale -
+/// min` rounded once, as `fma.rn.bf16x2` does; the other types decoded in f32
+/// (`decode_row`, as `dequant_<type>`) and rounded.
+fn tensor_core_row(ty: BlockType, bytes: &[u8], out: &mut [f32]) {
+    use crate::weights::dequant_k::q4_k_scale_min;
+    use half::{bf16, f16};
+    let f16_at = |b: &[u8], at: usize| f16::from_le_bytes([b[at], b[at + 1]]).to_f32();
+    let round = |v: f32| bf16::from_f32(v).to_f64();
+    // One rounding of the exact q * scale + offset (exact in f64: a few bits each).
+    let fma = |q: u8, scale: f64, offset: f64| bf16::from_f64(q as f64 * scale + offset).to_f32();
+    match ty {
+        BlockType::Q4K | BlockType::Q5K => {
+            let (len, q_at) = if ty == BlockType::Q4K {
+                (144, 16)
+            } else {
+                (176, 48)
+            };
+            for (b, y) in bytes.chunks_exact(len).zip(out.chunks_exact_mut(256)) {
+                let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+                for (j, y) in y.chunks_exact_mut(32).enumerate() {
+                    let (sc, m) = q4_k_scale_min(j, &b[4..16]);
+                    let (scale, min) = (round(d * sc), round(-(dmin * m)));
+                    for (l, y) in y.iter_mut().enumerate() {
+                        let mut q = (b[q_at + 32 * (j / 2) + l] >> (4 * (j % 2))) & 0xf;
+                        if ty == BlockType::Q5K {
+                            q |= ((b[16 + l] >> j) & 1) << 4;
+                        }
+                        *y = fma(q, scale, min);
+                    }
+                }
+            }
+        }
+        BlockType::Q6K => {
+            for (b, y) in bytes.chunks_exact(210).zip(out.chunks_exact_mut(256)) {
+                let d = f16_at(b, 208);
+                for (i, y) in y.iter_mut().enumerate() {
+                    let (half, m, l) = (i / 128, (i % 128) / 32, i % 32);
+                    let low = (b[64 * half + 32 * (m % 2) + l] >> (4 * (m / 2))) & 0xf;
+                    let high = (b[128 + 32 * half + l] >> (2 * m)) & 3;
+                    let scale = round(b[192 + 8 * half + 2 * m + l / 16] as i8 as f32 * d);
+                    *y = fma(low | high << 4, scale, -32.0 * scale);
+                }
+            }
+        }
+        _ => {
+            ty.decode_row(bytes, 1.0, out);
+            for v in out.iter_mut() {
+                *v = bf16::from_f32(*v).to_f32();
+            }
+        }
+    }
+}
+
+/// `gemm_<type>` on the GPU, for `t < n` and `o < n_out`:
+/// `out[t * out_stride + o] = (accumulate ? .. : 0) + w[o] . x[t] + bias[o]`, the weights as
+/// the kernel makes them for the tensor cores (`tensor_core_row`), `x` `[n, n_in]` bf16 bits,
+/// the products summed in f32 (the GPU's tensor cores add them in another order).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_blocks(
+    ty: BlockType,
+    out: &mut [f32],
+    x: &[u16],
+    w: &[u8],
+    bias: Option<&[f32]>,
+    n: usize,
+    n_in: usize,
+    n_out: usize,
+    out_stride: usize,
+    accumulate: bool,
+) {
+    let row_bytes = ty.row_bytes(n_in);
+    assert!(w.len() == n_out * row_bytes && x.len() >= n * n_in && n_out <= out_stride);
+    let x: Vec<f32> = x[..n * n_in]
+        .iter()
+        .map(|&b| half::bf16::from_bits(b).to_f32())
+        .collect();
+    let mut row = vec![0.0f32; n_in];
+    for o in 0..n_out {
+        tensor_core_row(ty, &w[o * row_bytes..(o + 1) * row_bytes], &mut row);
+        for t in 0..n {
+            let dot: f32 = row
+                .iter()
+                .zip(&x[t * n_in..(t + 1) * n_in])
+                .map(|(a, b)| a * b)
+                .sum();
+            let o_at = &mut out[t * out_stride + o];
+            let prev = if accumulate { *o_at } else { 0.0 };
+            *o_at = prev + dot + bias.map_or(0.0, |b| b[o]);
+        }
+    }
+}
+
+/// The tensor-core GEMM twins by kernel name: `gemm_q4_k`, ..., each `gemm_blocks` of its
+/// type.
+macro_rules! gemm_twins {
+    ($($ty:ident => $gemm:ident;)*) => {$(
+        #[doc = concat!("`gemm_blocks` over `", stringify!($ty), "` weights.")]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $gemm(
+            out: &mut [f32],
+            x: &[u16],
+            w: &[u8],
+            bias: Option<&[f32]>,
+            n: usize,
+            n_in: usize,
+            n_out: usize,
+            out_stride: usize,
+            accumulate: bool,
+        ) {
+            gemm_blocks(BlockType::$ty, out, x, w, bias, n, n_in, n_out, out_stride, accumulate)
+        }
+    )*};
+}
+
+gemm_twins! {
+    Q4_0 => gemm_q4_0;
+    Q4_1 => gemm_q4_1;
+    Q5_0 => gemm_q5_0;
+    Q5_1 => gemm_q5_1;
+    Q8_0 => gemm_q8_0;
+    Q4K => gemm_q4_k;
+    Q5K => gemm_q5_k;
+    Q6K => gemm_q6_k;
+}
+
 /// The dequantizer twins by kernel name: `dequant_q4_k`, ..., each `dequant_blocks` of its
 /// type.
 macro_rules! dequant_twins {
@@ -443,6 +570,34 @@ mod tests {
         // An all-zero group has codes and scales of zero.
         quantize_q8_f32(&mut codes, &mut scales, &[0.0; 32], 32);
         assert!(codes[..32].iter().all(|&c| c == 0) && scales[..2] == [0.0, 0.0]);
+    }
+
+    /// The weights `gemm_<type>` gives the tensor cores are bf16 values within a few bf16
+    /// steps of the dequantizer's floats: the same rounding of the 32-weight types, and for
+    /// the k-quants the bf16 scale and min (each off by at most half a step) before one
+    /// rounding. A decoder that read the wrong nibble or scale would be far off.
+    #[test]
+    fn tensor_core_rows_stay_near_the_dequantized_ones() {
+        for ty in BlockType::ALL.into_iter().filter(|&t| t != BlockType::Fp8) {
+            let n_in = 1024;
+            let (w, _) = random_blocks(ty, 2, n_in, 0.5, 11);
+            let (mut tc, mut exact) = (vec![0.0f32; n_in], vec![0.0f32; n_in]);
+            for r in 0..2 {
+                let row = &w[r * ty.row_bytes(n_in)..(r + 1) * ty.row_bytes(n_in)];
+                tensor_core_row(ty, row, &mut tc);
+                ty.decode_row(row, 1.0, &mut exact);
+                for (i, (&a, &b)) in tc.iter().zip(&exact).enumerate() {
+                    assert_eq!(a, half::bf16::from_f32(a).to_f32(), "{ty}: {a} is not bf16");
+                    // Eight bf16 steps (2^-8) of the largest weight of its group of 32.
+                    let group = &exact[i / 32 * 32..i / 32 * 32 + 32];
+                    let big = group.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    assert!(
+                        (a - b).abs() <= 8.0 * big / 256.0,
+                        "{ty}: weight {i}: {a} vs {b}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

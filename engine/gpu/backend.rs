@@ -13,13 +13,16 @@ use cudarc::driver::{CudaGraph, CudaSlice};
 use super::context::Gpu;
 use super::kernels::attention_mma::attention_mma_supports;
 use super::kernels::attention_split_mma::attention_split_mma_supports;
+use super::kernels::gemm_blocks::blocks_mma_splits;
 use super::kernels::gemm_skinny::{SKINNY_MAX_TOKENS, skinny_splits};
 use super::kernels::gemm_wgmma::Fp8Operands;
 use super::kernels::{In, Out};
 use super::matrix::{
     BlockPart, GpuMatrix, Piece, Synthetic, Uploader, WeightFormat, random_matrix,
 };
-use super::tiles::{BLOCK_SIZE, MAX_HEAD_DIM, QUANT_MAX_TOKENS};
+use super::tiles::{
+    BLOCK_SIZE, BLOCKS_MMA_MAX_TOKENS, BLOCKS_MMA_STAGE_K, MAX_HEAD_DIM, QUANT_MAX_TOKENS,
+};
 use crate::batch::Batch;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -422,7 +425,8 @@ struct MatmulScratch {
     /// tensor cores (`with_bf16`); `None` when every matrix is bf16.
     w_bf16: Option<CudaSlice<u16>>,
     /// The split sums of the skinny matmul (`[splits, SKINNY_MAX_TOKENS, n_out]` for the
-    /// model's widest split matrix, `skinny_splits`) or of the warpgroup GEMM (`[k_splits,
+    /// model's widest split matrix, `skinny_splits`), of `gemm_<type>` (`[splits,
+    /// BLOCKS_MMA_MAX_TOKENS, n_out]`, `blocks_mma_splits`) or of the warpgroup GEMM (`[k_splits,
     /// n, n_out]` for the largest split its plans make up to `max_tokens`): the larger
     parts: CudaSlice<f32>,
     /// `[QUANT_MAX_TOKENS, max(dim, q_dim, ffn_dim)]` i8: the input of a GEMV over GGUF
@@ -483,9 +487,16 @@ impl MatmulScratch {
                 .max()
                 .unwrap_or(0)
         };
+        // `gemm_<type>`'s, where some matrix is held in GGUF blocks.
+        let blocks =
+            |&(n_in, n_out): &(usize, usize)| match blocks_mma_splits(n_in, n_out, gpu.sm_count) {
+                _ if dequant_elements == 0 => 0,
+                1 => 0,
+                s => s * BLOCKS_MMA_MAX_TOKENS * n_out,
+            };
         let parts = matrices
             .iter()
-            .map(|m| skinny(m).max(wgmma(m)))
+            .map(|m| skinny(m).max(wgmma(m)).max(blocks(m)))
             .max()
             .unwrap_or(0);
         let widest = dim.max(q).max(ffn);
@@ -710,8 +721,10 @@ impl GpuBackend {
     /// the tensor cores: for a matrix held in blocks, up to `QUANT_MAX_TOKENS` tokens (a
     /// decode step: every weight is read once for them all, in its few bits), and for any
     /// number in the batch-invariant mode or where the matrix is larger than the bf16
-    /// scratch (the output head), 8 tokens a launch. More tokens dequantize the matrix
-    /// into `mm.w_bf16` and run the bf16 GEMM, whose arithmetic then dwarfs the extra pass.
+    /// scratch (the output head), 8 tokens a launch. Up to `BLOCKS_MMA_MAX_TOKENS` tokens
+    /// take `gemm_<type>` before this is asked (`takes_block_mma`); more dequantize the
+    /// matrix into `mm.w_bf16` and run the bf16 GEMM, whose arithmetic then dwarfs the
+    /// extra pass.
     fn takes_blocks(mm: &MatmulScratch, w: &GpuMatrix, n: usize, elements: usize) -> bool {
         if w.as_bf16().is_some() {
             return false;
@@ -721,6 +734,91 @@ impl GpuBackend {
         }
         let fits = mm.w_bf16.as_ref().is_some_and(|s| s.len() >= elements);
         Self::takes_fp8(mm, w).is_none() && !fits
+    }
+
+    /// Whether `n` tokens through `w` take `gemm_<type>` (the tensor cores on the GGUF
+    /// blocks, dequantized in registers): more tokens than the GEMV takes at once, up to
+    /// `BLOCKS_MMA_MAX_TOKENS` (a batched decode step, a short prompt), for a matrix of GGUF
+    /// blocks, outside the batch-invariant mode (whose tokens take the GEMV whatever their
+    /// number). More tokens dequantize the matrix to bf16 for the prompt's GEMM.
+    fn takes_block_mma(mm: &MatmulScratch, w: &GpuMatrix, n: usize, n_in: usize) -> bool {
+        let GpuMatrix::Blocks(parts) = w else {
+            return false;
+        };
+        (QUANT_MAX_TOKENS + 1..=BLOCKS_MMA_MAX_TOKENS).contains(&n)
+            && !mm.batch_invariant
+            && n_in.is_multiple_of(BLOCKS_MMA_STAGE_K)
+            && parts.iter().all(|p| p.ty != BlockType::Fp8)
+    }
+
+    /// `out (+)= x w^T + bias` for `n` tokens rounded into `mm.x_bf16`, through
+    /// `gemm_<type>`: a launch per run of rows of one type; a split reduction leaves every
+    /// run's parts in `mm.parts`, which one `gemm_skinny_reduce_f32` adds for the matrix.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_blocks(
+        gpu: &Gpu,
+        out: &mut Out<f32>,
+        mm: &mut MatmulScratch,
+        w: &GpuMatrix,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+        accumulate: bool,
+    ) -> Result<()> {
+        let GpuMatrix::Blocks(parts) = w else {
+            unreachable!("gemm_blocks of a bf16 matrix")
+        };
+        let splits = blocks_mma_splits(n_in, n_out, gpu.sm_count);
+        let x = &mm.x_bf16.slice(..n * n_in);
+        let mut row = 0;
+        for p in parts {
+            let w = &p.bytes.as_view();
+            let last = row + (n - 1) * n_out + p.rows;
+            if splits == 1 {
+                let bias = bias.map(|b| b.slice(row..row + p.rows));
+                gpu.gemm_blocks(
+                    p.ty,
+                    &mut out.slice_mut(row..last),
+                    x,
+                    w,
+                    bias.as_ref(),
+                    n,
+                    n_in,
+                    p.rows,
+                    n_out,
+                    accumulate,
+                    1,
+                )?;
+            } else {
+                let end = last + (splits - 1) * n * n_out;
+                gpu.gemm_blocks(
+                    p.ty,
+                    &mut mm.parts.slice_mut(row..end),
+                    x,
+                    w,
+                    None,
+                    n,
+                    n_in,
+                    p.rows,
+                    n_out,
+                    false,
+                    splits,
+                )?;
+            }
+            row += p.rows;
+        }
+        if splits == 1 {
+            return Ok(());
+        }
+        let parts = &mm.parts.slice(..splits * n * n_out);
+        gpu.gemm_skinny_reduce_f32(
+            &mut out.slice_mut(..n * n_out),
+            parts,
+            bias,
+            n_out,
+            accumulate,
+        )
     }
 
     /// The fp8 matrix `w` when more tokens than the GEMV's go through it on fp8's tensor
@@ -923,6 +1021,10 @@ impl GpuBackend {
         accumulate: bool,
     ) -> Result<()> {
         let bias = bias.map(|b| b.as_view());
+        if Self::takes_block_mma(mm, w, n, n_in) {
+            gpu.f32_to_bf16(&mut mm.x_bf16.slice_mut(..n * n_in), x)?;
+            return Self::gemm_blocks(gpu, out, mm, w, bias.as_ref(), n, n_in, n_out, accumulate);
+        }
         if Self::takes_blocks(mm, w, n, n_in * n_out) {
             return Self::gemv_blocks(
                 gpu,
@@ -972,6 +1074,9 @@ impl GpuBackend {
         n_out: usize,
         accumulate: bool,
     ) -> Result<()> {
+        if Self::takes_block_mma(mm, w, n, n_in) {
+            return Self::gemm_blocks(gpu, out, mm, w, bias, n, n_in, n_out, accumulate);
+        }
         if Self::takes_blocks(mm, w, n, n_in * n_out) {
             return Self::gemv_blocks(gpu, out, x, mm, w, bias, n, n_in, n_out, accumulate);
         }
@@ -1045,6 +1150,12 @@ impl GpuBackend {
         n_in: usize,
         n_out: usize,
     ) -> Result<()> {
+        if Self::takes_block_mma(mm, w, n, n_in) {
+            if !rounded {
+                gpu.f32_to_bf16(&mut mm.x_bf16.slice_mut(..n * n_in), input)?;
+            }
+            return Self::gemm_blocks(gpu, x, mm, w, None, n, n_in, n_out, true);
+        }
         if Self::takes_blocks(mm, w, n, n_in * n_out) {
             return Self::gemv_blocks(gpu, x, input, mm, w, None, n, n_in, n_out, true);
         }

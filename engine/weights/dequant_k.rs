@@ -64,7 +64,7 @@ pub fn q3_k(b: &[u8], y: &mut [f32]) {
 /// 0..4 use the low 6 bits of bytes 0..4 (scales) and 4..8 (mins); sub-blocks 4..8 take
 /// their low 4 bits from bytes 8..12 and their top 2 bits from the spare high bits of
 /// bytes 0..8.
-fn q4_k_scale_min(j: usize, s: &[u8]) -> (f32, f32) {
+pub(crate) fn q4_k_scale_min(j: usize, s: &[u8]) -> (f32, f32) {
     if j < 4 {
         ((s[j] & 63) as f32, (s[j + 4] & 63) as f32)
     } else {

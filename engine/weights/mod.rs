@@ -7,7 +7,7 @@
 
 pub mod blocks;
 pub mod dequant;
-mod dequant_k;
+pub(crate) mod dequant_k;
 pub mod dtype;
 pub mod gguf;
 pub mod safetensors;

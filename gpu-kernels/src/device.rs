@@ -483,6 +483,44 @@ pub fn dp4a(a: u32, b: u32, c: i32) -> i32 {
     out
 }
 
+/// Bytes of `a` (0..4) and `b` (4..8) picked by the four nibbles of `sel` (`prmt.b32`): byte
+/// k of the result is byte `(sel >> 4k) & 7` of the pair.
+#[inline(always)]
+pub fn prmt(a: u32, b: u32, sel: u32) -> u32 {
+    let out: u32;
+    // SAFETY: a register-only instruction.
+    unsafe {
+        asm!(
+            "prmt.b32 {o}, {a}, {b}, {s};",
+            o = out(reg32) out,
+            a = in(reg32) a,
+            b = in(reg32) b,
+            s = in(reg32) sel,
+            options(pure, nomem, nostack),
+        )
+    };
+    out
+}
+
+/// `a * b + c` on two bf16 pairs at once, each rounded once to nearest-even
+/// (`fma.rn.bf16x2`, sm_80).
+#[inline(always)]
+pub fn fma_bf16x2(a: u32, b: u32, c: u32) -> u32 {
+    let out: u32;
+    // SAFETY: a register-only instruction.
+    unsafe {
+        asm!(
+            "fma.rn.bf16x2 {o}, {a}, {b}, {c};",
+            o = out(reg32) out,
+            a = in(reg32) a,
+            b = in(reg32) b,
+            c = in(reg32) c,
+            options(pure, nomem, nostack),
+        )
+    };
+    out
+}
+
 /// The 32 bits at bit `shift` of the 64-bit `hi:lo` (`shf.r.clamp.b32`; a shift of 32 or
 /// more gives `hi`): a word that starts inside `lo`, out of two aligned loads.
 #[inline(always)]

@@ -27,11 +27,13 @@ pub mod argmax;
 pub mod attention;
 pub mod attention_mma;
 pub mod attention_split_mma;
+pub mod block_parts;
 pub mod codes;
 pub mod device;
 pub mod embedding;
 pub mod fill;
 pub mod gemm;
+pub mod gemm_blocks;
 pub mod gemm_mma;
 pub mod gemm_skinny;
 #[cfg(target_feature = "sm_90a")]

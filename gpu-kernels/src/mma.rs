@@ -46,6 +46,25 @@ pub unsafe fn cp_async_16<T>(dst: u32, src: *const T, valid: bool) {
     };
 }
 
+/// As `cp_async_16`, reading only the first `bytes` (0 to 16) of the 16 at `src` and
+/// zero-filling the rest: a copy at the end of a buffer whose length is not a multiple of 16.
+///
+/// # Safety
+/// As `cp_async_16`, for `bytes` readable bytes at `src`.
+#[inline(always)]
+pub unsafe fn cp_async_16_part<T>(dst: u32, src: *const T, bytes: u32) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        asm!(
+            "cp.async.cg.shared.global [{d}], [{s}], 16, {n};",
+            d = in(reg32) dst,
+            s = in(reg64) src,
+            n = in(reg32) bytes,
+            options(nostack),
+        )
+    };
+}
+
 /// Closes the group of `cp_async_16` copies issued so far by this thread.
 #[inline(always)]
 pub fn cp_async_commit() {

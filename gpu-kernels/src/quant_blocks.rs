@@ -64,7 +64,7 @@ pub trait Blocks {
 
 /// `f(0), .., f(7)`, unrolled.
 #[inline(always)]
-fn eight(f: impl Fn(usize) -> f32) -> [f32; 8] {
+pub(crate) fn eight(f: impl Fn(usize) -> f32) -> [f32; 8] {
     let mut out = [0.0f32; 8];
     unroll!(i < 8 => {
         out[i] = f(i);
@@ -74,7 +74,7 @@ fn eight(f: impl Fn(usize) -> f32) -> [f32; 8] {
 
 /// `q` (below 2^23) as a float, less `offset`: exact, and no conversion instruction.
 #[inline(always)]
-fn small(q: u32, offset: f32) -> f32 {
+pub(crate) fn small(q: u32, offset: f32) -> f32 {
     f32::from_bits(0x4B00_0000 | q) - (8_388_608.0 + offset)
 }
 

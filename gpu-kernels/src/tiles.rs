@@ -109,6 +109,54 @@ pub const fn skinny_shared_bytes(n: usize) -> usize {
     skinny_stages(tiles) * skinny_stage_bytes(tiles)
 }
 
+/// GEMM over GGUF blocks (`gemm_<type>`, `gemm_blocks.rs`): output rows per block, 16 per
+/// warp.
+pub const BLOCKS_MMA_ROWS: usize = 128;
+/// GEMM over GGUF blocks: threads per block, 8 warps.
+pub const BLOCKS_MMA_THREADS: usize = 256;
+/// GEMM over GGUF blocks: most tokens a launch takes (8 tiles of 8).
+pub const BLOCKS_MMA_MAX_TOKENS: usize = 64;
+/// GEMM over GGUF blocks: weights of a row in one stage of the reduction (a k-quant block,
+/// eight of the 32-weight types'); `n_in` is a multiple of it.
+pub const BLOCKS_MMA_STAGE_K: usize = 256;
+/// GEMM over GGUF blocks: shared memory a block's stages may take: half an SM's, so that two
+/// blocks fit on one.
+pub const BLOCKS_MMA_SHARED_BUDGET: usize = 112 * 1024;
+
+/// GEMM over GGUF blocks: bytes a row takes in a stage, for blocks of `block_len` weights in
+/// `block_bytes`: its `BLOCKS_MMA_STAGE_K` weights' bytes, copied in 16-byte pieces from the
+/// aligned address at or before their start (up to 15 bytes more at each end).
+pub const fn blocks_mma_pitch(block_len: usize, block_bytes: usize) -> usize {
+    (BLOCKS_MMA_STAGE_K / block_len * block_bytes + 15).div_ceil(16) * 16
+}
+
+/// GEMM over GGUF blocks: one stage's bytes for `tiles` tiles of 8 tokens: the rows'
+/// `[128][pitch]` bytes of blocks, then the tokens' `[8 tiles][256]` bf16.
+pub const fn blocks_mma_stage_bytes(tiles: usize, block_len: usize, block_bytes: usize) -> usize {
+    BLOCKS_MMA_ROWS * blocks_mma_pitch(block_len, block_bytes) + 8 * tiles * BLOCKS_MMA_STAGE_K * 2
+}
+
+/// GEMM over GGUF blocks: stages in shared memory, 2 to 4, as many as the budget holds (all
+/// but one in flight while the warps work on the oldest).
+pub const fn blocks_mma_stages(tiles: usize, block_len: usize, block_bytes: usize) -> usize {
+    let s = BLOCKS_MMA_SHARED_BUDGET / blocks_mma_stage_bytes(tiles, block_len, block_bytes);
+    if s < 2 {
+        2
+    } else if s > 4 {
+        4
+    } else {
+        s
+    }
+}
+
+/// GEMM over GGUF blocks: dynamic shared memory of a launch for `n` tokens (136 KiB at most,
+/// Q8_0's two stages for 64 tokens).
+pub const fn blocks_mma_shared_bytes(n: usize, block_len: usize, block_bytes: usize) -> usize {
+    let tiles = skinny_tiles(n);
+    blocks_mma_stages(tiles, block_len, block_bytes)
+        * blocks_mma_stage_bytes(tiles, block_len, block_bytes)
+}
+
 /// Keys `attention_split_mma_bf16` stages and multiplies at a time; its splits are a
 /// multiple of this long.
 pub const ATTN_SPLIT_MMA_KEYS: usize = 32;

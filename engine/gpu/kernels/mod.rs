@@ -11,6 +11,7 @@ pub mod attention_split_mma;
 pub mod embedding;
 pub mod fill;
 pub mod gemm;
+pub mod gemm_blocks;
 pub mod gemm_mma;
 pub mod gemm_skinny;
 pub mod gemm_wgmma;

@@ -8,8 +8,9 @@ use cudarc::driver::{CudaFunction, CudaModule};
 use crate::error::{Error, Result};
 use crate::gpu::tiles::{
     MMA_SHARED_BYTES, MMA_THREADS, SKINNY_MAX_TILES, WGMMA_SHARED_BYTES, WGMMA_THREADS,
-    attn_mma_shared_bytes, skinny_shared_bytes,
+    attn_mma_shared_bytes, blocks_mma_shared_bytes, skinny_shared_bytes,
 };
+use crate::weights::blocks::BlockType;
 
 macro_rules! kernel_table {
     ($($name:ident),* $(,)?; optional: $($opt:ident),* $(,)?) => {
@@ -98,6 +99,14 @@ kernel_table!(
     dequant_q6_k,
     gemv_fp8,
     dequant_fp8,
+    gemm_q4_0,
+    gemm_q4_1,
+    gemm_q5_0,
+    gemm_q5_1,
+    gemm_q8_0,
+    gemm_q4_k,
+    gemm_q5_k,
+    gemm_q6_k,
     sum_step1_warp_f32,
     sum_step2_block_f32;
     optional: gemm_wgmma_bf16, gemm_wgmma_fp8, quantize_fp8_f32,
@@ -134,7 +143,20 @@ impl Kernels {
                 attn_mma_shared_bytes(128),
             ),
         ];
-        for (func, name, bytes) in big {
+        // Each GGUF type's `gemm_<type>` stages its own block sizes.
+        let blocks = BlockType::ALL
+            .into_iter()
+            .filter(|&ty| ty != BlockType::Fp8)
+            .map(|ty| {
+                let (func, name) = self.gemm_blocks(ty);
+                let bytes = [1, 9, 17, 33]
+                    .map(|n| blocks_mma_shared_bytes(n, ty.block_len(), ty.block_bytes()))
+                    .into_iter()
+                    .max()
+                    .unwrap_or(0);
+                (Some(func), name, bytes)
+            });
+        for (func, name, bytes) in big.into_iter().chain(blocks) {
             use cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_SHARED;
             let Some(func) = func else { continue };
             func.set_attribute(MAX_SHARED, bytes as i32)

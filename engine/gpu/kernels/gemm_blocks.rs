@@ -1,0 +1,124 @@
+//! `gemm_<type>` (`gpu-kernels/src/gemm_blocks.rs`): 1 to 64 tokens through a matrix of
+//! GGUF blocks on the tensor cores, the weights dequantized in registers.
+
+use cudarc::driver::{CudaFunction, LaunchConfig};
+
+use super::gemv_quant::check_matrix;
+use super::table::Kernels;
+use super::{In, Out, aligned16, u32_of};
+use crate::error::Result;
+use crate::gpu::context::Gpu;
+use crate::gpu::tiles::{
+    BLOCKS_MMA_MAX_TOKENS, BLOCKS_MMA_ROWS, BLOCKS_MMA_STAGE_K, BLOCKS_MMA_THREADS,
+    REDUCE_MAX_PARTS, blocks_mma_shared_bytes,
+};
+use crate::traffic::Traffic;
+use crate::weights::blocks::BlockType;
+
+/// How many blocks share each 128-row tile's reduction in `gemm_<type>`: enough for about
+/// two blocks per SM, at most `REDUCE_MAX_PARTS`, each with at least 2 of the reduction's
+/// 256-wide stages (and every split at least one). It depends on the matrix and the GPU,
+/// never on the tokens, so a token's sums are added in the same order whatever the batch.
+pub fn blocks_mma_splits(n_in: usize, n_out: usize, sm_count: usize) -> usize {
+    let tiles = n_out.div_ceil(BLOCKS_MMA_ROWS);
+    let chunks = n_in / BLOCKS_MMA_STAGE_K;
+    let mut splits = (2 * sm_count)
+        .div_ceil(tiles)
+        .min(chunks / 2)
+        .clamp(1, REDUCE_MAX_PARTS);
+    while splits > 1 && (splits - 1) * chunks.div_ceil(splits) >= chunks {
+        splits -= 1;
+    }
+    splits
+}
+
+impl Kernels {
+    /// `gemm_<type>` and its name, for the GGUF types.
+    pub(super) fn gemm_blocks(&self, ty: BlockType) -> (&CudaFunction, &'static str) {
+        match ty {
+            BlockType::Q4_0 => (&self.gemm_q4_0, "gemm_q4_0"),
+            BlockType::Q4_1 => (&self.gemm_q4_1, "gemm_q4_1"),
+            BlockType::Q5_0 => (&self.gemm_q5_0, "gemm_q5_0"),
+            BlockType::Q5_1 => (&self.gemm_q5_1, "gemm_q5_1"),
+            BlockType::Q8_0 => (&self.gemm_q8_0, "gemm_q8_0"),
+            BlockType::Q4K => (&self.gemm_q4_k, "gemm_q4_k"),
+            BlockType::Q5K => (&self.gemm_q5_k, "gemm_q5_k"),
+            BlockType::Q6K => (&self.gemm_q6_k, "gemm_q6_k"),
+            BlockType::Fp8 => panic!("fp8 has no gemm_<type>: gemm_wgmma_fp8 or bf16"),
+        }
+    }
+}
+
+impl Gpu {
+    /// `gemm_<ty>`: out (`[n, out_stride]`, this matrix's columns `0..n_out`) (+)= x w^T +
+    /// bias `[n_out]`, x `[n, n_in]` bf16 (from `f32_to_bf16`), w `[n_out]` rows of `ty`.
+    /// With `splits > 1` the reduction is split that many ways (`blocks_mma_splits`) and
+    /// `out` takes the parts, `[splits, n, out_stride]` (no bias, no accumulate): the caller
+    /// adds them with `gemm_skinny_reduce_f32`, once for all the matrix's runs of rows.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_blocks(
+        &self,
+        ty: BlockType,
+        out: &mut Out<f32>,
+        x: &In<u16>,
+        w: &In<u8>,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+        out_stride: usize,
+        accumulate: bool,
+        splits: usize,
+    ) -> Result<()> {
+        assert!(ty != BlockType::Fp8, "fp8 has no gemm_<type>");
+        check_matrix(self, ty, w, None, n_out, n_in);
+        assert!(
+            n_in.is_multiple_of(BLOCKS_MMA_STAGE_K),
+            "gemm_{ty} takes the reduction in stages of {BLOCKS_MMA_STAGE_K}: n_in {n_in}"
+        );
+        assert!(
+            (1..=BLOCKS_MMA_MAX_TOKENS).contains(&n),
+            "gemm_{ty} takes 1 to {BLOCKS_MMA_MAX_TOKENS} tokens, got {n}"
+        );
+        let chunks = n_in / BLOCKS_MMA_STAGE_K;
+        assert!(
+            (1..=REDUCE_MAX_PARTS).contains(&splits)
+                && (splits - 1) * chunks.div_ceil(splits) < chunks,
+            "every one of the {splits} splits needs a stage of the {chunks}"
+        );
+        assert!(splits == 1 || (bias.is_none() && !accumulate));
+        assert!(x.len() == n * n_in && aligned16(x, &self.stream));
+        assert!(n_out <= out_stride);
+        assert!(out.len() >= ((splits - 1) * n + n - 1) * out_stride + n_out);
+        assert!(bias.is_none_or(|b| b.len() == n_out));
+        let cfg = LaunchConfig {
+            grid_dim: (
+                u32_of(n_out.div_ceil(BLOCKS_MMA_ROWS), "row tiles"),
+                splits as u32,
+                1,
+            ),
+            block_dim: (BLOCKS_MMA_THREADS as u32, 1, 1),
+            shared_mem_bytes: blocks_mma_shared_bytes(n, ty.block_len(), ty.block_bytes()) as u32,
+        };
+        let (func, name) = self.kernels.gemm_blocks(ty);
+        let traffic = Traffic {
+            bytes: (w.len()
+                + 2 * n * n_in
+                + 4 * n * n_out * (splits + accumulate as usize)
+                + 4 * bias.map_or(0, |b| b.len())) as u64,
+            flops: (2 * n * n_in * n_out) as u64,
+        };
+        let args = [n, n_in, n_out, out_stride].map(|v| u32_of(v, "a size"));
+        let mut b = self.launcher(func);
+        b.arg(out).arg(x).arg(w).arg_or_null(bias);
+        b.arg(&args[0])
+            .arg(&args[1])
+            .arg(&args[2])
+            .arg(&args[3])
+            .arg(&(accumulate as u32));
+        // SAFETY: the matrix is whole aligned blocks of its type (checked), x holds the
+        // tokens' rows 16-byte aligned, out every split's tokens' n_out columns; every split
+        // has a stage; x and out are different buffers; the weights are read-only.
+        self.timed(name, traffic, || unsafe { b.launch(cfg) })
+    }
+}
