@@ -100,6 +100,10 @@ const TESTS: &[(&str, Test)] = &[
         batched_requests_match_their_runs_alone,
     ),
     (
+        "model::quantized_batch_matches_runs_alone",
+        quantized_batch_matches_runs_alone,
+    ),
+    (
         "model::default_model_gpu_matches_transformers",
         default_model_gpu_matches_transformers,
     ),
@@ -2037,8 +2041,8 @@ fn quantized_gguf_gpu_matches_cpu(g: &Gpu, rng: &mut StdRng) {
     for ty in ["q4_k", "q6_k", "q8_0"] {
         assert!(held.contains(ty), "{ty} not held in blocks: {held}");
     }
-    // Prompts of 1 to 40 tokens: decode through the quantized GEMV, longer prompt chunks
-    // through the bf16 dequantization and the tensor cores.
+    // Prompts of 1 to 40 tokens: decode through the quantized GEMV, 40 tokens through
+    // `gemm_<type>` (the tensor cores on the blocks).
     let prompts: Vec<Vec<u32>> = [1, 6, 40]
         .iter()
         .map(|&n| (0..n).map(|_| rng.random_range(0..vocab)).collect())
@@ -2166,18 +2170,13 @@ fn synthetic_llama3_gpu_matches_cpu(g: &Gpu, rng: &mut StdRng) {
     same_tokens(&mut cpu, &mut gpu, &prompts, 32);
 }
 
-/// 33 requests of different lengths through the serving engine on the GPU, arriving over the
-/// first steps: decode steps of many sequences (the skinny matmul, padded CUDA-graph
-/// buckets) and steps that mix decodes with prompt chunks. Each request's greedy tokens must
-/// be those of its run alone, but at a near-tie: alone, a decode step is one token through
-/// the GEMV on f32 activations, in a batch the skinny matmul's bf16 activations (rounding
-/// moves logits by a few hundredths here); and a prompt chunk's matmuls change kernel with
-/// the batch's size. The batched run must also repeat itself exactly. Then in the
-/// batch-invariant mode (every matmul skinny, attention per head) alone and batched must agree
-/// bit for bit.
+/// 33 requests of different lengths through the serving engine on the GPU, bf16 weights,
+/// arriving over the first steps: each request's greedy tokens must be those of its run alone
+/// but at a near-tie (`batch_matches_alone`; a batch's decode step goes through the skinny
+/// matmul). Then in the batch-invariant mode (every matmul skinny, attention per head) alone
+/// and batched must agree bit for bit.
 fn batched_requests_match_their_runs_alone(g: &Gpu, rng: &mut StdRng) {
-    use rustle::serve::engine::{Engine, EngineOptions, RequestParams};
-    const NEAR_TIE: f32 = 0.5;
+    use rustle::serve::engine::RequestParams;
     const STEPS: usize = 24;
     let (c, w) = synthetic_llama3(&mut StdRng::seed_from_u64(rng.random()));
     let prompts: Vec<Vec<u32>> = (0..33)
@@ -2188,76 +2187,7 @@ fn batched_requests_match_their_runs_alone(g: &Gpu, rng: &mut StdRng) {
                 .collect()
         })
         .collect();
-    let opts = RunnerOptions {
-        kv_blocks: Some(33 * (200 + STEPS).div_ceil(16) + 8),
-        max_batch_tokens: 512,
-        ..Default::default()
-    };
-    let mut runner = Runner::new(c.clone(), w, &opts, gpu_device(g)).unwrap();
-    let alone: Vec<(Vec<u32>, Vec<f32>)> = prompts
-        .iter()
-        .map(|p| greedy(&mut runner, p, STEPS))
-        .collect();
-    let eopts = EngineOptions {
-        token_budget: 512,
-        max_seqs: 256,
-        prefix_cache: false,
-        eos: vec![],
-    };
-    let mut engine = Engine::new(runner, eopts).unwrap();
-    let batched = |engine: &mut Engine| -> Vec<Vec<u32>> {
-        let mut out = vec![vec![]; prompts.len()];
-        let mut ids = std::collections::HashMap::new();
-        let (mut next, mut step) = (0, 0);
-        while next < prompts.len() || engine.has_work() {
-            // Two new requests every step until all are in.
-            for _ in 0..2 {
-                if next < prompts.len() {
-                    let params = RequestParams {
-                        max_tokens: STEPS,
-                        ignore_eos: true,
-                        ..RequestParams::default()
-                    };
-                    ids.insert(
-                        engine.add_request(prompts[next].clone(), params).unwrap(),
-                        next,
-                    );
-                    next += 1;
-                }
-            }
-            for o in engine.step().unwrap() {
-                out[ids[&o.id]].extend(o.token);
-            }
-            step += 1;
-            assert!(step < 10_000, "the engine does not finish");
-        }
-        out
-    };
-    let first = batched(&mut engine);
-    let again = batched(&mut engine);
-    assert_eq!(
-        first, again,
-        "the same batched run twice gave different tokens"
-    );
-    let mut diverged = 0;
-    for (i, ((tokens, margins), got)) in alone.iter().zip(&first).enumerate() {
-        assert_eq!(got.len(), STEPS, "request {i}");
-        if let Some(s) = tokens.iter().zip(got).position(|(a, b)| a != b) {
-            assert!(
-                margins[s] < NEAR_TIE,
-                "request {i} ({} prompt tokens): step {s}: alone {} batched {} (margin {})",
-                prompts[i].len(),
-                tokens[s],
-                got[s],
-                margins[s]
-            );
-            diverged += 1;
-        }
-    }
-    eprintln!(
-        "  33 requests: {} with every greedy token of their run alone, {diverged} diverging at a near-tie",
-        33 - diverged
-    );
+    let mut engine = batch_matches_alone(g, c, w, &prompts, STEPS);
 
     // The batch-invariant mode: alone (each request by itself through the engine) and
     // batched give the same tokens, bit for bit, every one of them.
@@ -2281,11 +2211,126 @@ fn batched_requests_match_their_runs_alone(g: &Gpu, rng: &mut StdRng) {
             out
         })
         .collect();
-    let together = batched(&mut engine);
+    let together = engine_run(&mut engine, &prompts, STEPS);
     for (i, (a, b)) in alone.iter().zip(&together).enumerate() {
         assert_eq!(a, b, "batch-invariant mode: request {i} alone and batched");
     }
     eprintln!("  batch-invariant mode: 33/33 requests identical alone and batched");
+}
+
+/// A GGUF model whose matrices stay in their blocks (`tests/golden/tiny-quant.gguf`: Q4_K,
+/// Q5_0, Q6_K and Q8_0, a fused q/k/v of two types): batched, each linear layer of 9 to 64
+/// tokens goes through `gemm_<type>`; alone, a decode step goes through the quantized GEMV.
+/// Each request's greedy tokens must be those of its run alone but at a near-tie, as for
+/// `batched_requests_match_their_runs_alone`.
+fn quantized_batch_matches_runs_alone(g: &Gpu, rng: &mut StdRng) {
+    let m = rustle::loader::load(std::path::Path::new("tests/golden/tiny-quant.gguf")).unwrap();
+    let vocab = m.config.vocab_size as u32;
+    let prompts: Vec<Vec<u32>> = (0..40)
+        .map(|i| {
+            let n = 3 + (i * 7) % 38;
+            (0..n).map(|_| rng.random_range(0..vocab)).collect()
+        })
+        .collect();
+    batch_matches_alone(g, m.config, m.weights, &prompts, 12);
+}
+
+/// Runs each of `prompts` alone for `steps` greedy tokens, then all of them through the
+/// serving engine, two new requests a step (decode steps of many sequences, padded CUDA-graph
+/// buckets, steps that mix decodes with prompt chunks), twice. The batched run must repeat
+/// itself exactly, and give each request the tokens of its run alone but at a near-tie:
+/// alone, a decode step is one token through a GEMV on f32 activations, in a batch a tensor
+/// core matmul's bf16 activations (rounding moves logits by a few hundredths); and a prompt
+/// chunk's matmuls change kernel with the batch's size. Returns the engine.
+fn batch_matches_alone(
+    g: &Gpu,
+    c: Config,
+    w: ModelWeights,
+    prompts: &[Vec<u32>],
+    steps: usize,
+) -> rustle::serve::engine::Engine {
+    use rustle::serve::engine::{Engine, EngineOptions};
+    const NEAR_TIE: f32 = 0.5;
+    let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
+    let opts = RunnerOptions {
+        kv_blocks: Some(prompts.len() * (longest + steps).div_ceil(16) + 8),
+        max_batch_tokens: 512,
+        ..Default::default()
+    };
+    let mut runner = Runner::new(c, w, &opts, gpu_device(g)).unwrap();
+    let alone: Vec<(Vec<u32>, Vec<f32>)> = prompts
+        .iter()
+        .map(|p| greedy(&mut runner, p, steps))
+        .collect();
+    let eopts = EngineOptions {
+        token_budget: 512,
+        max_seqs: 256,
+        prefix_cache: false,
+        eos: vec![],
+    };
+    let mut engine = Engine::new(runner, eopts).unwrap();
+    let first = engine_run(&mut engine, prompts, steps);
+    let again = engine_run(&mut engine, prompts, steps);
+    assert_eq!(
+        first, again,
+        "the same batched run twice gave different tokens"
+    );
+    let mut diverged = 0;
+    for (i, ((tokens, margins), got)) in alone.iter().zip(&first).enumerate() {
+        assert_eq!(got.len(), steps, "request {i}");
+        if let Some(s) = tokens.iter().zip(got).position(|(a, b)| a != b) {
+            assert!(
+                margins[s] < NEAR_TIE,
+                "request {i} ({} prompt tokens): step {s}: alone {} batched {} (margin {})",
+                prompts[i].len(),
+                tokens[s],
+                got[s],
+                margins[s]
+            );
+            diverged += 1;
+        }
+    }
+    eprintln!(
+        "  {} requests: {} with every greedy token of their run alone, {diverged} diverging at a near-tie",
+        prompts.len(),
+        prompts.len() - diverged
+    );
+    engine
+}
+
+/// All of `prompts` through the engine, two new requests a step until all are in, `steps`
+/// greedy tokens each; their tokens in the prompts' order.
+fn engine_run(
+    engine: &mut rustle::serve::engine::Engine,
+    prompts: &[Vec<u32>],
+    steps: usize,
+) -> Vec<Vec<u32>> {
+    use rustle::serve::engine::RequestParams;
+    let mut out = vec![vec![]; prompts.len()];
+    let mut ids = std::collections::HashMap::new();
+    let (mut next, mut step) = (0, 0);
+    while next < prompts.len() || engine.has_work() {
+        for _ in 0..2 {
+            if next < prompts.len() {
+                let params = RequestParams {
+                    max_tokens: steps,
+                    ignore_eos: true,
+                    ..RequestParams::default()
+                };
+                ids.insert(
+                    engine.add_request(prompts[next].clone(), params).unwrap(),
+                    next,
+                );
+                next += 1;
+            }
+        }
+        for o in engine.step().unwrap() {
+            out[ids[&o.id]].extend(o.token);
+        }
+        step += 1;
+        assert!(step < 10_000, "the engine does not finish");
+    }
+    out
 }
 
 /// bf16 weights, and in prefill bf16 activations into the tensor cores and bf16 attention

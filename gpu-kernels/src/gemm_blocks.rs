@@ -34,6 +34,7 @@ use crate::device::{
     WARP, block_idx_x, block_idx_y, dynamic_shared, grid_dim_y, sync_threads, thread_idx_x,
     wait_for_previous_kernel,
 };
+use crate::gemm_skinny::{Store, wait_pending};
 use crate::mma::{
     cp_async_16, cp_async_16_part, cp_async_commit, cp_async_wait, ld_shared_v4, mma_bf16_16816,
     shared_addr,
@@ -66,17 +67,6 @@ const X_PIECES: usize = BLOCKS_MMA_STAGE_K / 8;
 #[inline(always)]
 fn x_at(tile: u32, t: usize, p: usize) -> u32 {
     tile + (t * 512 + 16 * (p ^ ((t & 1) << 2))) as u32
-}
-
-/// Waits until at most `pending` (0 to 2, a constant in each body) of this thread's copy
-/// groups are in flight.
-#[inline(always)]
-fn wait_pending(pending: usize) {
-    match pending {
-        0 => cp_async_wait::<0>(),
-        1 => cp_async_wait::<1>(),
-        _ => cp_async_wait::<2>(),
-    }
 }
 
 /// The body for `T` tiles of 8 tokens (`n <= 8 T`; tiles past `n` hold zeros and are not
@@ -203,7 +193,8 @@ unsafe fn body<B: Parts, const T: usize>(a: &Args) {
     }
     cp_async_wait::<0>();
 
-    // acc[j] holds rows `row` (elements 0, 1) and `row + 8` (2, 3) of tokens 8j + 2q, +1.
+    // acc[j] holds rows `first_row + r_lo` (elements 0, 1) and `+ 8` (2, 3) of tokens 8j +
+    // 2q, +1.
     let split = grid_dim_y() > 1;
     let st = Store {
         dst: if split {
@@ -217,62 +208,13 @@ unsafe fn body<B: Parts, const T: usize>(a: &Args) {
         split,
         accumulate: a.accumulate,
         bias: a.bias,
-        row: first_row + r_lo,
+        f0: first_row + r_lo,
         q,
     };
     unroll!(j < T => {
         // SAFETY: `st` describes this launch's output (the preconditions).
         unsafe { st.tile(j, acc[j]) };
     });
-}
-
-/// Where a lane's accumulators go (passed by value: a reference would need an address in
-/// local memory).
-#[derive(Clone, Copy)]
-struct Store {
-    dst: *mut f32,
-    n: usize,
-    n_out: usize,
-    out_stride: usize,
-    split: bool,
-    accumulate: bool,
-    bias: *const f32,
-    row: usize,
-    q: usize,
-}
-
-impl Store {
-    /// Stores tile `j`: rows `row` (elements 0, 1) and `row + 8` (2, 3) of tokens `8j + 2q`
-    /// and `+ 1`; a split's part alone, else added to the bias (and to what `dst` holds when
-    /// accumulating). Out of line, as in `gemm_skinny.rs`: the unrolled loops that call it
-    /// stay small.
-    ///
-    /// # Safety
-    /// `dst` holds `[n, out_stride]` floats (`out_stride >= n_out`); `bias` null or
-    /// `[n_out]`.
-    #[inline(never)]
-    unsafe fn tile(self, j: usize, acc: [f32; 4]) {
-        for (e, &v) in acc.iter().enumerate() {
-            let (t, f) = (8 * j + 2 * self.q + e % 2, self.row + 8 * (e / 2));
-            if t < self.n && f < self.n_out {
-                // SAFETY: t < n, f < n_out: inside dst.
-                unsafe {
-                    let o = self.dst.add(t * self.out_stride + f);
-                    if self.split {
-                        *o = v;
-                    } else {
-                        let prev = if self.accumulate { *o } else { 0.0 };
-                        let b = if self.bias.is_null() {
-                            0.0
-                        } else {
-                            *self.bias.add(f)
-                        };
-                        *o = prev + v + b;
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// `gemm_<type>` for each GGUF type with `Parts`.

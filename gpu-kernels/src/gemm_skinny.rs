@@ -50,9 +50,9 @@ fn at(tile: u32, r: usize, p: usize) -> u32 {
 }
 
 /// Waits until at most `pending` of this thread's copy groups are in flight (a constant in
-/// each body, so the match folds away).
+/// each body, so the match folds away); `gemm_blocks.rs`'s too.
 #[inline(always)]
-fn wait_pending(pending: usize) {
+pub(crate) fn wait_pending(pending: usize) {
     match pending {
         0 => cp_async_wait::<0>(),
         1 => cp_async_wait::<1>(),
@@ -318,6 +318,7 @@ unsafe fn body<const M: usize, const T: usize>(a: &Args) {
         dst,
         n: a.n,
         n_out: a.n_out,
+        out_stride: a.n_out,
         split,
         accumulate: a.accumulate,
         bias: a.bias,
@@ -335,17 +336,20 @@ unsafe fn body<const M: usize, const T: usize>(a: &Args) {
 }
 
 /// Where a lane's accumulators go (passed by value: a reference would need an address in
-/// local memory).
+/// local memory); `gemm_blocks.rs`'s too.
 #[derive(Clone, Copy)]
-struct Store {
-    dst: *mut f32,
-    n: usize,
-    n_out: usize,
-    split: bool,
-    accumulate: bool,
-    bias: *const f32,
-    f0: usize,
-    q: usize,
+pub(crate) struct Store {
+    pub dst: *mut f32,
+    pub n: usize,
+    pub n_out: usize,
+    /// Floats from one token's outputs to the next's (`n_out`, or more where the matrix is
+    /// some of a wider output's columns).
+    pub out_stride: usize,
+    pub split: bool,
+    pub accumulate: bool,
+    pub bias: *const f32,
+    pub f0: usize,
+    pub q: usize,
 }
 
 impl Store {
@@ -354,15 +358,16 @@ impl Store {
     /// enough for the compiler to unroll, which keeps the accumulators in registers.
     ///
     /// # Safety
-    /// `dst` holds `[n, n_out]` floats; `bias` null or `[n_out]`.
+    /// `dst` holds `[n, out_stride]` floats (`out_stride >= n_out`); `bias` null or
+    /// `[n_out]`.
     #[inline(never)]
-    unsafe fn tile(self, j: usize, acc: [f32; 4]) {
+    pub unsafe fn tile(self, j: usize, acc: [f32; 4]) {
         for (e, &v) in acc.iter().enumerate() {
             let (t, f) = (8 * j + 2 * self.q + e % 2, self.f0 + 8 * (e / 2));
             if t < self.n && f < self.n_out {
                 // SAFETY: t < n, f < n_out: inside dst.
                 unsafe {
-                    let o = self.dst.add(t * self.n_out + f);
+                    let o = self.dst.add(t * self.out_stride + f);
                     if self.split {
                         *o = v;
                     } else {
