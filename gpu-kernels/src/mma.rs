@@ -33,17 +33,8 @@ pub fn shared_addr<T>(p: *const T) -> u32 {
 /// barrier.
 #[inline(always)]
 pub unsafe fn cp_async_16<T>(dst: u32, src: *const T, valid: bool) {
-    let src_bytes: u32 = if valid { 16 } else { 0 };
     // SAFETY: the caller's guarantee.
-    unsafe {
-        asm!(
-            "cp.async.cg.shared.global [{d}], [{s}], 16, {n};",
-            d = in(reg32) dst,
-            s = in(reg64) src,
-            n = in(reg32) src_bytes,
-            options(nostack),
-        )
-    };
+    unsafe { cp_async_16_part(dst, src, if valid { 16 } else { 0 }) };
 }
 
 /// As `cp_async_16`, reading only the first `bytes` (0 to 16) of the 16 at `src` and
