@@ -308,8 +308,14 @@ impl Parts for Q8_0 {
     #[inline(always)]
     fn decode_bf16(p: &BytePart) -> [u32; 4] {
         let d = f16_to_f32(p.d as u16);
-        // A signed byte b is (b ^ 0x80) - 128.
-        pack8(eight(|i| d * small(byte(&p.q, i) ^ 0x80, 128.0)))
+        // A signed byte b is (b ^ 0x80) - 128: four bytes flipped at once, then each placed
+        // under the exponent of 2^23 by one byte permute (selector: byte i % 4 of the word,
+        // then bytes 0, 0 and 0x4b of the constant), which `small` subtracts exactly.
+        let flipped = [p.q[0] ^ 0x8080_8080, p.q[1] ^ 0x8080_8080];
+        pack8(eight(|i| {
+            let bits = prmt(flipped[i / 4], 0x4B00_0000, 0x7540 | (i % 4) as u32);
+            d * (f32::from_bits(bits) - (8_388_608.0 + 128.0))
+        }))
     }
 }
 
