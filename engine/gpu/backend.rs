@@ -417,6 +417,16 @@ impl GpuWeights {
     }
 }
 
+/// A matrix's runs of rows of one block type, each with its first row: where its outputs
+/// start in a token's row of `n_out`, and its bias.
+fn row_runs(parts: &[BlockPart]) -> impl Iterator<Item = (usize, &BlockPart)> {
+    parts.iter().scan(0, |row, p| {
+        let first = *row;
+        *row += p.rows;
+        Some((first, p))
+    })
+}
+
 /// What a linear layer of several tokens needs besides its input and output.
 struct MatmulScratch {
     /// `[max_tokens, max(dim, q_dim, ffn_dim)]` the input rounded to bf16 for the tensor cores
@@ -771,8 +781,7 @@ impl GpuBackend {
         };
         let splits = blocks_mma_splits(n_in, n_out, gpu.sm_count);
         let x = &mm.x_bf16.slice(..n * n_in);
-        let mut row = 0;
-        for p in parts {
+        for (row, p) in row_runs(parts) {
             let w = &p.bytes.as_view();
             let last = row + (n - 1) * n_out + p.rows;
             if splits == 1 {
@@ -806,7 +815,6 @@ impl GpuBackend {
                     splits,
                 )?;
             }
-            row += p.rows;
         }
         if splits == 1 {
             return Ok(());
@@ -917,8 +925,7 @@ impl GpuBackend {
                 mm.codes.slice(..tokens * n_in),
                 mm.code_scales.slice(..tokens * n_in / 16),
             );
-            let mut row = 0;
-            for p in parts {
+            for (row, p) in row_runs(parts) {
                 let start = first * n_out + row;
                 let out = &mut out.slice_mut(start..start + (tokens - 1) * n_out + p.rows);
                 let bias = bias.map(|b| b.slice(row..row + p.rows));
@@ -951,7 +958,6 @@ impl GpuBackend {
                         accumulate,
                     )?,
                 }
-                row += p.rows;
             }
         }
         Ok(())
@@ -972,9 +978,8 @@ impl GpuBackend {
             GpuMatrix::Blocks(parts) => parts,
         };
         let mut scratch = mm.w_bf16.take().expect("a bf16 scratch for blocks");
-        let mut row = 0;
         let mut result = Ok(());
-        for p in parts {
+        for (row, p) in row_runs(parts) {
             let out = &mut scratch.slice_mut(row * n_in..(row + p.rows) * n_in);
             let scales = p.scales.as_ref().map(|s| s.as_view());
             // SAFETY: no row list: the kernel reads the part's own rows in order.
@@ -993,7 +998,6 @@ impl GpuBackend {
             if result.is_err() {
                 break;
             }
-            row += p.rows;
         }
         if result.is_ok() {
             result = f(mm, &scratch.slice(..n_out * n_in));
