@@ -2041,9 +2041,10 @@ fn quantized_gguf_gpu_matches_cpu(g: &Gpu, rng: &mut StdRng) {
     for ty in ["q4_k", "q6_k", "q8_0"] {
         assert!(held.contains(ty), "{ty} not held in blocks: {held}");
     }
-    // Prompts of 1 to 40 tokens: decode through the quantized GEMV, 40 tokens through
-    // `gemm_<type>` (the tensor cores on the blocks).
-    let prompts: Vec<Vec<u32>> = [1, 6, 40]
+    // Prompts of 1 to 100 tokens: decode through the quantized GEMV, 40 tokens through
+    // `gemm_<type>` (the tensor cores on the blocks), 100 through the dequantizers and the
+    // prompt GEMM.
+    let prompts: Vec<Vec<u32>> = [1, 6, 40, 100]
         .iter()
         .map(|&n| (0..n).map(|_| rng.random_range(0..vocab)).collect())
         .collect();
@@ -2187,7 +2188,7 @@ fn batched_requests_match_their_runs_alone(g: &Gpu, rng: &mut StdRng) {
                 .collect()
         })
         .collect();
-    let mut engine = batch_matches_alone(g, c, w, &prompts, STEPS);
+    let mut engine = batch_matches_alone(g, c, w, &prompts, STEPS, 0.5);
 
     // The batch-invariant mode: alone (each request by itself through the engine) and
     // batched give the same tokens, bit for bit, every one of them.
@@ -2222,7 +2223,11 @@ fn batched_requests_match_their_runs_alone(g: &Gpu, rng: &mut StdRng) {
 /// Q5_0, Q6_K and Q8_0, a fused q/k/v of two types): batched, each linear layer of 9 to 64
 /// tokens goes through `gemm_<type>`; alone, a decode step goes through the quantized GEMV.
 /// Each request's greedy tokens must be those of its run alone but at a near-tie, as for
-/// `batched_requests_match_their_runs_alone`.
+/// `batched_requests_match_their_runs_alone`, with a wider tie: alone, the GEMV multiplies
+/// the activations as 8-bit codes (one scale per 32), where the batch rounds them to bf16,
+/// and over a dozen steps of this random model's cache the two part by more than bf16 alone
+/// does. On the H200 over eight seeds the widest margin a request diverged at was 1.00 (seed
+/// 11) and 0.90 (seed 1690584324), the others 0.15 to 0.52; the bf16 test's stay under 0.05.
 fn quantized_batch_matches_runs_alone(g: &Gpu, rng: &mut StdRng) {
     let m = rustle::loader::load(std::path::Path::new("tests/golden/tiny-quant.gguf")).unwrap();
     let vocab = m.config.vocab_size as u32;
@@ -2232,7 +2237,7 @@ fn quantized_batch_matches_runs_alone(g: &Gpu, rng: &mut StdRng) {
             (0..n).map(|_| rng.random_range(0..vocab)).collect()
         })
         .collect();
-    batch_matches_alone(g, m.config, m.weights, &prompts, 12);
+    batch_matches_alone(g, m.config, m.weights, &prompts, 12, 1.5);
 }
 
 /// Runs each of `prompts` alone for `steps` greedy tokens, then all of them through the
@@ -2241,16 +2246,17 @@ fn quantized_batch_matches_runs_alone(g: &Gpu, rng: &mut StdRng) {
 /// itself exactly, and give each request the tokens of its run alone but at a near-tie:
 /// alone, a decode step is one token through a GEMV on f32 activations, in a batch a tensor
 /// core matmul's bf16 activations (rounding moves logits by a few hundredths); and a prompt
-/// chunk's matmuls change kernel with the batch's size. Returns the engine.
+/// chunk's matmuls change kernel with the batch's size. A near-tie is a step whose best two
+/// logits alone are less than `near_tie` apart. Returns the engine.
 fn batch_matches_alone(
     g: &Gpu,
     c: Config,
     w: ModelWeights,
     prompts: &[Vec<u32>],
     steps: usize,
+    near_tie: f32,
 ) -> rustle::serve::engine::Engine {
     use rustle::serve::engine::{Engine, EngineOptions};
-    const NEAR_TIE: f32 = 0.5;
     let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
     let opts = RunnerOptions {
         kv_blocks: Some(prompts.len() * (longest + steps).div_ceil(16) + 8),
@@ -2275,25 +2281,27 @@ fn batch_matches_alone(
         first, again,
         "the same batched run twice gave different tokens"
     );
-    let mut diverged = 0;
+    let mut ties = vec![];
     for (i, ((tokens, margins), got)) in alone.iter().zip(&first).enumerate() {
         assert_eq!(got.len(), steps, "request {i}");
         if let Some(s) = tokens.iter().zip(got).position(|(a, b)| a != b) {
             assert!(
-                margins[s] < NEAR_TIE,
+                margins[s] < near_tie,
                 "request {i} ({} prompt tokens): step {s}: alone {} batched {} (margin {})",
                 prompts[i].len(),
                 tokens[s],
                 got[s],
                 margins[s]
             );
-            diverged += 1;
+            ties.push(margins[s]);
         }
     }
+    ties.sort_by(f32::total_cmp);
     eprintln!(
-        "  {} requests: {} with every greedy token of their run alone, {diverged} diverging at a near-tie",
+        "  {} requests: {} with every greedy token of their run alone, {} diverging at a near-tie (margins {ties:.2?})",
         prompts.len(),
-        prompts.len() - diverged
+        prompts.len() - ties.len(),
+        ties.len(),
     );
     engine
 }
