@@ -43,7 +43,7 @@ const TESTS: &[(&str, Test)] = &[
         gemv_blocks,
     ),
     (
-        "kernel::gemv_swiglu_q4_0 .. gemv_swiglu_q6_k (every GGUF type)",
+        "kernel::gemv_swiglu_q4_0 .. gemv_swiglu_fp8 (every block type)",
         gemv_swiglu_blocks,
     ),
     (
@@ -479,52 +479,83 @@ fn gemv_blocks(g: &Gpu, rng: &mut StdRng) {
     }
 }
 
-/// Every GGUF type's fused gate-and-up GEMV against its twin: one block of the k-quants to
-/// more rows than a wave of blocks, 1 to 8 tokens, a wider output row. Columns past `n_out`
+/// Every block type's fused gate-and-up GEMV against its twin (fp8 on the activations as
+/// they are, the GGUF types on their codes): one block of the k-quants to more rows than a
+/// wave of blocks, 1 to 8 tokens, a wider output row. Columns past `n_out`
 /// must stay as they were (poison). (At least 32 rows a shape: the error of one output
 /// alone, where its sums nearly cancel, says little.)
 fn gemv_swiglu_blocks(g: &Gpu, rng: &mut StdRng) {
-    for ty in BlockType::ALL.into_iter().filter(|&t| t != BlockType::Fp8) {
+    for ty in BlockType::ALL {
         for (n_in, n_out, n_tokens, stride) in [
             (256, 40, 1, 40),
             (768, 37, 3, 40),
             (4096, 5000, 1, 5000),
             (2048, 32, 8, 33),
         ] {
-            let [(w_gate, _), (w_up, _)] = [0.05, 0.05]
+            let [(w_gate, gate_scales), (w_up, up_scales)] = [0.05, 0.05]
                 .map(|s| rustle::cpu::quant::random_blocks(ty, n_out, n_in, s, rng.random()));
             let x = normal(rng, n_tokens * n_in, 1.0);
-            let n = n_tokens * n_in;
-            let (mut codes, mut code_scales) = (vec![0u8; n], vec![0f32; n / 16]);
-            rustle::cpu::quant::quantize_q8_f32(&mut codes, &mut code_scales, &x, n);
             let start = vec![f32::NAN; n_tokens * stride];
             let mut cpu = start.clone();
-            rustle::cpu::quant::gemv_swiglu_codes(
-                ty,
-                &mut cpu,
-                &codes,
-                &code_scales,
-                &w_gate,
-                &w_up,
-                n_tokens,
-                n_in,
-                n_out,
-                stride,
-            );
             let mut out = up(g, &start);
-            g.gemv_swiglu_codes(
-                ty,
-                &mut out.as_view_mut(),
-                &up(g, &codes).as_view(),
-                &up(g, &code_scales).as_view(),
-                &up(g, &w_gate).as_view(),
-                &up(g, &w_up).as_view(),
-                n_tokens,
-                n_in,
-                n_out,
-                stride,
-            )
-            .unwrap();
+            let (w_gate_dev, w_up_dev) = (up(g, &w_gate), up(g, &w_up));
+            if let (Some(gate_scales), Some(up_scales)) = (&gate_scales, &up_scales) {
+                // fp8 multiplies the activations as they are.
+                rustle::cpu::quant::gemv_swiglu_fp8(
+                    &mut cpu,
+                    &x,
+                    &w_gate,
+                    &w_up,
+                    gate_scales,
+                    up_scales,
+                    n_tokens,
+                    n_in,
+                    n_out,
+                    stride,
+                );
+                g.gemv_swiglu_fp8(
+                    &mut out.as_view_mut(),
+                    &up(g, &x).as_view(),
+                    &w_gate_dev.as_view(),
+                    &w_up_dev.as_view(),
+                    &up(g, gate_scales).as_view(),
+                    &up(g, up_scales).as_view(),
+                    n_tokens,
+                    n_in,
+                    n_out,
+                    stride,
+                )
+                .unwrap();
+            } else {
+                let n = n_tokens * n_in;
+                let (mut codes, mut code_scales) = (vec![0u8; n], vec![0f32; n / 16]);
+                rustle::cpu::quant::quantize_q8_f32(&mut codes, &mut code_scales, &x, n);
+                rustle::cpu::quant::gemv_swiglu_codes(
+                    ty,
+                    &mut cpu,
+                    &codes,
+                    &code_scales,
+                    &w_gate,
+                    &w_up,
+                    n_tokens,
+                    n_in,
+                    n_out,
+                    stride,
+                );
+                g.gemv_swiglu_codes(
+                    ty,
+                    &mut out.as_view_mut(),
+                    &up(g, &codes).as_view(),
+                    &up(g, &code_scales).as_view(),
+                    &w_gate_dev.as_view(),
+                    &w_up_dev.as_view(),
+                    n_tokens,
+                    n_in,
+                    n_out,
+                    stride,
+                )
+                .unwrap();
+            }
             let out = down(g, &out);
             let what = format!("{ty} {n_out} x {n_in}, {n_tokens} tokens, stride {stride}");
             let cols = |v: &[f32]| -> Vec<f32> {

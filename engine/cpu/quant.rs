@@ -6,7 +6,7 @@
 //! the loader's dequantizers) and multiplied in f32, so the GPU's register decoding is held
 //! against the decoders that are themselves checked against the `gguf` package.
 
-use crate::weights::blocks::BlockType;
+use crate::weights::blocks::{BlockType, e4m3_to_f32};
 
 /// `out[t * out_stride + o] = (accumulate ? .. : 0) + w[o] . x[t] + bias[o]` for
 /// `t < n_tokens`, `o < n_out`: what every quantized GEMV on the GPU computes. `w`:
@@ -160,7 +160,10 @@ pub fn dequant_blocks(
     }
 }
 
-/// `gemv_fp8` on the GPU: `gemv_blocks` over fp8 rows.
+/// `gemv_fp8` on the GPU: out (`[n_tokens, out_stride]`, columns `0..n_out`) (+)= x
+/// `[n_tokens, n_in]` times the e4m3 rows' values, each row's sum times its scale, + bias.
+/// As the tensor cores take them, the activations are rounded to f16 first, scaled by 2^-8
+/// so that values up to 2^24 fit (`fp8_activation`); the e4m3 values are exact in f16.
 #[allow(clippy::too_many_arguments)]
 pub fn gemv_fp8(
     out: &mut [f32],
@@ -174,19 +177,56 @@ pub fn gemv_fp8(
     out_stride: usize,
     accumulate: bool,
 ) {
-    gemv_blocks(
-        BlockType::Fp8,
-        out,
-        x,
-        w,
-        row_scales,
-        bias,
-        n_tokens,
-        n_in,
-        n_out,
-        out_stride,
-        accumulate,
-    )
+    let scales = row_scales.expect("fp8 rows come with their scales");
+    let x: Vec<f32> = x[..n_tokens * n_in]
+        .iter()
+        .map(|&v| fp8_activation(v))
+        .collect();
+    for (t, x) in x.chunks_exact(n_in).enumerate() {
+        let out = &mut out[t * out_stride..t * out_stride + n_out];
+        for (o, y) in out.iter_mut().enumerate() {
+            let row = &w[o * n_in..(o + 1) * n_in];
+            let sum: f32 = row.iter().zip(x).map(|(&b, &v)| e4m3_to_f32(b) * v).sum();
+            let prev = if accumulate { *y } else { 0.0 };
+            *y = prev + sum * scales[o] + bias.map_or(0.0, |b| b[o]);
+        }
+    }
+}
+
+/// `gemv_swiglu_fp8` on the GPU: out (`[n_tokens, out_stride]`, columns `0..n_out`) =
+/// silu(gate) * up, gate and up `gemv_fp8` of x by `w_gate` and `w_up`.
+#[allow(clippy::too_many_arguments)]
+pub fn gemv_swiglu_fp8(
+    out: &mut [f32],
+    x: &[f32],
+    w_gate: &[u8],
+    w_up: &[u8],
+    gate_scales: &[f32],
+    up_scales: &[f32],
+    n_tokens: usize,
+    n_in: usize,
+    n_out: usize,
+    out_stride: usize,
+) {
+    let [gate, up] = [(w_gate, gate_scales), (w_up, up_scales)].map(|(w, scales)| {
+        let mut sums = vec![0.0; n_tokens * n_out];
+        let s = Some(scales);
+        gemv_fp8(
+            &mut sums, x, w, s, None, n_tokens, n_in, n_out, n_out, false,
+        );
+        sums
+    });
+    for t in 0..n_tokens {
+        let out = &mut out[t * out_stride..t * out_stride + n_out];
+        let rows = t * n_out..(t + 1) * n_out;
+        super::ops::swiglu_f32(out, &gate[rows.clone()], &up[rows]);
+    }
+}
+
+/// An activation as `gemv_fp8` multiplies it: times 2^-8, rounded to nearest-even f16,
+/// times 2^8 (both exact).
+pub fn fp8_activation(v: f32) -> f32 {
+    half::f16::from_f32(v / 256.0).to_f32() * 256.0
 }
 
 /// The GGUF types' GEMV twins by kernel name (`gemv_q4_k`, `gemv_swiglu_q4_k`, ...), each
@@ -475,7 +515,6 @@ pub fn gemm_wgmma_fp8(
     bias: Option<&[f32]>,
     n_in: usize,
 ) {
-    use crate::weights::blocks::e4m3_to_f32;
     use rayon::prelude::*;
     let n_out = w_scales.len();
     let w: Vec<f32> = w.iter().map(|&b| e4m3_to_f32(b)).collect();
@@ -495,6 +534,72 @@ pub fn gemm_wgmma_fp8(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `gemv_fp8`'s twin against the f32 GEMV of the same rows: apart by the activations'
+    /// rounding to f16 only, and an activation past f16's 65504 (an outlier of the hidden
+    /// state) still multiplied, not infinite.
+    #[test]
+    fn gemv_fp8_rounds_only_the_activations_to_f16() {
+        let (n_in, n_out, n_tokens, stride) = (256, 5, 3, 6);
+        let (w, scales) = random_blocks(BlockType::Fp8, n_out, n_in, 0.5, 3);
+        let scales = scales.as_deref();
+        let mut x: Vec<f32> = (0..n_tokens * n_in)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        x[5] = 1.0e6;
+        let rounded: Vec<f32> = x.iter().map(|&v| fp8_activation(v)).collect();
+        // Every activation within f16's half step of itself, the outlier too (finite).
+        assert!(
+            rounded
+                .iter()
+                .zip(&x)
+                .all(|(r, v)| (r - v).abs() <= v.abs() / 2048.0)
+        );
+        let start = vec![0.25f32; n_tokens * stride];
+        let (mut got, mut same, mut apart) = (start.clone(), start.clone(), start);
+        gemv_fp8(
+            &mut got, &x, &w, scales, None, n_tokens, n_in, n_out, stride, true,
+        );
+        for (out, x) in [(&mut same, &rounded), (&mut apart, &x)] {
+            gemv_blocks(
+                BlockType::Fp8,
+                out,
+                x,
+                &w,
+                scales,
+                None,
+                n_tokens,
+                n_in,
+                n_out,
+                stride,
+                true,
+            );
+        }
+        // From the f32 sums, no further than f16's half step of every product.
+        let mut all = vec![0f32; n_out * n_in];
+        dequant_blocks(
+            BlockType::Fp8,
+            None,
+            Some(&mut all),
+            &w,
+            scales,
+            None,
+            n_out,
+            n_in,
+        );
+        for t in 0..n_tokens {
+            for o in 0..n_out {
+                let [g, s, a] = [&got, &same, &apart].map(|v| v[t * stride + o]);
+                let x = &x[t * n_in..(t + 1) * n_in];
+                let products: f32 = (0..n_in).map(|i| (all[o * n_in + i] * x[i]).abs()).sum();
+                assert!((g - s).abs() <= 1e-5 * (1.0 + s.abs()), "{g} against {s}");
+                assert!(
+                    (g - a).abs() <= products / 2048.0,
+                    "{g} against the f32 sums' {a}"
+                );
+            }
+        }
+    }
 
     /// The twin's sums against a plain dot product of the decoded rows, with a stride, a
     /// bias, accumulation and several tokens; random blocks stay in ±magnitude.

@@ -1712,6 +1712,24 @@ impl GpuBackend {
                 ffn,
             );
         }
+        if !self.mm.rounds(n)
+            && let (Some(gate), Some(up)) = (lw.w_gate.as_fp8(), lw.w_up.as_fp8())
+            && let (Some(gate_scales), Some(up_scales)) = (&gate.scales, &up.scales)
+        {
+            // fp8 gate and up: one launch for both and the SwiGLU.
+            return g.gemv_swiglu_fp8(
+                &mut self.hidden.slice_mut(..ffn),
+                xb,
+                &gate.bytes.as_view(),
+                &up.bytes.as_view(),
+                &gate_scales.as_view(),
+                &up_scales.as_view(),
+                1,
+                dim,
+                ffn,
+                ffn,
+            );
+        }
         self.mm.input_made = false;
         for (i, (out, w)) in [(&mut self.gate, &lw.w_gate), (&mut self.up, &lw.w_up)]
             .into_iter()

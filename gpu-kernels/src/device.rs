@@ -245,6 +245,25 @@ pub fn pack_bf16x2(lo: f32, hi: f32) -> u32 {
     out
 }
 
+/// Two f32 rounded to nearest-even f16 and packed in a `u32`, `lo` in the low half
+/// (`cvt.rn.f16x2.f32`): beyond f16's range, infinities.
+#[inline(always)]
+pub fn pack_f16x2(lo: f32, hi: f32) -> u32 {
+    let out: u32;
+    // SAFETY: a register-only conversion. The instruction puts its first source in the
+    // upper half.
+    unsafe {
+        asm!(
+            "cvt.rn.f16x2.f32 {o}, {h}, {l};",
+            o = out(reg32) out,
+            h = in(reg32) hi,
+            l = in(reg32) lo,
+            options(pure, nomem, nostack),
+        )
+    };
+    out
+}
+
 /// An f32 rounded to nearest-even bf16, as its bits (one value: `pack_bf16x2`'s low half).
 #[inline(always)]
 pub fn f32_to_bf16(x: f32) -> u16 {

@@ -1,21 +1,22 @@
 //! Linear layers over quantized weights (`quant_blocks.rs`), the weights dequantized in
 //! registers on their way from memory:
 //! - `gemv_fp8`: up to `QUANT_MAX_TOKENS` tokens times an fp8 matrix, the decode step's
-//!   matmul. Decode reads every weight once per token, so the fewer bytes a weight takes,
-//!   the faster the step. (The GGUF types have their own, in integers: `gemv_codes.rs`.)
+//!   matmul, on the tensor cores; `gemv_swiglu_fp8` the MLP's gate and up matrices and
+//!   their SwiGLU in one launch. Decode reads every weight once per token, so the fewer
+//!   bytes a weight takes, the faster the step. (The GGUF types have their own, in
+//!   integers: `gemv_codes.rs`.)
 //! - `dequant_<type>`: rows of the matrix to bf16 (for the tensor-core GEMM of a prompt,
 //!   which does enough arithmetic per weight that the extra pass costs little) or to f32
 //!   (the embedding's rows for a batch's tokens), written once, generic over the type
 //!   (`dequant_blocks`), and stamped out per type at the end of the file.
 
 use crate::device::{
-    WARP, block_dim_x, block_idx_x, dynamic_shared, fma, global_idx_x, ld_nc_u32, ld_nc_v4,
-    pack_bf16x2, st_v4, sync_threads, thread_idx_x, thread_idx_y, wait_for_previous_kernel,
-    warp_sum,
+    WARP, block_dim_x, block_idx_x, dynamic_shared, exp, global_idx_x, ld_nc_v4, pack_bf16x2,
+    pack_f16x2, prmt, st_v4, sync_threads, thread_idx_x, wait_for_previous_kernel,
 };
-use crate::gemv::row_part;
-use crate::quant_blocks::{Blocks, Fp8, GROUP, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0, fp8x4};
-use crate::tiles::{DEQUANT_STAGE_WORDS, FP8_UNROLL, FP8_WARP_STEP, QUANT_MAX_TOKENS};
+use crate::mma::mma_f16_16816;
+use crate::quant_blocks::{Blocks, Fp8, GROUP, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
+use crate::tiles::{DEQUANT_STAGE_WORDS, FP8_PARTS, FP8_TILE_ROWS, FP8_UNROLL, QUANT_MAX_TOKENS};
 use crate::unroll::unroll;
 
 /// What a row's sums are multiplied by: `Blocks::UNSCALE` and the row's scale (fp8), 1
@@ -32,100 +33,172 @@ unsafe fn row_scale<B: Blocks>(row_scales: *const f32, row: usize) -> f32 {
     B::UNSCALE * unsafe { *row_scales.add(row) }
 }
 
-/// fp8 weights (columns) in one warp's chunk: 32 lanes x 4 places x 4 bytes; a step
-/// (`FP8_WARP_STEP`, shared with the host's launch) is `FP8_UNROLL` of them.
-const FP8_WARP_CHUNK: usize = FP8_WARP_STEP / FP8_UNROLL;
+/// Columns of one chunk of the fp8 GEMV: a row's 4 lanes x 16 bytes, the reduction of four
+/// `mma`s.
+const FP8_CHUNK: usize = 64;
 
-/// `sum_j w[j] x[j]` over the four fp8 weights of `word` and the four activations at `x`
-/// (one 16-byte load), 2^-120 times the true sum (`fp8x4`).
-///
-/// # Safety
-/// `x` is 16-byte aligned, holds 4 floats and is read-only during the kernel.
+/// What a sum of the tensor cores' products is multiplied by, with the row's scale: the
+/// weights reach them as 2^-8 times their values (`e4m3_pair_f16`), the activations too.
+const FP8_MMA_UNSCALE: f32 = 65536.0;
+
+/// What each activation is multiplied by before it is rounded to f16: values up to 2^24
+/// keep f16's 11 bits, where f16 alone would overflow past 65504; the smallest lose some,
+/// far below what e4m3's 4 bits of weight lose. The twin rounds the same.
+const FP8_X_SCALE: f32 = 1.0 / 256.0;
+
+/// e4m3 bytes `2 h` and `2 h + 1` of `word` as an f16 pair (byte `2 h` the low half), each
+/// 2^-8 times its value. `prmt` sign-extends each byte to 16 bits; shifted up by 7, a byte's
+/// sign, 4 exponent bits and 3 mantissa bits land on f16's sign, low 4 exponent bits and top
+/// 3 mantissa bits, and the mask clears the copy of the sign left in f16's top exponent bit.
+/// An e4m3 exponent (bias 7) read with f16's bias of 15 is 2^-8 times the value, for the
+/// subnormals (exponent 0) too. Three instructions a pair, on every GPU since sm_80
+/// (Hopper's `cvt.rn.f16x2.e4m3x2` takes one, but not on sm_80).
 #[inline(always)]
-unsafe fn dot4_fp8(word: u32, x: *const f32) -> f32 {
-    // SAFETY: the caller's guarantee.
-    let xs = unsafe { ld_nc_v4(x as *const u32) };
-    let w = fp8x4(word);
-    let x = xs.map(f32::from_bits);
-    let half = fma(w[0], x[0], w[1] * x[1]);
-    fma(w[2], x[2], fma(w[3], x[3], half))
+fn e4m3_pair_f16(word: u32, h: usize) -> u32 {
+    // Bytes 0, sign of 0, 1, sign of 1 (or 2 and 3): `prmt`'s selector 8 + i copies byte
+    // i's sign bit.
+    let extended = prmt(word, 0, if h == 0 { 0x9180 } else { 0xb3a2 });
+    (extended << 7) & 0xbf80_bf80
 }
 
-/// One step of a warp's walk along its part of a row, for one token: `FP8_UNROLL` chunks
-/// of 512 columns from column `c`, every load issued before any is used. Word q of chunk k
-/// holds the 4 columns at `c + 512 k + 128 q + 4 lane`, so that the warp's loads of a word,
-/// and of its 4 activations, are 128 and 512 bytes in a row. (A lane that took 16 columns
-/// in a row read its activations 64 bytes from its neighbour's: every 16-byte load of the
-/// warp touched 16 cache lines.) With `CHECKED`, for the part's last step, words at or past
-/// `end` are left out; without it every word is inside, and the addresses are the same
-/// register plus constants. (A check on every word put a branch around every load, and fp8
-/// decoded at 0.89 times this speed: BENCHMARKS.md round 29.)
+/// The sums of a tile of 16 fp8 rows with the tokens' activations, left in shared memory:
+/// the loop of `gemv_fp8` and `gemv_swiglu_fp8`. `rows[0]` is the lane's row g and
+/// `rows[1]` its row g + 8 (`g = lane / 4`), null past the matrix.
+///
+/// Thread mapping: the block's `FP8_PARTS` warps each take a part of the reduction (whole
+/// chunks of 64 columns). The rows are an `mma`'s 16-row operand and the tokens its 8
+/// columns (`mma_f16_16816`): lane (g, t) (`t = lane % 4`) loads 16 bytes of each of its
+/// rows at column `16 t` of the chunk, and token g's 16 activations there. The reduction's
+/// order is free, so the four `mma`s of a chunk each take 4 of the lane's columns, `k` 2t,
+/// 2t+1, 2t+8, 2t+9 being its columns `4 j + 0..4`: the lane's bytes are its operand as they
+/// come. A token past `n_tokens` multiplies zeros. `FP8_UNROLL` chunks' loads are in flight
+/// before any is used.
+///
+/// Returns `[FP8_PARTS][FP8_TILE_ROWS][QUANT_MAX_TOKENS]` f32 in shared memory, each warp's
+/// sums (2^-16 times the true ones: `FP8_MMA_UNSCALE`), after a barrier: `fp8_sum` adds a
+/// row's parts.
 ///
 /// # Safety
-/// `w_row` is a row of the matrix and `x_t` the token's activations (16-byte aligned);
-/// `c` and `end` are inside the row, `end - c` whole 16s of columns, and without `CHECKED`
-/// at least a step.
+/// Every thread of the block calls it; `gemv_fp8`'s preconditions; each row pointer null or
+/// a row of `n_in` bytes, 16-byte aligned.
 #[inline(always)]
-unsafe fn fp8_step<const CHECKED: bool>(
-    w_row: *const u8,
-    x_t: *const f32,
-    c: usize,
-    end: usize,
-    lane: usize,
-) -> f32 {
+unsafe fn fp8_tile_sums(
+    x: *const f32,
+    rows: [*const u8; 2],
+    n_tokens: usize,
+    n_in: usize,
+) -> *const f32 {
     const U: usize = FP8_UNROLL;
-    let first = c + 4 * lane;
-    let inside = |at: usize| !CHECKED || first + at < end;
-    let mut words = [[0u32; 4]; U];
-    unroll!(k < U => {
-        unroll!(q < 4 => {
-            let at = k * FP8_WARP_CHUNK + 128 * q;
-            if inside(at) {
-                // SAFETY: 4 bytes of the row inside the part, 4-byte aligned.
-                words[k][q] = unsafe { ld_nc_u32(w_row.add(first + at) as *const u32) };
+    let (warp, lane) = (thread_idx_x() / WARP, thread_idx_x() % WARP);
+    let (g, t) = (lane / 4, lane % 4);
+    // This warp's chunks, [c, end).
+    let chunks = n_in.div_ceil(FP8_CHUNK);
+    let (mut c, end) = (warp * chunks / FP8_PARTS, (warp + 1) * chunks / FP8_PARTS);
+    let mut acc = [0.0f32; 4];
+    while c < end {
+        // [chunk][row g, row g + 8][4 words]: the lane's 16 bytes of each row.
+        let mut words = [[[0u32; 4]; 2]; U];
+        unroll!(u < U => {
+            let col = (c + u) * FP8_CHUNK + 16 * t;
+            if c + u < end && col < n_in {
+                unroll!(r < 2 => {
+                    if !rows[r].is_null() {
+                        // SAFETY: 16 bytes of the row, 16-byte aligned.
+                        words[u][r] = unsafe { ld_nc_v4(rows[r].add(col) as *const u32) };
+                    }
+                });
             }
         });
-    });
-    let mut sums = [0.0f32; 2];
-    unroll!(k < U => {
-        unroll!(q < 4 => {
-            let at = k * FP8_WARP_CHUNK + 128 * q;
-            if inside(at) {
-                // SAFETY: the token's 4 activations at the word's columns, 16-byte aligned.
-                sums[q % 2] += unsafe { dot4_fp8(words[k][q], x_t.add(first + at)) };
+        unroll!(u < U => {
+            // Warp-uniform: every lane runs the chunk's `mma`s, or none does.
+            if c + u < end {
+                let col = (c + u) * FP8_CHUNK + 16 * t;
+                // Token g's 16 activations at the lane's columns, as 8 f16 pairs.
+                let mut xs = [0u32; 8];
+                if g < n_tokens && col < n_in {
+                    unroll!(q < 4 => {
+                        // SAFETY: 4 of token g's activations, 16-byte aligned (n_in % 16 == 0).
+                        let v = unsafe { ld_nc_v4(x.add(g * n_in + col + 4 * q) as *const u32) };
+                        let v = v.map(|b| f32::from_bits(b) * FP8_X_SCALE);
+                        xs[2 * q] = pack_f16x2(v[0], v[1]);
+                        xs[2 * q + 1] = pack_f16x2(v[2], v[3]);
+                    });
+                }
+                let [row_g, row_g8] = words[u];
+                unroll!(j < 4 => {
+                    let a = [
+                        e4m3_pair_f16(row_g[j], 0),
+                        e4m3_pair_f16(row_g8[j], 0),
+                        e4m3_pair_f16(row_g[j], 1),
+                        e4m3_pair_f16(row_g8[j], 1),
+                    ];
+                    mma_f16_16816(&mut acc, a, [xs[2 * j], xs[2 * j + 1]]);
+                });
             }
         });
+        c += U;
+    }
+    // The lane holds (row g, tokens 2t and 2t + 1) and (row g + 8, the same).
+    let shared = dynamic_shared::<f32>();
+    unroll!(i < 4 => {
+        let (r, token) = (g + 8 * (i / 2), 2 * t + i % 2);
+        // SAFETY: inside the launch's FP8_SHARED_BYTES.
+        unsafe { *shared.add((warp * FP8_TILE_ROWS + r) * QUANT_MAX_TOKENS + token) = acc[i] };
     });
-    sums[0] + sums[1]
+    // SAFETY: every thread of the block reaches the barrier.
+    unsafe { sync_threads() };
+    shared
+}
+
+/// Row `r`'s sum of the tile for `token`, its warps' parts added in order, 2^-16 times the
+/// true sum.
+///
+/// # Safety
+/// `sums` as `fp8_tile_sums` returned it; `r < FP8_TILE_ROWS`, `token < QUANT_MAX_TOKENS`.
+#[inline(always)]
+unsafe fn fp8_sum(sums: *const f32, r: usize, token: usize) -> f32 {
+    let mut sum = 0.0;
+    for p in 0..FP8_PARTS {
+        // SAFETY: the caller's guarantee.
+        sum += unsafe { *sums.add((p * FP8_TILE_ROWS + r) * QUANT_MAX_TOKENS + token) };
+    }
+    sum
+}
+
+/// Row `row` of an fp8 matrix if it has one.
+#[inline(always)]
+fn fp8_row(w: *const u8, row: usize, n_in: usize, n_rows: usize) -> *const u8 {
+    if row < n_rows {
+        w.wrapping_add(row * n_in)
+    } else {
+        core::ptr::null()
+    }
 }
 
 /// `out[t, o] = (accumulate ? out[t, o] : 0) + scale[o] * sum_i w[o, i] x[t, i] + bias[o]`
-/// for tokens `t < n_tokens`, over fp8 rows: the decode step's matmul for `--weights fp8`.
+/// for tokens `t < n_tokens`, over fp8 rows: the decode step's matmul for `--weights fp8`,
+/// on the tensor cores.
 ///
 /// - `out`: `[n_tokens, out_stride]` f32, this matrix's rows at columns `0..n_out`
 /// - `x`: `[n_tokens, n_in]` f32
 /// - `w`: `[n_out, n_in]` e4m3; `row_scales`: `[n_out]` f32
 /// - `bias`: null or `[n_out]` f32
 ///
-/// Thread mapping: `gemv_bf16`'s. A block is `(32 * parts, rows)`: each of its `rows` rows
-/// is read by `parts` warps side by side (`row_part`), each warp walking its part in steps
-/// of `FP8_UNROLL` chunks of 512 columns (`fp8_step`): a lane loads 4 bytes of each of 4
-/// places in a chunk, all the step's loads in flight before it uses any, and multiplies
-/// them by the token's activations, which it reads from global memory: every block reads
-/// the same few, so they stay in L1. Tokens one after the other (a token after the first
-/// finds the weights in L1). A warp's lanes meet in shuffles, a row's warps in shared
-/// memory.
+/// Thread mapping: a block of `FP8_PARTS` warps for every 16 rows (`fp8_tile_sums`); the
+/// first threads each finish one (row, token).
 ///
-/// Measured (BENCHMARKS.md round 29): the first version staged the activations in shared
-/// memory, 1024 columns a step with two barriers each, and decoded at 0.31 of the copy
-/// bandwidth; this walk, 0.36. `ncu` finds it issuing an instruction every other cycle
-/// per scheduler, its warps waiting on L1 for the activations, four bytes of which come
-/// with every weight's byte.
+/// Measured (BENCHMARKS.md round 33): the GEMV before this, one warp a row, decoded each
+/// weight to f32 by three integer instructions and multiplied it by an f32 activation read
+/// through L1 (four bytes of activations for each byte of weight), and held the fp8 decode
+/// to 0.36 of the copy bandwidth (203 tok/s on the 8B shape). Here a chunk of 1024 weights
+/// takes a warp about 80 instructions (48 of them the weights' decoding) and brings 256
+/// bytes of activations a token: 0.52 of the copy bandwidth (293 tok/s), with
+/// `gemv_swiglu_fp8`.
 ///
 /// # Safety
-/// `n_in % 32 == 0`; `w` and `x` 16-byte aligned; `1 <= n_tokens <= QUANT_MAX_TOKENS`;
-/// `blockDim.x` a multiple of 32; the launch gives `fp8_shared_bytes(warps)` bytes of
-/// dynamic shared memory; `x` does not overlap `out`.
+/// `n_in % 16 == 0`; `w` and `x` 16-byte aligned; `1 <= n_tokens <= QUANT_MAX_TOKENS`;
+/// `row_scales` holds `n_out` scales; `blockDim.x == 32 * FP8_PARTS`; the launch gives
+/// `FP8_SHARED_BYTES` of dynamic shared memory; `x` does not overlap `out`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "gpu-kernel" fn gemv_fp8(
@@ -141,57 +214,78 @@ pub unsafe extern "gpu-kernel" fn gemv_fp8(
     accumulate: u32,
 ) {
     wait_for_previous_kernel();
-    const T: usize = QUANT_MAX_TOKENS;
     let (n_tokens, n_in, n_out) = (n_tokens as usize, n_in as usize, n_out as usize);
-    let out_stride = out_stride as usize;
-    let lane = thread_idx_x() % WARP;
-    let (row, part, start, end) = row_part(n_in, 16);
-    let live = row < n_out;
-    let w_row = w.wrapping_add(row * n_in);
-    // [warps][T] f32: each warp's sums, then a row's warps added in order.
-    let shared = dynamic_shared::<f32>();
-    let parts = block_dim_x() / WARP;
-    let warp = thread_idx_y() * parts + part;
-    // Tokens one after the other, in a loop the compiler keeps rolled: the sums of all
-    // eight at once held a thread to 80 registers and an SM to 24 warps, and ran at 0.9
-    // times this loop's speed (round 29; `gemv_codes` found the same). A token after the
-    // first finds its weights in L1.
-    for t in 0..n_tokens {
-        let mut sum = 0.0f32;
-        let (mut c, x_t) = (start, x.wrapping_add(t * n_in));
-        if live {
-            // SAFETY (both): the part of a row inside the matrix; whole steps, then the
-            // rest (whole 16s of columns: `row_part`).
-            while c + FP8_WARP_STEP <= end {
-                sum += unsafe { fp8_step::<false>(w_row, x_t, c, end, lane) };
-                c += FP8_WARP_STEP;
-            }
-            if c < end {
-                sum += unsafe { fp8_step::<true>(w_row, x_t, c, end, lane) };
-            }
-        }
-        let v = warp_sum(sum);
-        if lane == 0 {
-            // SAFETY: warp < the block's warps, t < T: inside the shared memory.
-            unsafe { *shared.add(warp * T + t) = v };
-        }
-    }
-    // SAFETY: every thread of the block reaches the barrier.
-    unsafe { sync_threads() };
-    let t = thread_idx_x();
-    if live && t < n_tokens {
-        let mut sum = 0.0;
-        for p in 0..parts {
-            // SAFETY: written above, before the barrier.
-            sum += unsafe { *shared.add((thread_idx_y() * parts + p) * T + t) };
-        }
-        // SAFETY: row < n_out, t < n_tokens: inside out, the scales and bias.
+    let first_row = block_idx_x() * FP8_TILE_ROWS;
+    let g = thread_idx_x() % WARP / 4;
+    let rows = [g, g + 8].map(|r| fp8_row(w, first_row + r, n_in, n_out));
+    // SAFETY: the preconditions, passed on; every thread calls it.
+    let sums = unsafe { fp8_tile_sums(x, rows, n_tokens, n_in) };
+    let (r, token) = (
+        thread_idx_x() / QUANT_MAX_TOKENS,
+        thread_idx_x() % QUANT_MAX_TOKENS,
+    );
+    let row = first_row + r;
+    if r < FP8_TILE_ROWS && row < n_out && token < n_tokens {
+        // SAFETY: row < n_out, token < n_tokens: inside the sums, out, the scales and bias.
         unsafe {
-            let scale = row_scale::<Fp8>(row_scales, row);
-            let o = out.add(t * out_stride + row);
+            let sum = fp8_sum(sums, r, token) * FP8_MMA_UNSCALE * *row_scales.add(row);
+            let o = out.add(token * out_stride as usize + row);
             let b = if bias.is_null() { 0.0 } else { *bias.add(row) };
             let prev = if accumulate != 0 { *o } else { 0.0 };
-            *o = prev + sum * scale + b;
+            *o = prev + sum + b;
+        }
+    }
+}
+
+/// `out[t, o] = silu(gate[t, o]) * up[t, o]` where `gate = x w_gate^T` and `up = x w_up^T`
+/// (each row times its scale), for tokens `t < n_tokens`: the MLP's gate, up and SwiGLU in
+/// one launch for `--weights fp8`.
+///
+/// - `out`: `[n_tokens, out_stride]` f32, columns `0..n_out`
+/// - `x`: `[n_tokens, n_in]` f32
+/// - `w_gate`, `w_up`: `[n_out, n_in]` e4m3; `gate_scales`, `up_scales`: `[n_out]` f32
+///
+/// Thread mapping: `gemv_fp8`'s, a block for every 8 outputs: its tile's rows 0..8 are
+/// gate's rows and 8..16 up's, so that one thread finds both sums of an output beside each
+/// other. `e^x` is `swiglu_f32`'s.
+///
+/// # Safety
+/// `gemv_fp8`'s, for both matrices.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "gpu-kernel" fn gemv_swiglu_fp8(
+    out: *mut f32,
+    x: *const f32,
+    w_gate: *const u8,
+    w_up: *const u8,
+    gate_scales: *const f32,
+    up_scales: *const f32,
+    n_tokens: u32,
+    n_in: u32,
+    n_out: u32,
+    out_stride: u32,
+) {
+    wait_for_previous_kernel();
+    let (n_tokens, n_in, n_out) = (n_tokens as usize, n_in as usize, n_out as usize);
+    let first = block_idx_x() * (FP8_TILE_ROWS / 2);
+    let row = first + thread_idx_x() % WARP / 4;
+    let rows = [
+        fp8_row(w_gate, row, n_in, n_out),
+        fp8_row(w_up, row, n_in, n_out),
+    ];
+    // SAFETY: the preconditions, passed on; every thread calls it.
+    let sums = unsafe { fp8_tile_sums(x, rows, n_tokens, n_in) };
+    let (r, token) = (
+        thread_idx_x() / QUANT_MAX_TOKENS,
+        thread_idx_x() % QUANT_MAX_TOKENS,
+    );
+    let o = first + r;
+    if r < FP8_TILE_ROWS / 2 && o < n_out && token < n_tokens {
+        // SAFETY: o < n_out, token < n_tokens: inside the sums, out and both scales.
+        unsafe {
+            let gate = fp8_sum(sums, r, token) * FP8_MMA_UNSCALE * *gate_scales.add(o);
+            let up = fp8_sum(sums, r + 8, token) * FP8_MMA_UNSCALE * *up_scales.add(o);
+            *out.add(token * out_stride as usize + o) = gate / (1.0 + exp(-gate)) * up;
         }
     }
 }

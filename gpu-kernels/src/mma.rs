@@ -121,32 +121,46 @@ pub unsafe fn ldmatrix_x4_trans(row: u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
-/// One tensor-core step, `acc += a * b` for a 16 x 16 tile of `a` (bf16, row-major), a
-/// 16 x 8 tile of `b` (bf16, column-major) and a 16 x 8 tile of f32 accumulators, spread over
-/// the warp (`mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`). In lane `l`, with
-/// `g = l / 4` and `t = l % 4`: `a` holds (row g, cols 2t, 2t+1), (row g+8, same),
-/// (row g, cols 2t+8, 2t+9), (row g+8, same); `b` holds (k 2t, 2t+1; col g) and (k 2t+8,
-/// 2t+9; col g); `acc` holds (row g, cols 2t, 2t+1) and (row g+8, same).
-#[inline(always)]
-pub fn mma_bf16_16816(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
-    // SAFETY: a register-only instruction; every lane of the warp executes it (callers run it
-    // in warp-uniform control flow).
-    unsafe {
-        asm!(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{d0}, {d1}, {d2}, {d3}}};",
-            d0 = inout(reg32) acc[0],
-            d1 = inout(reg32) acc[1],
-            d2 = inout(reg32) acc[2],
-            d3 = inout(reg32) acc[3],
-            a0 = in(reg32) a[0],
-            a1 = in(reg32) a[1],
-            a2 = in(reg32) a[2],
-            a3 = in(reg32) a[3],
-            b0 = in(reg32) b[0],
-            b1 = in(reg32) b[1],
-            options(pure, nomem, nostack),
-        )
-    };
+/// `mma.sync.aligned.m16n8k16.row.col.f32.<ty>.<ty>.f32`, one function per input type.
+macro_rules! mma_16816 {
+    ($($name:ident: $ty:literal;)*) => {$(
+        #[doc = concat!("`acc += a * b` for a 16 x 16 tile of `a` (", $ty, ", row-major), a")]
+        #[doc = concat!("16 x 8 tile of `b` (", $ty, ", column-major) and a 16 x 8 tile of f32")]
+        /// accumulators, spread over the warp. In lane `l`, with `g = l / 4` and `t = l % 4`:
+        /// `a` holds (row g, cols 2t, 2t+1), (row g+8, same), (row g, cols 2t+8, 2t+9), (row
+        /// g+8, same); `b` holds (k 2t, 2t+1; col g) and (k 2t+8, 2t+9; col g); `acc` holds
+        /// (row g, cols 2t, 2t+1) and (row g+8, same). Each pair's lower index is its low half.
+        #[inline(always)]
+        pub fn $name(acc: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+            // SAFETY: a register-only instruction; every lane of the warp executes it
+            // (callers run it in warp-uniform control flow).
+            unsafe {
+                asm!(
+                    concat!(
+                        "mma.sync.aligned.m16n8k16.row.col.f32.", $ty, ".", $ty, ".f32 ",
+                        "{{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, ",
+                        "{{{d0}, {d1}, {d2}, {d3}}};"
+                    ),
+                    d0 = inout(reg32) acc[0],
+                    d1 = inout(reg32) acc[1],
+                    d2 = inout(reg32) acc[2],
+                    d3 = inout(reg32) acc[3],
+                    a0 = in(reg32) a[0],
+                    a1 = in(reg32) a[1],
+                    a2 = in(reg32) a[2],
+                    a3 = in(reg32) a[3],
+                    b0 = in(reg32) b[0],
+                    b1 = in(reg32) b[1],
+                    options(pure, nomem, nostack),
+                )
+            };
+        }
+    )*};
+}
+
+mma_16816! {
+    mma_bf16_16816: "bf16";
+    mma_f16_16816: "f16";
 }
 
 /// `*p += v` in global memory, atomically, with no result returned (`red.global.add.f32`).

@@ -178,14 +178,15 @@ pub const REDUCE_MAX_PARTS: usize = 8;
 /// Quantized GEMV (`gemv_fp8`, `gemv_<type>`): most tokens one launch multiplies by the
 /// matrix.
 pub const QUANT_MAX_TOKENS: usize = 8;
-/// fp8 GEMV (`gemv_quant.rs`): 16-byte loads each lane issues before it uses any.
+/// fp8 GEMV (`gemv_quant.rs`): chunks of 64 columns whose loads a warp issues before it
+/// uses any (two 16-byte loads a lane each).
 pub const FP8_UNROLL: usize = 4;
-/// fp8 GEMV: columns a warp covers in one step of its loop (32 lanes, 16 weights a load).
-pub const FP8_WARP_STEP: usize = 32 * 16 * FP8_UNROLL;
-/// fp8 GEMV: bytes of dynamic shared memory for `warps` warps' sums.
-pub const fn fp8_shared_bytes(warps: usize) -> usize {
-    warps * QUANT_MAX_TOKENS * 4
-}
+/// fp8 GEMV: rows of a block, the 16 of an `mma`'s first operand.
+pub const FP8_TILE_ROWS: usize = 16;
+/// fp8 GEMV: warps of a block, each a part of the reduction.
+pub const FP8_PARTS: usize = 8;
+/// fp8 GEMV: bytes of dynamic shared memory: each warp's sums for its rows and tokens.
+pub const FP8_SHARED_BYTES: usize = FP8_PARTS * FP8_TILE_ROWS * QUANT_MAX_TOKENS * 4;
 
 /// Integer GEMV (`gemv_codes.rs`): output rows per block, which share each load of the
 /// activations' codes.

@@ -3,12 +3,12 @@
 
 use cudarc::driver::LaunchConfig;
 
-use super::gemv_quant::check_matrix;
+use super::gemv_quant::{check_matrix, check_tokens_out};
 use super::table::Kernels;
 use super::{In, Out, aligned16, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::gpu::tiles::{CODES_MAX_WARPS, CODES_ROWS, QUANT_MAX_TOKENS, codes_shared_bytes};
+use crate::gpu::tiles::{CODES_MAX_WARPS, CODES_ROWS, codes_shared_bytes};
 use crate::traffic::Traffic;
 use crate::weights::blocks::BlockType;
 
@@ -140,13 +140,9 @@ impl Gpu {
         n_out: usize,
         out_stride: usize,
     ) {
-        assert!(
-            (1..=QUANT_MAX_TOKENS).contains(&n_tokens),
-            "1..={QUANT_MAX_TOKENS} tokens a launch"
-        );
+        check_tokens_out(out, n_tokens, n_out, out_stride);
         assert!(codes.len() >= n_tokens * n_in && aligned16(codes, &self.stream));
         assert!(scales.len() >= n_tokens * n_in / 16 && aligned16(scales, &self.stream));
-        assert!(n_out <= out_stride && out.len() >= (n_tokens - 1) * out_stride + n_out);
     }
 }
 

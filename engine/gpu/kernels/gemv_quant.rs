@@ -3,14 +3,15 @@
 //! `gpu-kernels/src/gemv_quant.rs`): one wrapper for each kind, which picks the type's
 //! kernel from the table. The arguments are the kernels', the block type first.
 
-use cudarc::driver::CudaFunction;
+use cudarc::driver::{CudaFunction, LaunchConfig};
 
-use super::gemv::gemv_launch;
 use super::table::Kernels;
 use super::{In, Out, aligned16, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::gpu::tiles::{FP8_WARP_STEP, QUANT_MAX_TOKENS, dequant_shared_bytes, fp8_shared_bytes};
+use crate::gpu::tiles::{
+    FP8_PARTS, FP8_SHARED_BYTES, FP8_TILE_ROWS, QUANT_MAX_TOKENS, dequant_shared_bytes,
+};
 use crate::traffic::Traffic;
 use crate::weights::blocks::BlockType;
 
@@ -74,6 +75,16 @@ impl Kernels {
     }
 }
 
+/// The checks every quantized GEMV needs of its tokens and output: 1 to `QUANT_MAX_TOKENS`
+/// tokens, each with `n_out` columns of `out_stride`.
+pub(super) fn check_tokens_out(out: &Out<f32>, n_tokens: usize, n_out: usize, out_stride: usize) {
+    assert!(
+        (1..=QUANT_MAX_TOKENS).contains(&n_tokens),
+        "1..={QUANT_MAX_TOKENS} tokens a launch"
+    );
+    assert!(n_out <= out_stride && out.len() >= (n_tokens - 1) * out_stride + n_out);
+}
+
 /// The checks both kernels need of a matrix: whole, aligned blocks, and scales for fp8.
 pub(super) fn check_matrix(
     gpu: &Gpu,
@@ -123,20 +134,14 @@ impl Gpu {
             ty == BlockType::Fp8,
             "the GGUF types multiply in integers: gemv_codes"
         );
-        assert!(
-            (1..=QUANT_MAX_TOKENS).contains(&n_tokens),
-            "1..=8 tokens a launch"
-        );
-        assert!(x.len() == n_tokens * n_in && aligned16(x, &self.stream));
-        assert!(n_out <= out_stride && out.len() >= (n_tokens - 1) * out_stride + n_out);
+        self.check_fp8_tokens(out, x, n_tokens, n_in, n_out, out_stride);
         assert!(bias.is_none_or(|b| b.len() == n_out));
-        // `gemv_bf16`'s launch, a warp's part of a row at least one step of its loop.
-        let cfg = gemv_launch(
-            n_out,
-            self.sm_count,
-            n_in / FP8_WARP_STEP,
-            fp8_shared_bytes(1),
-        );
+        // A block of `FP8_PARTS` warps for every 16 rows (`gemv_fp8`).
+        let cfg = LaunchConfig {
+            grid_dim: (n_out.div_ceil(FP8_TILE_ROWS) as u32, 1, 1),
+            block_dim: (32 * FP8_PARTS as u32, 1, 1),
+            shared_mem_bytes: FP8_SHARED_BYTES as u32,
+        };
         let (func, _, name, _) = self.kernels.quant(ty);
         let traffic = Traffic {
             bytes: (w.len()
@@ -162,6 +167,62 @@ impl Gpu {
         // tokens' rows 16-byte aligned, out every token's n_out columns; x and out are
         // different buffers; the weights are read-only.
         self.timed(name, traffic, || unsafe { b.launch(cfg) })
+    }
+
+    /// `gemv_swiglu_fp8`: out (`[n_tokens, out_stride]`, columns `0..n_out`) = silu(x
+    /// w_gate^T) * (x w_up^T), x `[n_tokens, n_in]`, both matrices `[n_out]` fp8 rows with
+    /// their scales.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_swiglu_fp8(
+        &self,
+        out: &mut Out<f32>,
+        x: &In<f32>,
+        w_gate: &In<u8>,
+        w_up: &In<u8>,
+        gate_scales: &In<f32>,
+        up_scales: &In<f32>,
+        n_tokens: usize,
+        n_in: usize,
+        n_out: usize,
+        out_stride: usize,
+    ) -> Result<()> {
+        for (w, scales) in [(w_gate, gate_scales), (w_up, up_scales)] {
+            check_matrix(self, BlockType::Fp8, w, Some(scales), n_out, n_in);
+        }
+        self.check_fp8_tokens(out, x, n_tokens, n_in, n_out, out_stride);
+        // `gemv_fp8`'s launch, a block for every 8 outputs (their gate and up rows).
+        let cfg = LaunchConfig {
+            grid_dim: (n_out.div_ceil(FP8_TILE_ROWS / 2) as u32, 1, 1),
+            block_dim: (32 * FP8_PARTS as u32, 1, 1),
+            shared_mem_bytes: FP8_SHARED_BYTES as u32,
+        };
+        let traffic = Traffic {
+            bytes: (2 * w_gate.len() + 8 * n_out + 4 * (n_tokens * n_in + n_tokens * n_out)) as u64,
+            flops: (4 * n_tokens * n_in * n_out) as u64,
+        };
+        let args = [n_tokens, n_in, n_out, out_stride].map(|v| u32_of(v, "a size"));
+        let mut b = self.launcher(&self.kernels.gemv_swiglu_fp8);
+        b.arg(out).arg(x).arg(w_gate).arg(w_up);
+        b.arg(gate_scales).arg(up_scales);
+        b.arg(&args[0]).arg(&args[1]).arg(&args[2]).arg(&args[3]);
+        // SAFETY: both matrices are whole aligned fp8 rows with their scales (checked), x
+        // holds the tokens' rows 16-byte aligned, out every token's n_out columns; x and out
+        // are different buffers; the weights are read-only.
+        self.timed("gemv_swiglu_fp8", traffic, || unsafe { b.launch(cfg) })
+    }
+
+    /// The checks of the tokens and the output that both fp8 GEMVs need.
+    fn check_fp8_tokens(
+        &self,
+        out: &Out<f32>,
+        x: &In<f32>,
+        n_tokens: usize,
+        n_in: usize,
+        n_out: usize,
+        out_stride: usize,
+    ) {
+        check_tokens_out(out, n_tokens, n_out, out_stride);
+        assert!(x.len() == n_tokens * n_in && aligned16(x, &self.stream));
     }
 
     /// `dequant_<ty>`: rows `rows[r]` (all rows in order for `None`) of w (rows of `ty`, n_in

@@ -98,6 +98,7 @@ kernel_table!(
     gemv_swiglu_q6_k,
     dequant_q6_k,
     gemv_fp8,
+    gemv_swiglu_fp8,
     dequant_fp8,
     gemm_q4_0,
     gemm_q4_1,
