@@ -87,7 +87,7 @@ pub fn gemv_codes(
 ) {
     assert!(
         ty != BlockType::Fp8,
-        "fp8 multiplies in floats: gemv_blocks"
+        "fp8 multiplies its activations as they are: gemv_blocks"
     );
     let x: Vec<f32> = codes[..n_tokens * n_in]
         .iter()

@@ -58,7 +58,7 @@ impl Gpu {
     ) -> Result<()> {
         assert!(
             ty != BlockType::Fp8,
-            "fp8 multiplies in floats: gemv_fp8 (Gpu::gemv_blocks)"
+            "fp8 multiplies its activations as they are: gemv_fp8 (Gpu::gemv_blocks)"
         );
         check_matrix(self, ty, w, None, n_out, n_in);
         self.check_codes(codes, scales, out, n_tokens, n_in, n_out, out_stride);
@@ -171,7 +171,7 @@ impl Kernels {
             BlockType::Q4K => (&self.gemv_swiglu_q4_k, "gemv_swiglu_q4_k"),
             BlockType::Q5K => (&self.gemv_swiglu_q5_k, "gemv_swiglu_q5_k"),
             BlockType::Q6K => (&self.gemv_swiglu_q6_k, "gemv_swiglu_q6_k"),
-            BlockType::Fp8 => panic!("fp8 multiplies in floats: it has no integer SwiGLU GEMV"),
+            BlockType::Fp8 => panic!("fp8 multiplies its activations as they are: gemv_swiglu_fp8"),
         }
     }
 }
