@@ -46,6 +46,17 @@ pub fn rmsnorm_f32_bf16(rows: usize, dim: usize) -> Traffic {
     t(norm.bytes + (rows * dim) as u64 * BF16, norm.flops)
 }
 
+/// `rows x dim` read once (each block's re-reads of the row come from L2), the weight
+/// read, the codes and each group's two scales written; per element a square-add, two
+/// multiplies and the code's division.
+pub fn rmsnorm_q8_f32(rows: usize, dim: usize) -> Traffic {
+    let (rows, dim) = (rows as u64, dim as u64);
+    t(
+        rows * dim * (F32 + 1) + rows * dim / 32 * 2 * F32 + dim * F32,
+        5 * rows * dim,
+    )
+}
+
 /// The matrix once, x once, out written (and read first when accumulating), the bias.
 pub fn gemv_bf16(n_in: usize, n_out: usize, accumulate: bool, bias: bool) -> Traffic {
     let (n_in, n_out) = (n_in as u64, n_out as u64);

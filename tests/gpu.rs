@@ -38,6 +38,7 @@ const TESTS: &[(&str, Test)] = &[
     ),
     ("kernel::gemv_swiglu_bf16", gemv_swiglu_bf16),
     ("kernel::quantize_q8_f32", quantize_q8_f32),
+    ("kernel::rmsnorm_q8_f32", rmsnorm_q8_f32),
     (
         "kernel::gemv_q4_0 .. gemv_fp8 (every block type)",
         gemv_blocks,
@@ -367,6 +368,69 @@ fn quantize_q8_f32(g: &Gpu, rng: &mut StdRng) {
             bits(&down(g, &scales_dev)) == bits(&scales),
             "{n} values: the scales differ"
         );
+    }
+}
+
+/// The norm's 8-bit codes against the twin's (`rmsnorm_f32`, then `quantize_q8_f32`), with
+/// a group of zeros and an outlier, rows of one block to several and a row longer than one
+/// round of loads. The kernel sums the squares in another order than the twin, so the
+/// scales d agree to 1e-5 and a code may be one off where a value sits on a rounding's edge
+/// (a few in a thousand at most); the second scale is d times the sum of the kernel's own
+/// codes, to the bit.
+fn rmsnorm_q8_f32(g: &Gpu, rng: &mut StdRng) {
+    for (rows, dim) in [(1, 576), (1, 4096), (3, 8192), (2, 12_288), (8, 2048)] {
+        let n = rows * dim;
+        let mut x = normal(rng, n, 2.0);
+        x[32..64].fill(0.0);
+        x[100] = 300.0;
+        let w = normal(rng, dim, 1.0);
+        let (mut codes, mut scales) = (vec![0u8; n], vec![0f32; n / 16]);
+        rustle::cpu::quant::rmsnorm_q8_f32(&mut codes, &mut scales, &x, &w, 1e-5);
+        let mut codes_dev = up(g, &vec![0xaau8; n]);
+        let mut scales_dev = poisoned(g, n / 16);
+        g.rmsnorm_q8_f32(
+            &mut codes_dev.as_view_mut(),
+            &mut scales_dev.as_view_mut(),
+            &up(g, &x).as_view(),
+            &up(g, &w).as_view(),
+            1e-5,
+            dim,
+        )
+        .unwrap();
+        let what = format!("rows {rows} dim {dim}");
+        let (gpu_codes, gpu_scales) = (down(g, &codes_dev), down(g, &scales_dev));
+        let code = |c: u8| c as i8 as i32;
+        let off: Vec<i32> = gpu_codes
+            .iter()
+            .zip(&codes)
+            .map(|(&a, &b)| (code(a) - code(b)).abs())
+            .collect();
+        let (worst, differ) = (
+            off.iter().copied().max().unwrap(),
+            off.iter().filter(|&&d| d > 0).count(),
+        );
+        assert!(
+            worst <= 1 && differ <= 2 + n / 500,
+            "{what}: {differ} codes differ from the twin's, by up to {worst}"
+        );
+        for (grp, gpu) in gpu_scales.chunks_exact(2).enumerate() {
+            let d = scales[2 * grp];
+            assert!(
+                (gpu[0] - d).abs() <= 1e-5 * d,
+                "{what}: group {grp}'s d {} against the twin's {d}",
+                gpu[0]
+            );
+            let sum: i32 = gpu_codes[32 * grp..32 * (grp + 1)]
+                .iter()
+                .map(|&c| code(c))
+                .sum();
+            assert!(
+                gpu[1].to_bits() == (gpu[0] * sum as f32).to_bits(),
+                "{what}: group {grp}'s second scale {} is not d times its codes' sum {sum}",
+                gpu[1]
+            );
+        }
+        assert!(gpu_scales[2..4] == [0.0, 0.0], "{what}: the group of zeros");
     }
 }
 
@@ -1711,6 +1775,9 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
             let mut rounded = vec![0u16; q.len()];
             ops::f32_to_bf16(&mut rounded, &with_copy);
             assert!(down(g, &copy) == rounded, "{what}: the combine's bf16 copy");
+            if head_dim % 32 == 0 {
+                combine_codes(g, &what, (&po, &ml), &pd, &positions, &combined, split_len);
+            }
             let expected = if tol == LONG_REDUCTION {
                 cpu.clone()
             } else {
@@ -1732,6 +1799,88 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
             );
         }
     }
+}
+
+/// `attention_combine_q8_f32` on the partials `po` and `ml` against its twin on the same
+/// partials: the same f32 output as the plain combine's (`combined`), to the bit; codes that
+/// are exactly `quantize_q8_f32`'s of that output; and the twin's codes, whose f32 sums run
+/// in another order, at most one off and rarely.
+fn combine_codes(
+    g: &Gpu,
+    what: &str,
+    (po, ml): (&CudaSlice<f32>, &CudaSlice<f32>),
+    pd: &CudaSlice<u32>,
+    positions: &[u32],
+    combined: &[f32],
+    split_len: usize,
+) {
+    let n = combined.len();
+    let head_dim = po.len() / (ml.len() / 2);
+    let n_heads = n / positions.len() / head_dim;
+    let mut out = poisoned(g, n);
+    let (mut codes, mut scales) = (up(g, &vec![0xaau8; n]), poisoned(g, n / 16));
+    g.attention_combine_q8_f32(
+        &mut out.as_view_mut(),
+        &mut codes.as_view_mut(),
+        &mut scales.as_view_mut(),
+        &po.as_view(),
+        &ml.as_view(),
+        &pd.as_view(),
+        split_len,
+        n_heads,
+        head_dim,
+    )
+    .unwrap();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert!(
+        bits(&down(g, &out)) == bits(combined),
+        "{what}: the combine with codes changed its output"
+    );
+    let (gpu_codes, gpu_scales) = (down(g, &codes), down(g, &scales));
+    let (mut exact, mut exact_scales) = (vec![0u8; n], vec![0f32; n / 16]);
+    rustle::cpu::quant::quantize_q8_f32(&mut exact, &mut exact_scales, combined, n);
+    assert!(gpu_codes == exact, "{what}: the combine's codes");
+    assert!(
+        bits(&gpu_scales) == bits(&exact_scales),
+        "{what}: the combine's scales"
+    );
+
+    let (mut twin_out, mut twin_codes, mut twin_scales) =
+        (vec![0.0; n], vec![0u8; n], vec![0f32; n / 16]);
+    let n_splits = ml.len() / 2 / (n / head_dim);
+    rustle::cpu::quant::attention_combine_q8_f32(
+        &mut twin_out,
+        &mut twin_codes,
+        &mut twin_scales,
+        &down(g, po),
+        &down(g, ml),
+        positions,
+        n_splits,
+        split_len,
+        head_dim,
+    );
+    assert_close(
+        &format!("{what}: combined, twin"),
+        combined,
+        &twin_out,
+        REDUCTION,
+    );
+    let off = |(a, b): (&u8, &u8)| (*a as i8 as i32 - *b as i8 as i32).abs();
+    let worst = gpu_codes
+        .iter()
+        .zip(&twin_codes)
+        .map(off)
+        .max()
+        .unwrap_or(0);
+    let differ = gpu_codes
+        .iter()
+        .zip(&twin_codes)
+        .filter(|p| off(*p) > 0)
+        .count();
+    assert!(
+        worst <= 1 && differ <= 2 + n / 500,
+        "{what}: {differ} of the combine's codes differ from the twin's, by up to {worst}"
+    );
 }
 
 fn swiglu_f32(g: &Gpu, rng: &mut StdRng) {
@@ -2407,13 +2556,13 @@ fn profile_times_every_launch_of_a_step(g: &Gpu, _: &mut StdRng) {
     g.profile_start();
     r.extend_greedy(&mut seq, &[t]).unwrap();
     let launches = g.profile_stop().unwrap();
-    // Per layer: 2 norms, qkv, RoPE + cache write, attention split + combine, o_proj,
-    // gate with up and the SwiGLU (one launch: both are Q4_1), down, and the input of qkv,
-    // o_proj, gate-and-up and down made 8-bit codes; then the embedding, the final norm,
-    // the head with its codes, and the argmax.
+    // Per layer: 2 norms (each making the 8-bit codes of the matmul after it), qkv, RoPE +
+    // cache write, attention split + combine (which makes o_proj's codes), o_proj, gate with
+    // up and the SwiGLU (one launch: both are Q4_1), down's codes and down; then the
+    // embedding, the final norm (the head's codes), the head and the argmax.
     assert_eq!(
         launches.len(),
-        13 * c.n_layers + 5,
+        10 * c.n_layers + 4,
         "{:?}",
         launches.iter().map(|l| l.kernel).collect::<Vec<_>>()
     );

@@ -67,6 +67,35 @@ pub fn quantize_q8_f32(codes: &mut [u8], scales: &mut [f32], x: &[f32], n: usize
     }
 }
 
+/// `rmsnorm_q8_f32` on the GPU: `rmsnorm_f32` of `x` (`[n, dim]`, `dim = weight.len()`),
+/// then `quantize_q8_f32` of the normed rows. The GPU sums each row's squares in another
+/// order, so its codes may differ by one where a value sits on a rounding's edge.
+pub fn rmsnorm_q8_f32(codes: &mut [u8], scales: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
+    let mut normed = vec![0.0; x.len()];
+    super::ops::rmsnorm_f32(&mut normed, x, weight, eps);
+    quantize_q8_f32(codes, scales, &normed, x.len());
+}
+
+/// `attention_combine_q8_f32` on the GPU: `attention_combine_f32`, then `quantize_q8_f32`
+/// of its output (`codes` `[n, n_heads * head_dim]`, `scales` two floats a group of 32).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_combine_q8_f32(
+    out: &mut [f32],
+    codes: &mut [u8],
+    scales: &mut [f32],
+    partial_o: &[f32],
+    partial_ml: &[f32],
+    positions: &[u32],
+    n_splits: usize,
+    split_len: usize,
+    head_dim: usize,
+) {
+    super::ops::attention_combine_f32(
+        out, partial_o, partial_ml, positions, n_splits, split_len, head_dim,
+    );
+    quantize_q8_f32(codes, scales, out, out.len());
+}
+
 /// `gemv_<type>` of the GGUF types on the GPU: `gemv_blocks` of the values the codes stand
 /// for (`d * code`, `quantize_q8_f32`'s `codes` `[n_tokens, n_in]` and `scales`). The GPU
 /// sums the same products in integers first, then scales them: the same sum, rounded
@@ -714,5 +743,16 @@ mod tests {
         dequant_q8_0(None, Some(&mut two), &w, None, Some(&[3, 1]), 2, 64);
         assert_eq!(two[..64], all[3 * 64..]);
         assert_eq!(two[64..], all[64..128]);
+    }
+
+    /// A row of -2s normed by a weight of ones is -1s, exactly: every code -127, d 1/127,
+    /// and the second scale d times -32 * 127.
+    #[test]
+    fn rmsnorm_q8_of_a_constant_row_is_all_minus_127() {
+        let (mut codes, mut scales) = (vec![0u8; 64], vec![0f32; 4]);
+        rmsnorm_q8_f32(&mut codes, &mut scales, &[-2.0; 64], &[1.0; 64], 0.0);
+        assert!(codes.iter().all(|&c| c as i8 == -127));
+        let d = 1.0f32 / 127.0;
+        assert_eq!(scales, [d, d * -4064.0, d, d * -4064.0]);
     }
 }

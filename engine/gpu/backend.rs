@@ -453,8 +453,9 @@ struct MatmulScratch {
     /// (`takes_fp8`).
     x_fp8: Option<(CudaSlice<u8>, CudaSlice<f32>)>,
     /// `codes` or `x_fp8` already hold the next quantized matmul's input (up's, after
-    /// gate's on the same input): it skips `quantize_q8_f32` or `quantize_fp8_f32`. Set by
-    /// the caller for one call.
+    /// gate's on the same input, or every GEMV's after `rmsnorm_q8_f32`): it skips
+    /// `quantize_q8_f32` or `quantize_fp8_f32`. Set by the caller (or `norm_for_gemv`) for
+    /// one call.
     hold_input: bool,
     /// Every matmul through the skinny kernel (whose sums for a token do not depend on the
     /// other tokens of the launch), one token too: `GpuBackend::set_batch_invariant`.
@@ -1501,10 +1502,13 @@ impl GpuBackend {
                     false,
                 )?;
             } else {
-                g.rmsnorm_f32(
+                Self::norm_for_gemv(
+                    g,
                     &mut self.xb.slice_mut(..n * dim),
+                    &mut self.mm,
                     &self.x.slice(..n * dim),
                     &lw.attn_norm.as_view(),
+                    &[&lw.wqkv],
                     c.rms_eps,
                     dim,
                 )?;
@@ -1545,7 +1549,9 @@ impl GpuBackend {
                 let xb_bf16 = &mut self.mm.x_bf16.slice_mut(..n * dim);
                 g.rmsnorm_f32_bf16(xb, xb_bf16, x, &lw.ffn_norm.as_view(), c.rms_eps, dim)?;
             } else {
-                g.rmsnorm_f32(xb, x, &lw.ffn_norm.as_view(), c.rms_eps, dim)?;
+                let (mm, norm) = (&mut self.mm, &lw.ffn_norm.as_view());
+                let ws = [&lw.w_gate, &lw.w_up];
+                Self::norm_for_gemv(g, xb, mm, x, norm, &ws, c.rms_eps, dim)?;
             }
             self.swiglu(c, n, l)?;
             let (g, lw) = (&self.gpu, &self.weights.layers[l]);
@@ -1565,6 +1571,50 @@ impl GpuBackend {
             )?;
         }
         self.head(c, logit_rows)
+    }
+
+    /// Whether the matmul of `n` tokens through `w` is the integer GEMV, whose input is
+    /// the 8-bit codes alone: `n` not rounded for the tensor cores (a decode step of one
+    /// token), `w` all GGUF blocks. Its input's maker can then make the codes itself.
+    fn gemv_takes_codes(mm: &MatmulScratch, w: &GpuMatrix, n: usize) -> bool {
+        let blocks = match w {
+            GpuMatrix::Blocks(parts) => parts.iter().all(|p| p.ty != BlockType::Fp8),
+            GpuMatrix::Bf16(_) => false,
+        };
+        blocks && !mm.rounds(n) && n <= QUANT_MAX_TOKENS
+    }
+
+    /// The norm before the GEMVs of `ws` (a token not rounded for the tensor cores): where
+    /// every matrix is GGUF blocks, whose GEMV reads the input as 8-bit codes and nothing
+    /// else, the norm makes the codes itself (`rmsnorm_q8_f32`, into `mm.codes`) and the
+    /// matmuls take them as they are (`mm.hold_input`), leaving `xb` unwritten: one launch
+    /// where the norm and `quantize_q8_f32` took two. Otherwise `xb = rmsnorm(x)`.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_for_gemv(
+        gpu: &Gpu,
+        xb: &mut Out<f32>,
+        mm: &mut MatmulScratch,
+        x: &In<f32>,
+        weight: &In<f32>,
+        ws: &[&GpuMatrix],
+        eps: f32,
+        dim: usize,
+    ) -> Result<()> {
+        let n = x.len() / dim;
+        if !ws.iter().all(|w| Self::gemv_takes_codes(mm, w, n)) {
+            mm.hold_input = false;
+            return gpu.rmsnorm_f32(xb, x, weight, eps, dim);
+        }
+        gpu.rmsnorm_q8_f32(
+            &mut mm.codes.slice_mut(..n * dim),
+            &mut mm.code_scales.slice_mut(..n * dim / 16),
+            x,
+            weight,
+            eps,
+            dim,
+        )?;
+        mm.hold_input = true;
+        Ok(())
     }
 
     /// RoPE on layer `l`'s queries and keys from the fused projection's rows, the queries to
@@ -1650,7 +1700,26 @@ impl GpuBackend {
                     )?;
                     return Ok(true);
                 }
-                g.attention_combine_f32(out, po, ml, &positions, SPLIT_LEN, nh, head_dim)?;
+                if Self::gemv_takes_codes(&self.mm, &self.weights.layers[l].wo, n)
+                    && head_dim.is_multiple_of(32)
+                {
+                    // o_proj's GEMV reads codes alone: the combine makes them.
+                    let (mm, len) = (&mut self.mm, n * q_dim);
+                    g.attention_combine_q8_f32(
+                        out,
+                        &mut mm.codes.slice_mut(..len),
+                        &mut mm.code_scales.slice_mut(..len / 16),
+                        po,
+                        ml,
+                        &positions,
+                        SPLIT_LEN,
+                        nh,
+                        head_dim,
+                    )?;
+                    mm.hold_input = true;
+                } else {
+                    g.attention_combine_f32(out, po, ml, &positions, SPLIT_LEN, nh, head_dim)?;
+                }
             }
             Attention::TensorCores => unsafe {
                 g.attention_mma_bf16(
@@ -1673,6 +1742,8 @@ impl GpuBackend {
     fn swiglu(&mut self, c: &Config, n: usize, l: usize) -> Result<()> {
         let (g, lw) = (&self.gpu, &self.weights.layers[l]);
         let (dim, ffn) = (c.dim, c.ffn_dim);
+        // The norm made the input's codes (`norm_for_gemv`), for gate and up both.
+        let normed_codes = std::mem::take(&mut self.mm.hold_input);
         if !self.mm.rounds(n)
             && let (Some(w_gate), Some(w_up)) = (lw.w_gate.as_bf16(), lw.w_up.as_bf16())
         {
@@ -1698,7 +1769,9 @@ impl GpuBackend {
                 &mut self.mm.codes.slice_mut(..dim),
                 &mut self.mm.code_scales.slice_mut(..dim / 16),
             );
-            g.quantize_q8_f32(codes, scales, xb, dim)?;
+            if !normed_codes {
+                g.quantize_q8_f32(codes, scales, xb, dim)?;
+            }
             return g.gemv_swiglu_codes(
                 gate.ty,
                 &mut self.hidden.slice_mut(..ffn),
@@ -1737,7 +1810,7 @@ impl GpuBackend {
         {
             let out = &mut out.slice_mut(..n * ffn);
             // Up reads the codes (or e4m3) gate's quantized matmul made of the same input.
-            self.mm.hold_input = i == 1 && self.mm.input_made;
+            self.mm.hold_input = normed_codes || (i == 1 && self.mm.input_made);
             if self.mm.rounds(n) {
                 Self::gemm(g, out, xb, &mut self.mm, w, None, n, dim, ffn, false)?;
             } else {
@@ -1767,9 +1840,16 @@ impl GpuBackend {
     /// launch per run of consecutive rows (a decode step's rows are one run).
     fn head(&mut self, c: &Config, logit_rows: &[u32]) -> Result<()> {
         let (g, w, dim) = (&self.gpu, &self.weights, c.dim);
+        let head = w.lm_head.as_ref().unwrap_or(&w.embed);
         let rows = logit_rows.len();
+        if let &[row] = logit_rows {
+            // A decode step's one row: over GGUF blocks the norm makes the GEMV's codes.
+            let x = &self.x.slice(row as usize * dim..(row as usize + 1) * dim);
+            let (xb, norm) = (&mut self.head_in.slice_mut(..dim), &w.final_norm.as_view());
+            Self::norm_for_gemv(g, xb, &mut self.mm, x, norm, &[head], c.rms_eps, dim)?;
+        }
         let mut i = 0;
-        while i < rows {
+        while rows > 1 && i < rows {
             let first = logit_rows[i] as usize;
             let mut len = 1;
             while i + len < rows && logit_rows[i + len] as usize == first + len {
@@ -1789,7 +1869,7 @@ impl GpuBackend {
             &mut self.logits.slice_mut(..rows * c.vocab_size),
             &self.head_in.slice(..rows * dim),
             &mut self.mm,
-            w.lm_head.as_ref().unwrap_or(&w.embed),
+            head,
             None,
             rows,
             dim,

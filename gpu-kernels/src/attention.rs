@@ -469,6 +469,8 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32(
         combine(
             out,
             core::ptr::null_mut(),
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
             partial_o,
             partial_ml,
             positions,
@@ -500,15 +502,58 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32_bf16(
     head_dim: u32,
 ) {
     crate::device::wait_for_previous_kernel();
+    let (codes, scales) = (core::ptr::null_mut(), core::ptr::null_mut());
     // SAFETY: the preconditions, passed on.
     unsafe {
         combine(
-            out, out_bf16, partial_o, partial_ml, positions, n_splits, split_len, head_dim,
+            out, out_bf16, codes, scales, partial_o, partial_ml, positions, n_splits, split_len,
+            head_dim,
         )
     }
 }
 
-/// The body of both combine kernels: `out_bf16` null for none.
+/// `attention_combine_f32`, the output also made 8-bit codes as `quantize_q8_f32` makes
+/// them (`codes` `[n, n_heads * head_dim]` i8, `scales` `[n, n_heads * head_dim / 32][2]`
+/// f32): o_proj's input when its GEMV reads GGUF blocks, without a launch of its own. A
+/// group of 32 never crosses a head, so a block's warps make whole groups.
+///
+/// PRECONDITIONS and thread mapping: as `attention_combine_f32`; `head_dim % 32 == 0`.
+///
+/// # Safety
+/// As `attention_combine_f32`; `codes` and `scales` hold what is listed above.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "gpu-kernel" fn attention_combine_q8_f32(
+    out: *mut f32,
+    codes: *mut u8,
+    scales: *mut f32,
+    partial_o: *const f32,
+    partial_ml: *const f32,
+    positions: *const u32,
+    n_splits: u32,
+    split_len: u32,
+    head_dim: u32,
+) {
+    crate::device::wait_for_previous_kernel();
+    // SAFETY: the preconditions, passed on.
+    unsafe {
+        combine(
+            out,
+            core::ptr::null_mut(),
+            codes,
+            scales,
+            partial_o,
+            partial_ml,
+            positions,
+            n_splits,
+            split_len,
+            head_dim,
+        )
+    }
+}
+
+/// The body of the three combine kernels: `out_bf16` null for no bf16 copy, `codes` (and
+/// `scales`) null for no codes.
 ///
 /// # Safety
 /// As `attention_combine_f32`.
@@ -517,6 +562,8 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32_bf16(
 unsafe fn combine(
     out: *mut f32,
     out_bf16: *mut u16,
+    codes: *mut u8,
+    scales: *mut f32,
     partial_o: *const f32,
     partial_ml: *const f32,
     positions: *const u32,
@@ -608,6 +655,10 @@ unsafe fn combine(
             *out.add(th * head_dim + tid) = v;
             if !out_bf16.is_null() {
                 *out_bf16.add(th * head_dim + tid) = crate::device::f32_to_bf16(v);
+            }
+            if !codes.is_null() {
+                // head_dim is whole warps: each warp here writes one whole group.
+                crate::gemv_codes::write_code(codes, scales, th * head_dim + tid, v);
             }
         }
     }

@@ -48,11 +48,22 @@ pub unsafe extern "gpu-kernel" fn quantize_q8_f32(
     if i >= n as usize {
         return;
     }
-    // SAFETY (all): i < n, and group i / 32's scales are floats i / 16 and i / 16 + 1.
-    let v = unsafe { *x.add(i) };
+    // SAFETY: i < n; the buffers as the preconditions list.
+    unsafe { write_code(codes, scales, i, *x.add(i)) }
+}
+
+/// Value `v` of `x` at `i` to its code, and (lane 0) its group's scales: a warp's 32
+/// consecutive values are one group, its maximum and its sum shuffles.
+///
+/// # Safety
+/// The whole warp calls it with consecutive `i`, the first a multiple of 32; `codes` holds
+/// `i`, `scales` group `i / 32`'s pair.
+#[inline(always)]
+pub(crate) unsafe fn write_code(codes: *mut u8, scales: *mut f32, i: usize, v: f32) {
     let max = warp_max(v.abs());
     let d = max / 127.0;
     let q = if max > 0.0 { round_to_i32(v / d) } else { 0 };
+    // SAFETY (all): the caller's; group i / 32's scales are floats i / 16 and i / 16 + 1.
     unsafe { *codes.add(i) = q as i8 as u8 };
     let sum = warp_sum(q as f32);
     if i.is_multiple_of(WARP) {

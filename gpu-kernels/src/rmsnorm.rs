@@ -1,8 +1,10 @@
 //! RMSNorm: each row scaled to unit root-mean-square, then by a learned weight.
 
 use crate::device::{
-    block_dim_x, block_idx_x, block_sum, dynamic_shared, f32_to_bf16, sqrt, thread_idx_x,
+    block_dim_x, block_idx_x, block_idx_y, block_sum, dynamic_shared, f32_to_bf16, sqrt,
+    thread_idx_x, wait_for_previous_kernel,
 };
+use crate::gemv_codes::write_code;
 
 /// `out[r, i] = x[r, i] / sqrt(mean_j x[r, j]^2 + eps) * weight[i]`.
 ///
@@ -53,6 +55,76 @@ pub unsafe extern "gpu-kernel" fn rmsnorm_f32_bf16(
     crate::device::wait_for_previous_kernel();
     // SAFETY: the preconditions, passed on.
     unsafe { rmsnorm(out, out_bf16, x, weight, eps, dim) }
+}
+
+/// `rmsnorm_f32` whose output is made 8-bit codes as `quantize_q8_f32` makes them: the
+/// input of a GEMV over GGUF blocks, in one launch where the norm and the codes took two.
+///
+/// - `codes`: `[n_rows, dim]` i8; `scales`: `[n_rows, dim / 32][2]` f32
+/// - `x`: `[n_rows, dim]` f32; `weight`: `[dim]` f32
+///
+/// Thread mapping: block `(b, r)` writes the codes of row r's values `b * blockDim ..
+/// (b + 1) * blockDim`, a warp a group of 32. The norm needs the whole row's sum of squares
+/// first, and a grid has no barrier, so every block of the row sums all of it: a decode
+/// step's row is 16 KB, read from L2 by a handful of blocks. (One block doing the whole row,
+/// its norm and then every group, took longer than the two launches it replaced: round 28
+/// of BENCHMARKS.md.)
+///
+/// PRECONDITIONS: `dim % 32 == 0`; `blockDim.x` a multiple of 32, at most 1024; a grid of
+/// `(dim.div_ceil(blockDim.x), n_rows)`; 32 floats (128 bytes) of dynamic shared memory.
+///
+/// # Safety
+/// The host's launch wrapper checks the preconditions.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn rmsnorm_q8_f32(
+    codes: *mut u8,
+    scales: *mut f32,
+    x: *const f32,
+    weight: *const f32,
+    eps: f32,
+    dim: u32,
+) {
+    wait_for_previous_kernel();
+    const HELD: usize = 8;
+    let dim = dim as usize;
+    let (t, bd) = (thread_idx_x(), block_dim_x());
+    let row = block_idx_y() * dim;
+    // SAFETY (all accesses): row + i < n_rows * dim for every i < dim read or written.
+    unsafe {
+        let x = x.add(row);
+        // The row's squares in rounds of HELD loads a thread, all issued before any is
+        // added: each round waits for L2 once, not HELD times.
+        let mut sum_sq = 0.0f32;
+        let mut first = 0;
+        while first < dim {
+            let mut held = [0.0f32; HELD];
+            for (k, h) in held.iter_mut().enumerate() {
+                let i = first + t + k * bd;
+                if i < dim {
+                    *h = *x.add(i);
+                }
+            }
+            for h in held {
+                sum_sq += h * h;
+            }
+            first += HELD * bd;
+        }
+        // All threads call it; the launch gives 32 floats of shared memory.
+        let total = block_sum(sum_sq, dynamic_shared::<f32>());
+        let scale = 1.0 / sqrt(total / dim as f32 + eps);
+        let i = block_idx_x() * bd + t;
+        // dim is whole groups, so a warp leaves here whole or not at all.
+        if i >= dim {
+            return;
+        }
+        // The same product, in the same order, as `rmsnorm_f32`'s.
+        write_code(
+            codes.add(row),
+            scales.add(row / 16),
+            i,
+            *x.add(i) * scale * *weight.add(i),
+        );
+    }
 }
 
 /// The body of both kernels: `out_bf16` null for none.

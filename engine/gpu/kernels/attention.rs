@@ -310,7 +310,14 @@ impl Gpu {
         head_dim: usize,
     ) -> Result<()> {
         self.combine(
-            None, out, partial_o, partial_ml, positions, split_len, n_heads, head_dim,
+            Copy::None,
+            out,
+            partial_o,
+            partial_ml,
+            positions,
+            split_len,
+            n_heads,
+            head_dim,
         )
     }
 
@@ -329,17 +336,45 @@ impl Gpu {
         head_dim: usize,
     ) -> Result<()> {
         assert_eq!(out_bf16.len(), out.len());
-        let bf16 = Some(out_bf16);
+        let bf16 = Copy::Bf16(out_bf16);
         self.combine(
             bf16, out, partial_o, partial_ml, positions, split_len, n_heads, head_dim,
         )
     }
 
-    /// Both combine kernels' launch: the bf16 copy when `out_bf16` is given.
+    /// `attention_combine_f32`, also making the output 8-bit codes as `quantize_q8_f32`
+    /// makes them (`codes` `[n, n_heads * head_dim]`, `scales` `[n, n_heads * head_dim /
+    /// 32][2]`): o_proj's input for its GEMV over GGUF blocks without a launch of its own.
+    /// `head_dim` must be whole groups of 32.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_combine_q8_f32(
+        &self,
+        out: &mut Out<f32>,
+        codes: &mut Out<u8>,
+        scales: &mut Out<f32>,
+        partial_o: &In<f32>,
+        partial_ml: &In<f32>,
+        positions: &In<u32>,
+        split_len: usize,
+        n_heads: usize,
+        head_dim: usize,
+    ) -> Result<()> {
+        assert!(
+            head_dim.is_multiple_of(32),
+            "head_dim {head_dim}: whole groups of 32"
+        );
+        assert!(codes.len() >= out.len() && scales.len() >= out.len() / 16);
+        let q8 = Copy::Codes(codes, scales);
+        self.combine(
+            q8, out, partial_o, partial_ml, positions, split_len, n_heads, head_dim,
+        )
+    }
+
+    /// The three combine kernels' launch: with the output's copy `copy` asks for.
     #[allow(clippy::too_many_arguments)]
     fn combine(
         &self,
-        out_bf16: Option<&mut Out<u16>>,
+        copy: Copy<'_, '_, '_>,
         out: &mut Out<f32>,
         partial_o: &In<f32>,
         partial_ml: &In<f32>,
@@ -373,25 +408,47 @@ impl Gpu {
         let (ns, hd) = (u32_of(n_splits, "n_splits"), u32_of(head_dim, "head_dim"));
         let sl = u32_of(split_len, "split_len");
         let mut traffic = traffic::attention_combine_f32(n, n_heads, head_dim, n_splits);
-        let (func, name) = match out_bf16 {
-            None => (&self.kernels.attention_combine_f32, "attention_combine_f32"),
-            Some(_) => {
+        let (func, name) = match &copy {
+            Copy::None => (&self.kernels.attention_combine_f32, "attention_combine_f32"),
+            Copy::Bf16(_) => {
                 traffic.bytes += 2 * out.len() as u64;
                 let k = &self.kernels.attention_combine_f32_bf16;
                 (k, "attention_combine_f32_bf16")
             }
+            Copy::Codes(..) => {
+                // A byte a value and two floats a group of 32.
+                traffic.bytes += (out.len() + out.len() / 4) as u64;
+                let k = &self.kernels.attention_combine_q8_f32;
+                (k, "attention_combine_q8_f32")
+            }
         };
         let mut b = self.launcher(func);
         b.arg(out);
-        if let Some(o) = out_bf16 {
-            b.arg(o);
+        match copy {
+            Copy::None => {}
+            Copy::Bf16(o) => {
+                b.arg(o);
+            }
+            Copy::Codes(codes, scales) => {
+                b.arg(codes).arg(scales);
+            }
         }
         b.arg(partial_o).arg(partial_ml).arg(positions);
         b.arg(&ns).arg(&sl).arg(&hd);
         // SAFETY: shapes checked; a multiple of 32 threads, at least head_dim times the
         // groups a token of n_splits splits uses, and 32 + n_splits + threads floats of
         // shared memory; the caller's positions are those the split kernel ran with (split
-        // 0 holds position 0, so every maximum is finite); the bf16 copy as long as out.
+        // 0 holds position 0, so every maximum is finite); the bf16 copy as long as out, the
+        // codes too, and head_dim whole groups for them.
         self.timed(name, traffic, || unsafe { b.launch(cfg) })
     }
+}
+
+/// What a combine kernel writes beside its f32 output.
+enum Copy<'a, 'b, 'c> {
+    None,
+    /// The output rounded to bf16 (`attention_combine_f32_bf16`).
+    Bf16(&'a mut Out<'b, u16>),
+    /// The output's 8-bit codes and their scales (`attention_combine_q8_f32`).
+    Codes(&'a mut Out<'b, u8>, &'a mut Out<'c, f32>),
 }
