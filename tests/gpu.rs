@@ -218,6 +218,35 @@ fn assert_close(what: &str, gpu: &[f32], cpu: &[f32], tol: f64) {
     assert!(e <= tol, "{what}: relative error {e:.3e} > {tol:.0e}");
 }
 
+/// A matmul's output of `n_tokens` rows of `stride` against the twin's: each row's first
+/// `n_out` columns within `tol`, and the columns past them untouched: bit for bit as they
+/// were (`start`), or still NaN where the launch began from poison (`None`).
+#[allow(clippy::too_many_arguments)]
+fn assert_strided(
+    what: &str,
+    out: &[f32],
+    cpu: &[f32],
+    start: Option<&[f32]>,
+    n_tokens: usize,
+    n_out: usize,
+    stride: usize,
+    tol: f64,
+) {
+    let cols = |v: &[f32]| -> Vec<f32> {
+        (0..n_tokens)
+            .flat_map(|t| v[t * stride..t * stride + n_out].to_vec())
+            .collect()
+    };
+    assert_close(what, &cols(out), &cols(cpu), tol);
+    for t in 0..n_tokens {
+        for c in n_out..stride {
+            let o = out[t * stride + c];
+            let kept = start.map_or(o.is_nan(), |s| o.to_bits() == s[t * stride + c].to_bits());
+            assert!(kept, "{what}: column {c} was written");
+        }
+    }
+}
+
 /// bf16 weights as the GPU holds them: random values rounded to bf16 bits.
 fn bf16_weights(rng: &mut StdRng, n: usize, scale: f32) -> Vec<u16> {
     to_bf16(&normal(rng, n, scale))
@@ -532,18 +561,17 @@ fn gemv_blocks(g: &Gpu, rng: &mut StdRng) {
             let what = format!(
                 "{ty} {n_out} x {n_in}, {n_tokens} tokens, stride {stride}, bias {bias}, accumulate {accumulate}"
             );
-            let cols = |v: &[f32]| -> Vec<f32> {
-                (0..n_tokens)
-                    .flat_map(|t| v[t * stride..t * stride + n_out].to_vec())
-                    .collect()
-            };
-            assert_close(&what, &cols(&out), &cols(&cpu), LONG_REDUCTION);
-            for t in 0..n_tokens {
-                for c in n_out..stride {
-                    let (o, s) = (out[t * stride + c], start[t * stride + c]);
-                    assert!(o.to_bits() == s.to_bits(), "{what}: column {c} was written");
-                }
-            }
+            let start = Some(&start[..]);
+            assert_strided(
+                &what,
+                &out,
+                &cpu,
+                start,
+                n_tokens,
+                n_out,
+                stride,
+                LONG_REDUCTION,
+            );
         }
     }
 }
@@ -627,20 +655,16 @@ fn gemv_swiglu_blocks(g: &Gpu, rng: &mut StdRng) {
             }
             let out = down(g, &out);
             let what = format!("{ty} {n_out} x {n_in}, {n_tokens} tokens, stride {stride}");
-            let cols = |v: &[f32]| -> Vec<f32> {
-                (0..n_tokens)
-                    .flat_map(|t| v[t * stride..t * stride + n_out].to_vec())
-                    .collect()
-            };
-            assert_close(&what, &cols(&out), &cols(&cpu), SWIGLU_OF_SUMS);
-            for t in 0..n_tokens {
-                for c in n_out..stride {
-                    assert!(
-                        out[t * stride + c].is_nan(),
-                        "{what}: column {c} was written"
-                    );
-                }
-            }
+            assert_strided(
+                &what,
+                &out,
+                &cpu,
+                None,
+                n_tokens,
+                n_out,
+                stride,
+                SWIGLU_OF_SUMS,
+            );
         }
     }
 }
@@ -1055,18 +1079,8 @@ fn gemm_blocks(g: &Gpu, rng: &mut StdRng) {
                 let what = format!(
                     "{ty} {n_out} x {n_in}, {n} tokens, stride {stride}, bias {bias}, accumulate {accumulate}, {splits} splits"
                 );
-                let cols = |v: &[f32]| -> Vec<f32> {
-                    (0..n)
-                        .flat_map(|t| v[t * stride..t * stride + n_out].to_vec())
-                        .collect()
-                };
-                assert_close(&what, &cols(&out), &cols(&cpu), LONG_REDUCTION);
-                for t in 0..n {
-                    for c in n_out..stride {
-                        let (o, s) = (out[t * stride + c], start[t * stride + c]);
-                        assert!(o.to_bits() == s.to_bits(), "{what}: column {c} was written");
-                    }
-                }
+                let start = Some(&start[..]);
+                assert_strided(&what, &out, &cpu, start, n, n_out, stride, LONG_REDUCTION);
             }
         }
     }
