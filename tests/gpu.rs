@@ -370,6 +370,14 @@ fn gemv_bf16(g: &Gpu, rng: &mut StdRng) {
     }
 }
 
+/// `x`'s 8-bit codes and their scales, as the twin of `quantize_q8_f32` makes them.
+fn q8_codes(x: &[f32]) -> (Vec<u8>, Vec<f32>) {
+    let n = x.len();
+    let (mut codes, mut scales) = (vec![0u8; n], vec![0f32; n / 16]);
+    rustle::cpu::quant::quantize_q8_f32(&mut codes, &mut scales, x, n);
+    (codes, scales)
+}
+
 /// The activations' 8-bit codes against the twin's, bit for bit (the same IEEE division
 /// and rounding), over several tokens' rows, with a group of zeros among them.
 fn quantize_q8_f32(g: &Gpu, rng: &mut StdRng) {
@@ -380,8 +388,7 @@ fn quantize_q8_f32(g: &Gpu, rng: &mut StdRng) {
             // A group that holds one large value, as the hidden state's outliers do.
             x[40] = 300.0;
         }
-        let (mut codes, mut scales) = (vec![0u8; n], vec![0f32; n / 16]);
-        rustle::cpu::quant::quantize_q8_f32(&mut codes, &mut scales, &x, n);
+        let (codes, scales) = q8_codes(&x);
         let mut codes_dev = up(g, &vec![0xaau8; n]);
         let mut scales_dev = poisoned(g, n / 16);
         g.quantize_q8_f32(
@@ -526,9 +533,7 @@ fn gemv_blocks(g: &Gpu, rng: &mut StdRng) {
                 )
                 .unwrap();
             } else {
-                let n = n_tokens * n_in;
-                let (mut codes, mut code_scales) = (vec![0u8; n], vec![0f32; n / 16]);
-                rustle::cpu::quant::quantize_q8_f32(&mut codes, &mut code_scales, &x, n);
+                let (codes, code_scales) = q8_codes(&x);
                 rustle::cpu::quant::gemv_codes(
                     ty,
                     &mut cpu,
@@ -624,9 +629,7 @@ fn gemv_swiglu_blocks(g: &Gpu, rng: &mut StdRng) {
                 )
                 .unwrap();
             } else {
-                let n = n_tokens * n_in;
-                let (mut codes, mut code_scales) = (vec![0u8; n], vec![0f32; n / 16]);
-                rustle::cpu::quant::quantize_q8_f32(&mut codes, &mut code_scales, &x, n);
+                let (codes, code_scales) = q8_codes(&x);
                 rustle::cpu::quant::gemv_swiglu_codes(
                     ty,
                     &mut cpu,
@@ -1851,8 +1854,7 @@ fn combine_codes(
         "{what}: the combine with codes changed its output"
     );
     let (gpu_codes, gpu_scales) = (down(g, &codes), down(g, &scales));
-    let (mut exact, mut exact_scales) = (vec![0u8; n], vec![0f32; n / 16]);
-    rustle::cpu::quant::quantize_q8_f32(&mut exact, &mut exact_scales, combined, n);
+    let (exact, exact_scales) = q8_codes(combined);
     assert!(gpu_codes == exact, "{what}: the combine's codes");
     assert!(
         bits(&gpu_scales) == bits(&exact_scales),
