@@ -55,6 +55,10 @@ const TESTS: &[(&str, Test)] = &[
         "kernel::gemm_q4_0 .. gemm_q6_k (every GGUF type, and its splits)",
         gemm_blocks,
     ),
+    (
+        "kernel::gemm_wgmma_q8_0 (both tiles of tokens, and its splits)",
+        gemm_wgmma_blocks,
+    ),
     ("kernel::gemm_step1_simt_bf16", gemm_step1_simt_bf16),
     ("kernel::gemm_mma_bf16", gemm_mma_bf16),
     ("kernel::gemm_wgmma_bf16", gemm_wgmma_bf16),
@@ -103,6 +107,10 @@ const TESTS: &[(&str, Test)] = &[
     (
         "model::quantized_batch_matches_runs_alone",
         quantized_batch_matches_runs_alone,
+    ),
+    (
+        "model::q8_0_prompt_on_blocks_matches_chunks",
+        q8_0_prompt_on_blocks_matches_chunks,
     ),
     (
         "model::default_model_gpu_matches_transformers",
@@ -1085,6 +1093,110 @@ fn gemm_blocks(g: &Gpu, rng: &mut StdRng) {
                 let start = Some(&start[..]);
                 assert_strided(&what, &out, &cpu, start, n, n_out, stride, LONG_REDUCTION);
             }
+        }
+    }
+}
+
+/// The GGUF blocks' warpgroup GEMM against its twin: token counts past a tile of 128 and
+/// of 256 on both plans' tiles, one row and rows past a block's 128, a reduction of one
+/// stage and of many, a wider output row (whose extra columns keep their poison), bias and
+/// accumulation; then the reduction split 2, 3 and 8 ways, the parts added by
+/// `gemm_skinny_reduce_f32`; then the plan the engine takes for each shape.
+fn gemm_wgmma_blocks(g: &Gpu, rng: &mut StdRng) {
+    let ty = BlockType::Q8_0;
+    assert!(
+        g.has_wgmma_blocks(ty, 256),
+        "gemm_wgmma_q8_0 is in the sm_90a build"
+    );
+    let shapes: &[(usize, usize, usize, usize, bool, bool)] = &[
+        (256, 1, 65, 1, false, false),
+        (512, 130, 129, 131, true, false),
+        (1280, 300, 300, 300, false, true),
+        (4096, 256, 200, 256, true, true),
+        (2048, 64, 513, 70, false, false),
+    ];
+    for &(n_in, n_out, n, stride, bias, accumulate) in shapes {
+        let (w, _) = rustle::cpu::quant::random_blocks(ty, n_out, n_in, 0.05, rng.random());
+        let x = bf16_weights(rng, n * n_in, 1.0);
+        let b = bias.then(|| normal(rng, n_out, 1.0));
+        let start: Vec<f32> = if accumulate {
+            normal(rng, n * stride, 1.0)
+        } else {
+            vec![f32::NAN; n * stride]
+        };
+        let mut cpu = start.clone();
+        rustle::cpu::quant::gemm_wgmma_q8_0(
+            &mut cpu,
+            &x,
+            &w,
+            b.as_deref(),
+            n,
+            n_in,
+            n_out,
+            stride,
+            accumulate,
+        );
+        let (x_dev, w_dev) = (up(g, &x), up(g, &w));
+        let b_dev = b.as_ref().map(|b| up(g, b));
+        let b_view = b_dev.as_ref().map(|b| b.as_view());
+        let engine = g.wgmma_blocks_plan(n, n_in, n_out);
+        let plans = [128, 256]
+            .into_iter()
+            .flat_map(|tile_n| [1, 2, 3, 8].map(|k_splits| GemmPlan { tile_n, k_splits }))
+            .chain([engine]);
+        for plan in plans {
+            let splits = plan.k_splits;
+            // Splits past the last stage are kept: their parts must be zeros.
+            if splits > 1 && stride != n_out {
+                continue;
+            }
+            let mut out = up(g, &start);
+            if splits == 1 {
+                g.gemm_wgmma_blocks(
+                    ty,
+                    &mut out.as_view_mut(),
+                    &x_dev.as_view(),
+                    &w_dev.as_view(),
+                    b_view.as_ref(),
+                    n,
+                    n_in,
+                    n_out,
+                    stride,
+                    accumulate,
+                    plan,
+                )
+                .unwrap();
+            } else {
+                let mut parts = poisoned(g, splits * n * n_out);
+                g.gemm_wgmma_blocks(
+                    ty,
+                    &mut parts.as_view_mut(),
+                    &x_dev.as_view(),
+                    &w_dev.as_view(),
+                    None,
+                    n,
+                    n_in,
+                    n_out,
+                    n_out,
+                    false,
+                    plan,
+                )
+                .unwrap();
+                g.gemm_skinny_reduce_f32(
+                    &mut out.as_view_mut(),
+                    &parts.as_view(),
+                    b_view.as_ref(),
+                    n_out,
+                    accumulate,
+                )
+                .unwrap();
+            }
+            let out = down(g, &out);
+            let what = format!(
+                "{ty} {n_out} x {n_in}, {n} tokens, stride {stride}, bias {bias}, accumulate {accumulate}, {plan:?}"
+            );
+            let start = Some(&start[..]);
+            assert_strided(&what, &out, &cpu, start, n, n_out, stride, LONG_REDUCTION);
         }
     }
 }
@@ -2298,6 +2410,57 @@ fn fp8_logits_stay_near_bf16(g: &Gpu, _: &mut StdRng) {
             assert!(same_top, "fp8 changes the top token");
         }
     }
+}
+
+/// A prompt of 120 tokens through Q8_0 matrices in one forward pass, where every matmul
+/// takes the warpgroup GEMM on the blocks (`gemm_wgmma_q8_0`, seen in the profile, with no
+/// dequantizer but the embedding's), against the same prompt in chunks of 40 (`gemm_q8_0`,
+/// held to its twin by the kernel tests): the last token's logits near each other (the
+/// same bf16 weights and activations both ways, sums in another order) and the same next
+/// token, unless the best two are near a tie.
+fn q8_0_prompt_on_blocks_matches_chunks(g: &Gpu, rng: &mut StdRng) {
+    use rustle::gpu::backend::GpuWeights;
+    use rustle::gpu::matrix::Synthetic;
+    let (c, _) = synthetic_llama3(rng);
+    let kind = Synthetic::Blocks(BlockType::Q8_0);
+    let weights = GpuWeights::synthetic(g, &c, 7, kind).unwrap();
+    let mut r = Runner::with_gpu_weights(c.clone(), g.clone(), weights, None, &opts()).unwrap();
+    let prompt: Vec<u32> = (0..120)
+        .map(|_| rng.random_range(0..c.vocab_size as u32))
+        .collect();
+    let mut whole = r.solo();
+    g.profile_start();
+    let one = r.extend(&mut whole, &prompt).unwrap().to_vec();
+    let launches = g.profile_stop().unwrap();
+    let count = |name: &str| launches.iter().filter(|l| l.kernel == name).count();
+    assert_eq!(
+        count("gemm_wgmma_q8_0"),
+        5 * c.n_layers,
+        "qkv, o, gate, up, down"
+    );
+    // The only dequantizer is the embedding's: the prompt's rows of the table.
+    assert_eq!(count("dequant_q8_0"), 1, "the embedding's alone");
+    let mut chunked = r.solo();
+    let mut parts = vec![];
+    for chunk in prompt.chunks(40) {
+        parts = r.extend(&mut chunked, chunk).unwrap().to_vec();
+    }
+    let e = rel_err(&one, &parts);
+    eprintln!("  120 tokens at once vs in chunks of 40: logits' relative error {e:.3e}");
+    // The two take different attention kernels too (a prompt's, whose softmax weights are
+    // rounded to bf16, against the chunks' over the cache): four layers of those differences
+    // measured 5.8e-3 to 6.8e-3 (150 tokens against chunks of 50). A wrong tile or stride
+    // is off by the logits themselves.
+    assert!(e < 2e-2, "relative error {e:.3e}");
+    // The same next token, unless the two best are within rounding of each other.
+    let top = |l: &[f32]| (0..l.len()).max_by(|&a, &b| l[a].total_cmp(&l[b])).unwrap();
+    let mut sorted = parts.clone();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    if sorted[0] - sorted[1] > 1e-2 {
+        assert_eq!(top(&one), top(&parts));
+    }
+    whole.release();
+    chunked.release();
 }
 
 /// Llama 3 8B's proportions scaled down: head_dim 128, four query heads per KV head,

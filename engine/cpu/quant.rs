@@ -315,8 +315,8 @@ gemv_twins! {
 }
 
 /// Row `bytes` of `ty` as `gemm_<type>` hands it to the tensor cores, bf16 values in `out`:
-/// the k-quants with each sub-block's scale (and min) rounded to bf16 and every `q * scale -
-/// min` rounded once, as `fma.rn.bf16x2` does; the other types decoded in f32
+/// the k-quants and Q8_0 with each (sub-)block's scale (and min) rounded to bf16 and every
+/// `q * scale - min` rounded once, as `fma.rn.bf16x2` does; the other types decoded in f32
 /// (`decode_row`, as `dequant_<type>`) and rounded.
 fn tensor_core_row(ty: BlockType, bytes: &[u8], out: &mut [f32]) {
     use crate::weights::dequant_k::q4_k_scale_min;
@@ -344,6 +344,14 @@ fn tensor_core_row(ty: BlockType, bytes: &[u8], out: &mut [f32]) {
                         }
                         *y = fma(q, scale, min);
                     }
+                }
+            }
+        }
+        BlockType::Q8_0 => {
+            for (b, y) in bytes.chunks_exact(34).zip(out.chunks_exact_mut(32)) {
+                let scale = round(f16_at(b, 0));
+                for (y, &q) in y.iter_mut().zip(&b[2..]) {
+                    *y = bf16::from_f64(q as i8 as f64 * scale).to_f32();
                 }
             }
         }
@@ -407,7 +415,8 @@ pub fn gemm_blocks(
     }
 }
 
-/// The tensor-core GEMM twins by kernel name: `gemm_q4_k`, ..., each `gemm_blocks` of its
+/// The tensor-core GEMM twins by kernel name: `gemm_q4_k`, ..., and the warpgroup GEMM's
+/// `gemm_wgmma_q8_0` (the same sums for any number of tokens), each `gemm_blocks` of its
 /// type.
 macro_rules! gemm_twins {
     ($($ty:ident => $gemm:ident;)*) => {$(
@@ -430,6 +439,7 @@ macro_rules! gemm_twins {
 }
 
 gemm_twins! {
+    Q8_0 => gemm_wgmma_q8_0;
     Q4_0 => gemm_q4_0;
     Q4_1 => gemm_q4_1;
     Q5_0 => gemm_q5_0;

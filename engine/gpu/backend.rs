@@ -415,6 +415,28 @@ impl GpuWeights {
             .max()
             .unwrap_or(0)
     }
+
+    /// Whether some layer matrix is held in GGUF blocks (or fp8).
+    fn has_blocks(&self) -> bool {
+        self.layers
+            .iter()
+            .flat_map(|l| l.matrices())
+            .any(|m| m.as_bf16().is_none())
+    }
+}
+
+/// Most tokens a matmul over GGUF blocks takes through `gemm_wgmma_<type>` (where the type
+/// has it): past them, dequantizing the matrix to bf16 once for `gemm_wgmma_bf16` costs
+/// less than decoding the blocks in every tile of tokens. Measured on the H200 (Llama 3 8B
+/// in Q8_0, BENCHMARKS.md round 36), the prefill through it against the dequantizer's: 128
+/// tokens 12.5-12.6 ms against 14.1-14.3, 192 tokens 16.8 against 15.4, 256 17.3 against
+/// 16.4, 512 29.4 against 23.8.
+const WGMMA_BLOCKS_MAX_TOKENS: usize = 128;
+
+/// Whether every part of a matrix of GGUF blocks (rows of `n_in` weights) has its
+/// `gemm_wgmma_<type>` on this GPU.
+fn wgmma_blocks_take(gpu: &Gpu, parts: &[BlockPart], n_in: usize) -> bool {
+    parts.iter().all(|p| gpu.has_wgmma_blocks(p.ty, n_in))
 }
 
 /// A matrix's runs of rows of one block type, each with its first row: where its outputs
@@ -469,12 +491,13 @@ impl MatmulScratch {
         n > 1 || self.batch_invariant
     }
 
-    /// `fp8`: some matrix takes fp8's tensor cores.
+    /// `blocks`: some matrix is held in blocks; `fp8`: some matrix takes fp8's tensor cores.
     fn new(
         gpu: &Gpu,
         c: &Config,
         max_tokens: usize,
         dequant_elements: usize,
+        blocks: bool,
         fp8: bool,
     ) -> Result<MatmulScratch> {
         let (dim, q, kv, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
@@ -498,13 +521,22 @@ impl MatmulScratch {
                 .max()
                 .unwrap_or(0)
         };
-        // `gemm_<type>`'s, where some matrix is held in GGUF blocks.
-        let blocks =
-            |&(n_in, n_out): &(usize, usize)| match blocks_mma_splits(n_in, n_out, gpu.sm_count) {
-                _ if dequant_elements == 0 => 0,
+        // `gemm_<type>`'s and `gemm_wgmma_<type>`'s, where some matrix is held in blocks
+        // (the latter's plans, as the warpgroup GEMM's, split only small grids).
+        let blocks = |&(n_in, n_out): &(usize, usize)| {
+            let few = match blocks_mma_splits(n_in, n_out, gpu.sm_count) {
                 1 => 0,
                 s => s * BLOCKS_MMA_MAX_TOKENS * n_out,
             };
+            let many = (BLOCKS_MMA_MAX_TOKENS + 1..=max_tokens)
+                .map(|n| match gpu.wgmma_blocks_plan(n, n_in, n_out).k_splits {
+                    1 => 0,
+                    s => s * n * n_out,
+                })
+                .max()
+                .unwrap_or(0);
+            if blocks { few.max(many) } else { 0 }
+        };
         let parts = matrices
             .iter()
             .map(|m| skinny(m).max(wgmma(m)).max(blocks(m)))
@@ -667,6 +699,7 @@ impl GpuBackend {
                 c,
                 max_tokens,
                 weights.largest_blocks_matrix(c, fp8_cores),
+                weights.has_blocks(),
                 fp8_cores && weights.has_fp8(),
             )?,
             head_in: act(c.dim)?,
@@ -762,9 +795,34 @@ impl GpuBackend {
             && parts.iter().all(|p| p.ty != BlockType::Fp8)
     }
 
+    /// Whether `n` tokens through `w` take `gemm_wgmma_<type>` (Hopper's warpgroup tensor
+    /// cores on the GGUF blocks, dequantized in registers): more than `gemm_<type>` takes,
+    /// up to `WGMMA_BLOCKS_MAX_TOKENS` (or any number through a matrix larger than the bf16
+    /// scratch: the output head of a batched step), outside the batch-invariant mode, for a
+    /// matrix every part of which has the kernel (`wgmma_blocks_take`). Others dequantize to
+    /// bf16 for the prompt's GEMM.
+    fn takes_wgmma_blocks(
+        gpu: &Gpu,
+        mm: &MatmulScratch,
+        w: &GpuMatrix,
+        n: usize,
+        n_in: usize,
+    ) -> bool {
+        let GpuMatrix::Blocks(parts) = w else {
+            return false;
+        };
+        let rows: usize = parts.iter().map(|p| p.rows).sum();
+        let fits = mm.w_bf16.as_ref().is_some_and(|s| s.len() >= rows * n_in);
+        n > BLOCKS_MMA_MAX_TOKENS
+            && (n <= WGMMA_BLOCKS_MAX_TOKENS || !fits)
+            && !mm.batch_invariant
+            && wgmma_blocks_take(gpu, parts, n_in)
+    }
+
     /// `out (+)= x w^T + bias` for `n` tokens rounded into `mm.x_bf16`, through
-    /// `gemm_<type>`: a launch per run of rows of one type; a split reduction leaves every
-    /// run's parts in `mm.parts`, which one `gemm_skinny_reduce_f32` adds for the matrix.
+    /// `gemm_<type>` (up to `BLOCKS_MMA_MAX_TOKENS`) or `gemm_wgmma_<type>` (more): a launch
+    /// per run of rows of one type; a split reduction leaves every run's parts in
+    /// `mm.parts`, which one `gemm_skinny_reduce_f32` adds for the matrix.
     #[allow(clippy::too_many_arguments)]
     fn gemm_blocks(
         gpu: &Gpu,
@@ -780,41 +838,35 @@ impl GpuBackend {
         let GpuMatrix::Blocks(parts) = w else {
             unreachable!("gemm_blocks of a bf16 matrix")
         };
-        let splits = blocks_mma_splits(n_in, n_out, gpu.sm_count);
+        // The warpgroup kernel's plan, past what `gemm_<type>` takes.
+        let plan = (n > BLOCKS_MMA_MAX_TOKENS).then(|| gpu.wgmma_blocks_plan(n, n_in, n_out));
+        let splits = match plan {
+            Some(plan) => plan.k_splits,
+            None => blocks_mma_splits(n_in, n_out, gpu.sm_count),
+        };
         let x = &mm.x_bf16.slice(..n * n_in);
         for (row, p) in row_runs(parts) {
             let w = &p.bytes.as_view();
             let last = row + (n - 1) * n_out + p.rows;
-            if splits == 1 {
-                let bias = bias.map(|b| b.slice(row..row + p.rows));
-                gpu.gemm_blocks(
-                    p.ty,
+            let (out, bias, accumulate) = match splits {
+                1 => (
                     &mut out.slice_mut(row..last),
-                    x,
-                    w,
-                    bias.as_ref(),
-                    n,
-                    n_in,
-                    p.rows,
-                    n_out,
+                    bias.map(|b| b.slice(row..row + p.rows)),
                     accumulate,
-                    1,
-                )?;
-            } else {
-                let end = last + (splits - 1) * n * n_out;
-                gpu.gemm_blocks(
-                    p.ty,
-                    &mut mm.parts.slice_mut(row..end),
-                    x,
-                    w,
-                    None,
-                    n,
-                    n_in,
-                    p.rows,
-                    n_out,
-                    false,
-                    splits,
-                )?;
+                ),
+                _ => {
+                    let end = last + (splits - 1) * n * n_out;
+                    (&mut mm.parts.slice_mut(row..end), None, false)
+                }
+            };
+            let (ty, bias) = (p.ty, bias.as_ref());
+            match plan {
+                Some(plan) => gpu.gemm_wgmma_blocks(
+                    ty, out, x, w, bias, n, n_in, p.rows, n_out, accumulate, plan,
+                )?,
+                None => gpu.gemm_blocks(
+                    ty, out, x, w, bias, n, n_in, p.rows, n_out, accumulate, splits,
+                )?,
             }
         }
         if splits == 1 {
@@ -1026,7 +1078,7 @@ impl GpuBackend {
         accumulate: bool,
     ) -> Result<()> {
         let bias = bias.map(|b| b.as_view());
-        if Self::takes_block_mma(mm, w, n, n_in) {
+        if Self::takes_block_mma(mm, w, n, n_in) || Self::takes_wgmma_blocks(gpu, mm, w, n, n_in) {
             gpu.f32_to_bf16(&mut mm.x_bf16.slice_mut(..n * n_in), x)?;
             return Self::gemm_blocks(gpu, out, mm, w, bias.as_ref(), n, n_in, n_out, accumulate);
         }
@@ -1079,7 +1131,7 @@ impl GpuBackend {
         n_out: usize,
         accumulate: bool,
     ) -> Result<()> {
-        if Self::takes_block_mma(mm, w, n, n_in) {
+        if Self::takes_block_mma(mm, w, n, n_in) || Self::takes_wgmma_blocks(gpu, mm, w, n, n_in) {
             return Self::gemm_blocks(gpu, out, mm, w, bias, n, n_in, n_out, accumulate);
         }
         if Self::takes_blocks(mm, w, n, n_in * n_out) {
@@ -1155,7 +1207,7 @@ impl GpuBackend {
         n_in: usize,
         n_out: usize,
     ) -> Result<()> {
-        if Self::takes_block_mma(mm, w, n, n_in) {
+        if Self::takes_block_mma(mm, w, n, n_in) || Self::takes_wgmma_blocks(gpu, mm, w, n, n_in) {
             if !rounded {
                 gpu.f32_to_bf16(&mut mm.x_bf16.slice_mut(..n * n_in), input)?;
             }

@@ -7,7 +7,7 @@
 //! do more arithmetic per byte they copy, so each step of theirs is cheaper per column.
 //! The plan is the cheapest by that count.
 
-use super::tiles::{MMA_BM, MMA_BN, WGMMA_BM};
+use super::tiles::{MMA_BM, MMA_BN, WGMMA_BLOCKS_ROWS, WGMMA_BLOCKS_WIDTHS, WGMMA_BM};
 
 /// Tile and split of one tensor-core GEMM launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -53,8 +53,30 @@ pub fn mma(n: usize, n_in: usize, n_out: usize, slots: usize) -> GemmPlan {
 /// through an `n_out x n_in` matrix, `slots` blocks at once. Ties go to the wider tile, then
 /// to no split.
 pub fn wgmma(n: usize, n_in: usize, n_out: usize, slots: usize) -> GemmPlan {
-    let steps = n_in.div_ceil(64) as f64;
     let rows = n.min(WGMMA_BM) as f64 / WGMMA_BM as f64;
+    cheapest(n_in, slots, rows, |tile_n| {
+        n_out.div_ceil(tile_n) * n.div_ceil(WGMMA_BM)
+    })
+}
+
+/// `gemm_wgmma_<type>`'s plan (the GGUF blocks' warpgroup GEMM): its tiles are 128 features
+/// by `tile_n` tokens (128 or 256), costed as `gemm_wgmma_bf16`'s of the same width (a step
+/// copies the same bytes of activations and multiplies as many products).
+pub fn wgmma_blocks(n: usize, n_in: usize, n_out: usize, slots: usize) -> GemmPlan {
+    let rows = n.min(WGMMA_BM) as f64 / WGMMA_BM as f64;
+    let plan = cheapest(n_in, slots, rows, |tile_n| match tile_n {
+        128 | 256 => n_out.div_ceil(WGMMA_BLOCKS_ROWS) * n.div_ceil(tile_n),
+        _ => usize::MAX,
+    });
+    debug_assert!(WGMMA_BLOCKS_WIDTHS.contains(&plan.tile_n));
+    plan
+}
+
+/// The width (of `WGMMA_STEP_COST`'s) and split of least estimated time for a warpgroup
+/// GEMM whose width `tile_n` makes `blocks(tile_n)` tiles (`usize::MAX`: a width it does
+/// not run), `rows` the share of a block's rows a split's parts store.
+fn cheapest(n_in: usize, slots: usize, rows: f64, blocks: impl Fn(usize) -> usize) -> GemmPlan {
+    let steps = n_in.div_ceil(64) as f64;
     let mut best = (
         f64::INFINITY,
         GemmPlan {
@@ -63,12 +85,15 @@ pub fn wgmma(n: usize, n_in: usize, n_out: usize, slots: usize) -> GemmPlan {
         },
     );
     for &(tile_n, step_cost) in WGMMA_STEP_COST.iter().rev() {
+        let tiles = blocks(tile_n);
+        if tiles == usize::MAX {
+            continue;
+        }
         for k_splits in WGMMA_SPLITS {
             if k_splits > 1 && n_in < k_splits * MIN_PART_DEPTH {
                 continue;
             }
-            let blocks = n_out.div_ceil(tile_n) * n.div_ceil(WGMMA_BM) * k_splits;
-            let waves = blocks.div_ceil(slots) as f64;
+            let waves = (tiles * k_splits).div_ceil(slots) as f64;
             let split_steps = if k_splits > 1 {
                 SPLIT_STEPS * rows
             } else {
@@ -126,6 +151,23 @@ mod tests {
         assert_eq!(wgmma(512, 4096, 14336, 132), plan(224, 1));
         // down: a 14336-deep reduction; 64 tiles of 256 split in two fill one wave.
         assert_eq!(wgmma(512, 14336, 4096, 132), plan(256, 2));
+    }
+
+    /// The GGUF blocks' GEMM on the same prompt: its tiles are 128 features by 128 or 256
+    /// tokens, one block an SM.
+    #[test]
+    fn the_blocks_gemm_plans_for_a_short_prompt() {
+        // qkv: 48 x 2 = 96 tiles of 256 tokens in one wave; splits would make two.
+        assert_eq!(wgmma_blocks(512, 4096, 6144, 132), plan(256, 1));
+        // o_proj: 32 x 4 = 128 tiles of 128 tokens fill one wave.
+        assert_eq!(wgmma_blocks(512, 4096, 4096, 132), plan(128, 1));
+        // down: 64 tiles of 256 split in two fill one wave.
+        assert_eq!(wgmma_blocks(512, 14336, 4096, 132), plan(256, 2));
+        // A width it runs, whatever the shape.
+        for n in [65, 100, 128, 129, 300, 2048] {
+            let p = wgmma_blocks(n, 4096, 1000, 132);
+            assert!(WGMMA_BLOCKS_WIDTHS.contains(&p.tile_n), "{n}: {p:?}");
+        }
     }
 
     #[test]

@@ -9,9 +9,9 @@
 //! and nibbles by shift amount, never by an index into a register array (which would send
 //! the array to local memory: see `quant_blocks.rs`).
 //!
-//! The 32-weight types decode as their `Blocks::decode8` does (the dequantizer's floats, bit
-//! for bit), then round to bf16. The k-quants, the types of the files people run most, make
-//! the bf16 pairs directly: each value placed under the exponent of 128 becomes the bf16
+//! The 32-weight types but Q8_0 decode as their `Blocks::decode8` does (the dequantizer's
+//! floats, bit for bit), then round to bf16. The k-quants, the types of the files people run
+//! most, and Q8_0 make the bf16 pairs directly: each value placed under the exponent of 128 becomes the bf16
 //! `128 + q` with two integer instructions a pair, and two `fma.rn.bf16x2` take it to `(q -
 //! 128 + 128) * scale - min`, rounded once, where the float path spent about five
 //! instructions a weight and the GEMM was bound by them (BENCHMARKS.md round 31). The
@@ -307,15 +307,53 @@ impl Parts for Q8_0 {
 
     #[inline(always)]
     fn decode_bf16(p: &BytePart) -> [u32; 4] {
+        // A signed byte q's low seven bits v placed under the exponent of 128 make the bf16
+        // 128 + v, exactly; its sign bit, placed in the lowest exponent bit of the bf16 -128,
+        // makes -256 where q is negative. Their sum is q (v, or v - 128), and one rounding
+        // of q times the scale rounded to bf16 (the k-quants' way) is the weight: five
+        // instructions a pair, where the float path took about eight.
         let d = f16_to_f32(p.d as u16);
-        // A signed byte b is (b ^ 0x80) - 128: four bytes flipped at once, then each placed
-        // under the exponent of 2^23 by one byte permute (selector: byte i % 4 of the word,
-        // then bytes 0, 0 and 0x4b of the constant), which `small` subtracts exactly.
-        let flipped = [p.q[0] ^ 0x8080_8080, p.q[1] ^ 0x8080_8080];
-        pack8(eight(|i| {
-            let bits = prmt(flipped[i / 4], 0x4B00_0000, 0x7540 | (i % 4) as u32);
-            d * (f32::from_bits(bits) - (8_388_608.0 + 128.0))
-        }))
+        let scale = pack_bf16x2(d, d);
+        let mut out = [0u32; 4];
+        unroll!(k < 4 => {
+            let pair = byte_pair(&p.q, k);
+            let low = pair & 0x007f_007f | 0x4300_4300;
+            let minus = pair & 0x0080_0080 | MINUS_128_2;
+            out[k] = fma_bf16x2(fma_bf16x2(low, ONE2, minus), scale, MINUS_ZERO2);
+        });
+        out
+    }
+}
+
+/// A type whose lanes can take their `mma` elements in the reduction's own order: lane `c`
+/// holds weights `2c, 2c + 1, 2c + 8, 2c + 9` of each 16 (the tensor cores' layout), not
+/// eight consecutive ones. `gemm_wgmma_<type>` needs it: its activations reach the tensor
+/// cores from shared memory in their order, with no renumbering.
+pub trait K16Parts: Parts {
+    /// Part `c` (0..4) of group `g` in the reduction's order: weights `2c, 2c + 1, 2c + 8,
+    /// 2c + 9` of the group's first 16, then the same of its second; `decode_bf16` of it
+    /// gives their bf16 pairs in that order.
+    ///
+    /// # Safety
+    /// As `Parts::load_part`.
+    unsafe fn load_k16(row: Shared, g: usize, c: usize) -> Self::Part;
+}
+
+impl K16Parts for Q8_0 {
+    #[inline(always)]
+    unsafe fn load_k16(row: Shared, g: usize, c: usize) -> BytePart {
+        let q = 34 * g + 2 + 2 * c;
+        // SAFETY: the 34-byte block at an even offset: d, then 32 bytes, of which these
+        // are four pairs.
+        unsafe {
+            BytePart {
+                d: row.u16(34 * g),
+                q: [
+                    row.u16(q) | row.u16(q + 8) << 16,
+                    row.u16(q + 16) | row.u16(q + 24) << 16,
+                ],
+            }
+        }
     }
 }
 

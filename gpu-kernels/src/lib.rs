@@ -38,6 +38,8 @@ pub mod gemm_mma;
 pub mod gemm_skinny;
 #[cfg(target_feature = "sm_90a")]
 pub mod gemm_wgmma;
+#[cfg(target_feature = "sm_90a")]
+pub mod gemm_wgmma_blocks;
 pub mod gemv;
 pub mod gemv_codes;
 pub mod gemv_quant;

@@ -51,6 +51,31 @@ pub const WGMMA_THREADS: usize = 256;
 pub const WGMMA_SHARED_BYTES: usize =
     WGMMA_STAGES * (WGMMA_BM + WGMMA_MAX_BN) * WGMMA_BK * 2 + 1024;
 
+/// Warpgroup GEMM over GGUF blocks (`gemm_wgmma_<type>`, sm_90a): output features per
+/// block, 64 per warpgroup (the `m64` of a product, held in registers).
+pub const WGMMA_BLOCKS_ROWS: usize = 128;
+/// Warpgroup GEMM over GGUF blocks: the widths a block tile of tokens can have, one
+/// `m64nN` product wide (the tokens are the product's `N`, read from shared memory).
+pub const WGMMA_BLOCKS_WIDTHS: [usize; 2] = [128, 256];
+/// Warpgroup GEMM over GGUF blocks: weights of a row copied at a time, four 64-deep steps
+/// (a row's run of them is then whole 16-byte pieces: Q8_0's 272 bytes); `n_in` is a
+/// multiple of it.
+pub const WGMMA_BLOCKS_STAGE_K: usize = 256;
+/// Warpgroup GEMM over GGUF blocks: bytes of a row's run of `WGMMA_BLOCKS_STAGE_K` weights,
+/// for blocks of `block_len` weights in `block_bytes`.
+pub const fn wgmma_blocks_run(block_len: usize, block_bytes: usize) -> usize {
+    WGMMA_BLOCKS_STAGE_K / block_len * block_bytes
+}
+/// Warpgroup GEMM over GGUF blocks: dynamic shared memory of a launch: `WGMMA_STAGES`
+/// steps of the tokens' swizzled `[256][64]` bf16 tile, two stages of the rows'
+/// `[128][run]` bytes (one being decoded, one arriving), and 1 KiB to align the tiles to
+/// the swizzle's period (197 KiB for Q8_0: one block per SM).
+pub const fn wgmma_blocks_shared_bytes(block_len: usize, block_bytes: usize) -> usize {
+    WGMMA_STAGES * WGMMA_BLOCKS_WIDTHS[1] * WGMMA_BK * 2
+        + 2 * WGMMA_BLOCKS_ROWS * wgmma_blocks_run(block_len, block_bytes)
+        + 1024
+}
+
 /// Prompt attention on tensor cores: (token, query head) rows per block, 16 per warp.
 pub const ATTN_MMA_ROWS: usize = 64;
 /// Prompt attention on tensor cores: keys staged per step.

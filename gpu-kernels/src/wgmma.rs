@@ -108,6 +108,16 @@ pub trait Accumulators: Sized {
     /// As `mma_bf16`.
     unsafe fn mma_e4m3(&mut self, a: u64, b: u64);
 
+    /// `acc += a * b` for a 64 x 16 bf16 tile `a` held in registers and a 16 x N tile `b`
+    /// K-major in shared memory: thread `t` of the warpgroup holds rows `16 (t / 32) + g`
+    /// and `+ 8` (`g = t % 32 / 4`), elements `2 (t % 4)`, `+ 1` (words 0 and 1: row g, row
+    /// g + 8) and `+ 8`, `+ 9` (words 2 and 3), the `mma.sync` A layout once per warp.
+    ///
+    /// # Safety
+    /// As `mma_bf16` for `b`; and `a`'s registers must not be written until a `wait_group`
+    /// covers this product (a `fence` orders their writes before it).
+    unsafe fn mma_bf16_rs(&mut self, a: [u32; 4], b: u64);
+
     /// Tells the compiler that the accumulators may have changed here (a PTX comment that
     /// "writes" every register): placed after `wait_group`, it keeps reads of them from
     /// being scheduled before the wait, while the tensor cores may still be writing them.
@@ -145,6 +155,33 @@ macro_rules! accumulators {
                         a = in(reg64) a,
                         b = in(reg64) b,
                         // 1: add to the accumulators (0 would overwrite them).
+                        scale_d = in(reg32) 1u32,
+                        options(nostack),
+                    )
+                }
+            }
+
+            #[inline(always)]
+            unsafe fn mma_bf16_rs(&mut self, a: [u32; 4], b: u64) {
+                // SAFETY: the caller's guarantee.
+                unsafe {
+                    asm!(
+                        "{{",
+                        ".reg .pred p;",
+                        "setp.ne.b32 p, {scale_d}, 0;",
+                        concat!(
+                            "wgmma.mma_async.sync.aligned.m64n", $n, "k16.f32.bf16.bf16 {{",
+                            $("{", $i, "}, ",)*
+                            "{", $last, "}}}, {{{a0}, {a1}, {a2}, {a3}}}, {b}, p, 1, 1, 0;"
+                        ),
+                        "}}",
+                        $(inout(reg32) self[$i],)*
+                        inout(reg32) self[$last],
+                        a0 = in(reg32) a[0],
+                        a1 = in(reg32) a[1],
+                        a2 = in(reg32) a[2],
+                        a3 = in(reg32) a[3],
+                        b = in(reg64) b,
                         scale_d = in(reg32) 1u32,
                         options(nostack),
                     )

@@ -1,5 +1,7 @@
 //! `gemm_<type>` (`gpu-kernels/src/gemm_blocks.rs`): 1 to 64 tokens through a matrix of
-//! GGUF blocks on the tensor cores, the weights dequantized in registers.
+//! GGUF blocks on the tensor cores, the weights dequantized in registers; and
+//! `gemm_wgmma_<type>` (`gemm_wgmma_blocks.rs`), more tokens on Hopper's warpgroup tensor
+//! cores the same way.
 
 use cudarc::driver::{CudaFunction, LaunchConfig};
 
@@ -8,9 +10,11 @@ use super::table::Kernels;
 use super::{In, Out, aligned16, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
+use crate::gpu::gemm_plan::{self, GemmPlan};
 use crate::gpu::tiles::{
     BLOCKS_MMA_MAX_TOKENS, BLOCKS_MMA_ROWS, BLOCKS_MMA_STAGE_K, BLOCKS_MMA_THREADS,
-    REDUCE_MAX_PARTS, blocks_mma_shared_bytes,
+    REDUCE_MAX_PARTS, WGMMA_BLOCKS_ROWS, WGMMA_BLOCKS_STAGE_K, WGMMA_BLOCKS_WIDTHS, WGMMA_THREADS,
+    blocks_mma_shared_bytes, wgmma_blocks_shared_bytes,
 };
 use crate::traffic::Traffic;
 use crate::weights::blocks::BlockType;
@@ -49,7 +53,107 @@ impl Kernels {
     }
 }
 
+impl Kernels {
+    /// `gemm_wgmma_<type>` and its name, where this build has it for the type (sm_90a, and
+    /// the types whose lanes decode in the reduction's order: Q8_0).
+    pub(super) fn gemm_wgmma_blocks(&self, ty: BlockType) -> Option<(&CudaFunction, &'static str)> {
+        match ty {
+            BlockType::Q8_0 => self
+                .gemm_wgmma_q8_0
+                .as_ref()
+                .map(|f| (f, "gemm_wgmma_q8_0")),
+            _ => None,
+        }
+    }
+}
+
 impl Gpu {
+    /// Whether `gemm_wgmma_<ty>` runs here for rows of `n_in` weights.
+    pub fn has_wgmma_blocks(&self, ty: BlockType, n_in: usize) -> bool {
+        self.kernels.gemm_wgmma_blocks(ty).is_some() && n_in.is_multiple_of(WGMMA_BLOCKS_STAGE_K)
+    }
+
+    /// The tokens' tile width and the split `gemm_wgmma_<type>` runs `n` tokens through an
+    /// `n_out x n_in` matrix with on this GPU (one block an SM: its stages fill the shared
+    /// memory). Like `blocks_mma_splits`, it does not depend on the matrix's type.
+    pub fn wgmma_blocks_plan(&self, n: usize, n_in: usize, n_out: usize) -> GemmPlan {
+        gemm_plan::wgmma_blocks(n, n_in, n_out, self.sm_count)
+    }
+
+    /// `gemm_wgmma_<ty>`: as `gemm_blocks` (the same contract, `out_stride`, bias,
+    /// accumulation and split parts), for more than `BLOCKS_MMA_MAX_TOKENS` tokens, on the
+    /// warpgroup tensor cores with `plan`'s tile of tokens and split (`wgmma_blocks_plan`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_wgmma_blocks(
+        &self,
+        ty: BlockType,
+        out: &mut Out<f32>,
+        x: &In<u16>,
+        w: &In<u8>,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+        out_stride: usize,
+        accumulate: bool,
+        plan: GemmPlan,
+    ) -> Result<()> {
+        let Some((func, name)) = self.kernels.gemm_wgmma_blocks(ty) else {
+            return Err(crate::error::Error::Unsupported(format!(
+                "gemm_wgmma_{ty} needs a Hopper GPU (sm_90a) and a type it decodes (q8_0)"
+            )));
+        };
+        check_matrix(self, ty, w, None, n_out, n_in);
+        assert!(
+            n_in.is_multiple_of(WGMMA_BLOCKS_STAGE_K),
+            "{name} takes the reduction in stages of {WGMMA_BLOCKS_STAGE_K}: n_in {n_in}"
+        );
+        let (tile_t, splits) = (plan.tile_n, plan.k_splits);
+        assert!(
+            WGMMA_BLOCKS_WIDTHS.contains(&tile_t),
+            "{name} has no tile of {tile_t} tokens"
+        );
+        // A split past the reduction's last stage stores zeros, as its part of the sum.
+        assert!(
+            n_in > 0 && (1..=REDUCE_MAX_PARTS).contains(&splits),
+            "{name} splits the reduction 1 to {REDUCE_MAX_PARTS} ways, not {splits}"
+        );
+        assert!(n >= 1 && (splits == 1 || (bias.is_none() && !accumulate)));
+        assert!(x.len() == n * n_in && aligned16(x, &self.stream));
+        assert!(n_out <= out_stride);
+        assert!(out.len() >= ((splits - 1) * n + n - 1) * out_stride + n_out);
+        assert!(bias.is_none_or(|b| b.len() == n_out));
+        let cfg = LaunchConfig {
+            grid_dim: (
+                u32_of(n_out.div_ceil(WGMMA_BLOCKS_ROWS), "row tiles"),
+                u32_of(n.div_ceil(tile_t), "token tiles"),
+                splits as u32,
+            ),
+            block_dim: (WGMMA_THREADS as u32, 1, 1),
+            shared_mem_bytes: wgmma_blocks_shared_bytes(ty.block_len(), ty.block_bytes()) as u32,
+        };
+        let traffic = Traffic {
+            bytes: (w.len()
+                + 2 * n * n_in
+                + 4 * n * n_out * (splits + accumulate as usize)
+                + 4 * bias.map_or(0, |b| b.len())) as u64,
+            flops: (2 * n * n_in * n_out) as u64,
+        };
+        let args = [n, n_in, n_out, out_stride].map(|v| u32_of(v, "a size"));
+        let mut b = self.launcher(func);
+        b.arg(out).arg(x).arg(w).arg_or_null(bias);
+        b.arg(&args[0])
+            .arg(&args[1])
+            .arg(&args[2])
+            .arg(&args[3])
+            .arg(&(accumulate as u32))
+            .arg(&(tile_t as u32));
+        // SAFETY: the matrix is whole aligned blocks of its type (checked), rows of whole
+        // stages, x holds the tokens' rows 16-byte aligned, out every split's tokens' n_out
+        // columns; x and out are different buffers; the weights are read-only.
+        self.timed(name, traffic, || unsafe { b.launch(cfg) })
+    }
+
     /// `gemm_<ty>`: out (`[n, out_stride]`, this matrix's columns `0..n_out`) (+)= x w^T +
     /// bias `[n_out]`, x `[n, n_in]` bf16 (from `f32_to_bf16`), w `[n_out]` rows of `ty`.
     /// With `splits > 1` the reduction is split that many ways (`blocks_mma_splits`) and

@@ -8,7 +8,7 @@ use cudarc::driver::{CudaFunction, CudaModule};
 use crate::error::{Error, Result};
 use crate::gpu::tiles::{
     MMA_SHARED_BYTES, MMA_THREADS, SKINNY_MAX_TILES, WGMMA_SHARED_BYTES, WGMMA_THREADS,
-    attn_mma_shared_bytes, blocks_mma_shared_bytes, skinny_shared_bytes,
+    attn_mma_shared_bytes, blocks_mma_shared_bytes, skinny_shared_bytes, wgmma_blocks_shared_bytes,
 };
 use crate::weights::blocks::BlockType;
 
@@ -112,7 +112,7 @@ kernel_table!(
     gemm_q6_k,
     sum_step1_warp_f32,
     sum_step2_block_f32;
-    optional: gemm_wgmma_bf16, gemm_wgmma_fp8, quantize_fp8_f32,
+    optional: gemm_wgmma_bf16, gemm_wgmma_fp8, quantize_fp8_f32, gemm_wgmma_q8_0,
 );
 
 impl Kernels {
@@ -139,6 +139,11 @@ impl Kernels {
                 self.gemm_wgmma_fp8.as_ref(),
                 "gemm_wgmma_fp8",
                 WGMMA_SHARED_BYTES,
+            ),
+            (
+                self.gemm_wgmma_q8_0.as_ref(),
+                "gemm_wgmma_q8_0",
+                wgmma_blocks_shared_bytes(32, 34),
             ),
             (
                 Some(&self.attention_mma_bf16),
