@@ -416,12 +416,16 @@ impl GpuWeights {
             .unwrap_or(0)
     }
 
-    /// Whether some layer matrix is held in GGUF blocks (or fp8).
+    /// Whether some layer matrix is held in GGUF blocks (fp8 rows aside: they take neither
+    /// `gemm_<type>` nor `gemm_wgmma_<type>`).
     fn has_blocks(&self) -> bool {
         self.layers
             .iter()
             .flat_map(|l| l.matrices())
-            .any(|m| m.as_bf16().is_none())
+            .any(|m| match m {
+                GpuMatrix::Blocks(parts) => parts.iter().any(|p| p.ty != BlockType::Fp8),
+                GpuMatrix::Bf16(_) => false,
+            })
     }
 }
 
