@@ -46,16 +46,47 @@ use crate::tiles::{
 };
 use crate::unroll::unroll;
 
-struct Args {
-    out: *mut f32,
-    x: *const u16,
-    w: *const u8,
-    bias: *const f32,
-    n: usize,
-    n_in: usize,
-    n_out: usize,
-    out_stride: usize,
-    accumulate: bool,
+/// The arguments of a GEMM over GGUF blocks, as its body uses them (`gemm_<type>`'s and
+/// `gemm_wgmma_<type>`'s).
+pub(crate) struct Args {
+    pub out: *mut f32,
+    pub x: *const u16,
+    pub w: *const u8,
+    pub bias: *const f32,
+    pub n: usize,
+    pub n_in: usize,
+    pub n_out: usize,
+    pub out_stride: usize,
+    pub accumulate: bool,
+}
+
+impl Args {
+    /// From a kernel's arguments, in their order.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        out: *mut f32,
+        x: *const u16,
+        w: *const u8,
+        bias: *const f32,
+        n: u32,
+        n_in: u32,
+        n_out: u32,
+        out_stride: u32,
+        accumulate: u32,
+    ) -> Args {
+        Args {
+            out,
+            x,
+            w,
+            bias,
+            n: n as usize,
+            n_in: n_in as usize,
+            n_out: n_out as usize,
+            out_stride: out_stride as usize,
+            accumulate: accumulate != 0,
+        }
+    }
 }
 
 /// 16-byte pieces in a token's row of a stage (256 bf16).
@@ -257,17 +288,7 @@ macro_rules! blocks_kernels {
             accumulate: u32,
         ) {
             wait_for_previous_kernel();
-            let args = Args {
-                out,
-                x,
-                w,
-                bias,
-                n: n as usize,
-                n_in: n_in as usize,
-                n_out: n_out as usize,
-                out_stride: out_stride as usize,
-                accumulate: accumulate != 0,
-            };
+            let args = Args::new(out, x, w, bias, n, n_in, n_out, out_stride, accumulate);
             // One body per token-tile count, so that each keeps its accumulators in
             // registers.
             // SAFETY: the preconditions, passed on.

@@ -27,6 +27,7 @@ use crate::device::{
     WARP, block_idx_x, block_idx_y, block_idx_z, dynamic_shared, grid_dim_z, sync_threads,
     thread_idx_x, wait_for_previous_kernel,
 };
+use crate::gemm_blocks::Args;
 use crate::gemm_skinny::Store;
 use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, shared_addr};
 use crate::quant_blocks::Q8_0;
@@ -49,18 +50,6 @@ const X_CHUNKS: usize = WGMMA_BK * 2 / 16;
 const X_TILE_BYTES: usize = WGMMA_BLOCKS_WIDTHS[1] * WGMMA_BK * 2;
 /// Steps in a stage of the weights.
 const STAGE_STEPS: usize = WGMMA_BLOCKS_STAGE_K / WGMMA_BK;
-
-struct Args {
-    out: *mut f32,
-    x: *const u16,
-    w: *const u8,
-    bias: *const f32,
-    n: usize,
-    n_in: usize,
-    n_out: usize,
-    out_stride: usize,
-    accumulate: bool,
-}
 
 /// The kernel for tiles of `A::N` tokens over weights of type `B`.
 ///
@@ -279,17 +268,7 @@ macro_rules! wgmma_blocks_kernels {
             tile_t: u32,
         ) {
             wait_for_previous_kernel();
-            let args = Args {
-                out,
-                x,
-                w,
-                bias,
-                n: n as usize,
-                n_in: n_in as usize,
-                n_out: n_out as usize,
-                out_stride: out_stride as usize,
-                accumulate: accumulate != 0,
-            };
+            let args = Args::new(out, x, w, bias, n, n_in, n_out, out_stride, accumulate);
             // One body per tile width, so that each keeps its accumulators in registers.
             // SAFETY: the preconditions, passed on.
             unsafe {

@@ -118,11 +118,7 @@ impl Gpu {
             n_in > 0 && (1..=REDUCE_MAX_PARTS).contains(&splits),
             "{name} splits the reduction 1 to {REDUCE_MAX_PARTS} ways, not {splits}"
         );
-        assert!(n >= 1 && (splits == 1 || (bias.is_none() && !accumulate)));
-        assert!(x.len() == n * n_in && aligned16(x, &self.stream));
-        assert!(n_out <= out_stride);
-        assert!(out.len() >= ((splits - 1) * n + n - 1) * out_stride + n_out);
-        assert!(bias.is_none_or(|b| b.len() == n_out));
+        assert!(n >= 1);
         let cfg = LaunchConfig {
             grid_dim: (
                 u32_of(n_out.div_ceil(WGMMA_BLOCKS_ROWS), "row tiles"),
@@ -132,6 +128,44 @@ impl Gpu {
             block_dim: (WGMMA_THREADS as u32, 1, 1),
             shared_mem_bytes: wgmma_blocks_shared_bytes(ty.block_len(), ty.block_bytes()) as u32,
         };
+        let (sizes, tile) = ([n, n_in, n_out, out_stride], Some(tile_t as u32));
+        // SAFETY: the matrix is whole aligned blocks of its type (checked), in rows of whole
+        // stages; a split past the last stage stores zeros.
+        unsafe {
+            self.launch_blocks_gemm(
+                func, name, cfg, out, x, w, bias, sizes, accumulate, splits, tile,
+            )
+        }
+    }
+
+    /// The launch both GEMMs over GGUF blocks share, after their own checks of the matrix
+    /// and the split: the checks of the output, input and bias, the arguments (`out, x, w,
+    /// bias, n, n_in, n_out, out_stride, accumulate`, and the warpgroup kernel's tile of
+    /// tokens, `tile`), and the bytes and products the profiler counts.
+    ///
+    /// # Safety
+    /// `func` is `name`'s kernel, whose preconditions on `w`, `n_in` and `splits` the caller
+    /// checked.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn launch_blocks_gemm(
+        &self,
+        func: &CudaFunction,
+        name: &'static str,
+        cfg: LaunchConfig,
+        out: &mut Out<f32>,
+        x: &In<u16>,
+        w: &In<u8>,
+        bias: Option<&In<f32>>,
+        [n, n_in, n_out, out_stride]: [usize; 4],
+        accumulate: bool,
+        splits: usize,
+        tile: Option<u32>,
+    ) -> Result<()> {
+        assert!(splits == 1 || (bias.is_none() && !accumulate));
+        assert!(x.len() == n * n_in && aligned16(x, &self.stream));
+        assert!(n_out <= out_stride);
+        assert!(out.len() >= ((splits - 1) * n + n - 1) * out_stride + n_out);
+        assert!(bias.is_none_or(|b| b.len() == n_out));
         let traffic = Traffic {
             bytes: (w.len()
                 + 2 * n * n_in
@@ -146,11 +180,13 @@ impl Gpu {
             .arg(&args[1])
             .arg(&args[2])
             .arg(&args[3])
-            .arg(&(accumulate as u32))
-            .arg(&(tile_t as u32));
-        // SAFETY: the matrix is whole aligned blocks of its type (checked), rows of whole
-        // stages, x holds the tokens' rows 16-byte aligned, out every split's tokens' n_out
-        // columns; x and out are different buffers; the weights are read-only.
+            .arg(&(accumulate as u32));
+        if let Some(tile) = &tile {
+            b.arg(tile);
+        }
+        // SAFETY: the caller's checks, and the ones above: x holds the tokens' rows 16-byte
+        // aligned, out every split's tokens' n_out columns; x and out are different buffers;
+        // the weights are read-only.
         self.timed(name, traffic, || unsafe { b.launch(cfg) })
     }
 
@@ -190,11 +226,6 @@ impl Gpu {
                 && (splits - 1) * chunks.div_ceil(splits) < chunks,
             "every one of the {splits} splits needs a stage of the {chunks}"
         );
-        assert!(splits == 1 || (bias.is_none() && !accumulate));
-        assert!(x.len() == n * n_in && aligned16(x, &self.stream));
-        assert!(n_out <= out_stride);
-        assert!(out.len() >= ((splits - 1) * n + n - 1) * out_stride + n_out);
-        assert!(bias.is_none_or(|b| b.len() == n_out));
         let cfg = LaunchConfig {
             grid_dim: (
                 u32_of(n_out.div_ceil(BLOCKS_MMA_ROWS), "row tiles"),
@@ -205,24 +236,13 @@ impl Gpu {
             shared_mem_bytes: blocks_mma_shared_bytes(n, ty.block_len(), ty.block_bytes()) as u32,
         };
         let (func, name) = self.kernels.gemm_blocks(ty);
-        let traffic = Traffic {
-            bytes: (w.len()
-                + 2 * n * n_in
-                + 4 * n * n_out * (splits + accumulate as usize)
-                + 4 * bias.map_or(0, |b| b.len())) as u64,
-            flops: (2 * n * n_in * n_out) as u64,
-        };
-        let args = [n, n_in, n_out, out_stride].map(|v| u32_of(v, "a size"));
-        let mut b = self.launcher(func);
-        b.arg(out).arg(x).arg(w).arg_or_null(bias);
-        b.arg(&args[0])
-            .arg(&args[1])
-            .arg(&args[2])
-            .arg(&args[3])
-            .arg(&(accumulate as u32));
-        // SAFETY: the matrix is whole aligned blocks of its type (checked), x holds the
-        // tokens' rows 16-byte aligned, out every split's tokens' n_out columns; every split
-        // has a stage; x and out are different buffers; the weights are read-only.
-        self.timed(name, traffic, || unsafe { b.launch(cfg) })
+        let sizes = [n, n_in, n_out, out_stride];
+        // SAFETY: the matrix is whole aligned blocks of its type (checked), in rows of whole
+        // stages; every split has a stage; 1 to 64 tokens.
+        unsafe {
+            self.launch_blocks_gemm(
+                func, name, cfg, out, x, w, bias, sizes, accumulate, splits, None,
+            )
+        }
     }
 }
