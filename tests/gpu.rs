@@ -990,10 +990,119 @@ fn gemm_wgmma_bf16(g: &Gpu, rng: &mut StdRng) {
     }
 }
 
-/// The batched-decode matmul, both sides on the same bf16 inputs: token counts on every
-/// side of each body's tile count (1, 2, 4, 8, 16 tiles of 8), reductions that end inside a
-/// 128-deep chunk, features past a 128-wide tile, with and without bias and accumulation,
-/// the reduction split every way the kernel takes; then the split's second half alone.
+/// One shape of a GEMM over GGUF blocks: `n` tokens of `n_in` by `n_out` features into rows
+/// of `stride`, with or without bias and accumulation.
+#[derive(Clone, Copy)]
+struct BlocksShape {
+    n_in: usize,
+    n_out: usize,
+    n: usize,
+    stride: usize,
+    bias: bool,
+    accumulate: bool,
+}
+
+/// Holds a GEMM over GGUF blocks (`launch(out, x, w, bias, out_stride, accumulate, split)`)
+/// to its twin's sums (`twin(out, x, w, bias)` on the host) for one shape on fresh random
+/// inputs, once for each `(parts, split)` of `splits`: one part straight into the poisoned
+/// or accumulated output, more into poisoned parts that `gemm_skinny_reduce_f32` then adds;
+/// every output checked by `assert_strided` (the stride's extra columns must keep their
+/// poison).
+#[allow(clippy::too_many_arguments)]
+fn check_blocks_gemm<S: Copy + std::fmt::Debug>(
+    g: &Gpu,
+    rng: &mut StdRng,
+    ty: BlockType,
+    shape: BlocksShape,
+    twin: impl Fn(&mut [f32], &[u16], &[u8], Option<&[f32]>),
+    splits: impl IntoIterator<Item = (usize, S)>,
+    launch: impl Fn(&mut Out<f32>, &In<u16>, &In<u8>, Option<&In<f32>>, usize, bool, S),
+) {
+    let BlocksShape {
+        n_in,
+        n_out,
+        n,
+        stride,
+        bias,
+        accumulate,
+    } = shape;
+    let (w, _) = rustle::cpu::quant::random_blocks(ty, n_out, n_in, 0.05, rng.random());
+    let x = bf16_weights(rng, n * n_in, 1.0);
+    let b = bias.then(|| normal(rng, n_out, 1.0));
+    let start: Vec<f32> = if accumulate {
+        normal(rng, n * stride, 1.0)
+    } else {
+        vec![f32::NAN; n * stride]
+    };
+    let mut cpu = start.clone();
+    twin(&mut cpu, &x, &w, b.as_deref());
+    let (x_dev, w_dev) = (up(g, &x), up(g, &w));
+    let (x_view, w_view) = (x_dev.as_view(), w_dev.as_view());
+    let b_dev = b.as_ref().map(|b| up(g, b));
+    let b_view = b_dev.as_ref().map(|b| b.as_view());
+    for (parts, split) in splits {
+        let mut out = up(g, &start);
+        if parts == 1 {
+            let b = b_view.as_ref();
+            launch(
+                &mut out.as_view_mut(),
+                &x_view,
+                &w_view,
+                b,
+                stride,
+                accumulate,
+                split,
+            );
+        } else {
+            let mut sums = poisoned(g, parts * n * n_out);
+            launch(
+                &mut sums.as_view_mut(),
+                &x_view,
+                &w_view,
+                None,
+                n_out,
+                false,
+                split,
+            );
+            g.gemm_skinny_reduce_f32(
+                &mut out.as_view_mut(),
+                &sums.as_view(),
+                b_view.as_ref(),
+                n_out,
+                accumulate,
+            )
+            .unwrap();
+        }
+        let out = down(g, &out);
+        let what = format!(
+            "{ty} {n_out} x {n_in}, {n} tokens, stride {stride}, bias {bias}, accumulate {accumulate}, split {split:?}"
+        );
+        assert_strided(
+            &what,
+            &out,
+            &cpu,
+            Some(&start),
+            n,
+            n_out,
+            stride,
+            LONG_REDUCTION,
+        );
+    }
+}
+
+/// `(n_in, n_out, n, stride, bias, accumulate)` as a `BlocksShape`.
+fn blocks_shape(s: &(usize, usize, usize, usize, bool, bool)) -> BlocksShape {
+    let &(n_in, n_out, n, stride, bias, accumulate) = s;
+    BlocksShape {
+        n_in,
+        n_out,
+        n,
+        stride,
+        bias,
+        accumulate,
+    }
+}
+
 /// Every GGUF type's tensor-core GEMM against its twin: 1 to 64 tokens (one, two, four and
 /// eight tiles of 8, and part-filled tiles), a row and rows past a block's 128, widths of a
 /// block to a down projection's, a wider output row (`out_stride`, whose extra columns must
@@ -1010,89 +1119,37 @@ fn gemm_blocks(g: &Gpu, rng: &mut StdRng) {
         (14336, 33, 24, 33, true, false),
     ];
     for ty in BlockType::ALL.into_iter().filter(|&t| t != BlockType::Fp8) {
-        for &(n_in, n_out, n, stride, bias, accumulate) in shapes {
+        for shape in shapes.iter().map(blocks_shape) {
+            let BlocksShape {
+                n_in,
+                n_out,
+                n,
+                stride,
+                ..
+            } = shape;
             if !ty.fits(n_in) {
                 continue;
             }
-            let (w, _) = rustle::cpu::quant::random_blocks(ty, n_out, n_in, 0.05, rng.random());
-            let x = bf16_weights(rng, n * n_in, 1.0);
-            let b = bias.then(|| normal(rng, n_out, 1.0));
-            let start: Vec<f32> = if accumulate {
-                normal(rng, n * stride, 1.0)
-            } else {
-                vec![f32::NAN; n * stride]
+            let twin = |out: &mut [f32], x: &[u16], w: &[u8], b: Option<&[f32]>| {
+                let acc = shape.accumulate;
+                rustle::cpu::quant::gemm_blocks(ty, out, x, w, b, n, n_in, n_out, stride, acc);
             };
-            let mut cpu = start.clone();
-            rustle::cpu::quant::gemm_blocks(
-                ty,
-                &mut cpu,
-                &x,
-                &w,
-                b.as_deref(),
-                n,
-                n_in,
-                n_out,
-                stride,
-                accumulate,
-            );
-            let (x_dev, w_dev) = (up(g, &x), up(g, &w));
-            let b_dev = b.as_ref().map(|b| up(g, b));
-            let b_view = b_dev.as_ref().map(|b| b.as_view());
+            // Splits that would leave a part with no 256-deep chunk are not taken.
             let chunks = n_in / 256;
-            for splits in [1, 2, 3, 8] {
-                if splits > 1
-                    && (stride != n_out || (splits - 1) * chunks.div_ceil(splits) >= chunks)
-                {
-                    continue;
-                }
-                let mut out = up(g, &start);
-                if splits == 1 {
-                    g.gemm_blocks(
-                        ty,
-                        &mut out.as_view_mut(),
-                        &x_dev.as_view(),
-                        &w_dev.as_view(),
-                        b_view.as_ref(),
-                        n,
-                        n_in,
-                        n_out,
-                        stride,
-                        accumulate,
-                        1,
-                    )
-                    .unwrap();
-                } else {
-                    let mut parts = poisoned(g, splits * n * n_out);
-                    g.gemm_blocks(
-                        ty,
-                        &mut parts.as_view_mut(),
-                        &x_dev.as_view(),
-                        &w_dev.as_view(),
-                        None,
-                        n,
-                        n_in,
-                        n_out,
-                        n_out,
-                        false,
-                        splits,
-                    )
-                    .unwrap();
-                    g.gemm_skinny_reduce_f32(
-                        &mut out.as_view_mut(),
-                        &parts.as_view(),
-                        b_view.as_ref(),
-                        n_out,
-                        accumulate,
-                    )
-                    .unwrap();
-                }
-                let out = down(g, &out);
-                let what = format!(
-                    "{ty} {n_out} x {n_in}, {n} tokens, stride {stride}, bias {bias}, accumulate {accumulate}, {splits} splits"
-                );
-                let start = Some(&start[..]);
-                assert_strided(&what, &out, &cpu, start, n, n_out, stride, LONG_REDUCTION);
-            }
+            let splits = [1, 2, 3, 8]
+                .into_iter()
+                .filter(|&k| k == 1 || (stride == n_out && (k - 1) * chunks.div_ceil(k) < chunks));
+            let launch = |out: &mut Out<f32>,
+                          x: &In<u16>,
+                          w: &In<u8>,
+                          b: Option<&In<f32>>,
+                          out_stride,
+                          acc,
+                          k| {
+                g.gemm_blocks(ty, out, x, w, b, n, n_in, n_out, out_stride, acc, k)
+                    .unwrap()
+            };
+            check_blocks_gemm(g, rng, ty, shape, twin, splits.map(|k| (k, k)), launch);
         }
     }
 }
@@ -1115,92 +1172,44 @@ fn gemm_wgmma_blocks(g: &Gpu, rng: &mut StdRng) {
         (4096, 256, 200, 256, true, true),
         (2048, 64, 513, 70, false, false),
     ];
-    for &(n_in, n_out, n, stride, bias, accumulate) in shapes {
-        let (w, _) = rustle::cpu::quant::random_blocks(ty, n_out, n_in, 0.05, rng.random());
-        let x = bf16_weights(rng, n * n_in, 1.0);
-        let b = bias.then(|| normal(rng, n_out, 1.0));
-        let start: Vec<f32> = if accumulate {
-            normal(rng, n * stride, 1.0)
-        } else {
-            vec![f32::NAN; n * stride]
-        };
-        let mut cpu = start.clone();
-        rustle::cpu::quant::gemm_wgmma_q8_0(
-            &mut cpu,
-            &x,
-            &w,
-            b.as_deref(),
-            n,
+    for shape in shapes.iter().map(blocks_shape) {
+        let BlocksShape {
             n_in,
             n_out,
+            n,
             stride,
-            accumulate,
-        );
-        let (x_dev, w_dev) = (up(g, &x), up(g, &w));
-        let b_dev = b.as_ref().map(|b| up(g, b));
-        let b_view = b_dev.as_ref().map(|b| b.as_view());
+            ..
+        } = shape;
+        let twin = |out: &mut [f32], x: &[u16], w: &[u8], b: Option<&[f32]>| {
+            let acc = shape.accumulate;
+            rustle::cpu::quant::gemm_wgmma_q8_0(out, x, w, b, n, n_in, n_out, stride, acc);
+        };
+        // Splits past the last stage are kept: their parts must be zeros.
         let engine = g.wgmma_blocks_plan(n, n_in, n_out);
         let plans = [128, 256]
             .into_iter()
             .flat_map(|tile_n| [1, 2, 3, 8].map(|k_splits| GemmPlan { tile_n, k_splits }))
-            .chain([engine]);
-        for plan in plans {
-            let splits = plan.k_splits;
-            // Splits past the last stage are kept: their parts must be zeros.
-            if splits > 1 && stride != n_out {
-                continue;
-            }
-            let mut out = up(g, &start);
-            if splits == 1 {
-                g.gemm_wgmma_blocks(
-                    ty,
-                    &mut out.as_view_mut(),
-                    &x_dev.as_view(),
-                    &w_dev.as_view(),
-                    b_view.as_ref(),
-                    n,
-                    n_in,
-                    n_out,
-                    stride,
-                    accumulate,
-                    plan,
-                )
-                .unwrap();
-            } else {
-                let mut parts = poisoned(g, splits * n * n_out);
-                g.gemm_wgmma_blocks(
-                    ty,
-                    &mut parts.as_view_mut(),
-                    &x_dev.as_view(),
-                    &w_dev.as_view(),
-                    None,
-                    n,
-                    n_in,
-                    n_out,
-                    n_out,
-                    false,
-                    plan,
-                )
-                .unwrap();
-                g.gemm_skinny_reduce_f32(
-                    &mut out.as_view_mut(),
-                    &parts.as_view(),
-                    b_view.as_ref(),
-                    n_out,
-                    accumulate,
-                )
-                .unwrap();
-            }
-            let out = down(g, &out);
-            let what = format!(
-                "{ty} {n_out} x {n_in}, {n} tokens, stride {stride}, bias {bias}, accumulate {accumulate}, {plan:?}"
-            );
-            let start = Some(&start[..]);
-            assert_strided(&what, &out, &cpu, start, n, n_out, stride, LONG_REDUCTION);
-        }
+            .chain([engine])
+            .filter(|p| p.k_splits == 1 || stride == n_out)
+            .map(|p| (p.k_splits, p));
+        let launch = |out: &mut Out<f32>,
+                      x: &In<u16>,
+                      w: &In<u8>,
+                      b: Option<&In<f32>>,
+                      out_stride,
+                      acc,
+                      plan| {
+            g.gemm_wgmma_blocks(ty, out, x, w, b, n, n_in, n_out, out_stride, acc, plan)
+                .unwrap()
+        };
+        check_blocks_gemm(g, rng, ty, shape, twin, plans, launch);
     }
 }
 
+/// The batched-decode matmul, both sides on the same bf16 inputs: token counts on every
+/// side of each body's tile count (1, 2, 4, 8, 16 tiles of 8), reductions that end inside a
+/// 128-deep chunk, features past a 128-wide tile, with and without bias and accumulation,
+/// the reduction split every way the kernel takes; then the split's second half alone.
 fn gemm_skinny_bf16(g: &Gpu, rng: &mut StdRng) {
     let shapes = [
         (1, 64, 64),

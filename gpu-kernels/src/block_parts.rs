@@ -20,7 +20,7 @@
 
 use core::arch::asm;
 
-use crate::device::{f16_to_f32, fma, fma_bf16x2, pack_bf16x2, prmt};
+use crate::device::{and_or, f16_to_f32, fma, fma_bf16x2, pack_bf16x2, prmt};
 use crate::mma::ld_shared_v4;
 use crate::quant_blocks::{
     Blocks, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0, eight, scale_min, small,
@@ -317,8 +317,8 @@ impl Parts for Q8_0 {
         let mut out = [0u32; 4];
         unroll!(k < 4 => {
             let pair = byte_pair(&p.q, k);
-            let low = pair & 0x007f_007f | 0x4300_4300;
-            let minus = pair & 0x0080_0080 | MINUS_128_2;
+            let low = and_or(pair, 0x007f_007f, 0x4300_4300);
+            let minus = and_or(pair, 0x0080_0080, MINUS_128_2);
             out[k] = fma_bf16x2(fma_bf16x2(low, ONE2, minus), scale, MINUS_ZERO2);
         });
         out

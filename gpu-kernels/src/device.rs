@@ -482,6 +482,26 @@ pub fn fma(a: f32, b: f32, c: f32) -> f32 {
     out
 }
 
+/// `a & mask | bits` in one `lop3.b32`. Written as `&` then `|` of two constants it takes
+/// `ptxas` two instructions (an instruction holds one immediate); here the constants come
+/// in registers and it keeps one of them there.
+#[inline(always)]
+pub fn and_or(a: u32, mask: u32, bits: u32) -> u32 {
+    let out: u32;
+    // SAFETY: a register-only instruction; 0xea is the truth table of (a & b) | c.
+    unsafe {
+        asm!(
+            "lop3.b32 {o}, {a}, {b}, {c}, 0xea;",
+            o = out(reg32) out,
+            a = in(reg32) a,
+            b = in(reg32) mask,
+            c = in(reg32) bits,
+            options(pure, nomem, nostack),
+        )
+    };
+    out
+}
+
 /// `c` plus the dot product of the four bytes of `a` with the four bytes of `b`, each as a
 /// signed byte (`dp4a.s32.s32`): four multiply-adds of 8-bit codes in one instruction, the
 /// reason the quantized GEMV (`gemv_codes.rs`) quantizes its activations to 8 bits.
