@@ -56,7 +56,7 @@ const TESTS: &[(&str, Test)] = &[
         gemm_blocks,
     ),
     (
-        "kernel::gemm_wgmma_q8_0 (both tiles of tokens, and its splits)",
+        "kernel::gemm_wgmma_q8_0 .. gemm_wgmma_q6_k (both tiles of tokens, and their splits)",
         gemm_wgmma_blocks,
     ),
     ("kernel::gemm_step1_simt_bf16", gemm_step1_simt_bf16),
@@ -109,8 +109,8 @@ const TESTS: &[(&str, Test)] = &[
         quantized_batch_matches_runs_alone,
     ),
     (
-        "model::q8_0_prompt_on_blocks_matches_chunks",
-        q8_0_prompt_on_blocks_matches_chunks,
+        "model::prompts_on_blocks_match_chunks (q8_0, q4_k_m)",
+        prompts_on_blocks_match_chunks,
     ),
     (
         "model::default_model_gpu_matches_transformers",
@@ -1172,50 +1172,80 @@ fn gemm_blocks(g: &Gpu, rng: &mut StdRng) {
 /// accumulation; then the reduction split 2, 3 and 8 ways, the parts added by
 /// `gemm_skinny_reduce_f32`; then the plan the engine takes for each shape.
 fn gemm_wgmma_blocks(g: &Gpu, rng: &mut StdRng) {
-    let ty = BlockType::Q8_0;
-    assert!(
-        g.has_wgmma_blocks(ty, 256),
-        "gemm_wgmma_q8_0 is in the sm_90a build"
-    );
+    use rustle::cpu::quant::{gemm_wgmma_q4_k, gemm_wgmma_q5_k, gemm_wgmma_q6_k, gemm_wgmma_q8_0};
     let shapes: &[(usize, usize, usize, usize, bool, bool)] = &[
         (256, 1, 65, 1, false, false),
         (512, 130, 129, 131, true, false),
         (1280, 300, 300, 300, false, true),
         (4096, 256, 200, 256, true, true),
         (2048, 64, 513, 70, false, false),
+        (14336, 130, 129, 130, true, false),
     ];
-    for shape in shapes.iter().map(blocks_shape) {
-        let BlocksShape {
-            n_in,
-            n_out,
-            n,
-            stride,
-            ..
-        } = shape;
-        let twin = |out: &mut [f32], x: &[u16], w: &[u8], b: Option<&[f32]>| {
-            let acc = shape.accumulate;
-            rustle::cpu::quant::gemm_wgmma_q8_0(out, x, w, b, n, n_in, n_out, stride, acc);
-        };
-        // Splits past the last stage are kept: their parts must be zeros.
-        let engine = g.wgmma_blocks_plan(n, n_in, n_out);
-        let plans = [128, 256]
-            .into_iter()
-            .flat_map(|tile_n| [1, 2, 3, 8].map(|k_splits| GemmPlan { tile_n, k_splits }))
-            .chain([engine])
-            .filter(|p| p.k_splits == 1 || stride == n_out)
-            .map(|p| (p.k_splits, p));
-        let launch = |out: &mut Out<f32>,
-                      x: &In<u16>,
-                      w: &In<u8>,
-                      b: Option<&In<f32>>,
-                      out_stride,
-                      acc,
-                      plan| {
-            g.gemm_wgmma_blocks(ty, out, x, w, b, n, n_in, n_out, out_stride, acc, plan)
-                .unwrap()
-        };
-        check_blocks_gemm(g, rng, ty, shape, twin, plans, launch);
+    // Q6_K's rows are whole 16-byte pieces from 2048 weights on: it takes the last three.
+    let types = [
+        (BlockType::Q8_0, gemm_wgmma_q8_0 as BlocksTwin, shapes.len()),
+        (BlockType::Q4K, gemm_wgmma_q4_k, shapes.len()),
+        (BlockType::Q5K, gemm_wgmma_q5_k, shapes.len()),
+        (BlockType::Q6K, gemm_wgmma_q6_k, 3),
+    ];
+    for (ty, twin_fn, taken) in types {
+        let shapes: Vec<BlocksShape> = shapes
+            .iter()
+            .map(blocks_shape)
+            .filter(|s| g.has_wgmma_blocks(ty, s.n_in))
+            .collect();
+        assert_eq!(
+            shapes.len(),
+            taken,
+            "gemm_wgmma_{ty} is in the sm_90a build"
+        );
+        for &shape in &shapes {
+            gemm_wgmma_blocks_shape(g, rng, ty, twin_fn, shape);
+        }
     }
+}
+
+/// A GGUF GEMM's CPU twin (`out, x, w, bias, n, n_in, n_out, out_stride, accumulate`).
+type BlocksTwin = fn(&mut [f32], &[u16], &[u8], Option<&[f32]>, usize, usize, usize, usize, bool);
+
+/// `gemm_wgmma_blocks`'s checks of one type and shape: every tile and split, then the
+/// engine's plan.
+fn gemm_wgmma_blocks_shape(
+    g: &Gpu,
+    rng: &mut StdRng,
+    ty: BlockType,
+    twin_fn: BlocksTwin,
+    shape: BlocksShape,
+) {
+    let BlocksShape {
+        n_in,
+        n_out,
+        n,
+        stride,
+        ..
+    } = shape;
+    let twin = |out: &mut [f32], x: &[u16], w: &[u8], b: Option<&[f32]>| {
+        twin_fn(out, x, w, b, n, n_in, n_out, stride, shape.accumulate);
+    };
+    // Splits past the last stage are kept: their parts must be zeros.
+    let engine = g.wgmma_blocks_plan(n, n_in, n_out);
+    let plans = [128, 256]
+        .into_iter()
+        .flat_map(|tile_n| [1, 2, 3, 8].map(|k_splits| GemmPlan { tile_n, k_splits }))
+        .chain([engine])
+        .filter(|p| p.k_splits == 1 || stride == n_out)
+        .map(|p| (p.k_splits, p));
+    let launch = |out: &mut Out<f32>,
+                  x: &In<u16>,
+                  w: &In<u8>,
+                  b: Option<&In<f32>>,
+                  out_stride,
+                  acc,
+                  plan| {
+        g.gemm_wgmma_blocks(ty, out, x, w, b, n, n_in, n_out, out_stride, acc, plan)
+            .unwrap()
+    };
+    check_blocks_gemm(g, rng, ty, shape, twin, plans, launch);
 }
 
 /// The batched-decode matmul, both sides on the same bf16 inputs: token counts on every
@@ -2438,12 +2468,38 @@ fn fp8_logits_stay_near_bf16(g: &Gpu, _: &mut StdRng) {
 /// dequantizer but the embedding's), against the same prompt in chunks of 40 (`gemm_q8_0`,
 /// held to its twin by the kernel tests): the last token's logits near each other (the
 /// same bf16 weights and activations both ways, sums in another order) and the same next
-/// token, unless the best two are near a tie.
-fn q8_0_prompt_on_blocks_matches_chunks(g: &Gpu, rng: &mut StdRng) {
-    use rustle::gpu::backend::GpuWeights;
+/// token, unless the best two are near a tie. Then the same through Q4_K_M's mix, whose
+/// Q4_K matrices take `gemm_wgmma_q4_k` (its Q6_K rows of 1024 and 3584 weights are not
+/// whole 16-byte pieces: those matrices dequantize).
+fn prompts_on_blocks_match_chunks(g: &Gpu, rng: &mut StdRng) {
     use rustle::gpu::matrix::Synthetic;
     let (c, _) = synthetic_llama3(rng);
-    let kind = Synthetic::Blocks(BlockType::Q8_0);
+    let q8_0 = Synthetic::Blocks(BlockType::Q8_0);
+    prompt_on_blocks_matches_chunks(g, rng, &c, q8_0, "gemm_wgmma_q8_0", 5 * c.n_layers, 1);
+    // Q4_K_M: o, gate and up in every layer; qkv and down where v and down are Q4_K too.
+    let q4_k_m = Synthetic::Q4KM;
+    let wide = (0..c.n_layers)
+        .filter(|&l| q4_k_m.wider(l, c.n_layers) != Some(BlockType::Q4K))
+        .count();
+    let taken = 5 * c.n_layers - 2 * wide;
+    // The embedding, and qkv's two runs and down of each wider layer.
+    let dequant = 1 + 3 * wide;
+    prompt_on_blocks_matches_chunks(g, rng, &c, q4_k_m, "gemm_wgmma_q4_k", taken, dequant);
+}
+
+/// `prompts_on_blocks_match_chunks` for one kind of weights: `taken` launches of `kernel`
+/// in the 120-token pass, and `dequant` of the dequantizers.
+fn prompt_on_blocks_matches_chunks(
+    g: &Gpu,
+    rng: &mut StdRng,
+    c: &Config,
+    kind: rustle::gpu::matrix::Synthetic,
+    kernel: &str,
+    taken: usize,
+    dequant: usize,
+) {
+    use rustle::gpu::backend::GpuWeights;
+    let c = c.clone();
     let weights = GpuWeights::synthetic(g, &c, 7, kind).unwrap();
     let mut r = Runner::with_gpu_weights(c.clone(), g.clone(), weights, None, &opts()).unwrap();
     let prompt: Vec<u32> = (0..120)
@@ -2453,21 +2509,24 @@ fn q8_0_prompt_on_blocks_matches_chunks(g: &Gpu, rng: &mut StdRng) {
     g.profile_start();
     let one = r.extend(&mut whole, &prompt).unwrap().to_vec();
     let launches = g.profile_stop().unwrap();
-    let count = |name: &str| launches.iter().filter(|l| l.kernel == name).count();
-    assert_eq!(
-        count("gemm_wgmma_q8_0"),
-        5 * c.n_layers,
-        "qkv, o, gate, up, down"
-    );
-    // The only dequantizer is the embedding's: the prompt's rows of the table.
-    assert_eq!(count("dequant_q8_0"), 1, "the embedding's alone");
+    let count = |name: &str| {
+        launches
+            .iter()
+            .filter(|l| l.kernel.starts_with(name))
+            .count()
+    };
+    assert_eq!(count(kernel), taken, "{} through {kernel}", kind.name());
+    assert_eq!(count("dequant_"), dequant, "{}'s dequantizers", kind.name());
     let mut chunked = r.solo();
     let mut parts = vec![];
     for chunk in prompt.chunks(40) {
         parts = r.extend(&mut chunked, chunk).unwrap().to_vec();
     }
     let e = rel_err(&one, &parts);
-    eprintln!("  120 tokens at once vs in chunks of 40: logits' relative error {e:.3e}");
+    eprintln!(
+        "  {}: 120 tokens at once vs in chunks of 40: logits' relative error {e:.3e}",
+        kind.name()
+    );
     // The two take different attention kernels too (a prompt's, whose softmax weights are
     // rounded to bf16, against the chunks' over the cache): four layers of those differences
     // measured 5.8e-3 to 6.8e-3 (150 tokens against chunks of 50). A wrong tile or stride

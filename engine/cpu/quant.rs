@@ -416,8 +416,8 @@ pub fn gemm_blocks(
 }
 
 /// The tensor-core GEMM twins by kernel name: `gemm_q4_k`, ..., and the warpgroup GEMM's
-/// `gemm_wgmma_q8_0` (the same sums for any number of tokens), each `gemm_blocks` of its
-/// type.
+/// `gemm_wgmma_q8_0`, `gemm_wgmma_q4_k`, ... (the same sums for any number of tokens), each
+/// `gemm_blocks` of its type.
 macro_rules! gemm_twins {
     ($($ty:ident => $gemm:ident;)*) => {$(
         #[doc = concat!("`gemm_blocks` over `", stringify!($ty), "` weights.")]
@@ -440,6 +440,9 @@ macro_rules! gemm_twins {
 
 gemm_twins! {
     Q8_0 => gemm_wgmma_q8_0;
+    Q4K => gemm_wgmma_q4_k;
+    Q5K => gemm_wgmma_q5_k;
+    Q6K => gemm_wgmma_q6_k;
     Q4_0 => gemm_q4_0;
     Q4_1 => gemm_q4_1;
     Q5_0 => gemm_q5_0;

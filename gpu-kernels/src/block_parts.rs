@@ -79,6 +79,22 @@ impl Shared {
         }
     }
 
+    /// Bytes `at`, `at + 1`, `at + 8`, `at + 9`, then the same 16 on, as two words: a lane's
+    /// four pairs of 32 consecutive bytes in the tensor cores' order (`K16Parts`).
+    ///
+    /// # Safety
+    /// As `u16`, for the 26 bytes from `at` (2-byte aligned).
+    #[inline(always)]
+    unsafe fn k16_words(self, at: usize) -> [u32; 2] {
+        // SAFETY: the caller's guarantee.
+        unsafe {
+            [
+                self.u16(at) | self.u16(at + 8) << 16,
+                self.u16(at + 16) | self.u16(at + 24) << 16,
+            ]
+        }
+    }
+
     /// Two words at byte `at` (4-byte aligned).
     ///
     /// # Safety
@@ -142,12 +158,19 @@ fn plus_128(q: u32) -> u32 {
 
 /// Four bf16 pairs `q * scale + offset` (each rounded once), the eight `q` below 128 given
 /// as `q_pair(k)` = bf16 pairs of `128 + q` for values 2k, 2k + 1, made exact small
-/// integers less `minus` first (`minus` -128, or -160 for Q6_K's `q - 32`).
+/// integers less `minus` first (`minus` -128, or -160 for Q6_K's `q - 32`). Pairs 0 and 1
+/// take `scale[0]`, pairs 2 and 3 `scale[1]` (the same but where Q6_K's weights in the
+/// tensor cores' order span two of its 16-weight scales).
 #[inline(always)]
-fn scale_pairs(q_pair: impl Fn(usize) -> u32, minus: u32, scale: u32, offset: u32) -> [u32; 4] {
+fn scale_pairs(
+    q_pair: impl Fn(usize) -> u32,
+    minus: u32,
+    scale: [u32; 2],
+    offset: u32,
+) -> [u32; 4] {
     let mut out = [0u32; 4];
     unroll!(k < 4 => {
-        out[k] = fma_bf16x2(fma_bf16x2(q_pair(k), ONE2, minus), scale, offset);
+        out[k] = fma_bf16x2(fma_bf16x2(q_pair(k), ONE2, minus), scale[k / 2], offset);
     });
     out
 }
@@ -342,16 +365,12 @@ pub trait K16Parts: Parts {
 impl K16Parts for Q8_0 {
     #[inline(always)]
     unsafe fn load_k16(row: Shared, g: usize, c: usize) -> BytePart {
-        let q = 34 * g + 2 + 2 * c;
         // SAFETY: the 34-byte block at an even offset: d, then 32 bytes, of which these
         // are four pairs.
         unsafe {
             BytePart {
                 d: row.u16(34 * g),
-                q: [
-                    row.u16(q) | row.u16(q + 8) << 16,
-                    row.u16(q + 16) | row.u16(q + 24) << 16,
-                ],
+                q: row.k16_words(34 * g + 2 + 2 * c),
             }
         }
     }
@@ -385,22 +404,19 @@ impl KPart {
     #[inline(always)]
     fn decode_bf16(&self, q_pair: impl Fn(usize) -> u32) -> [u32; 4] {
         let (scale, min) = self.scale_min();
-        scale_pairs(
-            q_pair,
-            MINUS_128_2,
-            pack_bf16x2(scale, scale),
-            pack_bf16x2(-min, -min),
-        )
+        let scale = pack_bf16x2(scale, scale);
+        scale_pairs(q_pair, MINUS_128_2, [scale; 2], pack_bf16x2(-min, -min))
     }
 }
 
 /// Loads part `c` of sub-block `g % 8` of a Q4_K or Q5_K block of `block_bytes`: nibbles at
-/// `q_at`, fifth bits at `qh_at` when `HIGH`.
+/// `q_at`, fifth bits at `qh_at` when `HIGH`; weights `8c ..` of the sub-block, or with `K16`
+/// its weights in the tensor cores' order (`K16Parts::load_k16`).
 ///
 /// # Safety
 /// As `Blocks::load` (16-byte aligned blocks).
 #[inline(always)]
-unsafe fn load_k<const HIGH: bool>(
+unsafe fn load_k<const HIGH: bool, const K16: bool>(
     row: Shared,
     g: usize,
     c: usize,
@@ -409,18 +425,20 @@ unsafe fn load_k<const HIGH: bool>(
     q_at: usize,
 ) -> KPart {
     let (block, s) = (g / 8 * block_bytes, g % 8);
-    // SAFETY: the head at the block's aligned start; 8-byte runs at multiples of 8 inside it.
-    unsafe {
-        KPart {
-            head: ld_shared_v4(row.0 + block as u32),
-            q: row.words_32(block + q_at + 32 * (s / 2) + 8 * c),
-            qh: if HIGH {
-                row.words_32(block + qh_at + 8 * c)
-            } else {
-                [0; 2]
-            },
-            s,
+    // Eight bytes of a 32-byte run from its start `at`.
+    // SAFETY (both): inside the block; 8-byte runs at multiples of 8, or pairs at even bytes.
+    let bytes = |at: usize| unsafe {
+        match K16 {
+            true => row.k16_words(at + 2 * c),
+            false => row.words_32(at + 8 * c),
         }
+    };
+    KPart {
+        // SAFETY: the head at the block's aligned start.
+        head: unsafe { ld_shared_v4(row.0 + block as u32) },
+        q: bytes(block + q_at + 32 * (s / 2)),
+        qh: if HIGH { bytes(block + qh_at) } else { [0; 2] },
+        s,
     }
 }
 
@@ -430,7 +448,7 @@ impl Parts for Q4K {
     #[inline(always)]
     unsafe fn load_part(row: Shared, g: usize, c: usize) -> KPart {
         // SAFETY: the caller's guarantee; nibbles at byte 16.
-        unsafe { load_k::<false>(row, g, c, 144, 0, 16) }
+        unsafe { load_k::<false, false>(row, g, c, 144, 0, 16) }
     }
 
     #[inline(always)]
@@ -447,7 +465,7 @@ impl Parts for Q5K {
     #[inline(always)]
     unsafe fn load_part(row: Shared, g: usize, c: usize) -> KPart {
         // SAFETY: the caller's guarantee; fifth bits at byte 16, nibbles at 48.
-        unsafe { load_k::<true>(row, g, c, 176, 16, 48) }
+        unsafe { load_k::<true, false>(row, g, c, 176, 16, 48) }
     }
 
     #[inline(always)]
@@ -464,12 +482,14 @@ impl Parts for Q5K {
 }
 
 /// Eight weights of a Q6_K sub-block (see `quant_blocks::Q6Group`): their ql and qh bytes,
-/// their one i8 scale, `d`, and the sub-block's number within its half.
+/// the i8 scales of their pairs 0-1 and 2-3 (one scale for eight consecutive weights; in
+/// the tensor cores' order, the first four are of the sub-block's first 16 and the last
+/// four of its second), `d`, and the sub-block's number within its half.
 #[derive(Clone, Copy)]
 pub struct Q6Part {
     ql: [u32; 2],
     qh: [u32; 2],
-    scale: i8,
+    scales: [i8; 2],
     d: u32,
     m: usize,
 }
@@ -485,10 +505,11 @@ impl Parts for Q6K {
         // of the sub-block's two scales: the first for c < 2.
         unsafe {
             let scales = row.u16(block + 192 + 8 * half + 2 * m);
+            let scale = (scales >> (8 * (c / 2)) as u32) as u8 as i8;
             Q6Part {
                 ql: row.words_16(block + 64 * half + 32 * (m % 2) + 8 * c),
                 qh: row.words_16(block + 128 + 32 * half + 8 * c),
-                scale: (scales >> (8 * (c / 2)) as u32) as u8 as i8,
+                scales: [scale; 2],
                 d: row.u16(block + 208),
                 m,
             }
@@ -498,7 +519,11 @@ impl Parts for Q6K {
     /// `(q - 32) * scale` in bf16 pairs, the scale rounded to bf16 first.
     #[inline(always)]
     fn decode_bf16(p: &Q6Part) -> [u32; 4] {
-        let scale = p.scale as f32 * f16_to_f32(p.d as u16);
+        let d = f16_to_f32(p.d as u16);
+        let scale = p.scales.map(|s| {
+            let scale = s as f32 * d;
+            pack_bf16x2(scale, scale)
+        });
         let (shift_l, shift_h) = (4 * (p.m / 2) as u32, 2 * p.m as u32);
         let (ql, qh) = (
             [p.ql[0] >> shift_l, p.ql[1] >> shift_l],
@@ -507,8 +532,45 @@ impl Parts for Q6K {
         scale_pairs(
             |k| plus_128(byte_pair(&ql, k) & 0x000f_000f | (byte_pair(&qh, k) & 0x0003_0003) << 4),
             MINUS_160_2,
-            pack_bf16x2(scale, scale),
+            scale,
             MINUS_ZERO2,
         )
+    }
+}
+
+impl K16Parts for Q4K {
+    #[inline(always)]
+    unsafe fn load_k16(row: Shared, g: usize, c: usize) -> KPart {
+        // SAFETY: as `load_part`.
+        unsafe { load_k::<false, true>(row, g, c, 144, 0, 16) }
+    }
+}
+
+impl K16Parts for Q5K {
+    #[inline(always)]
+    unsafe fn load_k16(row: Shared, g: usize, c: usize) -> KPart {
+        // SAFETY: as `load_part`.
+        unsafe { load_k::<true, true>(row, g, c, 176, 16, 48) }
+    }
+}
+
+impl K16Parts for Q6K {
+    #[inline(always)]
+    unsafe fn load_k16(row: Shared, g: usize, c: usize) -> Q6Part {
+        let block = g / 8 * 210;
+        let (half, m) = ((g % 8) / 4, g % 4);
+        // SAFETY: every offset is even and inside the 210-byte block. The lane's first four
+        // weights are of the sub-block's first 16 (its first scale), the last four of its
+        // second.
+        unsafe {
+            let scales = row.u16(block + 192 + 8 * half + 2 * m);
+            Q6Part {
+                ql: row.k16_words(block + 64 * half + 32 * (m % 2) + 2 * c),
+                qh: row.k16_words(block + 128 + 32 * half + 2 * c),
+                scales: [scales as u8 as i8, (scales >> 8) as u8 as i8],
+                d: row.u16(block + 208),
+                m,
+            }
+        }
     }
 }

@@ -18,9 +18,10 @@
 //!
 //! The weights stream through shared memory in stages of 256 weights a row (four steps),
 //! copied by `cp.async` in whole 16-byte pieces (a Q8_0 row's run of 256 weights is 272
-//! bytes, and rows are a whole number of runs), two stages held: one being decoded, the next
-//! arriving. A lane reads only its own elements (`K16Parts::load_k16`), in the reduction's
-//! own order, since the activations reach the tensor cores unrenumbered.
+//! bytes, Q4_K's 144; Q6_K's 210 start at any even offset, and take the 14 pieces around
+//! them), two stages held: one being decoded, the next arriving. A lane reads only its own
+//! elements (`K16Parts::load_k16`), in the reduction's own order, since the activations
+//! reach the tensor cores unrenumbered.
 
 use crate::block_parts::{K16Parts, Shared};
 use crate::device::{
@@ -30,10 +31,10 @@ use crate::device::{
 use crate::gemm_blocks::Args;
 use crate::gemm_skinny::Store;
 use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, shared_addr};
-use crate::quant_blocks::Q8_0;
+use crate::quant_blocks::{Q4K, Q5K, Q6K, Q8_0};
 use crate::tiles::{
     WGMMA_BK, WGMMA_BLOCKS_ROWS, WGMMA_BLOCKS_STAGE_K, WGMMA_BLOCKS_WIDTHS, WGMMA_STAGES,
-    WGMMA_THREADS, wgmma_blocks_run,
+    WGMMA_THREADS, wgmma_blocks_run, wgmma_blocks_run_stride,
 };
 use crate::unroll::unroll;
 use crate::wgmma::{self, Accumulators, descriptor_sw128, swizzle_128b};
@@ -50,6 +51,8 @@ const X_CHUNKS: usize = WGMMA_BK * 2 / 16;
 const X_TILE_BYTES: usize = WGMMA_BLOCKS_WIDTHS[1] * WGMMA_BK * 2;
 /// Steps in a stage of the weights.
 const STAGE_STEPS: usize = WGMMA_BLOCKS_STAGE_K / WGMMA_BK;
+/// Groups of 32 weights in a step.
+const STEP_GROUPS: usize = WGMMA_BK / 32;
 
 /// The kernel for tiles of `A::N` tokens over weights of type `B`.
 ///
@@ -64,8 +67,9 @@ unsafe fn body<B: K16Parts, A: Accumulators>(a: &Args) {
     let t0 = block_idx_y() * A::N;
     // This lane's rows, g and g + 8 of its warp's 16, of its warpgroup's 64.
     let r_lo = 64 * group + 16 * warp + g;
+    // A run's bytes in memory and in shared memory (whole 16-byte pieces around it).
     let run_bytes = wgmma_blocks_run(B::BLOCK_LEN, B::BLOCK_BYTES);
-    let step_bytes = WGMMA_BK / B::BLOCK_LEN * B::BLOCK_BYTES;
+    let run_stride = wgmma_blocks_run_stride(B::BLOCK_LEN, B::BLOCK_BYTES);
     let row_bytes = a.n_in / B::BLOCK_LEN * B::BLOCK_BYTES;
 
     // This block's stages of the reduction (a split is whole stages), and their steps.
@@ -73,20 +77,24 @@ unsafe fn body<B: K16Parts, A: Accumulators>(a: &Args) {
     let per_split = all_stages.div_ceil(grid_dim_z());
     let first = (block_idx_z() * per_split).min(all_stages);
     let steps = STAGE_STEPS * per_split.min(all_stages - first);
+    // Where stage i's run starts in its first piece: 0 unless runs are not whole pieces
+    // (Q6_K); rows are (a precondition), so it is the same for every row.
+    let skew = |i: usize| ((first + i) * run_bytes % 16) as u32;
 
     // Shared: `WGMMA_STAGES` buffers of the tokens' swizzled `[256][64]` tile, then two of
-    // the rows' `[128][run_bytes]` blocks. The swizzle repeats every 1024 bytes and the
+    // the rows' `[128][run_stride]` runs. The swizzle repeats every 1024 bytes and the
     // hardware reads it from the address bits: the buffers start on a 1024-byte boundary
     // (the launch asks for 1 KiB to spare).
     let smem = (shared_addr(dynamic_shared::<u8>()) + 1023) & !1023;
     let x_tile = |s: usize| smem + (s * X_TILE_BYTES) as u32;
     let w_tile =
-        |b: usize| smem + (WGMMA_STAGES * X_TILE_BYTES + b * WGMMA_BLOCKS_ROWS * run_bytes) as u32;
+        |b: usize| smem + (WGMMA_STAGES * X_TILE_BYTES + b * WGMMA_BLOCKS_ROWS * run_stride) as u32;
 
     // Requests step `t` into buffer `s`: chunks `tid`, `tid + 256`, ... of the tokens' rows
     // (tokens past `n` zero-filled); and, every `STAGE_STEPS` steps, the rows' runs of a
-    // stage (rows past the matrix skipped) into the weights' other buffer: whole 16-byte
-    // pieces, since a row is (n_in % 256 == 0) and so is a run.
+    // stage (rows past the matrix skipped) into the weights' other buffer: the whole 16-byte
+    // pieces around each run (rows are whole pieces, a precondition; so is a run, but for
+    // Q6_K's).
     let request = |s: usize, t: usize| {
         // Stage i rides with step 4i - AHEAD (stage 0 with step 0): requested at step 4i - 4,
         // as stage i - 1 begins, a whole stage ahead, since its rows come from memory (a
@@ -98,13 +106,15 @@ unsafe fn body<B: K16Parts, A: Accumulators>(a: &Args) {
             _ => None,
         };
         if let Some(i) = stage.filter(|&i| i * STAGE_STEPS < steps) {
-            let pieces = run_bytes / 16;
+            let pieces = run_stride / 16;
+            let start = (first + i) * run_bytes & !15;
             let mut e = tid;
             while e < WGMMA_BLOCKS_ROWS * pieces {
                 let (r, p) = (e / pieces, e % pieces);
                 if first_row + r < a.n_out {
-                    let from = (first_row + r) * row_bytes + (first + i) * run_bytes + 16 * p;
-                    let to = w_tile(i % 2) + (r * run_bytes + 16 * p) as u32;
+                    // The pieces around the run end inside the row: both are whole pieces.
+                    let from = (first_row + r) * row_bytes + start + 16 * p;
+                    let to = w_tile(i % 2) + (r * run_stride + 16 * p) as u32;
                     // SAFETY: inside the weights' buffer; 16 aligned bytes of row
                     // first_row + r of w.
                     unsafe { cp_async_16(to, a.w.wrapping_add(from), true) };
@@ -147,16 +157,22 @@ unsafe fn body<B: K16Parts, A: Accumulators>(a: &Args) {
             // SAFETY: all threads run the same number of steps.
             unsafe { sync_threads() };
             let s = t % WGMMA_STAGES;
-            let run_at = w_tile(t / STAGE_STEPS % 2) + (t % STAGE_STEPS * step_bytes) as u32;
-            let row_at = |r: usize| Shared(run_at + (r * run_bytes) as u32);
+            // The step's first group of 32 in the run: in block `g / per_block` of it, group
+            // `g0` of that block (Q8_0: the step's first of two blocks; the k-quants: group
+            // 2 (t % 4) of their one block).
+            let (stage, g) = (t / STAGE_STEPS, STEP_GROUPS * (t % STAGE_STEPS));
+            let per_block = B::BLOCK_LEN / 32;
+            let (block, g0) = (g / per_block, g % per_block);
+            let run_at = w_tile(stage % 2) + skew(stage) + (block * B::BLOCK_BYTES) as u32;
+            let row_at = |r: usize| Shared(run_at + (r * run_stride) as u32);
             let (lo_row, hi_row) = (row_at(r_lo), row_at(r_lo + 8));
             unroll!(grp < 2 => {
                 // SAFETY: the step's runs hold whole blocks, published by the barrier (rows past
                 // the matrix read what the buffer held: their sums are never stored).
                 let (lo, hi) = unsafe {
                     (
-                        B::decode_bf16(&B::load_k16(lo_row, grp, q)),
-                        B::decode_bf16(&B::load_k16(hi_row, grp, q)),
+                        B::decode_bf16(&B::load_k16(lo_row, g0 + grp, q)),
+                        B::decode_bf16(&B::load_k16(hi_row, g0 + grp, q)),
                     )
                 };
                 frags[2 * grp] = [lo[0], hi[0], lo[1], hi[1]];
@@ -246,7 +262,8 @@ macro_rules! wgmma_blocks_kernels {
         /// ceil(n / tile_t), splits)`. Each 64-deep step copies a `tile_t x 64` slice of `x`
         /// into one of `WGMMA_STAGES` buffers, each fourth the rows' next 256 weights.
         ///
-        /// PRECONDITIONS: `n_in % 256 == 0`; `w` and `x` 16-byte aligned, `x` not
+        /// PRECONDITIONS: `n_in % 256 == 0`, rows of whole 16-byte pieces (`n_in /
+        /// BLOCK_LEN * BLOCK_BYTES % 16 == 0`); `w` and `x` 16-byte aligned, `x` not
         /// overlapping `out` (a split past the last stage of 256 stores zeros);
         /// `wgmma_blocks_shared_bytes` of dynamic shared memory; `bias` null and
         /// `accumulate == 0` when split.
@@ -283,4 +300,7 @@ macro_rules! wgmma_blocks_kernels {
 
 wgmma_blocks_kernels! {
     Q8_0 => gemm_wgmma_q8_0;
+    Q4K => gemm_wgmma_q4_k;
+    Q5K => gemm_wgmma_q5_k;
+    Q6K => gemm_wgmma_q6_k;
 }

@@ -66,13 +66,24 @@ pub const WGMMA_BLOCKS_STAGE_K: usize = 256;
 pub const fn wgmma_blocks_run(block_len: usize, block_bytes: usize) -> usize {
     WGMMA_BLOCKS_STAGE_K / block_len * block_bytes
 }
+/// Warpgroup GEMM over GGUF blocks: bytes a row's run takes in shared memory, whole 16-byte
+/// pieces: the run itself where it is some (Q8_0's 272, Q4_K's 144), else the aligned
+/// pieces around it (Q6_K's 210 bytes start at any even offset: 14 pieces, 224 bytes).
+pub const fn wgmma_blocks_run_stride(block_len: usize, block_bytes: usize) -> usize {
+    let run = wgmma_blocks_run(block_len, block_bytes);
+    match run % 16 {
+        0 => run,
+        // Runs start at even offsets: up to 14 bytes into their first piece.
+        _ => (run + 14).div_ceil(16) * 16,
+    }
+}
 /// Warpgroup GEMM over GGUF blocks: dynamic shared memory of a launch: `WGMMA_STAGES`
 /// steps of the tokens' swizzled `[256][64]` bf16 tile, two stages of the rows'
-/// `[128][run]` bytes (one being decoded, one arriving), and 1 KiB to align the tiles to
-/// the swizzle's period (197 KiB for Q8_0: one block per SM).
+/// `[128][run stride]` bytes (one being decoded, one arriving), and 1 KiB to align the
+/// tiles to the swizzle's period (197 KiB for Q8_0: one block per SM).
 pub const fn wgmma_blocks_shared_bytes(block_len: usize, block_bytes: usize) -> usize {
     WGMMA_STAGES * WGMMA_BLOCKS_WIDTHS[1] * WGMMA_BK * 2
-        + 2 * WGMMA_BLOCKS_ROWS * wgmma_blocks_run(block_len, block_bytes)
+        + 2 * WGMMA_BLOCKS_ROWS * wgmma_blocks_run_stride(block_len, block_bytes)
         + 1024
 }
 

@@ -55,22 +55,26 @@ impl Kernels {
 
 impl Kernels {
     /// `gemm_wgmma_<type>` and its name, where this build has it for the type (sm_90a, and
-    /// the types whose lanes decode in the reduction's order: Q8_0).
+    /// the types whose lanes decode in the reduction's order: Q8_0, Q4_K, Q5_K, Q6_K).
     pub(super) fn gemm_wgmma_blocks(&self, ty: BlockType) -> Option<(&CudaFunction, &'static str)> {
-        match ty {
-            BlockType::Q8_0 => self
-                .gemm_wgmma_q8_0
-                .as_ref()
-                .map(|f| (f, "gemm_wgmma_q8_0")),
-            _ => None,
-        }
+        let (func, name) = match ty {
+            BlockType::Q8_0 => (&self.gemm_wgmma_q8_0, "gemm_wgmma_q8_0"),
+            BlockType::Q4K => (&self.gemm_wgmma_q4_k, "gemm_wgmma_q4_k"),
+            BlockType::Q5K => (&self.gemm_wgmma_q5_k, "gemm_wgmma_q5_k"),
+            BlockType::Q6K => (&self.gemm_wgmma_q6_k, "gemm_wgmma_q6_k"),
+            _ => return None,
+        };
+        func.as_ref().map(|f| (f, name))
     }
 }
 
 impl Gpu {
-    /// Whether `gemm_wgmma_<ty>` runs here for rows of `n_in` weights.
+    /// Whether `gemm_wgmma_<ty>` runs here for rows of `n_in` weights: whole stages of
+    /// the reduction, and rows of whole 16-byte pieces (Q6_K: `n_in` a multiple of 2048).
     pub fn has_wgmma_blocks(&self, ty: BlockType, n_in: usize) -> bool {
-        self.kernels.gemm_wgmma_blocks(ty).is_some() && n_in.is_multiple_of(WGMMA_BLOCKS_STAGE_K)
+        self.kernels.gemm_wgmma_blocks(ty).is_some()
+            && n_in.is_multiple_of(WGMMA_BLOCKS_STAGE_K)
+            && ty.row_bytes(n_in).is_multiple_of(16)
     }
 
     /// The tokens' tile width and the split `gemm_wgmma_<type>` runs `n` tokens through an
@@ -100,13 +104,19 @@ impl Gpu {
     ) -> Result<()> {
         let Some((func, name)) = self.kernels.gemm_wgmma_blocks(ty) else {
             return Err(crate::error::Error::Unsupported(format!(
-                "gemm_wgmma_{ty} needs a Hopper GPU (sm_90a) and a type it decodes (q8_0)"
+                "gemm_wgmma_{ty} needs a Hopper GPU (sm_90a) and a type it decodes (q8_0, q4_k, \
+                 q5_k, q6_k)"
             )));
         };
         check_matrix(self, ty, w, None, n_out, n_in);
         assert!(
             n_in.is_multiple_of(WGMMA_BLOCKS_STAGE_K),
             "{name} takes the reduction in stages of {WGMMA_BLOCKS_STAGE_K}: n_in {n_in}"
+        );
+        assert!(
+            ty.row_bytes(n_in).is_multiple_of(16),
+            "{name} copies rows in 16-byte pieces: n_in {n_in} makes rows of {} bytes",
+            ty.row_bytes(n_in)
         );
         let (tile_t, splits) = (plan.tile_n, plan.k_splits);
         assert!(

@@ -113,6 +113,7 @@ kernel_table!(
     sum_step1_warp_f32,
     sum_step2_block_f32;
     optional: gemm_wgmma_bf16, gemm_wgmma_fp8, quantize_fp8_f32, gemm_wgmma_q8_0,
+        gemm_wgmma_q4_k, gemm_wgmma_q5_k, gemm_wgmma_q6_k,
 );
 
 impl Kernels {
@@ -144,6 +145,21 @@ impl Kernels {
                 self.gemm_wgmma_q8_0.as_ref(),
                 "gemm_wgmma_q8_0",
                 wgmma_blocks_shared_bytes(32, 34),
+            ),
+            (
+                self.gemm_wgmma_q4_k.as_ref(),
+                "gemm_wgmma_q4_k",
+                wgmma_blocks_shared_bytes(256, 144),
+            ),
+            (
+                self.gemm_wgmma_q5_k.as_ref(),
+                "gemm_wgmma_q5_k",
+                wgmma_blocks_shared_bytes(256, 176),
+            ),
+            (
+                self.gemm_wgmma_q6_k.as_ref(),
+                "gemm_wgmma_q6_k",
+                wgmma_blocks_shared_bytes(256, 210),
             ),
             (
                 Some(&self.attention_mma_bf16),
