@@ -494,26 +494,51 @@ pub struct Q6Part {
     m: usize,
 }
 
+/// Loads part `c` of sub-block `g % 8` of a Q6_K block: weights `8c ..` of the sub-block
+/// (one of its two scales), or with `K16` its weights in the tensor cores' order (the first
+/// four of its first 16 and the first scale, the last four of its second).
+///
+/// # Safety
+/// As `Parts::load_part` (2-byte aligned blocks).
+#[inline(always)]
+unsafe fn load_q6<const K16: bool>(row: Shared, g: usize, c: usize) -> Q6Part {
+    let block = g / 8 * 210;
+    let (half, m) = ((g % 8) / 4, g % 4);
+    // Eight bytes of a 32-byte run from its start `at`.
+    // SAFETY (both): every offset is even and inside the 210-byte block.
+    let bytes = |at: usize| unsafe {
+        match K16 {
+            true => row.k16_words(at + 2 * c),
+            false => row.words_16(at + 8 * c),
+        }
+    };
+    // SAFETY: as above.
+    let (scales, d) = unsafe {
+        (
+            row.u16(block + 192 + 8 * half + 2 * m),
+            row.u16(block + 208),
+        )
+    };
+    let scale = |k: usize| (scales >> (8 * k) as u32) as u8 as i8;
+    Q6Part {
+        ql: bytes(block + 64 * half + 32 * (m % 2)),
+        qh: bytes(block + 128 + 32 * half),
+        scales: match K16 {
+            true => [scale(0), scale(1)],
+            false => [scale(c / 2); 2],
+        },
+        d,
+        m,
+    }
+}
+
 impl Parts for Q6K {
     type Part = Q6Part;
 
     #[inline(always)]
     unsafe fn load_part(row: Shared, g: usize, c: usize) -> Q6Part {
-        let block = g / 8 * 210;
-        let (half, m) = ((g % 8) / 4, g % 4);
-        // SAFETY: every offset is even and inside the 210-byte block. Weights 8c.. share one
-        // of the sub-block's two scales: the first for c < 2.
-        unsafe {
-            let scales = row.u16(block + 192 + 8 * half + 2 * m);
-            let scale = (scales >> (8 * (c / 2)) as u32) as u8 as i8;
-            Q6Part {
-                ql: row.words_16(block + 64 * half + 32 * (m % 2) + 8 * c),
-                qh: row.words_16(block + 128 + 32 * half + 8 * c),
-                scales: [scale; 2],
-                d: row.u16(block + 208),
-                m,
-            }
-        }
+        // SAFETY: the caller's guarantee.
+        unsafe { load_q6::<false>(row, g, c) }
     }
 
     /// `(q - 32) * scale` in bf16 pairs, the scale rounded to bf16 first.
@@ -557,20 +582,7 @@ impl K16Parts for Q5K {
 impl K16Parts for Q6K {
     #[inline(always)]
     unsafe fn load_k16(row: Shared, g: usize, c: usize) -> Q6Part {
-        let block = g / 8 * 210;
-        let (half, m) = ((g % 8) / 4, g % 4);
-        // SAFETY: every offset is even and inside the 210-byte block. The lane's first four
-        // weights are of the sub-block's first 16 (its first scale), the last four of its
-        // second.
-        unsafe {
-            let scales = row.u16(block + 192 + 8 * half + 2 * m);
-            Q6Part {
-                ql: row.k16_words(block + 64 * half + 32 * (m % 2) + 2 * c),
-                qh: row.k16_words(block + 128 + 32 * half + 2 * c),
-                scales: [scales as u8 as i8, (scales >> 8) as u8 as i8],
-                d: row.u16(block + 208),
-                m,
-            }
-        }
+        // SAFETY: as `load_part`.
+        unsafe { load_q6::<true>(row, g, c) }
     }
 }

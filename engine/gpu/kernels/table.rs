@@ -142,26 +142,6 @@ impl Kernels {
                 WGMMA_SHARED_BYTES,
             ),
             (
-                self.gemm_wgmma_q8_0.as_ref(),
-                "gemm_wgmma_q8_0",
-                wgmma_blocks_shared_bytes(32, 34),
-            ),
-            (
-                self.gemm_wgmma_q4_k.as_ref(),
-                "gemm_wgmma_q4_k",
-                wgmma_blocks_shared_bytes(256, 144),
-            ),
-            (
-                self.gemm_wgmma_q5_k.as_ref(),
-                "gemm_wgmma_q5_k",
-                wgmma_blocks_shared_bytes(256, 176),
-            ),
-            (
-                self.gemm_wgmma_q6_k.as_ref(),
-                "gemm_wgmma_q6_k",
-                wgmma_blocks_shared_bytes(256, 210),
-            ),
-            (
                 Some(&self.attention_mma_bf16),
                 "attention_mma_bf16",
                 attn_mma_shared_bytes(128),
@@ -180,7 +160,13 @@ impl Kernels {
                     .unwrap_or(0);
                 (Some(func), name, bytes)
             });
-        for (func, name, bytes) in big.into_iter().chain(blocks) {
+        // And its `gemm_wgmma_<type>`, where the build has it (sm_90a).
+        let wgmma_blocks = BlockType::ALL.into_iter().filter_map(|ty| {
+            let (func, name) = self.gemm_wgmma_blocks(ty)?;
+            let bytes = wgmma_blocks_shared_bytes(ty.block_len(), ty.block_bytes());
+            Some((Some(func), name, bytes))
+        });
+        for (func, name, bytes) in big.into_iter().chain(blocks).chain(wgmma_blocks) {
             use cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_SHARED;
             let Some(func) = func else { continue };
             func.set_attribute(MAX_SHARED, bytes as i32)
