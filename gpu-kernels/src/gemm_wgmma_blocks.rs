@@ -107,7 +107,7 @@ unsafe fn body<B: K16Parts, A: Accumulators>(a: &Args) {
         };
         if let Some(i) = stage.filter(|&i| i * STAGE_STEPS < steps) {
             let pieces = run_stride / 16;
-            let start = (first + i) * run_bytes & !15;
+            let start = ((first + i) * run_bytes) & !15;
             let mut e = tid;
             while e < WGMMA_BLOCKS_ROWS * pieces {
                 let (r, p) = (e / pieces, e % pieces);
