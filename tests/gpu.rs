@@ -56,7 +56,7 @@ const TESTS: &[(&str, Test)] = &[
         gemm_blocks,
     ),
     (
-        "kernel::gemm_wgmma_q8_0 .. gemm_wgmma_q6_k (both tiles of tokens, and their splits)",
+        "kernel::gemm_wgmma_q4_0 .. gemm_wgmma_q6_k (both tiles of tokens, and their splits)",
         gemm_wgmma_blocks,
     ),
     ("kernel::gemm_step1_simt_bf16", gemm_step1_simt_bf16),
@@ -109,7 +109,7 @@ const TESTS: &[(&str, Test)] = &[
         quantized_batch_matches_runs_alone,
     ),
     (
-        "model::prompts_on_blocks_match_chunks (q8_0, q4_k_m)",
+        "model::prompts_on_blocks_match_chunks (q8_0, q4_0, q4_k_m)",
         prompts_on_blocks_match_chunks,
     ),
     (
@@ -1172,7 +1172,7 @@ fn gemm_blocks(g: &Gpu, rng: &mut StdRng) {
 /// accumulation; then the reduction split 2, 3 and 8 ways, the parts added by
 /// `gemm_skinny_reduce_f32`; then the plan the engine takes for each shape.
 fn gemm_wgmma_blocks(g: &Gpu, rng: &mut StdRng) {
-    use rustle::cpu::quant::{gemm_wgmma_q4_k, gemm_wgmma_q5_k, gemm_wgmma_q6_k, gemm_wgmma_q8_0};
+    use rustle::cpu::quant as twins;
     let shapes: &[(usize, usize, usize, usize, bool, bool)] = &[
         (256, 1, 65, 1, false, false),
         (512, 130, 129, 131, true, false),
@@ -1181,26 +1181,36 @@ fn gemm_wgmma_blocks(g: &Gpu, rng: &mut StdRng) {
         (2048, 64, 513, 70, false, false),
         (14336, 130, 129, 130, true, false),
     ];
-    // Q6_K's rows are whole 16-byte pieces from 2048 weights on: it takes the last three.
-    let types = [
-        (BlockType::Q8_0, gemm_wgmma_q8_0 as BlocksTwin, shapes.len()),
-        (BlockType::Q4K, gemm_wgmma_q4_k, shapes.len()),
-        (BlockType::Q5K, gemm_wgmma_q5_k, shapes.len()),
-        (BlockType::Q6K, gemm_wgmma_q6_k, 3),
-    ];
-    for (ty, twin_fn, taken) in types {
+    // Every GGUF type (fp8 has its own kernel, `gemm_wgmma_fp8`).
+    let types = BlockType::ALL.into_iter().filter_map(|ty| {
+        let twin: BlocksTwin = match ty {
+            BlockType::Q4_0 => twins::gemm_wgmma_q4_0,
+            BlockType::Q4_1 => twins::gemm_wgmma_q4_1,
+            BlockType::Q5_0 => twins::gemm_wgmma_q5_0,
+            BlockType::Q5_1 => twins::gemm_wgmma_q5_1,
+            BlockType::Q8_0 => twins::gemm_wgmma_q8_0,
+            BlockType::Q4K => twins::gemm_wgmma_q4_k,
+            BlockType::Q5K => twins::gemm_wgmma_q5_k,
+            BlockType::Q6K => twins::gemm_wgmma_q6_k,
+            BlockType::Fp8 => return None,
+        };
+        Some((ty, twin))
+    });
+    for (ty, twin) in types {
         let shapes: Vec<BlocksShape> = shapes
             .iter()
             .map(blocks_shape)
             .filter(|s| g.has_wgmma_blocks(ty, s.n_in))
             .collect();
+        // Q6_K's rows are whole 16-byte pieces from 2048 weights on: it takes the last three.
+        let taken = if ty == BlockType::Q6K { 3 } else { 6 };
         assert_eq!(
             shapes.len(),
             taken,
             "gemm_wgmma_{ty} is in the sm_90a build"
         );
         for &shape in &shapes {
-            gemm_wgmma_blocks_shape(g, rng, ty, twin_fn, shape);
+            gemm_wgmma_blocks_shape(g, rng, ty, twin, shape);
         }
     }
 }
@@ -2476,6 +2486,8 @@ fn prompts_on_blocks_match_chunks(g: &Gpu, rng: &mut StdRng) {
     let (c, _) = synthetic_llama3(rng);
     let q8_0 = Synthetic::Blocks(BlockType::Q8_0);
     prompt_on_blocks_matches_chunks(g, rng, &c, q8_0, "gemm_wgmma_q8_0", 5 * c.n_layers, 1);
+    let q4_0 = Synthetic::Blocks(BlockType::Q4_0);
+    prompt_on_blocks_matches_chunks(g, rng, &c, q4_0, "gemm_wgmma_q4_0", 5 * c.n_layers, 1);
     // Q4_K_M: o, gate and up in every layer; qkv and down where v and down are Q4_K too.
     let q4_k_m = Synthetic::Q4KM;
     let wide = (0..c.n_layers)

@@ -439,6 +439,10 @@ macro_rules! gemm_twins {
 }
 
 gemm_twins! {
+    Q4_0 => gemm_wgmma_q4_0;
+    Q4_1 => gemm_wgmma_q4_1;
+    Q5_0 => gemm_wgmma_q5_0;
+    Q5_1 => gemm_wgmma_q5_1;
     Q8_0 => gemm_wgmma_q8_0;
     Q4K => gemm_wgmma_q4_k;
     Q5K => gemm_wgmma_q5_k;

@@ -87,12 +87,17 @@ impl Shared {
     #[inline(always)]
     unsafe fn k16_words(self, at: usize) -> [u32; 2] {
         // SAFETY: the caller's guarantee.
-        unsafe {
-            [
-                self.u16(at) | self.u16(at + 8) << 16,
-                self.u16(at + 16) | self.u16(at + 24) << 16,
-            ]
-        }
+        unsafe { [self.k16_word(at), self.k16_word(at + 16)] }
+    }
+
+    /// Bytes `at`, `at + 1`, `at + 8`, `at + 9` as a word: `k16_words`'s first.
+    ///
+    /// # Safety
+    /// As `u16`, for the 10 bytes from `at` (2-byte aligned).
+    #[inline(always)]
+    unsafe fn k16_word(self, at: usize) -> u32 {
+        // SAFETY: the caller's guarantee.
+        unsafe { self.u16(at) | self.u16(at + 8) << 16 }
     }
 
     /// Two words at byte `at` (4-byte aligned).
@@ -304,6 +309,23 @@ impl Parts for Q5_1 {
         let (d, m) = (p.d(), p.m());
         pack8(eight(|i| fma(d, small(p.value(i), 0.0), m)))
     }
+}
+
+/// A 32-weight block's nibbles in the tensor cores' order (`K16Parts`): bytes `2c, 2c + 1,
+/// 2c + 8, 2c + 9` (`word`) hold the lane's first four weights in their low nibbles and its
+/// last four (16 on) in their high ones, so the part's eight bytes are the word and the word
+/// shifted by a nibble, and its shift 0.
+#[inline(always)]
+fn k16_nibbles(word: u32) -> [u32; 2] {
+    [word, word >> 4]
+}
+
+/// The fifth bits of a lane's eight weights in the tensor cores' order, bit i for weight i:
+/// bits `2c, 2c + 1, 2c + 8, 2c + 9` of the block's `qh`, then the same 16 on.
+#[inline(always)]
+fn k16_fifth(qh: u32, c: usize) -> u32 {
+    let h = qh >> (2 * c) as u32;
+    h & 0x3 | (h >> 6) & 0xc | (h >> 12) & 0x30 | (h >> 18) & 0xc0
 }
 
 /// Eight signed bytes of a Q8_0 block and its `d`.
@@ -584,5 +606,69 @@ impl K16Parts for Q6K {
     unsafe fn load_k16(row: Shared, g: usize, c: usize) -> Q6Part {
         // SAFETY: as `load_part`.
         unsafe { load_q6::<true>(row, g, c) }
+    }
+}
+
+impl K16Parts for Q4_0 {
+    #[inline(always)]
+    unsafe fn load_k16(row: Shared, g: usize, c: usize) -> NibblePart {
+        let block = 18 * g;
+        // SAFETY: as `load_part`.
+        unsafe {
+            NibblePart {
+                head: row.u16(block),
+                q: k16_nibbles(row.k16_word(block + 2 + 2 * c)),
+                shift: 0,
+                fifth: 0,
+            }
+        }
+    }
+}
+
+impl K16Parts for Q4_1 {
+    #[inline(always)]
+    unsafe fn load_k16(row: Shared, g: usize, c: usize) -> NibblePart {
+        let block = 20 * g;
+        // SAFETY: as `load_part`.
+        unsafe {
+            NibblePart {
+                head: row.u32(block),
+                q: k16_nibbles(row.k16_word(block + 4 + 2 * c)),
+                shift: 0,
+                fifth: 0,
+            }
+        }
+    }
+}
+
+impl K16Parts for Q5_0 {
+    #[inline(always)]
+    unsafe fn load_k16(row: Shared, g: usize, c: usize) -> NibblePart {
+        let block = 22 * g;
+        // SAFETY: as `load_part`.
+        unsafe {
+            NibblePart {
+                head: row.u16(block),
+                q: k16_nibbles(row.k16_word(block + 6 + 2 * c)),
+                shift: 0,
+                fifth: k16_fifth(row.u16(block + 2) | row.u16(block + 4) << 16, c),
+            }
+        }
+    }
+}
+
+impl K16Parts for Q5_1 {
+    #[inline(always)]
+    unsafe fn load_k16(row: Shared, g: usize, c: usize) -> NibblePart {
+        let block = 24 * g;
+        // SAFETY: as `load_part`.
+        unsafe {
+            NibblePart {
+                head: row.u32(block),
+                q: k16_nibbles(row.k16_word(block + 8 + 2 * c)),
+                shift: 0,
+                fifth: k16_fifth(row.u32(block + 4), c),
+            }
+        }
     }
 }

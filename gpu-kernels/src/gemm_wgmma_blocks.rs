@@ -17,11 +17,12 @@
 //! the step before: the decoding hides under the products.
 //!
 //! The weights stream through shared memory in stages of 256 weights a row (four steps),
-//! copied by `cp.async` in whole 16-byte pieces (a Q8_0 row's run of 256 weights is 272
-//! bytes, Q4_K's 144; Q6_K's 210 start at any even offset, and take the 14 pieces around
-//! them), two stages held: one being decoded, the next arriving. A lane reads only its own
-//! elements (`K16Parts::load_k16`), in the reduction's own order, since the activations
-//! reach the tensor cores unrenumbered.
+//! copied by `cp.async` in whole 16-byte pieces (a row's run of 256 weights is 144 bytes in
+//! Q4_0 and Q4_K, 160 in Q4_1, 176 in Q5_0 and Q5_K, 192 in Q5_1, 272 in Q8_0; Q6_K's 210
+//! start at any even offset, and take the 14 pieces around them), two stages held: one
+//! being decoded, the next arriving. A lane reads only its own elements
+//! (`K16Parts::load_k16`), in the reduction's own order, since the activations reach the
+//! tensor cores unrenumbered.
 
 use crate::block_parts::{K16Parts, Shared};
 use crate::device::{
@@ -31,7 +32,7 @@ use crate::device::{
 use crate::gemm_blocks::Args;
 use crate::gemm_skinny::Store;
 use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, shared_addr};
-use crate::quant_blocks::{Q4K, Q5K, Q6K, Q8_0};
+use crate::quant_blocks::{Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
 use crate::tiles::{
     WGMMA_BK, WGMMA_BLOCKS_ROWS, WGMMA_BLOCKS_STAGE_K, WGMMA_BLOCKS_WIDTHS, WGMMA_STAGES,
     WGMMA_THREADS, wgmma_blocks_run, wgmma_blocks_run_stride,
@@ -299,6 +300,10 @@ macro_rules! wgmma_blocks_kernels {
 }
 
 wgmma_blocks_kernels! {
+    Q4_0 => gemm_wgmma_q4_0;
+    Q4_1 => gemm_wgmma_q4_1;
+    Q5_0 => gemm_wgmma_q5_0;
+    Q5_1 => gemm_wgmma_q5_1;
     Q8_0 => gemm_wgmma_q8_0;
     Q4K => gemm_wgmma_q4_k;
     Q5K => gemm_wgmma_q5_k;

@@ -55,14 +55,18 @@ impl Kernels {
 
 impl Kernels {
     /// `gemm_wgmma_<type>` and its name, where this build has it for the type (sm_90a, and
-    /// the types whose lanes decode in the reduction's order: Q8_0, Q4_K, Q5_K, Q6_K).
+    /// every GGUF type rustle keeps in blocks).
     pub(super) fn gemm_wgmma_blocks(&self, ty: BlockType) -> Option<(&CudaFunction, &'static str)> {
         let (func, name) = match ty {
+            BlockType::Q4_0 => (&self.gemm_wgmma_q4_0, "gemm_wgmma_q4_0"),
+            BlockType::Q4_1 => (&self.gemm_wgmma_q4_1, "gemm_wgmma_q4_1"),
+            BlockType::Q5_0 => (&self.gemm_wgmma_q5_0, "gemm_wgmma_q5_0"),
+            BlockType::Q5_1 => (&self.gemm_wgmma_q5_1, "gemm_wgmma_q5_1"),
             BlockType::Q8_0 => (&self.gemm_wgmma_q8_0, "gemm_wgmma_q8_0"),
             BlockType::Q4K => (&self.gemm_wgmma_q4_k, "gemm_wgmma_q4_k"),
             BlockType::Q5K => (&self.gemm_wgmma_q5_k, "gemm_wgmma_q5_k"),
             BlockType::Q6K => (&self.gemm_wgmma_q6_k, "gemm_wgmma_q6_k"),
-            _ => return None,
+            BlockType::Fp8 => return None,
         };
         func.as_ref().map(|f| (f, name))
     }
@@ -104,8 +108,8 @@ impl Gpu {
     ) -> Result<()> {
         let Some((func, name)) = self.kernels.gemm_wgmma_blocks(ty) else {
             return Err(crate::error::Error::Unsupported(format!(
-                "gemm_wgmma_{ty} needs a Hopper GPU (sm_90a) and a type it decodes (q8_0, q4_k, \
-                 q5_k, q6_k)"
+                "gemm_wgmma_{ty} needs a Hopper GPU (sm_90a) and a GGUF type (fp8 takes \
+                 gemm_wgmma_fp8)"
             )));
         };
         check_matrix(self, ty, w, None, n_out, n_in);

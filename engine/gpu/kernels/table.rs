@@ -112,8 +112,9 @@ kernel_table!(
     gemm_q6_k,
     sum_step1_warp_f32,
     sum_step2_block_f32;
-    optional: gemm_wgmma_bf16, gemm_wgmma_fp8, quantize_fp8_f32, gemm_wgmma_q8_0,
-        gemm_wgmma_q4_k, gemm_wgmma_q5_k, gemm_wgmma_q6_k,
+    optional: gemm_wgmma_bf16, gemm_wgmma_fp8, quantize_fp8_f32, gemm_wgmma_q4_0,
+        gemm_wgmma_q4_1, gemm_wgmma_q5_0, gemm_wgmma_q5_1, gemm_wgmma_q8_0, gemm_wgmma_q4_k,
+        gemm_wgmma_q5_k, gemm_wgmma_q6_k,
 );
 
 impl Kernels {
