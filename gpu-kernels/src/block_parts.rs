@@ -609,19 +609,29 @@ impl K16Parts for Q6K {
     }
 }
 
+/// Part `c` of a 32-weight block in the tensor cores' order (`K16Parts`): its `head` (d, or
+/// d and m), its nibbles from byte `nibbles` of the stage, its fifth bits `qh` (0 for the
+/// four-bit types).
+///
+/// # Safety
+/// As `Shared::u16`, for the 16 bytes from `nibbles` (2-byte aligned).
+#[inline(always)]
+unsafe fn nibble_k16(row: Shared, head: u32, nibbles: usize, qh: u32, c: usize) -> NibblePart {
+    NibblePart {
+        head,
+        // SAFETY: the caller's guarantee.
+        q: k16_nibbles(unsafe { row.k16_word(nibbles + 2 * c) }),
+        shift: 0,
+        fifth: k16_fifth(qh, c),
+    }
+}
+
 impl K16Parts for Q4_0 {
     #[inline(always)]
     unsafe fn load_k16(row: Shared, g: usize, c: usize) -> NibblePart {
         let block = 18 * g;
         // SAFETY: as `load_part`.
-        unsafe {
-            NibblePart {
-                head: row.u16(block),
-                q: k16_nibbles(row.k16_word(block + 2 + 2 * c)),
-                shift: 0,
-                fifth: 0,
-            }
-        }
+        unsafe { nibble_k16(row, row.u16(block), block + 2, 0, c) }
     }
 }
 
@@ -630,14 +640,7 @@ impl K16Parts for Q4_1 {
     unsafe fn load_k16(row: Shared, g: usize, c: usize) -> NibblePart {
         let block = 20 * g;
         // SAFETY: as `load_part`.
-        unsafe {
-            NibblePart {
-                head: row.u32(block),
-                q: k16_nibbles(row.k16_word(block + 4 + 2 * c)),
-                shift: 0,
-                fifth: 0,
-            }
-        }
+        unsafe { nibble_k16(row, row.u32(block), block + 4, 0, c) }
     }
 }
 
@@ -647,12 +650,11 @@ impl K16Parts for Q5_0 {
         let block = 22 * g;
         // SAFETY: as `load_part`.
         unsafe {
-            NibblePart {
-                head: row.u16(block),
-                q: k16_nibbles(row.k16_word(block + 6 + 2 * c)),
-                shift: 0,
-                fifth: k16_fifth(row.u16(block + 2) | row.u16(block + 4) << 16, c),
-            }
+            let (head, qh) = (
+                row.u16(block),
+                row.u16(block + 2) | row.u16(block + 4) << 16,
+            );
+            nibble_k16(row, head, block + 6, qh, c)
         }
     }
 }
@@ -662,13 +664,6 @@ impl K16Parts for Q5_1 {
     unsafe fn load_k16(row: Shared, g: usize, c: usize) -> NibblePart {
         let block = 24 * g;
         // SAFETY: as `load_part`.
-        unsafe {
-            NibblePart {
-                head: row.u32(block),
-                q: k16_nibbles(row.k16_word(block + 8 + 2 * c)),
-                shift: 0,
-                fifth: k16_fifth(row.u32(block + 4), c),
-            }
-        }
+        unsafe { nibble_k16(row, row.u32(block), block + 8, row.u32(block + 4), c) }
     }
 }
