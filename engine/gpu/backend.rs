@@ -434,7 +434,8 @@ impl GpuWeights {
 /// less than decoding the blocks in every tile of tokens. Measured on the H200 (Llama 3 8B
 /// in Q8_0, BENCHMARKS.md round 36), the prefill through it against the dequantizer's: 128
 /// tokens 12.5-12.6 ms against 14.1-14.3, 192 tokens 16.8 against 15.4, 256 17.3 against
-/// 16.4, 512 29.4 against 23.8. Q4_K_M's mix at 128 tokens (round 38): 12.6 against 13.6.
+/// 16.4, 512 29.4 against 23.8. At 128 tokens, Q4_K_M's mix (round 38) 12.6 against 13.6,
+/// Q4_0 (round 39) 11.2 against 13.0.
 const WGMMA_BLOCKS_MAX_TOKENS: usize = 128;
 
 /// Whether every part of a matrix of GGUF blocks (rows of `n_in` weights) has its
