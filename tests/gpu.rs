@@ -1172,7 +1172,6 @@ fn gemm_blocks(g: &Gpu, rng: &mut StdRng) {
 /// accumulation; then the reduction split 2, 3 and 8 ways, the parts added by
 /// `gemm_skinny_reduce_f32`; then the plan the engine takes for each shape.
 fn gemm_wgmma_blocks(g: &Gpu, rng: &mut StdRng) {
-    use rustle::cpu::quant as twins;
     let shapes: &[(usize, usize, usize, usize, bool, bool)] = &[
         (256, 1, 65, 1, false, false),
         (512, 130, 129, 131, true, false),
@@ -1182,51 +1181,32 @@ fn gemm_wgmma_blocks(g: &Gpu, rng: &mut StdRng) {
         (14336, 130, 129, 130, true, false),
     ];
     // Every GGUF type (fp8 has its own kernel, `gemm_wgmma_fp8`).
-    let types = BlockType::ALL.into_iter().filter_map(|ty| {
-        let twin: BlocksTwin = match ty {
-            BlockType::Q4_0 => twins::gemm_wgmma_q4_0,
-            BlockType::Q4_1 => twins::gemm_wgmma_q4_1,
-            BlockType::Q5_0 => twins::gemm_wgmma_q5_0,
-            BlockType::Q5_1 => twins::gemm_wgmma_q5_1,
-            BlockType::Q8_0 => twins::gemm_wgmma_q8_0,
-            BlockType::Q4K => twins::gemm_wgmma_q4_k,
-            BlockType::Q5K => twins::gemm_wgmma_q5_k,
-            BlockType::Q6K => twins::gemm_wgmma_q6_k,
-            BlockType::Fp8 => return None,
-        };
-        Some((ty, twin))
-    });
-    for (ty, twin) in types {
-        let shapes: Vec<BlocksShape> = shapes
+    for ty in BlockType::ALL.into_iter().filter(|&t| t != BlockType::Fp8) {
+        let taken: Vec<BlocksShape> = shapes
             .iter()
             .map(blocks_shape)
             .filter(|s| g.has_wgmma_blocks(ty, s.n_in))
             .collect();
         // Q6_K's rows are whole 16-byte pieces from 2048 weights on: it takes the last three.
-        let taken = if ty == BlockType::Q6K { 3 } else { 6 };
+        let expected = if ty == BlockType::Q6K {
+            3
+        } else {
+            shapes.len()
+        };
         assert_eq!(
-            shapes.len(),
-            taken,
+            taken.len(),
+            expected,
             "gemm_wgmma_{ty} is in the sm_90a build"
         );
-        for &shape in &shapes {
-            gemm_wgmma_blocks_shape(g, rng, ty, twin, shape);
+        for &shape in &taken {
+            gemm_wgmma_blocks_shape(g, rng, ty, shape);
         }
     }
 }
 
-/// A GGUF GEMM's CPU twin (`out, x, w, bias, n, n_in, n_out, out_stride, accumulate`).
-type BlocksTwin = fn(&mut [f32], &[u16], &[u8], Option<&[f32]>, usize, usize, usize, usize, bool);
-
 /// `gemm_wgmma_blocks`'s checks of one type and shape: every tile and split, then the
 /// engine's plan.
-fn gemm_wgmma_blocks_shape(
-    g: &Gpu,
-    rng: &mut StdRng,
-    ty: BlockType,
-    twin_fn: BlocksTwin,
-    shape: BlocksShape,
-) {
+fn gemm_wgmma_blocks_shape(g: &Gpu, rng: &mut StdRng, ty: BlockType, shape: BlocksShape) {
     let BlocksShape {
         n_in,
         n_out,
@@ -1235,7 +1215,8 @@ fn gemm_wgmma_blocks_shape(
         ..
     } = shape;
     let twin = |out: &mut [f32], x: &[u16], w: &[u8], b: Option<&[f32]>| {
-        twin_fn(out, x, w, b, n, n_in, n_out, stride, shape.accumulate);
+        let acc = shape.accumulate;
+        rustle::cpu::quant::gemm_blocks(ty, out, x, w, b, n, n_in, n_out, stride, acc);
     };
     // Splits past the last stage are kept: their parts must be zeros.
     let engine = g.wgmma_blocks_plan(n, n_in, n_out);
