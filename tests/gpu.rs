@@ -45,7 +45,11 @@ const TESTS: &[(&str, Test)] = &[
     ),
     (
         "kernel::gemv_swiglu_q4_0 .. gemv_swiglu_fp8 (every block type)",
-        gemv_swiglu_blocks,
+        |g, rng| gemv_swiglu_blocks(&without_stream(g), rng),
+    ),
+    (
+        "kernel::gemv_swiglu_stream_q4_0 .. q6_k (grids of the GPU's size and of 2 SMs)",
+        gemv_stream_blocks,
     ),
     (
         "kernel::dequant_q4_0 .. dequant_fp8 (every block type)",
@@ -487,6 +491,32 @@ fn rmsnorm_q8_f32(g: &Gpu, rng: &mut StdRng) {
             );
         }
         assert!(gpu_scales[2..4] == [0.0, 0.0], "{what}: the group of zeros");
+    }
+}
+
+/// `g` with the gate-and-up GEMV on `gemv_swiglu_<type>`, not the streamed kernel.
+fn without_stream(g: &Gpu) -> Gpu {
+    let mut g = g.clone();
+    g.gemv_stream = false;
+    g
+}
+
+/// The streamed gate-and-up GEMV (`gemv_swiglu_stream_<type>`) against its twin on
+/// `gemv_swiglu_blocks`'s shapes (those whose rows are whole 16-byte pieces; the others take
+/// `gemv_swiglu_<type>`): once as the engine plans it, once as if the GPU had 2 SMs and a
+/// block room for two or three stages of two rows, so that each block walks hundreds of
+/// tiles and every stage is filled again and again.
+fn gemv_stream_blocks(g: &Gpu, rng: &mut StdRng) {
+    assert!(
+        g.kernels.gemv_swiglu_stream_q4_k.is_some(),
+        "this GPU's PTX has no streamed GEMV (it needs sm_90a)"
+    );
+    let mut small = g.clone();
+    (small.sm_count, small.stream_bytes) = (2, 24 * 1024);
+    for g in [g, &small] {
+        let mut g = g.clone();
+        g.gemv_stream = true;
+        gemv_swiglu_blocks(&g, rng);
     }
 }
 

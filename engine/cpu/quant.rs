@@ -314,6 +314,41 @@ gemv_twins! {
     Q6K => gemv_q6_k, gemv_swiglu_q6_k;
 }
 
+/// The streamed gate-and-up GEMVs' twins (`gemv_swiglu_stream_q4_k`, ...): each
+/// `gemv_swiglu_<type>`'s, with the kernel's stage count last, which changes how the GPU
+/// reads the weights and nothing of the result.
+macro_rules! swiglu_stream_twins {
+    ($($swiglu:ident => $stream:ident;)*) => {$(
+        #[doc = concat!("`", stringify!($swiglu), "`, whatever the stages.")]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $stream(
+            out: &mut [f32],
+            codes: &[u8],
+            scales: &[f32],
+            w_gate: &[u8],
+            w_up: &[u8],
+            n_tokens: usize,
+            n_in: usize,
+            n_out: usize,
+            out_stride: usize,
+            _stages: usize,
+        ) {
+            $swiglu(out, codes, scales, w_gate, w_up, n_tokens, n_in, n_out, out_stride)
+        }
+    )*};
+}
+
+swiglu_stream_twins! {
+    gemv_swiglu_q4_0 => gemv_swiglu_stream_q4_0;
+    gemv_swiglu_q4_1 => gemv_swiglu_stream_q4_1;
+    gemv_swiglu_q5_0 => gemv_swiglu_stream_q5_0;
+    gemv_swiglu_q5_1 => gemv_swiglu_stream_q5_1;
+    gemv_swiglu_q8_0 => gemv_swiglu_stream_q8_0;
+    gemv_swiglu_q4_k => gemv_swiglu_stream_q4_k;
+    gemv_swiglu_q5_k => gemv_swiglu_stream_q5_k;
+    gemv_swiglu_q6_k => gemv_swiglu_stream_q6_k;
+}
+
 /// Row `bytes` of `ty` as `gemm_<type>` hands it to the tensor cores, bf16 values in `out`:
 /// the k-quants and Q8_0 with each (sub-)block's scale (and min) rounded to bf16 and every
 /// `q * scale - min` rounded once, as `fma.rn.bf16x2` does; the other types decoded in f32

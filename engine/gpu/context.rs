@@ -9,6 +9,7 @@ use cudarc::nvrtc::Ptx;
 
 use super::kernels::table::{GemmSlots, Kernels};
 use crate::error::{Error, Result};
+use crate::gpu::tiles::STREAM_BLOCK_BYTES;
 
 /// Cloning shares the context, stream and module.
 #[derive(Clone)]
@@ -27,6 +28,14 @@ pub struct Gpu {
     /// placed on the GPU while the one before it drains; it waits for it on its first line
     /// (an instruction that does nothing when the launch did not ask for it).
     pub pdl: bool,
+    /// The decode step's gate and up GEMV over GGUF blocks streams its weights through
+    /// shared memory (`gemv_swiglu_stream_<type>`, sm_90a) where the build has the kernels
+    /// and the rows allow it; RUSTLE_GEMV_STREAM=0 keeps `gemv_swiglu_<type>`, to measure
+    /// what it brings.
+    pub gemv_stream: bool,
+    /// The streamed GEMV's shared memory a block (its stages), in bytes:
+    /// `STREAM_BLOCK_BYTES`, or RUSTLE_STREAM_BYTES to measure others.
+    pub stream_bytes: usize,
     /// While profiling: every launch with events around it, and the positions of the batch
     /// being run (shared by all clones).
     profile: Arc<Mutex<Option<Profiling>>>,
@@ -104,6 +113,12 @@ impl Gpu {
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(Error::driver("multiprocessor count"))? as usize;
         let gemm_slots = kernels.gemm_slots(sm_count)?;
+        let gemv_stream = kernels.gemv_swiglu_stream_q4_k.is_some()
+            && std::env::var("RUSTLE_GEMV_STREAM").map_or(true, |v| v != "0");
+        let stream_bytes = std::env::var("RUSTLE_STREAM_BYTES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(STREAM_BLOCK_BYTES);
         Ok(Gpu {
             profile: Arc::new(Mutex::new(None)),
             description: format!(
@@ -113,6 +128,8 @@ impl Gpu {
             sm_count,
             gemm_slots,
             pdl,
+            gemv_stream,
+            stream_bytes,
             ctx,
             stream,
             kernels,

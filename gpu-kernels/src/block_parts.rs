@@ -39,7 +39,7 @@ impl Shared {
     /// # Safety
     /// `self.0 + at` is a 2-byte aligned shared address inside what the block wrote.
     #[inline(always)]
-    unsafe fn u16(self, at: usize) -> u32 {
+    pub(crate) unsafe fn u16(self, at: usize) -> u32 {
         let v: u32;
         // SAFETY: the caller's guarantee.
         unsafe {
@@ -54,7 +54,7 @@ impl Shared {
     /// # Safety
     /// As `u16`, 4-byte aligned.
     #[inline(always)]
-    unsafe fn u32(self, at: usize) -> u32 {
+    pub(crate) unsafe fn u32(self, at: usize) -> u32 {
         let v: u32;
         // SAFETY: the caller's guarantee.
         unsafe {

@@ -14,7 +14,9 @@
 //! 22, 34 or 210 bytes start at even addresses only, so their words come from aligned loads
 //! joined by funnel shifts (`window`), never from byte loads.
 
+use crate::block_parts::Shared;
 use crate::device::{dp4a, f16_to_f32, funnel_shift, ld_nc_u16, ld_nc_u32, ld_nc_v4};
+use crate::mma::ld_shared_v4;
 use crate::quant_blocks::{Blocks, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0, scale_min};
 use crate::unroll::unroll;
 
@@ -28,10 +30,11 @@ pub trait Codes: Blocks {
     /// Loads span `s` of the row that starts at `row`.
     ///
     /// # Safety
-    /// `row` is a row of whole blocks in global memory, read-only during the kernel, at an
-    /// address whose remainder mod 16 the type's blocks allow (any even address; 4-byte
-    /// aligned for Q4_1 and Q5_1, 16 for Q4_K and Q5_K); `s` is below the row's spans.
-    unsafe fn load_span(row: *const u8, s: usize) -> Self::Span;
+    /// `row` is a row of whole blocks (in global memory, read-only during the kernel, or in
+    /// shared memory the block has finished writing), at an address whose remainder mod 16
+    /// the type's blocks allow (any even address; 4-byte aligned for Q4_1 and Q5_1, 16 for
+    /// Q4_K and Q5_K); `s` is below the row's spans.
+    unsafe fn load_span<M: Bytes>(row: M, s: usize) -> Self::Span;
 
     /// The group of the row (its 32 activations) that weights `32k .. 32k + 32` of span `s`
     /// multiply.
@@ -45,22 +48,104 @@ pub trait Codes: Blocks {
     fn dot(span: &Self::Span, x: &[[u32; 8]; 2], d: [f32; 2], ds: [f32; 2]) -> f32;
 }
 
+/// Where a row's bytes are read from: global memory through the read-only path (a
+/// `*const u8`, `gemv_codes`), or a stage of shared memory the copy engine filled (`Shared`,
+/// `gemv_stream`), each byte at the same address mod 16 as in global memory. The spans'
+/// loads are written once for both.
+pub trait Bytes: Copy {
+    /// The address `n` bytes on.
+    fn add(self, n: usize) -> Self;
+    /// The address `n` bytes back.
+    fn sub(self, n: usize) -> Self;
+    /// The address mod 4.
+    fn mod4(self) -> usize;
+    /// # Safety
+    /// 2-byte aligned, inside the row.
+    unsafe fn u16(self) -> u16;
+    /// # Safety
+    /// 4-byte aligned, inside the row.
+    unsafe fn u32(self) -> u32;
+    /// # Safety
+    /// 16-byte aligned, inside the row.
+    unsafe fn v4(self) -> [u32; 4];
+}
+
+impl Bytes for *const u8 {
+    #[inline(always)]
+    fn add(self, n: usize) -> Self {
+        self.wrapping_add(n)
+    }
+    #[inline(always)]
+    fn sub(self, n: usize) -> Self {
+        self.wrapping_sub(n)
+    }
+    #[inline(always)]
+    fn mod4(self) -> usize {
+        self as usize & 3
+    }
+    #[inline(always)]
+    unsafe fn u16(self) -> u16 {
+        // SAFETY: the caller's guarantee.
+        unsafe { ld_nc_u16(self as *const u16) }
+    }
+    #[inline(always)]
+    unsafe fn u32(self) -> u32 {
+        // SAFETY: the caller's guarantee.
+        unsafe { ld_nc_u32(self as *const u32) }
+    }
+    #[inline(always)]
+    unsafe fn v4(self) -> [u32; 4] {
+        // SAFETY: the caller's guarantee.
+        unsafe { ld_nc_v4(self as *const u32) }
+    }
+}
+
+impl Bytes for Shared {
+    #[inline(always)]
+    fn add(self, n: usize) -> Self {
+        Shared(self.0 + n as u32)
+    }
+    #[inline(always)]
+    fn sub(self, n: usize) -> Self {
+        Shared(self.0 - n as u32)
+    }
+    #[inline(always)]
+    fn mod4(self) -> usize {
+        self.0 as usize & 3
+    }
+    #[inline(always)]
+    unsafe fn u16(self) -> u16 {
+        // SAFETY: the caller's guarantee.
+        unsafe { Shared::u16(self, 0) as u16 }
+    }
+    #[inline(always)]
+    unsafe fn u32(self) -> u32 {
+        // SAFETY: the caller's guarantee.
+        unsafe { Shared::u32(self, 0) }
+    }
+    #[inline(always)]
+    unsafe fn v4(self) -> [u32; 4] {
+        // SAFETY: the caller's guarantee.
+        unsafe { ld_shared_v4(self.0) }
+    }
+}
+
 /// `N` aligned words from the word that holds byte `p` (2-byte aligned), and the shift in
 /// bits (0 or 16) at which `p`'s bytes start in them: word `i` of the bytes at `p` is
 /// `funnel_shift(w[i], w[i + 1], shift)`.
 ///
 /// # Safety
-/// The `N` words from `p & !3` are global memory, read-only during the kernel. (Where `p`
+/// The `N` words from `p & !3` are inside the row (`Bytes`). (Where `p`
 /// is 2 past a multiple of 4 the last word ends 2 bytes past what the caller asked for.
 /// Callers ask for `N` so that the last word still begins inside their block.)
 #[inline(always)]
-unsafe fn window<const N: usize>(p: *const u8) -> ([u32; N], u32) {
-    let shift = 8 * (p as usize & 3) as u32;
-    let base = p.wrapping_sub(p as usize & 3) as *const u32;
+unsafe fn window<const N: usize, M: Bytes>(p: M) -> ([u32; N], u32) {
+    let shift = 8 * p.mod4() as u32;
+    let base = p.sub(p.mod4());
     let mut w = [0u32; N];
     unroll!(i < N => {
         // SAFETY: the caller's guarantee.
-        w[i] = unsafe { ld_nc_u32(base.add(i)) };
+        w[i] = unsafe { base.add(4 * i).u32() };
     });
     (w, shift)
 }
@@ -119,9 +204,9 @@ impl Codes for Q4_0 {
     type Span = Q4_0Span;
 
     #[inline(always)]
-    unsafe fn load_span(row: *const u8, s: usize) -> Q4_0Span {
+    unsafe fn load_span<M: Bytes>(row: M, s: usize) -> Q4_0Span {
         // SAFETY: 5 words from an even address end at most 2 bytes past the block's 18.
-        let (w, shift) = unsafe { window::<5>(row.wrapping_add(18 * s)) };
+        let (w, shift) = unsafe { window::<5, M>(row.add(18 * s)) };
         let mut q = [0u32; 4];
         unroll!(i < 4 => {
             q[i] = funnel_shift(w[i], w[i + 1], shift + 16);
@@ -143,12 +228,12 @@ impl Codes for Q4_1 {
     type Span = [u32; 5];
 
     #[inline(always)]
-    unsafe fn load_span(row: *const u8, s: usize) -> [u32; 5] {
-        let p = row.wrapping_add(20 * s) as *const u32;
+    unsafe fn load_span<M: Bytes>(row: M, s: usize) -> [u32; 5] {
+        let p = row.add(20 * s);
         let mut w = [0u32; 5];
         unroll!(i < 5 => {
             // SAFETY: 20-byte blocks at 4-byte aligned offsets.
-            w[i] = unsafe { ld_nc_u32(p.add(i)) };
+            w[i] = unsafe { p.add(4 * i).u32() };
         });
         w
     }
@@ -174,9 +259,9 @@ impl Codes for Q5_0 {
     type Span = Q5_0Span;
 
     #[inline(always)]
-    unsafe fn load_span(row: *const u8, s: usize) -> Q5_0Span {
+    unsafe fn load_span<M: Bytes>(row: M, s: usize) -> Q5_0Span {
         // SAFETY: 6 words from an even address end at most 2 bytes past the block's 22.
-        let (w, shift) = unsafe { window::<6>(row.wrapping_add(22 * s)) };
+        let (w, shift) = unsafe { window::<6, M>(row.add(22 * s)) };
         let mut q = [0u32; 4];
         unroll!(i < 4 => {
             q[i] = funnel_shift(w[i + 1], w[i + 2], shift + 16);
@@ -201,12 +286,12 @@ impl Codes for Q5_1 {
     type Span = [u32; 6];
 
     #[inline(always)]
-    unsafe fn load_span(row: *const u8, s: usize) -> [u32; 6] {
-        let p = row.wrapping_add(24 * s) as *const u32;
+    unsafe fn load_span<M: Bytes>(row: M, s: usize) -> [u32; 6] {
+        let p = row.add(24 * s);
         let mut w = [0u32; 6];
         unroll!(i < 6 => {
             // SAFETY: 24-byte blocks at 4-byte aligned offsets.
-            w[i] = unsafe { ld_nc_u32(p.add(i)) };
+            w[i] = unsafe { p.add(4 * i).u32() };
         });
         w
     }
@@ -231,9 +316,9 @@ impl Codes for Q8_0 {
     type Span = Q8_0Span;
 
     #[inline(always)]
-    unsafe fn load_span(row: *const u8, s: usize) -> Q8_0Span {
+    unsafe fn load_span<M: Bytes>(row: M, s: usize) -> Q8_0Span {
         // SAFETY: 9 words from an even address end at most 2 bytes past the block's 34.
-        let (w, shift) = unsafe { window::<9>(row.wrapping_add(34 * s)) };
+        let (w, shift) = unsafe { window::<9, M>(row.add(34 * s)) };
         let mut q = [0u32; 8];
         unroll!(i < 8 => {
             q[i] = funnel_shift(w[i], w[i + 1], shift + 16);
@@ -264,17 +349,17 @@ pub struct KSpan<const HIGH: usize> {
 /// # Safety
 /// As `Codes::load_span`: 16-byte aligned blocks of `block_bytes`.
 #[inline(always)]
-unsafe fn load_k<const HIGH: usize>(
-    row: *const u8,
+unsafe fn load_k<const HIGH: usize, M: Bytes>(
+    row: M,
     s: usize,
     block_bytes: usize,
     qh_at: usize,
     q_at: usize,
 ) -> KSpan<HIGH> {
-    let (block, p) = (row.wrapping_add(s / 4 * block_bytes), s % 4);
+    let (block, p) = (row.add(s / 4 * block_bytes), s % 4);
     let v4 = |at: usize| {
         // SAFETY: `at` is a multiple of 16 inside the block; blocks are 16-byte aligned.
-        unsafe { ld_nc_v4(block.add(at) as *const u32) }
+        unsafe { block.add(at).v4() }
     };
     let (q0, q1) = (v4(q_at + 32 * p), v4(q_at + 32 * p + 16));
     let mut qh = [0u32; HIGH];
@@ -316,7 +401,7 @@ impl Codes for Q4K {
     type Span = KSpan<0>;
 
     #[inline(always)]
-    unsafe fn load_span(row: *const u8, s: usize) -> KSpan<0> {
+    unsafe fn load_span<M: Bytes>(row: M, s: usize) -> KSpan<0> {
         // SAFETY: the caller's guarantee; nibbles at byte 16.
         unsafe { load_k(row, s, 144, 0, 16) }
     }
@@ -337,7 +422,7 @@ impl Codes for Q5K {
     type Span = KSpan<8>;
 
     #[inline(always)]
-    unsafe fn load_span(row: *const u8, s: usize) -> KSpan<8> {
+    unsafe fn load_span<M: Bytes>(row: M, s: usize) -> KSpan<8> {
         // SAFETY: the caller's guarantee; fifth bits at byte 16, nibbles at 48.
         unsafe { load_k(row, s, 176, 16, 48) }
     }
@@ -376,26 +461,26 @@ impl Codes for Q6K {
     type Span = Q6Span;
 
     #[inline(always)]
-    unsafe fn load_span(row: *const u8, s: usize) -> Q6Span {
-        let block = row.wrapping_add(s / 4 * 210);
+    unsafe fn load_span<M: Bytes>(row: M, s: usize) -> Q6Span {
+        let block = row.add(s / 4 * 210);
         let (half, j) = (s / 2 % 2, s % 2);
         // SAFETY: every offset is even and inside the 210-byte block; 9 words from
         // `ql` or `qh` end at most 4 bytes past their 32, still inside the block.
         unsafe {
-            let (l, shift) = window::<9>(block.add(64 * half + 32 * j));
-            let (h, _) = window::<9>(block.add(128 + 32 * half));
+            let (l, shift) = window::<9, M>(block.add(64 * half + 32 * j));
+            let (h, _) = window::<9, M>(block.add(128 + 32 * half));
             let mut ql = [0u32; 8];
             let mut qh = [0u32; 8];
             unroll!(i < 8 => {
                 ql[i] = funnel_shift(l[i], l[i + 1], shift);
                 qh[i] = funnel_shift(h[i], h[i + 1], shift);
             });
-            let scales = block.add(192 + 8 * half + 2 * j) as *const u16;
+            let scales = block.add(192 + 8 * half + 2 * j);
             Q6Span {
                 ql,
                 qh,
-                scales: [ld_nc_u16(scales), ld_nc_u16(scales.add(2))],
-                d: f16_to_f32(ld_nc_u16(block.add(208) as *const u16)),
+                scales: [scales.u16(), scales.add(4).u16()],
+                d: f16_to_f32(block.add(208).u16()),
                 j,
             }
         }

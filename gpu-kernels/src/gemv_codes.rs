@@ -157,22 +157,8 @@ unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
             });
             // SAFETY: every element was written just above.
             let span = span.map(|v| unsafe { v.assume_init() });
-            let mut x = [[0u32; 8]; 2];
-            let (mut d, mut ds) = ([0.0f32; 2], [0.0f32; 2]);
-            unroll!(k < 2 => {
-                if k < B::GROUPS {
-                    let g = t * groups + B::group(s, k);
-                    // SAFETY: group g of token t: inside codes and scales, aligned.
-                    unsafe {
-                        let p = codes.add(32 * g) as *const u32;
-                        let (a, b) = (ld_nc_v4(p), ld_nc_v4(p.add(4)));
-                        x[k] = [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]];
-                        let sc = scales.add(2 * g) as *const u32;
-                        d[k] = f32::from_bits(ld_nc_u32(sc));
-                        ds[k] = f32::from_bits(ld_nc_u32(sc.add(1)));
-                    }
-                }
-            });
+            // SAFETY: token t's groups of span s: inside codes and scales.
+            let (x, d, ds) = unsafe { span_codes::<B>(codes, scales, t * groups, s) };
             unroll!(r < R => {
                 acc[r] += B::dot(&span[r], &x, d, ds);
             });
@@ -223,6 +209,39 @@ unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
         }
         i += block_dim_x();
     }
+}
+
+/// The activations' codes of span `s`'s groups (`B::group(s, k)`, k < `B::GROUPS`), of the
+/// token whose groups start at group `first`: its codes four to a word, each group's `d`
+/// and `d` times the sum of its codes (`quantize_q8_f32`'s layout).
+///
+/// # Safety
+/// The groups are inside `codes` and `scales`, which are 16-byte aligned and read-only
+/// during the kernel.
+#[inline(always)]
+pub(crate) unsafe fn span_codes<B: Codes>(
+    codes: *const u8,
+    scales: *const f32,
+    first: usize,
+    s: usize,
+) -> ([[u32; 8]; 2], [f32; 2], [f32; 2]) {
+    let mut x = [[0u32; 8]; 2];
+    let (mut d, mut ds) = ([0.0f32; 2], [0.0f32; 2]);
+    unroll!(k < 2 => {
+        if k < B::GROUPS {
+            let g = first + B::group(s, k);
+            // SAFETY: group g: inside codes and scales, aligned (the caller's guarantee).
+            unsafe {
+                let p = codes.add(32 * g) as *const u32;
+                let (a, b) = (ld_nc_v4(p), ld_nc_v4(p.add(4)));
+                x[k] = [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]];
+                let sc = scales.add(2 * g) as *const u32;
+                d[k] = f32::from_bits(ld_nc_u32(sc));
+                ds[k] = f32::from_bits(ld_nc_u32(sc.add(1)));
+            }
+        }
+    });
+    (x, d, ds)
 }
 
 /// `gemv_<type>` and `gemv_swiglu_<type>`: `gemv_codes` over the type, without and with

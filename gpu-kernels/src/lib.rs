@@ -28,6 +28,8 @@ pub mod attention;
 pub mod attention_mma;
 pub mod attention_split_mma;
 pub mod block_parts;
+#[cfg(target_feature = "sm_90a")]
+pub mod bulk_copy;
 pub mod codes;
 pub mod device;
 pub mod embedding;
@@ -44,6 +46,8 @@ pub mod gemv;
 pub mod gemv_codes;
 pub mod gemv_quant;
 pub mod gemv_steps;
+#[cfg(target_feature = "sm_90a")]
+pub mod gemv_stream;
 pub mod kv_cache;
 pub mod mma;
 pub mod quant_blocks;

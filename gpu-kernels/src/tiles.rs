@@ -234,6 +234,23 @@ pub const fn codes_shared_bytes(warps: usize) -> usize {
     warps * CODES_ROWS * QUANT_MAX_TOKENS * 4
 }
 
+/// Streamed gate-and-up GEMV (`gemv_stream.rs`): bytes of shared memory before the stages,
+/// for their barriers (8 bytes each: at most 16 stages), keeping the stages 128-byte aligned.
+pub const STREAM_BARRIER_BYTES: usize = 128;
+/// Streamed gate-and-up GEMV: most stages a block keeps on their way.
+pub const STREAM_MAX_STAGES: usize = 4;
+/// Streamed gate-and-up GEMV: shared memory a block's stages may take by default (the host
+/// may be told another: `RUSTLE_STREAM_BYTES`). Small blocks, several an SM, each waiting at
+/// its own barrier, kept the memory busier than a few large ones (BENCHMARKS.md round 40).
+pub const STREAM_BLOCK_BYTES: usize = 50 * 1024;
+/// Streamed gate-and-up GEMV: the most shared memory a block may ask for (an SM's 228 KiB
+/// less the 1 KiB the system keeps a block).
+pub const STREAM_MAX_SHARED_BYTES: usize = 227 * 1024;
+/// Streamed gate-and-up GEMV: dynamic shared memory for `stages` slots of `slot_bytes`.
+pub const fn stream_shared_bytes(stages: usize, slot_bytes: usize) -> usize {
+    STREAM_BARRIER_BYTES + stages * slot_bytes
+}
+
 /// Dequantizer to bf16 (`gemv_quant.rs`): words a thread's group of 32 takes in shared
 /// memory, one of them padding (threads 17 words apart store to different banks).
 pub const DEQUANT_STAGE_WORDS: usize = 17;

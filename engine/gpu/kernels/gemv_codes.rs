@@ -1,14 +1,17 @@
 //! The integer GEMV of the GGUF types (`quantize_q8_f32`, then `gemv_<type>`,
 //! `gpu-kernels/src/gemv_codes.rs`).
 
-use cudarc::driver::LaunchConfig;
+use cudarc::driver::{CudaFunction, LaunchConfig};
 
 use super::gemv_quant::{check_matrix, check_tokens_out};
 use super::table::Kernels;
 use super::{In, Out, aligned16, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::gpu::tiles::{CODES_MAX_WARPS, CODES_ROWS, codes_shared_bytes};
+use crate::gpu::tiles::{
+    CODES_MAX_WARPS, CODES_ROWS, STREAM_BARRIER_BYTES, STREAM_MAX_SHARED_BYTES, STREAM_MAX_STAGES,
+    codes_shared_bytes, stream_shared_bytes,
+};
 use crate::traffic::Traffic;
 use crate::weights::blocks::BlockType;
 
@@ -105,12 +108,18 @@ impl Gpu {
         n_out: usize,
         out_stride: usize,
     ) -> Result<()> {
-        let (func, name) = self.kernels.swiglu(ty);
         for w in [w_gate, w_up] {
             check_matrix(self, ty, w, None, n_out, n_in);
         }
         self.check_codes(codes, scales, out, n_tokens, n_in, n_out, out_stride);
-        let cfg = codes_launch(ty, n_in, n_out);
+        let stream = self.stream_plan(ty, n_in, n_out);
+        let (func, name, cfg) = match stream {
+            Some((func, name, cfg, _)) => (func, name, cfg),
+            None => {
+                let (func, name) = self.kernels.swiglu(ty);
+                (func, name, codes_launch(ty, n_in, n_out))
+            }
+        };
         let traffic = Traffic {
             bytes: (2 * w_gate.len()
                 + n_tokens * n_in
@@ -122,10 +131,53 @@ impl Gpu {
         let mut b = self.launcher(func);
         b.arg(out).arg(codes).arg(scales).arg(w_gate).arg(w_up);
         b.arg(&args[0]).arg(&args[1]).arg(&args[2]).arg(&args[3]);
+        let stages = stream.map(|(.., stages)| stages);
+        if let Some(stages) = &stages {
+            b.arg(stages);
+        }
         // SAFETY: both matrices are whole aligned blocks of their type (checked), codes and
         // scales hold the tokens' groups 16-byte aligned, out every token's n_out columns
-        // and no input; the weights are read-only.
+        // and no input; the weights are read-only; a streamed launch's plan fits its
+        // kernel (`stream_plan`).
         self.timed(name, traffic, || unsafe { b.launch(cfg) })
+    }
+
+    /// The streamed gate-and-up GEMV (`gemv_swiglu_stream_<ty>`) for `n_out` rows of `n_in`
+    /// weights, where this build has it (sm_90a), `gemv_stream` is on, and the rows are
+    /// whole 16-byte pieces: the kernel, its name, its launch and its stages. A tile is a
+    /// row of both matrices for each of the block's warps; the block's shared memory holds
+    /// `stream_bytes` of tiles, 2 to `STREAM_MAX_STAGES` of them, with 8 warps where two
+    /// such tiles fit, else fewer; the grid is as many blocks as fit on the GPU at once (by
+    /// their shared memory), or one a tile.
+    fn stream_plan(
+        &self,
+        ty: BlockType,
+        n_in: usize,
+        n_out: usize,
+    ) -> Option<(&CudaFunction, &'static str, LaunchConfig, u32)> {
+        let (func, name) = self.kernels.gemv_swiglu_stream(ty)?;
+        let row_bytes = ty.row_bytes(n_in);
+        if !self.gemv_stream || !row_bytes.is_multiple_of(16) {
+            return None;
+        }
+        let budget = self
+            .stream_bytes
+            .min(STREAM_MAX_SHARED_BYTES - STREAM_BARRIER_BYTES);
+        let warps = [8, 4, 2, 1]
+            .into_iter()
+            .find(|&w| 2 * 2 * w * row_bytes <= budget)?;
+        let slot = 2 * warps * row_bytes;
+        let stages = (budget / slot).clamp(2, STREAM_MAX_STAGES);
+        let shared = stream_shared_bytes(stages, slot);
+        // An SM has 228 KiB of shared memory, of which the system keeps 1 KiB a block.
+        let per_sm = (228 * 1024 / (shared + 1024)).clamp(1, 16);
+        let blocks = n_out.div_ceil(warps).min(per_sm * self.sm_count);
+        let cfg = LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (32 * warps as u32, 1, 1),
+            shared_mem_bytes: shared as u32,
+        };
+        Some((func, name, cfg, stages as u32))
     }
 
     /// The checks of the activations' codes and the output that every integer GEMV needs.
@@ -160,8 +212,28 @@ fn codes_launch(ty: BlockType, n_in: usize, blocks: usize) -> LaunchConfig {
 }
 
 impl Kernels {
+    /// `gemv_swiglu_stream_<type>` and its name, where the build has it (sm_90a), for the
+    /// GGUF types.
+    pub(super) fn gemv_swiglu_stream(
+        &self,
+        ty: BlockType,
+    ) -> Option<(&CudaFunction, &'static str)> {
+        let (func, name) = match ty {
+            BlockType::Q4_0 => (&self.gemv_swiglu_stream_q4_0, "gemv_swiglu_stream_q4_0"),
+            BlockType::Q4_1 => (&self.gemv_swiglu_stream_q4_1, "gemv_swiglu_stream_q4_1"),
+            BlockType::Q5_0 => (&self.gemv_swiglu_stream_q5_0, "gemv_swiglu_stream_q5_0"),
+            BlockType::Q5_1 => (&self.gemv_swiglu_stream_q5_1, "gemv_swiglu_stream_q5_1"),
+            BlockType::Q8_0 => (&self.gemv_swiglu_stream_q8_0, "gemv_swiglu_stream_q8_0"),
+            BlockType::Q4K => (&self.gemv_swiglu_stream_q4_k, "gemv_swiglu_stream_q4_k"),
+            BlockType::Q5K => (&self.gemv_swiglu_stream_q5_k, "gemv_swiglu_stream_q5_k"),
+            BlockType::Q6K => (&self.gemv_swiglu_stream_q6_k, "gemv_swiglu_stream_q6_k"),
+            BlockType::Fp8 => return None,
+        };
+        func.as_ref().map(|f| (f, name))
+    }
+
     /// `gemv_swiglu_<type>` and its name, for the GGUF types.
-    fn swiglu(&self, ty: BlockType) -> (&cudarc::driver::CudaFunction, &'static str) {
+    fn swiglu(&self, ty: BlockType) -> (&CudaFunction, &'static str) {
         match ty {
             BlockType::Q4_0 => (&self.gemv_swiglu_q4_0, "gemv_swiglu_q4_0"),
             BlockType::Q4_1 => (&self.gemv_swiglu_q4_1, "gemv_swiglu_q4_1"),

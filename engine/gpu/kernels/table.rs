@@ -7,8 +7,9 @@ use cudarc::driver::{CudaFunction, CudaModule};
 
 use crate::error::{Error, Result};
 use crate::gpu::tiles::{
-    MMA_SHARED_BYTES, MMA_THREADS, SKINNY_MAX_TILES, WGMMA_SHARED_BYTES, WGMMA_THREADS,
-    attn_mma_shared_bytes, blocks_mma_shared_bytes, skinny_shared_bytes, wgmma_blocks_shared_bytes,
+    MMA_SHARED_BYTES, MMA_THREADS, SKINNY_MAX_TILES, STREAM_MAX_SHARED_BYTES, WGMMA_SHARED_BYTES,
+    WGMMA_THREADS, attn_mma_shared_bytes, blocks_mma_shared_bytes, skinny_shared_bytes,
+    wgmma_blocks_shared_bytes,
 };
 use crate::weights::blocks::BlockType;
 
@@ -114,7 +115,9 @@ kernel_table!(
     sum_step2_block_f32;
     optional: gemm_wgmma_bf16, gemm_wgmma_fp8, quantize_fp8_f32, gemm_wgmma_q4_0,
         gemm_wgmma_q4_1, gemm_wgmma_q5_0, gemm_wgmma_q5_1, gemm_wgmma_q8_0, gemm_wgmma_q4_k,
-        gemm_wgmma_q5_k, gemm_wgmma_q6_k,
+        gemm_wgmma_q5_k, gemm_wgmma_q6_k, gemv_swiglu_stream_q4_0, gemv_swiglu_stream_q4_1, gemv_swiglu_stream_q5_0,
+        gemv_swiglu_stream_q5_1, gemv_swiglu_stream_q8_0, gemv_swiglu_stream_q4_k,
+        gemv_swiglu_stream_q5_k, gemv_swiglu_stream_q6_k,
 );
 
 impl Kernels {
@@ -167,7 +170,17 @@ impl Kernels {
             let bytes = wgmma_blocks_shared_bytes(ty.block_len(), ty.block_bytes());
             Some((Some(func), name, bytes))
         });
-        for (func, name, bytes) in big.into_iter().chain(blocks).chain(wgmma_blocks) {
+        // And the streamed gate-and-up GEMV, which may take up to an SM's shared memory.
+        let streams = BlockType::ALL.into_iter().filter_map(|ty| {
+            let (func, name) = self.gemv_swiglu_stream(ty)?;
+            Some((Some(func), name, STREAM_MAX_SHARED_BYTES))
+        });
+        for (func, name, bytes) in big
+            .into_iter()
+            .chain(blocks)
+            .chain(wgmma_blocks)
+            .chain(streams)
+        {
             use cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_SHARED;
             let Some(func) = func else { continue };
             func.set_attribute(MAX_SHARED, bytes as i32)

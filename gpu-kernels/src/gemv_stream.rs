@@ -1,0 +1,191 @@
+//! The decode step's fused gate-and-up GEMV with its weights streamed into shared memory by
+//! the copy engine: `gemv_swiglu_stream_<type>`, the same sums as `gemv_swiglu_<type>`
+//! (`gemv_codes.rs`), read another way.
+//!
+//! `gemv_codes`'s blocks each load two rows, wait, multiply and exit: the memory works in
+//! bursts (BENCHMARKS.md rounds 27-28). Here a grid that fits on the GPU at once walks the
+//! two matrices in tiles of a row of each per warp. One thread of each block keeps `stages`
+//! tiles on their way into shared memory, two bulk copies a tile (`bulk_copy.rs`: one
+//! instruction for some kilobytes, no registers held), so that the memory does not wait for
+//! a block's arithmetic. The first tiles are requested before the wait for the kernel before
+//! (the weights do not depend on it), so that they arrive while the norm before still runs.
+//!
+//! Only the gate and up GEMV streams: it is the longest grid of a decode step (two matrices
+//! of 14336 rows on Llama 3 8B). The same streaming on the other matrices (q, k, v, o, down,
+//! the output head) measured as fast as `gemv_<type>` or slower: a block's share of a small
+//! matrix is one or two tiles, and nothing is left to overlap (BENCHMARKS.md round 40).
+//!
+//! Thread mapping: warp w takes output `tile * warps + w` of each of its block's tiles (tiles
+//! `block, block + grid, ...`), lane l its spans `l, l + 32, ...` of that row of both
+//! matrices; each sum is one warp reduction, no shared memory and no barrier between warps
+//! but the one that frees a stage for the next copy.
+
+use crate::block_parts::Shared;
+use crate::bulk_copy::{
+    barrier_init, bulk_copy_to_shared, expect_bytes, fence_barrier_init, wait_phase,
+};
+use crate::codes::{Bytes, Codes};
+use crate::device::{
+    WARP, block_dim_x, block_idx_x, dynamic_shared, exp, grid_dim_x, sync_threads, thread_idx_x,
+    wait_for_previous_kernel, warp_sum,
+};
+use crate::gemv_codes::span_codes;
+use crate::mma::shared_addr;
+use crate::quant_blocks::{Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
+use crate::tiles::STREAM_BARRIER_BYTES;
+
+/// `out[t, o] = silu(g) * u` for g and u row o of `w_gate` and of `w_up` times token t, x
+/// as `quantize_q8_f32` left it: `gemv_swiglu_<type>`'s sums, each row's in another order.
+///
+/// - `out`: `[n_tokens, out_stride]` f32, columns `0..n_out`
+/// - `codes`: `[n_tokens, n_in]` i8; `scales`: `[n_tokens, n_in / 32][2]` f32
+/// - `w_gate`, `w_up`: `[n_out, n_in / BLOCK_LEN]` blocks each, as the file has them
+///
+/// Shared memory: `[stages]` barriers in the first `STREAM_BARRIER_BYTES`, then `[stages]`
+/// slots of a tile each: `[warps][row bytes]` of `w_gate`, then as many of `w_up`.
+///
+/// # Safety
+/// As `gemv_codes` with `SWIGLU`, and: a row is whole 16-byte pieces (both matrices 16-byte
+/// aligned); `1 <= stages <= STREAM_BARRIER_BYTES / 8`; the launch gives
+/// `stream_shared_bytes(stages, slot bytes)` bytes of dynamic shared memory and at most
+/// `n_out.div_ceil(blockDim.x / 32)` blocks; a tile's bytes are below 2^20.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemv_swiglu_stream<B: Codes>(
+    out: *mut f32,
+    codes: *const u8,
+    scales: *const f32,
+    w_gate: *const u8,
+    w_up: *const u8,
+    n_tokens: usize,
+    n_in: usize,
+    n_out: usize,
+    out_stride: usize,
+    stages: usize,
+) {
+    let warps = block_dim_x() / WARP;
+    let (warp, lane) = (thread_idx_x() / WARP, thread_idx_x() % WARP);
+    let row_bytes = n_in / B::BLOCK_LEN * B::BLOCK_BYTES;
+    // A tile's rows of one matrix; its slot holds both matrices'.
+    let tile_bytes = warps * row_bytes;
+    let tiles = n_out.div_ceil(warps);
+    // This block's tiles: block, block + grid, ...; fill i is the i-th of them.
+    let (first, step) = (block_idx_x(), grid_dim_x());
+    let fills = if first < tiles {
+        (tiles - first).div_ceil(step)
+    } else {
+        0
+    };
+    let base = shared_addr(dynamic_shared::<u8>());
+    let bar = |i: usize| base + (8 * (i % stages)) as u32;
+    let slot = |i: usize| base + (STREAM_BARRIER_BYTES + i % stages * 2 * tile_bytes) as u32;
+    // Thread 0 asks for fill i: the tile's rows of both matrices into its slot.
+    let request = |i: usize| {
+        let tile = first + i * step;
+        let bytes = (warps.min(n_out - tile * warps) * row_bytes) as u32;
+        let from = tile * tile_bytes;
+        // SAFETY: the tile's rows are inside the matrices, whole 16-byte pieces at 16-byte
+        // aligned addresses (the preconditions), and the slot is free: its last reader
+        // passed the barrier before this request.
+        unsafe {
+            expect_bytes(bar(i), 2 * bytes);
+            bulk_copy_to_shared(slot(i), w_gate.add(from), bytes, bar(i));
+            bulk_copy_to_shared(slot(i) + tile_bytes as u32, w_up.add(from), bytes, bar(i));
+        }
+    };
+    if thread_idx_x() == 0 {
+        for i in 0..stages {
+            // SAFETY: barrier i is inside the barriers' bytes (stages is at most their
+            // number); no thread uses it before the block's barrier below.
+            unsafe { barrier_init(base + 8 * i as u32, 1) };
+        }
+        fence_barrier_init();
+    }
+    // SAFETY: every thread of the block reaches this barrier.
+    unsafe { sync_threads() };
+    if thread_idx_x() == 0 {
+        for i in 0..stages.min(fills) {
+            request(i);
+        }
+    }
+    // The weights are on their way; the activations' codes are the kernel before's.
+    wait_for_previous_kernel();
+    let (groups, spans) = (n_in / 32, n_in / (32 * B::GROUPS));
+    for i in 0..fills {
+        // SAFETY: barrier i % stages was initialized; its (i / stages)-th fill was asked for.
+        unsafe { wait_phase(bar(i), (i / stages % 2) as u32) };
+        let o = (first + i * step) * warps + warp;
+        if o < n_out {
+            let gate = Shared(slot(i) + (warp * row_bytes) as u32);
+            let up = gate.add(tile_bytes);
+            for t in 0..n_tokens {
+                let (mut g, mut u) = (0.0f32, 0.0f32);
+                let mut s = lane;
+                while s < spans {
+                    // SAFETY: token t's groups are inside codes and scales; span s of the
+                    // rows in the slot, which the barrier's phase says have landed.
+                    unsafe {
+                        let (x, d, ds) = span_codes::<B>(codes, scales, t * groups, s);
+                        g += B::dot(&B::load_span(gate, s), &x, d, ds);
+                        u += B::dot(&B::load_span(up, s), &x, d, ds);
+                    }
+                    s += WARP;
+                }
+                let (g, u) = (warp_sum(g), warp_sum(u));
+                if lane == 0 {
+                    // SAFETY: o < n_out, t < n_tokens: inside out.
+                    unsafe { *out.add(t * out_stride + o) = g / (1.0 + exp(-g)) * u };
+                }
+            }
+        }
+        // Every warp is done with the slot: it takes the fill `stages` on.
+        // SAFETY: every thread of the block reaches this barrier, as many times.
+        unsafe { sync_threads() };
+        if thread_idx_x() == 0 && i + stages < fills {
+            request(i + stages);
+        }
+    }
+}
+
+/// `gemv_swiglu_stream_<type>`: `gemv_swiglu_stream` over the type, its sizes as `u32`s.
+macro_rules! stream_kernels {
+    ($($ty:ident => $swiglu:ident;)*) => {$(
+        #[doc = concat!("`gemv_swiglu_stream` over `", stringify!($ty), "` weights.")]
+        ///
+        /// # Safety
+        /// The host's launch wrapper checks `gemv_swiglu_stream`'s preconditions.
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "gpu-kernel" fn $swiglu(
+            out: *mut f32,
+            codes: *const u8,
+            scales: *const f32,
+            w_gate: *const u8,
+            w_up: *const u8,
+            n_tokens: u32,
+            n_in: u32,
+            n_out: u32,
+            out_stride: u32,
+            stages: u32,
+        ) {
+            // SAFETY: the wrapper's checks.
+            unsafe {
+                gemv_swiglu_stream::<$ty>(
+                    out, codes, scales, w_gate, w_up, n_tokens as usize, n_in as usize,
+                    n_out as usize, out_stride as usize, stages as usize,
+                )
+            }
+        }
+    )*};
+}
+
+stream_kernels! {
+    Q4_0 => gemv_swiglu_stream_q4_0;
+    Q4_1 => gemv_swiglu_stream_q4_1;
+    Q5_0 => gemv_swiglu_stream_q5_0;
+    Q5_1 => gemv_swiglu_stream_q5_1;
+    Q8_0 => gemv_swiglu_stream_q8_0;
+    Q4K => gemv_swiglu_stream_q4_k;
+    Q5K => gemv_swiglu_stream_q5_k;
+    Q6K => gemv_swiglu_stream_q6_k;
+}
