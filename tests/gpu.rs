@@ -505,7 +505,9 @@ fn without_stream(g: &Gpu) -> Gpu {
 /// `gemv_swiglu_blocks`'s shapes (those whose rows are whole 16-byte pieces; the others take
 /// `gemv_swiglu_<type>`): once as the engine plans it, once as if the GPU had 2 SMs and a
 /// block room for two or three stages of two rows, so that each block walks hundreds of
-/// tiles and every stage is filled again and again.
+/// tiles and every stage is filled again and again. Each pass must have launched every GGUF
+/// type's streamed kernel (the profile's launches), so that a plan that fell back to
+/// `gemv_swiglu_<type>` everywhere would not pass for it.
 fn gemv_stream_blocks(g: &Gpu, rng: &mut StdRng) {
     assert!(
         g.kernels.gemv_swiglu_stream_q4_k.is_some(),
@@ -516,7 +518,18 @@ fn gemv_stream_blocks(g: &Gpu, rng: &mut StdRng) {
     for g in [g, &small] {
         let mut g = g.clone();
         g.gemv_stream = true;
+        g.profile_start();
         gemv_swiglu_blocks(&g, rng);
+        let launches = g.profile_stop().unwrap();
+        for ty in BlockType::ALL.into_iter().filter(|&t| t != BlockType::Fp8) {
+            let name = format!("gemv_swiglu_stream_{ty}");
+            assert!(
+                launches.iter().any(|k| k.kernel == name),
+                "{name} never ran ({} SMs, {} bytes of stages)",
+                g.sm_count,
+                g.stream_bytes
+            );
+        }
     }
 }
 
