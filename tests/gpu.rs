@@ -113,6 +113,10 @@ const TESTS: &[(&str, Test)] = &[
         quantized_batch_matches_runs_alone,
     ),
     (
+        "model::few_sequences_decode_as_one (q4_k_m, tiny-quant.gguf)",
+        few_sequences_decode_as_one,
+    ),
+    (
         "model::prompts_on_blocks_match_chunks (q8_0, q4_0, q4_k_m)",
         prompts_on_blocks_match_chunks,
     ),
@@ -2718,6 +2722,138 @@ fn quantized_batch_matches_runs_alone(g: &Gpu, rng: &mut StdRng) {
         })
         .collect();
     batch_matches_alone(g, m.config, m.weights, &prompts, 12, 1.5);
+}
+
+/// A decode step of 2 to 8 sequences over GGUF blocks keeps its activations in f32 for the
+/// GEMVs, as a step of one does: the norms make the 8-bit codes (`rmsnorm_q8_f32`), gate and
+/// up of one type are one launch (`gemv_swiglu_*`), and nothing is rounded for the tensor
+/// cores (no `f32_to_bf16`, `rmsnorm_f32_bf16` or `swiglu_f32_bf16` in the step's profile).
+/// Every kernel of that path sums a token's row as it would alone, and the attention's extra
+/// splits (the batch's longest context sets their count) are empty, so each sequence's
+/// logits must be those of its step alone to the bit. Each sequence runs twice, in two
+/// caches: alone, one step at a time, and in the batch, both fed the tokens chosen alone.
+/// The GPU is told to take every count the GEMV takes through it (`blocks_gemv_tokens`),
+/// whatever count the engine routes to `gemm_<type>` by default.
+fn few_sequences_decode_as_one(g: &Gpu, rng: &mut StdRng) {
+    use rustle::gpu::backend::GpuWeights;
+    use rustle::gpu::matrix::Synthetic;
+    let mut g = g.clone();
+    g.blocks_gemv_tokens = rustle::gpu::tiles::QUANT_MAX_TOKENS;
+    let g = &g;
+    let (c, _) = synthetic_llama3(rng);
+    let weights = GpuWeights::synthetic(g, &c, 7, Synthetic::Q4KM).unwrap();
+    let mut r = Runner::with_gpu_weights(c, g.clone(), weights, None, &opts()).unwrap();
+    few_sequences_match_alone(&mut r, rng, "synthetic q4_k_m", false);
+    let m = rustle::loader::load(std::path::Path::new("tests/golden/tiny-quant.gguf")).unwrap();
+    let mut r = Runner::new(m.config, m.weights, &opts(), gpu_device(g)).unwrap();
+    // Layer 1's gate and up are of different types: two GEMVs and `swiglu_f32`.
+    few_sequences_match_alone(&mut r, rng, "tiny-quant.gguf", true);
+}
+
+/// `few_sequences_decode_as_one` on one model: 2, 5 and 8 sequences (5 in a graph of 8
+/// rows, 3 of them padding), four teacher-forced steps each, the first profiled with graphs
+/// off. Every model here has a layer whose gate and up share a type (`gemv_swiglu_*`);
+/// `mixed_mlp`: another's do not (two GEMVs, then `swiglu_f32`).
+fn few_sequences_match_alone(r: &mut Runner, rng: &mut StdRng, what: &str, mixed_mlp: bool) {
+    use rustle::batch::{Batch, SeqChunk};
+    use rustle::kv::block_manager::{BlockManager, BlockTable};
+    use rustle::runner::Forward;
+    const STEPS: usize = 4;
+    let vocab = r.config.vocab_size;
+    let mut blocks = BlockManager::new(r.limits().n_blocks, false);
+    let mut batch = Batch::default();
+    for k in [2, 5, 8] {
+        let prompts: Vec<Vec<u32>> = (0..k)
+            .map(|i| {
+                (0..3 + 5 * i)
+                    .map(|_| rng.random_range(0..vocab as u32))
+                    .collect()
+            })
+            .collect();
+        let (mut alone, mut batched) = (
+            vec![BlockTable::default(); k],
+            vec![BlockTable::default(); k],
+        );
+        let mut next = vec![0u32; k];
+        for (i, prompt) in prompts.iter().enumerate() {
+            for t in [&mut alone[i], &mut batched[i]] {
+                blocks.reserve(t, prompt.len() + STEPS).unwrap();
+                let chunk = SeqChunk {
+                    table: t,
+                    tokens: prompt,
+                    logits: true,
+                };
+                batch.fill(&[chunk], false);
+                next[i] = r.forward_greedy(&batch).unwrap()[0];
+                t.len += prompt.len();
+            }
+        }
+        for step in 0..STEPS {
+            let mut expected = vec![];
+            for (i, t) in alone.iter_mut().enumerate() {
+                let token = [next[i]];
+                let chunk = SeqChunk {
+                    table: t,
+                    tokens: &token,
+                    logits: true,
+                };
+                batch.fill(&[chunk], false);
+                expected.extend_from_slice(r.forward(&batch).unwrap());
+                t.len += 1;
+            }
+            let tokens: Vec<[u32; 1]> = next.iter().map(|&t| [t]).collect();
+            let chunks: Vec<SeqChunk> = batched
+                .iter()
+                .zip(&tokens)
+                .map(|(table, tokens)| SeqChunk {
+                    table,
+                    tokens,
+                    logits: true,
+                })
+                .collect();
+            batch.fill(&chunks, false);
+            let profiled = step == 0;
+            if profiled {
+                r.set_graphs(false);
+                r.profile_start();
+            }
+            let got = r.forward(&batch).unwrap().to_vec();
+            if profiled {
+                let launches = r.profile_stop().unwrap();
+                r.set_graphs(true);
+                let ran = |name: &str| launches.iter().any(|l| l.kernel.starts_with(name));
+                for rounding in ["f32_to_bf16", "rmsnorm_f32_bf16", "swiglu_f32_bf16"] {
+                    assert!(!ran(rounding), "{what}, {k} sequences: {rounding} ran");
+                }
+                for fused in ["rmsnorm_q8_f32", "attention_combine_q8_f32", "gemv_swiglu"] {
+                    assert!(ran(fused), "{what}, {k} sequences: no {fused}");
+                }
+                let separate = launches.iter().any(|l| l.kernel == "swiglu_f32");
+                assert_eq!(separate, mixed_mlp, "{what}, {k} sequences: swiglu_f32");
+            }
+            for t in batched.iter_mut() {
+                t.len += 1;
+            }
+            let rows = expected.chunks(vocab).zip(got.chunks(vocab));
+            for (i, ((want, have), next)) in rows.zip(next.iter_mut()).enumerate() {
+                let differ = want
+                    .iter()
+                    .zip(have)
+                    .filter(|(a, b)| a.to_bits() != b.to_bits());
+                assert_eq!(
+                    differ.count(),
+                    0,
+                    "{what}, {k} sequences, step {step}: sequence {i}'s logits differ from its step alone (relative error {:.3e})",
+                    rel_err(have, want)
+                );
+                *next = ops::argmax_f32(want);
+            }
+        }
+        for t in alone.iter_mut().chain(batched.iter_mut()) {
+            blocks.release(t);
+        }
+        eprintln!("  {what}: {k} sequences, {STEPS} steps: every logit as alone, to the bit");
+    }
 }
 
 /// Runs each of `prompts` alone for `steps` greedy tokens, then all of them through the

@@ -110,6 +110,15 @@ fn splits_needed(c: &Config, batch: &Batch, partial_rows: usize) -> Option<usize
     (rows * c.n_heads * bucket <= partial_rows && bucket <= MAX_SPLITS).then_some(n_splits)
 }
 
+/// Whether `batch` is a decode step: one token of each sequence, every row wanting logits.
+fn is_decode_step(batch: &Batch) -> bool {
+    let n = batch.tokens.len();
+    batch.logit_rows.len() == n
+        && batch.max_blocks > 0
+        && batch.block_tables.len() / batch.max_blocks == n
+        && (0..n).all(|i| batch.token_seq[i] as usize == i && batch.logit_rows[i] as usize == i)
+}
+
 /// Which kernels a pass attends with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Attention {
@@ -416,6 +425,17 @@ impl GpuWeights {
             .unwrap_or(0)
     }
 
+    /// Whether every layer matrix and the output head are GGUF blocks (no fp8 rows, no bf16
+    /// fallback), whose GEMV reads its input as 8-bit codes alone.
+    fn all_codes(&self) -> bool {
+        let codes = |m: &GpuMatrix| match m {
+            GpuMatrix::Blocks(parts) => parts.iter().all(|p| p.ty != BlockType::Fp8),
+            GpuMatrix::Bf16(_) => false,
+        };
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        codes(head) && self.layers.iter().flat_map(|l| l.matrices()).all(codes)
+    }
+
     /// Whether some layer matrix is held in GGUF blocks (fp8 rows aside: they take neither
     /// `gemm_<type>` nor `gemm_wgmma_<type>`).
     fn has_blocks(&self) -> bool {
@@ -487,16 +507,48 @@ struct MatmulScratch {
     /// Every matmul through the skinny kernel (whose sums for a token do not depend on the
     /// other tokens of the launch), one token too: `GpuBackend::set_batch_invariant`.
     batch_invariant: bool,
+    /// Most tokens this pass keeps its activations in f32 for the GEMVs (`rounds`): one, or
+    /// `blocks_gemv_tokens` where every matrix is GGUF blocks (`all_codes`), whose GEMV
+    /// takes that many tokens' 8-bit codes at once. A decode step of a few sequences then
+    /// takes one token's fusions (the norm making the codes, gate and up in one launch)
+    /// rather than rounding for tensor cores it does not use. Set for each pass (`route`).
+    gemv_tokens: usize,
+    /// Most tokens a matmul over GGUF blocks takes this pass through the integer GEMV
+    /// rather than `gemm_<type>` (`route`).
+    blocks_gemv_tokens: usize,
+    /// Every matrix is GGUF blocks (`GpuWeights::all_codes`).
+    all_codes: bool,
+    /// `blocks_gemv_tokens` of a decode step (`Gpu::blocks_gemv_tokens`).
+    decode_gemv_tokens: usize,
 }
 
 impl MatmulScratch {
     /// Whether a linear layer of `n` tokens takes its input rounded to bf16 in `x_bf16` (a
-    /// tensor-core matmul), rather than in f32 (the GEMV of one token).
+    /// tensor-core matmul), rather than in f32 (the GEMV of up to `gemv_tokens`).
     fn rounds(&self, n: usize) -> bool {
-        n > 1 || self.batch_invariant
+        n > self.gemv_tokens || self.batch_invariant
     }
 
-    /// `blocks`: some matrix is held in blocks; `fp8`: some matrix takes fp8's tensor cores.
+    /// Routes the next pass's matmuls over GGUF blocks. A decode step's tokens (one a
+    /// sequence) take the GEMV up to `Gpu::blocks_gemv_tokens`, where `gemm_<type>` begins
+    /// to cost less (`BLOCKS_GEMV_MAX_TOKENS`). Any other pass of up to `QUANT_MAX_TOKENS`
+    /// (a short prompt) keeps the GEMV, for its accuracy: on the H200 the golden 5-token
+    /// prompt's first logit (token 79) came out 25.48 through `gemm_q4_1`'s bf16 activations
+    /// against transformers' 24.91, past `default_model_gpu_matches_transformers`'s 0.5,
+    /// and within it through the GEMV's 8-bit codes (0.293, BENCHMARKS.md round 41).
+    fn route(&mut self, decode: bool) {
+        self.blocks_gemv_tokens = match decode {
+            true => self.decode_gemv_tokens,
+            false => QUANT_MAX_TOKENS,
+        };
+        self.gemv_tokens = match self.all_codes {
+            true => self.blocks_gemv_tokens,
+            false => 1,
+        };
+    }
+
+    /// `blocks`: some matrix is held in blocks; `fp8`: some matrix takes fp8's tensor cores;
+    /// `all_codes`: every matrix is GGUF blocks.
     fn new(
         gpu: &Gpu,
         c: &Config,
@@ -504,6 +556,7 @@ impl MatmulScratch {
         dequant_elements: usize,
         blocks: bool,
         fp8: bool,
+        all_codes: bool,
     ) -> Result<MatmulScratch> {
         let (dim, q, kv, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
         let matrices = [
@@ -567,6 +620,10 @@ impl MatmulScratch {
                 n => Some(gpu.zeros(n, "a quantized matrix dequantized for the tensor cores")?),
             },
             batch_invariant: false,
+            gemv_tokens: 1,
+            blocks_gemv_tokens: QUANT_MAX_TOKENS,
+            all_codes,
+            decode_gemv_tokens: gpu.blocks_gemv_tokens,
         })
     }
 }
@@ -706,6 +763,7 @@ impl GpuBackend {
                 weights.largest_blocks_matrix(c, fp8_cores),
                 weights.has_blocks(),
                 fp8_cores && weights.has_fp8(),
+                weights.all_codes(),
             )?,
             head_in: act(c.dim)?,
             logits: act(c.vocab_size)?,
@@ -786,15 +844,16 @@ impl GpuBackend {
     }
 
     /// Whether `n` tokens through `w` take `gemm_<type>` (the tensor cores on the GGUF
-    /// blocks, dequantized in registers): more tokens than the GEMV takes at once, up to
-    /// `BLOCKS_MMA_MAX_TOKENS` (a batched decode step, a short prompt), for a matrix of GGUF
-    /// blocks, outside the batch-invariant mode (whose tokens take the GEMV whatever their
-    /// number). More tokens dequantize the matrix to bf16 for the prompt's GEMM.
+    /// blocks, dequantized in registers): more tokens than the GEMV takes
+    /// (`blocks_gemv_tokens`), up to `BLOCKS_MMA_MAX_TOKENS` (a batched decode step, a short
+    /// prompt), for a matrix of GGUF blocks, outside the batch-invariant mode (whose tokens
+    /// take the GEMV whatever their number). More tokens dequantize the matrix to bf16 for
+    /// the prompt's GEMM.
     fn takes_block_mma(mm: &MatmulScratch, w: &GpuMatrix, n: usize, n_in: usize) -> bool {
         let GpuMatrix::Blocks(parts) = w else {
             return false;
         };
-        (QUANT_MAX_TOKENS + 1..=BLOCKS_MMA_MAX_TOKENS).contains(&n)
+        (mm.blocks_gemv_tokens + 1..=BLOCKS_MMA_MAX_TOKENS).contains(&n)
             && !mm.batch_invariant
             && n_in.is_multiple_of(BLOCKS_MMA_STAGE_K)
             && parts.iter().all(|p| p.ty != BlockType::Fp8)
@@ -1361,6 +1420,7 @@ impl GpuBackend {
     fn run(&mut self, c: &Config, batch: &Batch, greedy: bool) -> Result<usize> {
         let rows = batch.logit_rows.len();
         let bucket = self.graph_bucket(batch);
+        self.mm.route(is_decode_step(batch));
         self.upload(batch, bucket.unwrap_or(batch.tokens.len()))?;
         let splits = splits_needed(c, batch, self.partial_rows);
         let invariant = self.mm.batch_invariant;
@@ -1394,12 +1454,8 @@ impl GpuBackend {
     /// off.
     fn graph_bucket(&self, batch: &Batch) -> Option<usize> {
         let n = batch.tokens.len();
-        let decode = batch.logit_rows.len() == n
-            && batch.max_blocks > 0
-            && batch.block_tables.len() / batch.max_blocks == n
-            && (0..n)
-                .all(|i| batch.token_seq[i] as usize == i && batch.logit_rows[i] as usize == i);
-        (self.use_graphs && decode && n <= GRAPH_MAX_BATCH).then(|| n.next_power_of_two())
+        (self.use_graphs && is_decode_step(batch) && n <= GRAPH_MAX_BATCH)
+            .then(|| n.next_power_of_two())
     }
 
     /// Records a decode step of `n` rows (padding included) with `n_splits` attention splits,
@@ -1632,7 +1688,8 @@ impl GpuBackend {
 
     /// Whether the matmul of `n` tokens through `w` is the integer GEMV, whose input is
     /// the 8-bit codes alone: `n` not rounded for the tensor cores (a decode step of one
-    /// token), `w` all GGUF blocks. Its input's maker can then make the codes itself.
+    /// token, or of up to `blocks_gemv_tokens` where every matrix is GGUF blocks), `w` all
+    /// GGUF blocks. Its input's maker can then make the codes itself.
     fn gemv_takes_codes(mm: &MatmulScratch, w: &GpuMatrix, n: usize) -> bool {
         let blocks = match w {
             GpuMatrix::Blocks(parts) => parts.iter().all(|p| p.ty != BlockType::Fp8),
@@ -1641,7 +1698,7 @@ impl GpuBackend {
         blocks && !mm.rounds(n) && n <= QUANT_MAX_TOKENS
     }
 
-    /// The norm before the GEMVs of `ws` (a token not rounded for the tensor cores): where
+    /// The norm before the GEMVs of `ws` (tokens not rounded for the tensor cores): where
     /// every matrix is GGUF blocks, whose GEMV reads the input as 8-bit codes and nothing
     /// else, the norm makes the codes itself (`rmsnorm_q8_f32`, into `mm.codes`) and the
     /// matmuls take them as they are (`mm.hold_input`), leaving `xb` unwritten: one launch
@@ -1792,20 +1849,24 @@ impl GpuBackend {
         Ok(false)
     }
 
-    /// Layer `l`'s `hidden = silu(xb w_gate^T) * (xb w_up^T)`: one fused GEMV for a token
-    /// (bf16, or gate and up of one GGUF type); for more, the two matmuls on the input the
-    /// norm rounded into `mm.x_bf16`, then the SwiGLU kernel, which leaves `hidden` rounded
-    /// there for the down projection.
+    /// Layer `l`'s `hidden = silu(xb w_gate^T) * (xb w_up^T)`: one fused GEMV for the tokens
+    /// of a pass not rounded for the tensor cores (a token over bf16 or fp8, up to
+    /// `blocks_gemv_tokens` over gate and up of one GGUF type); otherwise the two matmuls, on
+    /// the input the norm rounded into `mm.x_bf16` where the pass rounds, then the SwiGLU
+    /// kernel, which leaves `hidden` rounded there for the down projection.
     fn swiglu(&mut self, c: &Config, n: usize, l: usize) -> Result<()> {
         let (g, lw) = (&self.gpu, &self.weights.layers[l]);
         let (dim, ffn) = (c.dim, c.ffn_dim);
         // The norm made the input's codes (`norm_for_gemv`), for gate and up both.
         let normed_codes = std::mem::take(&mut self.mm.hold_input);
-        if !self.mm.rounds(n)
+        let f32_input = !self.mm.rounds(n);
+        let hidden = &mut self.hidden.slice_mut(..n * ffn);
+        if f32_input
+            && n == 1
             && let (Some(w_gate), Some(w_up)) = (lw.w_gate.as_bf16(), lw.w_up.as_bf16())
         {
             return g.gemv_swiglu_bf16(
-                &mut self.hidden.slice_mut(..ffn),
+                hidden,
                 &self.xb.slice(..dim),
                 &w_gate.as_view(),
                 &w_up.as_view(),
@@ -1814,7 +1875,7 @@ impl GpuBackend {
             );
         }
         let xb = &self.xb.slice(..n * dim);
-        if !self.mm.rounds(n)
+        if f32_input
             && let (GpuMatrix::Blocks(gate), GpuMatrix::Blocks(up)) = (&lw.w_gate, &lw.w_up)
             && let ([gate], [up]) = (gate.as_slice(), up.as_slice())
             && gate.ty == up.ty
@@ -1823,38 +1884,38 @@ impl GpuBackend {
             // One GGUF type for both: one launch for gate, up and the SwiGLU, on the
             // input's codes.
             let (codes, scales) = (
-                &mut self.mm.codes.slice_mut(..dim),
-                &mut self.mm.code_scales.slice_mut(..dim / 16),
+                &mut self.mm.codes.slice_mut(..n * dim),
+                &mut self.mm.code_scales.slice_mut(..n * dim / 16),
             );
             if !normed_codes {
-                g.quantize_q8_f32(codes, scales, xb, dim)?;
+                g.quantize_q8_f32(codes, scales, xb, n * dim)?;
             }
             return g.gemv_swiglu_codes(
                 gate.ty,
-                &mut self.hidden.slice_mut(..ffn),
-                &self.mm.codes.slice(..dim),
-                &self.mm.code_scales.slice(..dim / 16),
+                hidden,
+                &self.mm.codes.slice(..n * dim),
+                &self.mm.code_scales.slice(..n * dim / 16),
                 &gate.bytes.as_view(),
                 &up.bytes.as_view(),
-                1,
+                n,
                 dim,
                 ffn,
                 ffn,
             );
         }
-        if !self.mm.rounds(n)
+        if f32_input
             && let (Some(gate), Some(up)) = (lw.w_gate.as_fp8(), lw.w_up.as_fp8())
             && let (Some(gate_scales), Some(up_scales)) = (&gate.scales, &up.scales)
         {
             // fp8 gate and up: one launch for both and the SwiGLU.
             return g.gemv_swiglu_fp8(
-                &mut self.hidden.slice_mut(..ffn),
+                hidden,
                 xb,
                 &gate.bytes.as_view(),
                 &up.bytes.as_view(),
                 &gate_scales.as_view(),
                 &up_scales.as_view(),
-                1,
+                n,
                 dim,
                 ffn,
                 ffn,
@@ -1868,25 +1929,25 @@ impl GpuBackend {
             let out = &mut out.slice_mut(..n * ffn);
             // Up reads the codes (or e4m3) gate's quantized matmul made of the same input.
             self.mm.hold_input = normed_codes || (i == 1 && self.mm.input_made);
-            if self.mm.rounds(n) {
-                Self::gemm(g, out, xb, &mut self.mm, w, None, n, dim, ffn, false)?;
-            } else {
+            if f32_input {
                 Self::matmul(g, out, xb, &mut self.mm, w, None, n, dim, ffn, false)?;
+            } else {
+                Self::gemm(g, out, xb, &mut self.mm, w, None, n, dim, ffn, false)?;
             }
         }
         self.mm.hold_input = false;
-        if !self.mm.rounds(n) {
-            // Quantized gate and up for one token: no bf16 copy for the down GEMV.
+        if f32_input {
+            // Quantized gate and up on f32 activations: no bf16 copy for the down GEMV.
             return g.swiglu_f32(
-                &mut self.hidden.slice_mut(..ffn),
-                &self.gate.slice(..ffn),
-                &self.up.slice(..ffn),
+                hidden,
+                &self.gate.slice(..n * ffn),
+                &self.up.slice(..n * ffn),
             );
         }
         // The down projection's input, rounded for its tensor cores by the same launch (the
         // gate and up matmuls are done with `mm.x_bf16`).
         g.swiglu_f32_bf16(
-            &mut self.hidden.slice_mut(..n * ffn),
+            hidden,
             &mut self.mm.x_bf16.slice_mut(..n * ffn),
             &self.gate.slice(..n * ffn),
             &self.up.slice(..n * ffn),
@@ -1899,14 +1960,24 @@ impl GpuBackend {
         let (g, w, dim) = (&self.gpu, &self.weights, c.dim);
         let head = w.lm_head.as_ref().unwrap_or(&w.embed);
         let rows = logit_rows.len();
-        if let &[row] = logit_rows {
-            // A decode step's one row: over GGUF blocks the norm makes the GEMV's codes.
-            let x = &self.x.slice(row as usize * dim..(row as usize + 1) * dim);
-            let (xb, norm) = (&mut self.head_in.slice_mut(..dim), &w.final_norm.as_view());
+        let first = logit_rows.first().map_or(0, |&r| r as usize);
+        let one_run = logit_rows
+            .iter()
+            .zip(first..)
+            .all(|(&r, i)| r as usize == i);
+        let gemv_norm = rows > 0 && one_run && (rows == 1 || !self.mm.rounds(rows));
+        if gemv_norm {
+            // A decode step's rows, where the head's GEMV takes them all: over GGUF blocks
+            // the norm makes the GEMV's codes.
+            let x = &self.x.slice(first * dim..(first + rows) * dim);
+            let (xb, norm) = (
+                &mut self.head_in.slice_mut(..rows * dim),
+                &w.final_norm.as_view(),
+            );
             Self::norm_for_gemv(g, xb, &mut self.mm, x, norm, &[head], c.rms_eps, dim)?;
         }
         let mut i = 0;
-        while rows > 1 && i < rows {
+        while !gemv_norm && i < rows {
             let first = logit_rows[i] as usize;
             let mut len = 1;
             while i + len < rows && logit_rows[i + len] as usize == first + len {

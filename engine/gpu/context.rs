@@ -9,7 +9,7 @@ use cudarc::nvrtc::Ptx;
 
 use super::kernels::table::{GemmSlots, Kernels};
 use crate::error::{Error, Result};
-use crate::gpu::tiles::STREAM_BLOCK_BYTES;
+use crate::gpu::tiles::{QUANT_MAX_TOKENS, STREAM_BLOCK_BYTES};
 
 /// Cloning shares the context, stream and module.
 #[derive(Clone)]
@@ -36,10 +36,23 @@ pub struct Gpu {
     /// The streamed GEMV's shared memory a block (its stages), in bytes:
     /// `STREAM_BLOCK_BYTES`, or RUSTLE_STREAM_BYTES to measure others.
     pub stream_bytes: usize,
+    /// Most tokens of a decode step a matmul over GGUF blocks takes through the integer
+    /// GEMV, past which `gemm_<type>` takes them: `BLOCKS_GEMV_MAX_TOKENS`, or
+    /// RUSTLE_GEMV_TOKENS (1 to `QUANT_MAX_TOKENS`) to measure others.
+    pub blocks_gemv_tokens: usize,
     /// While profiling: every launch with events around it, and the positions of the batch
     /// being run (shared by all clones).
     profile: Arc<Mutex<Option<Profiling>>>,
 }
+
+/// Most tokens of a decode step a matmul over GGUF blocks takes through the integer GEMV
+/// (`gemv_<type>`, whose weights are decoded again for each token), past which
+/// `gemm_<type>` (the tensor cores, eight tokens a product whatever their number) costs
+/// less. On the H200 (Llama 3 8B's shape, `rustle bench --batch 2,4,8`, BENCHMARKS.md
+/// round 41), tok/s at 2, 4 and 8 sequences with the GEMV up to 8 tokens / 2 / 1: Q4_K_M
+/// 506.3, 565.7, 622.9 / 510.1, 697.1, 1342.9 / 353.7, 698.5, 1337.4; Q8_0 447.1, 497.0,
+/// 541.1 / 445.9, 700.8, 1345.3 / 359.7, 695.0, 1343.3.
+pub const BLOCKS_GEMV_MAX_TOKENS: usize = 2;
 
 /// What a profile records: the launches, and what their byte counts need that the launches'
 /// arguments do not carry (the batch's positions live on the device).
@@ -119,6 +132,11 @@ impl Gpu {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(STREAM_BLOCK_BYTES);
+        let blocks_gemv_tokens = std::env::var("RUSTLE_GEMV_TOKENS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(BLOCKS_GEMV_MAX_TOKENS)
+            .clamp(1, QUANT_MAX_TOKENS);
         Ok(Gpu {
             profile: Arc::new(Mutex::new(None)),
             description: format!(
@@ -130,6 +148,7 @@ impl Gpu {
             pdl,
             gemv_stream,
             stream_bytes,
+            blocks_gemv_tokens,
             ctx,
             stream,
             kernels,
