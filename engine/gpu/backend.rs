@@ -507,12 +507,6 @@ struct MatmulScratch {
     /// Every matmul through the skinny kernel (whose sums for a token do not depend on the
     /// other tokens of the launch), one token too: `GpuBackend::set_batch_invariant`.
     batch_invariant: bool,
-    /// Most tokens this pass keeps its activations in f32 for the GEMVs (`rounds`): one, or
-    /// `blocks_gemv_tokens` where every matrix is GGUF blocks (`all_codes`), whose GEMV
-    /// takes that many tokens' 8-bit codes at once. A decode step of a few sequences then
-    /// takes one token's fusions (the norm making the codes, gate and up in one launch)
-    /// rather than rounding for tensor cores it does not use. Set for each pass (`route`).
-    gemv_tokens: usize,
     /// Most tokens a matmul over GGUF blocks takes this pass through the integer GEMV
     /// rather than `gemm_<type>` (`route`).
     blocks_gemv_tokens: usize,
@@ -526,7 +520,19 @@ impl MatmulScratch {
     /// Whether a linear layer of `n` tokens takes its input rounded to bf16 in `x_bf16` (a
     /// tensor-core matmul), rather than in f32 (the GEMV of up to `gemv_tokens`).
     fn rounds(&self, n: usize) -> bool {
-        n > self.gemv_tokens || self.batch_invariant
+        n > self.gemv_tokens() || self.batch_invariant
+    }
+
+    /// Most tokens this pass keeps its activations in f32 for the GEMVs: one, or
+    /// `blocks_gemv_tokens` where every matrix is GGUF blocks (`all_codes`), whose GEMV
+    /// takes that many tokens' 8-bit codes at once. A decode step of a few sequences then
+    /// takes one token's fusions (the norm making the codes, gate and up in one launch)
+    /// rather than rounding for tensor cores it does not use.
+    fn gemv_tokens(&self) -> usize {
+        match self.all_codes {
+            true => self.blocks_gemv_tokens,
+            false => 1,
+        }
     }
 
     /// Routes the next pass's matmuls over GGUF blocks. A decode step's tokens (one a
@@ -540,10 +546,6 @@ impl MatmulScratch {
         self.blocks_gemv_tokens = match decode {
             true => self.decode_gemv_tokens,
             false => QUANT_MAX_TOKENS,
-        };
-        self.gemv_tokens = match self.all_codes {
-            true => self.blocks_gemv_tokens,
-            false => 1,
         };
     }
 
@@ -620,7 +622,6 @@ impl MatmulScratch {
                 n => Some(gpu.zeros(n, "a quantized matrix dequantized for the tensor cores")?),
             },
             batch_invariant: false,
-            gemv_tokens: 1,
             blocks_gemv_tokens: QUANT_MAX_TOKENS,
             all_codes,
             decode_gemv_tokens: gpu.blocks_gemv_tokens,
@@ -1419,8 +1420,9 @@ impl GpuBackend {
     /// splits are empty, a block each and no reads), so a handful covers every step.
     fn run(&mut self, c: &Config, batch: &Batch, greedy: bool) -> Result<usize> {
         let rows = batch.logit_rows.len();
-        let bucket = self.graph_bucket(batch);
-        self.mm.route(is_decode_step(batch));
+        let decode = is_decode_step(batch);
+        let bucket = self.graph_bucket(batch, decode);
+        self.mm.route(decode);
         self.upload(batch, bucket.unwrap_or(batch.tokens.len()))?;
         let splits = splits_needed(c, batch, self.partial_rows);
         let invariant = self.mm.batch_invariant;
@@ -1449,13 +1451,12 @@ impl GpuBackend {
         Ok(rows)
     }
 
-    /// The graph bucket of a decode step: the smallest power of two that holds its rows, or
-    /// `None` for any other batch (a prompt chunk, a mix, too many sequences) or with graphs
-    /// off.
-    fn graph_bucket(&self, batch: &Batch) -> Option<usize> {
+    /// The graph bucket of a decode step (`decode`: `is_decode_step(batch)`): the smallest
+    /// power of two that holds its rows, or `None` for any other batch (a prompt chunk, a
+    /// mix, too many sequences) or with graphs off.
+    fn graph_bucket(&self, batch: &Batch, decode: bool) -> Option<usize> {
         let n = batch.tokens.len();
-        (self.use_graphs && is_decode_step(batch) && n <= GRAPH_MAX_BATCH)
-            .then(|| n.next_power_of_two())
+        (self.use_graphs && decode && n <= GRAPH_MAX_BATCH).then(|| n.next_power_of_two())
     }
 
     /// Records a decode step of `n` rows (padding included) with `n_splits` attention splits,
