@@ -17,7 +17,7 @@ ids = [m.id for m in client.models.list().data]
 assert ids == [model], ids
 
 # A streaming chat completion, with the usage chunk at the end.
-question = [{"role": "user", "content": "What is the capital of France?"}]
+question = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
 stream = client.chat.completions.create(
     model=model,
     messages=question,

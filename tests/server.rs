@@ -240,7 +240,7 @@ async fn serves_openai_requests() {
 }
 
 async fn greedy_stream_and_reply_agree(c: &Client, s: &Server) {
-    let q = "What is the capital of France?";
+    let q = "What is the capital of France? Answer in one word.";
     let (status, reply) = post(c, s, "/v1/chat/completions", &chat(q, json!({}))).await;
     assert_eq!(status, 200, "{reply}");
     assert_eq!(reply["object"], "chat.completion");
