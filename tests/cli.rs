@@ -112,9 +112,10 @@ fn default_model_says_paris() {
 }
 
 /// The question asks for one word: asked plainly, this small model's greedy answer sits
-/// at a near-tie that the CPU's kernels decide (" Paris" with AVX-512 VNNI, "L'Étoile, la
-/// Marseillaise, ..." with AVX2 or portable Rust, on the same weights); asked this way each
-/// answers "The capital of France is Paris." The server's tests ask it the same way.
+/// at a near-tie that the CPU's kernels decide (" Paris" on the AVX-512 VNNI machines this
+/// test passed on before, "L'Étoile, la Marseillaise, ..." with AVX2 or portable Rust, on
+/// the same weights); asked this way AVX2 and portable Rust both answer "The capital of
+/// France is Paris." The server's tests ask it the same way.
 #[test]
 fn chat_mode_answers() {
     let out = rustle(&[
