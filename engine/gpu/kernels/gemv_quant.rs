@@ -260,8 +260,10 @@ impl Gpu {
             (None, None) => panic!("dequant_blocks needs an output"),
         };
         let mut cfg = linear(n / 32);
-        if out_f32.is_none() {
-            // To bf16 the block's groups pass through shared memory (`dequant_blocks`).
+        // To bf16 the block's groups pass through shared memory (`dequant_blocks`), but for
+        // a whole Q8_0 matrix, whose pieces go out straight from the registers.
+        let whole_q8_0 = ty == BlockType::Q8_0 && rows.is_none();
+        if out_f32.is_none() && !whole_q8_0 {
             cfg.shared_mem_bytes = dequant_shared_bytes(cfg.block_dim.0 as usize) as u32;
         }
         let (_, func, _, name) = self.kernels.quant(ty);
