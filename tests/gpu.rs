@@ -740,10 +740,13 @@ fn gemv_swiglu_blocks(g: &Gpu, rng: &mut StdRng) {
 }
 
 /// Every block type's dequantizer against its twin: whole matrices to bf16, gathered rows
-/// (the embedding) to f32.
+/// (the embedding) to f32. 257 rows of 96 weights, where a type's blocks fit them, are an
+/// odd number of blocks (771 for the 32-weight types): Q8_0's last piece of the matrix then
+/// starts half a word in, the end case of `dequant_q8_0_pieces`' loads.
 fn dequant_blocks(g: &Gpu, rng: &mut StdRng) {
     for ty in BlockType::ALL {
-        for (rows, n_in) in [(1, 256), (37, 512), (300, 4096)] {
+        let shapes = [(1, 256), (37, 512), (300, 4096), (257, 96)];
+        for (rows, n_in) in shapes.into_iter().filter(|&(_, n_in)| ty.fits(n_in)) {
             let (w, scales) = rustle::cpu::quant::random_blocks(ty, rows, n_in, 0.5, rng.random());
             let (w_dev, s_dev) = (up(g, &w), scales.as_ref().map(|s| up(g, s)));
             let s_view = s_dev.as_ref().map(|s| s.as_view());

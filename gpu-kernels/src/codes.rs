@@ -24,6 +24,12 @@ use crate::unroll::unroll;
 pub trait Codes: Blocks {
     /// Groups of 32 weights in a span: 1 for the 32-weight types, 2 for the k-quants.
     const GROUPS: usize;
+    /// Whether `gemv_codes` loads a thread's first span of its rows before the wait for
+    /// the kernel before. BENCHMARKS.md round 44, batch 1 on Llama 3 8B's shape: 3-7% more
+    /// tokens a second for the 32-weight types and Q6_K. Q4_K lost 6% and Q5_K gained
+    /// nothing in the form measured, where Q4_K's GEMV went from 64 registers a thread to
+    /// 66 (fewer warps an SM), so those two keep the code they had and wait first.
+    const LOADS_AHEAD: bool = true;
     /// A span's bytes, loaded into registers.
     type Span: Copy;
 
@@ -398,6 +404,7 @@ fn dot_k<const HIGH: usize>(
 
 impl Codes for Q4K {
     const GROUPS: usize = 2;
+    const LOADS_AHEAD: bool = false;
     type Span = KSpan<0>;
 
     #[inline(always)]
@@ -419,6 +426,7 @@ impl Codes for Q4K {
 
 impl Codes for Q5K {
     const GROUPS: usize = 2;
+    const LOADS_AHEAD: bool = false;
     type Span = KSpan<8>;
 
     #[inline(always)]

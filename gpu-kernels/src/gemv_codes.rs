@@ -90,7 +90,9 @@ pub(crate) unsafe fn write_code(codes: *mut u8, scales: *mut f32, i: usize, v: f
 /// warp order (the same sums every run). Splitting a row between a block's warps, rather
 /// than giving a warp rows of its own, puts the loads of a whole short row in flight at
 /// once. (A block that walked groups of rows one after the other, loading the next group
-/// while it multiplied the last, was slower: round 27 of BENCHMARKS.md.)
+/// while it multiplied the last, was slower: round 27 of BENCHMARKS.md.) A thread's first
+/// spans are loaded before the wait for the kernel before, where the type gains by it
+/// (`Codes::LOADS_AHEAD`, round 44).
 ///
 /// With `SWIGLU`, the MLP's first half instead: `out[t, o] = silu(g) * u` with `g` and
 /// `u` row o of `w` (the gate) and of `w_up` times the token; a block takes row o of each
@@ -119,7 +121,11 @@ unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
     out_stride: usize,
     accumulate: bool,
 ) {
-    wait_for_previous_kernel();
+    // A type that loads nothing ahead waits before anything else, as it always did (the
+    // code it was measured with in round 44).
+    if !B::LOADS_AHEAD {
+        wait_for_previous_kernel();
+    }
     const R: usize = CODES_ROWS;
     const T: usize = QUANT_MAX_TOKENS;
     const {
@@ -140,13 +146,43 @@ unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
         };
     });
     let (groups, spans) = (n_in / 32, n_in / (32 * B::GROUPS));
+    let s0 = thread_idx_x();
+    // The weights never change, so a thread's first span of each row is loaded before the
+    // wait for the kernel before (where the type gains by it: `Codes::LOADS_AHEAD`): the
+    // blocks placed while it drains have their first weights on the way (all of a
+    // 4096-wide row's, whose spans are one a thread). A thread past the row's spans loads
+    // the last one again and leaves it unused.
+    // SAFETY: min(s0, spans - 1) is a span of a row inside the matrix (a row is at least one).
+    let ahead =
+        B::LOADS_AHEAD.then(|| rows.map(|row| unsafe { B::load_span(row, s0.min(spans - 1)) }));
+    if B::LOADS_AHEAD {
+        wait_for_previous_kernel();
+    }
     // [warps][R][T] f32: each warp's sums.
     let partial = dynamic_shared::<f32>();
     let (warp, lane) = (thread_idx_x() / WARP, thread_idx_x() % WARP);
-    // Tokens one after the other, in a loop the compiler keeps rolled: sums for all eight
-    // at once took 198 registers a thread (Q4_K), and the occupancy with them. A token
-    // after the first finds the spans' bytes in L1.
-    for t in 0..n_tokens {
+    // The warp's sum of row r for token t to shared memory. (Scalars: a closure that took
+    // the rows' sums as an array kept them packed in 64-bit registers, and Q4_K's GEMV
+    // went past 64 registers a thread.)
+    let keep = |t: usize, r: usize, sum: f32| {
+        let v = warp_sum(sum);
+        if lane == 0 {
+            // SAFETY: inside the launch's shared memory (the preconditions).
+            unsafe { *partial.add((warp * R + r) * T + t) = v };
+        }
+    };
+    // Token 0 takes the spans loaded ahead, if any.
+    let mut t0 = 0;
+    if let Some(ahead) = &ahead {
+        // SAFETY: the rows, codes and scales as the preconditions list.
+        let acc = unsafe { ahead_sums::<B, R>(&rows, codes, scales, spans, ahead) };
+        unroll!(r < R => { keep(0, r, acc[r]); });
+        t0 = 1;
+    }
+    // The other tokens one after the other, in a loop the compiler keeps rolled: sums for
+    // all eight at once took 198 registers a thread (Q4_K), and the occupancy with them. A
+    // token after the first finds the spans' bytes in L1.
+    for t in t0..n_tokens {
         let mut acc = [0.0f32; R];
         let mut s = thread_idx_x();
         while s < spans {
@@ -158,19 +194,10 @@ unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
             // SAFETY: every element was written just above.
             let span = span.map(|v| unsafe { v.assume_init() });
             // SAFETY: token t's groups of span s: inside codes and scales.
-            let (x, d, ds) = unsafe { span_codes::<B>(codes, scales, t * groups, s) };
-            unroll!(r < R => {
-                acc[r] += B::dot(&span[r], &x, d, ds);
-            });
+            unsafe { add_span::<B, R>(&mut acc, &span, codes, scales, t * groups, s) };
             s += block_dim_x();
         }
-        unroll!(r < R => {
-            let v = warp_sum(acc[r]);
-            if lane == 0 {
-                // SAFETY: inside the launch's shared memory (the preconditions).
-                unsafe { *partial.add((warp * R + r) * T + t) = v };
-            }
-        });
+        unroll!(r < R => { keep(t, r, acc[r]); });
     }
     // SAFETY: every thread of the block reaches this barrier.
     unsafe { sync_threads() };
@@ -209,6 +236,61 @@ unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
         }
         i += block_dim_x();
     }
+}
+
+/// Token 0's sums of `rows` over this thread's spans (`threadIdx.x`, then every
+/// `blockDim.x`-th), the first of them `ahead`, which the caller loaded before its wait. A
+/// function inlined by force, not a closure: the compiler kept Q6_K's closure out of line,
+/// its spans passed on the stack.
+///
+/// # Safety
+/// As `gemv_codes`: the rows are `spans` spans each, token 0's groups inside `codes` and
+/// `scales`; `ahead` the rows' span `threadIdx.x` if that is below `spans`.
+#[inline(always)]
+unsafe fn ahead_sums<B: Codes, const R: usize>(
+    rows: &[*const u8; R],
+    codes: *const u8,
+    scales: *const f32,
+    spans: usize,
+    ahead: &[B::Span; R],
+) -> [f32; R] {
+    let mut acc = [0.0f32; R];
+    let mut s = thread_idx_x();
+    if s < spans {
+        // SAFETY: token 0's groups of span s: inside codes and scales.
+        unsafe { add_span::<B, R>(&mut acc, ahead, codes, scales, 0, s) };
+        s += block_dim_x();
+    }
+    while s < spans {
+        // SAFETY: s < spans of a row inside the matrix; its groups as above.
+        unsafe {
+            let span = rows.map(|row| B::load_span(row, s));
+            add_span::<B, R>(&mut acc, &span, codes, scales, 0, s);
+        }
+        s += block_dim_x();
+    }
+    acc
+}
+
+/// `acc[r] +=` span `s` of row r (`span[r]`) times its groups of the token whose groups
+/// start at `first_group`.
+///
+/// # Safety
+/// As `span_codes`.
+#[inline(always)]
+unsafe fn add_span<B: Codes, const R: usize>(
+    acc: &mut [f32; R],
+    span: &[B::Span; R],
+    codes: *const u8,
+    scales: *const f32,
+    first_group: usize,
+    s: usize,
+) {
+    // SAFETY: the caller's.
+    let (x, d, ds) = unsafe { span_codes::<B>(codes, scales, first_group, s) };
+    unroll!(r < R => {
+        acc[r] += B::dot(&span[r], &x, d, ds);
+    });
 }
 
 /// The activations' codes of span `s`'s groups (`B::group(s, k)`, k < `B::GROUPS`), of the

@@ -18,7 +18,9 @@ use crate::device::{
 };
 use crate::mma::mma_f16_16816;
 use crate::quant_blocks::{Blocks, Fp8, GROUP, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0, small};
-use crate::tiles::{DEQUANT_STAGE_WORDS, FP8_PARTS, FP8_TILE_ROWS, FP8_UNROLL, QUANT_MAX_TOKENS};
+use crate::tiles::{
+    DEQUANT_STAGE_WORDS, FP8_PARTS, FP8_TILE_ROWS, FP8_UNROLL, QUANT_MAX_TOKENS, dequant_in_pieces,
+};
 use crate::unroll::unroll;
 
 /// What a row's sums are multiplied by: `Blocks::UNSCALE` and the row's scale (fp8), 1
@@ -457,9 +459,11 @@ unsafe fn dequant_q8_0_pieces(out_bf16: *mut u16, w: *const u8, groups: usize) {
     });
 }
 
-/// `dequant_<type>`: `dequant_blocks` over each type, its sizes as `u32`s.
+/// `dequant_<type>`: `dequant_blocks` over each type, its sizes as `u32`s; a type with a
+/// `whole matrix` kernel (Q8_0's `dequant_q8_0_pieces`) hands it the launches that make a
+/// whole matrix to bf16 (`dequant_in_pieces`).
 macro_rules! dequant_kernels {
-    ($($ty:ident => $dequant:ident;)*) => {$(
+    ($($ty:ident => $dequant:ident $(, whole matrix: $whole:ident)?;)*) => {$(
         #[doc = concat!("`dequant_blocks` over `", stringify!($ty), "` weights.")]
         ///
         /// # Safety
@@ -474,11 +478,16 @@ macro_rules! dequant_kernels {
             n_rows: u32,
             n_in: u32,
         ) {
+            let (n_rows, n_in) = (n_rows as usize, n_in as usize);
+            $(
+                if dequant_in_pieces(true, !rows.is_null(), !out_f32.is_null()) {
+                    // SAFETY: the wrapper's checks; the whole matrix is one run of blocks.
+                    return unsafe { $whole(out_bf16, w, n_rows * (n_in / GROUP)) };
+                }
+            )?
             // SAFETY: the wrapper's checks.
             unsafe {
-                dequant_blocks::<$ty>(
-                    out_bf16, out_f32, w, row_scales, rows, n_rows as usize, n_in as usize,
-                )
+                dequant_blocks::<$ty>(out_bf16, out_f32, w, row_scales, rows, n_rows, n_in)
             }
         }
     )*};
@@ -489,32 +498,9 @@ dequant_kernels! {
     Q4_1 => dequant_q4_1;
     Q5_0 => dequant_q5_0;
     Q5_1 => dequant_q5_1;
+    Q8_0 => dequant_q8_0, whole matrix: dequant_q8_0_pieces;
     Q4K => dequant_q4_k;
     Q5K => dequant_q5_k;
     Q6K => dequant_q6_k;
     Fp8 => dequant_fp8;
-}
-
-/// `dequant_blocks` over Q8_0 weights; a whole matrix to bf16 (no row ids) by
-/// `dequant_q8_0_pieces`, in blocks of `blockDim` groups.
-///
-/// # Safety
-/// The host's launch wrapper checks `dequant_blocks`'s preconditions.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn dequant_q8_0(
-    out_bf16: *mut u16,
-    out_f32: *mut f32,
-    w: *const u8,
-    row_scales: *const f32,
-    rows: *const u32,
-    n_rows: u32,
-    n_in: u32,
-) {
-    let (n_rows, n_in) = (n_rows as usize, n_in as usize);
-    // SAFETY (both): the wrapper's checks.
-    if rows.is_null() && out_f32.is_null() {
-        unsafe { dequant_q8_0_pieces(out_bf16, w, n_rows * (n_in / GROUP)) }
-    } else {
-        unsafe { dequant_blocks::<Q8_0>(out_bf16, out_f32, w, row_scales, rows, n_rows, n_in) }
-    }
 }

@@ -258,3 +258,9 @@ pub const DEQUANT_STAGE_WORDS: usize = 17;
 pub const fn dequant_shared_bytes(threads: usize) -> usize {
     threads * DEQUANT_STAGE_WORDS * 4
 }
+/// Dequantizer: whether a launch makes a whole matrix in pieces of 8 weights straight from
+/// the registers (`dequant_q8_0_pieces`: a type with such a kernel, no row ids, bf16 out),
+/// so it takes no shared memory, rather than going through `dequant_blocks`.
+pub const fn dequant_in_pieces(has_pieces: bool, row_ids: bool, to_f32: bool) -> bool {
+    has_pieces && !row_ids && !to_f32
+}

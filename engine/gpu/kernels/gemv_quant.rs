@@ -10,7 +10,8 @@ use super::{In, Out, aligned16, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
 use crate::gpu::tiles::{
-    FP8_PARTS, FP8_SHARED_BYTES, FP8_TILE_ROWS, QUANT_MAX_TOKENS, dequant_shared_bytes,
+    FP8_PARTS, FP8_SHARED_BYTES, FP8_TILE_ROWS, QUANT_MAX_TOKENS, dequant_in_pieces,
+    dequant_shared_bytes,
 };
 use crate::traffic::Traffic;
 use crate::weights::blocks::BlockType;
@@ -262,8 +263,8 @@ impl Gpu {
         let mut cfg = linear(n / 32);
         // To bf16 the block's groups pass through shared memory (`dequant_blocks`), but for
         // a whole Q8_0 matrix, whose pieces go out straight from the registers.
-        let whole_q8_0 = ty == BlockType::Q8_0 && rows.is_none();
-        if out_f32.is_none() && !whole_q8_0 {
+        let pieces = dequant_in_pieces(ty == BlockType::Q8_0, rows.is_some(), out_f32.is_some());
+        if out_f32.is_none() && !pieces {
             cfg.shared_mem_bytes = dequant_shared_bytes(cfg.block_dim.0 as usize) as u32;
         }
         let (_, func, _, name) = self.kernels.quant(ty);
