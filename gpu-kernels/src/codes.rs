@@ -26,9 +26,8 @@ pub trait Codes: Blocks {
     const GROUPS: usize;
     /// Whether `gemv_codes` loads a thread's first span of its rows before the wait for
     /// the kernel before. BENCHMARKS.md round 44, batch 1 on Llama 3 8B's shape: 3-7% more
-    /// tokens a second for the 32-weight types and Q6_K. Q4_K lost 6% and Q5_K gained
-    /// nothing in the form measured, where Q4_K's GEMV went from 64 registers a thread to
-    /// 66 (fewer warps an SM), so those two keep the code they had and wait first.
+    /// tokens a second for the 32-weight types and Q6_K; Q4_K and Q5_K lost up to 2% (Q4_K's
+    /// GEMV at 64 registers a thread either way), so those two wait first.
     const LOADS_AHEAD: bool = true;
     /// A span's bytes, loaded into registers.
     type Span: Copy;
