@@ -382,6 +382,24 @@ pub fn pack_e4m3x4(v: [f32; 4]) -> u32 {
     pair(v[0], v[1]) | pair(v[2], v[3]) << 16
 }
 
+/// Two e4m3 bytes to an f16 pair, exactly (`cvt.rn.f16x2.e4m3x2`, sm_89 on): the low byte
+/// of `pair` to the low half.
+#[cfg(target_feature = "sm_90")]
+#[inline(always)]
+pub fn e4m3x2_to_f16x2(pair: u16) -> u32 {
+    let out: u32;
+    // SAFETY: a conversion between registers.
+    unsafe {
+        asm!(
+            "cvt.rn.f16x2.e4m3x2 {o}, {i};",
+            o = out(reg32) out,
+            i = in(reg16) pair,
+            options(pure, nomem, nostack),
+        )
+    };
+    out
+}
+
 /// `sqrt(x)`, correctly rounded (`sqrt.rn.f32`), so norms match the CPU's exactly.
 #[inline(always)]
 pub fn sqrt(x: f32) -> f32 {

@@ -13,8 +13,8 @@
 
 use crate::device::{
     WARP, block_dim_x, block_idx_x, dynamic_shared, exp, f16_to_f32, funnel_shift, global_idx_x,
-    ld_nc_u16, ld_nc_u32, ld_nc_v4, pack_bf16x2, pack_f16x2, prmt, st_v4, sync_threads,
-    thread_idx_x, wait_for_previous_kernel,
+    ld_nc_u16, ld_nc_u32, ld_nc_v4, pack_bf16x2, pack_f16x2, st_v4, sync_threads, thread_idx_x,
+    wait_for_previous_kernel,
 };
 use crate::mma::mma_f16_16816;
 use crate::quant_blocks::{Blocks, Fp8, GROUP, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0, small};
@@ -42,26 +42,45 @@ unsafe fn row_scale<B: Blocks>(row_scales: *const f32, row: usize) -> f32 {
 const FP8_CHUNK: usize = 64;
 
 /// What a sum of the tensor cores' products is multiplied by, with the row's scale: the
-/// weights reach them as 2^-8 times their values (`e4m3_pair_f16`), the activations too.
-const FP8_MMA_UNSCALE: f32 = 65536.0;
+/// activations reach them as 2^-8 times their values (`FP8_X_SCALE`), the weights as
+/// theirs on Hopper and as 2^-8 times theirs on sm_80 (`e4m3_pair_f16`). Powers of two, so
+/// both give the same sums.
+const FP8_MMA_UNSCALE: f32 = if cfg!(target_feature = "sm_90") {
+    256.0
+} else {
+    65536.0
+};
 
 /// What each activation is multiplied by before it is rounded to f16: values up to 2^24
 /// keep f16's 11 bits, where f16 alone would overflow past 65504; the smallest lose some,
 /// far below what e4m3's 4 bits of weight lose. The twin rounds the same.
 const FP8_X_SCALE: f32 = 1.0 / 256.0;
 
+/// Accumulators of the fp8 GEMV's `mma`s a lane keeps (`fp8_tile_sums`): two measured
+/// faster than one, four slower (more registers; BENCHMARKS.md round 45).
+const FP8_SUMS: usize = 2;
+
+/// e4m3 bytes `2 h` and `2 h + 1` of `word` as an f16 pair (byte `2 h` the low half):
+/// Hopper's conversion, one instruction a pair.
+#[cfg(target_feature = "sm_90")]
+#[inline(always)]
+fn e4m3_pair_f16(word: u32, h: usize) -> u32 {
+    crate::device::e4m3x2_to_f16x2((word >> (16 * h)) as u16)
+}
+
 /// e4m3 bytes `2 h` and `2 h + 1` of `word` as an f16 pair (byte `2 h` the low half), each
-/// 2^-8 times its value. `prmt` sign-extends each byte to 16 bits; shifted up by 7, a byte's
-/// sign, 4 exponent bits and 3 mantissa bits land on f16's sign, low 4 exponent bits and top
-/// 3 mantissa bits, and the mask clears the copy of the sign left in f16's top exponent bit.
-/// An e4m3 exponent (bias 7) read with f16's bias of 15 is 2^-8 times the value, for the
-/// subnormals (exponent 0) too. Three instructions a pair, on every GPU since sm_80
-/// (Hopper's `cvt.rn.f16x2.e4m3x2` takes one, but not on sm_80).
+/// 2^-8 times its value, for sm_80, which has no e4m3 conversion. `prmt` sign-extends each
+/// byte to 16 bits; shifted up by 7, a byte's sign, 4 exponent bits and 3 mantissa bits land
+/// on f16's sign, low 4 exponent bits and top 3 mantissa bits, and the mask clears the copy
+/// of the sign left in f16's top exponent bit. An e4m3 exponent (bias 7) read with f16's
+/// bias of 15 is 2^-8 times the value, for the subnormals (exponent 0) too. Three
+/// instructions a pair.
+#[cfg(not(target_feature = "sm_90"))]
 #[inline(always)]
 fn e4m3_pair_f16(word: u32, h: usize) -> u32 {
     // Bytes 0, sign of 0, 1, sign of 1 (or 2 and 3): `prmt`'s selector 8 + i copies byte
     // i's sign bit.
-    let extended = prmt(word, 0, if h == 0 { 0x9180 } else { 0xb3a2 });
+    let extended = crate::device::prmt(word, 0, if h == 0 { 0x9180 } else { 0xb3a2 });
     (extended << 7) & 0xbf80_bf80
 }
 
@@ -76,10 +95,11 @@ fn e4m3_pair_f16(word: u32, h: usize) -> u32 {
 /// order is free, so the four `mma`s of a chunk each take 4 of the lane's columns, `k` 2t,
 /// 2t+1, 2t+8, 2t+9 being its columns `4 j + 0..4`: the lane's bytes are its operand as they
 /// come. A token past `n_tokens` multiplies zeros. `FP8_UNROLL` chunks' loads are in flight
-/// before any is used.
+/// before any is used; the first of them are issued before the wait for the kernel before,
+/// which is here, not in the callers.
 ///
 /// Returns `[FP8_PARTS][FP8_TILE_ROWS][QUANT_MAX_TOKENS]` f32 in shared memory, each warp's
-/// sums (2^-16 times the true ones: `FP8_MMA_UNSCALE`), after a barrier: `fp8_sum` adds a
+/// sums (`1 / FP8_MMA_UNSCALE` times the true ones), after a barrier: `fp8_sum` adds a
 /// row's parts.
 ///
 /// # Safety
@@ -92,28 +112,22 @@ unsafe fn fp8_tile_sums(
     n_tokens: usize,
     n_in: usize,
 ) -> *const f32 {
-    const U: usize = FP8_UNROLL;
     let (warp, lane) = (thread_idx_x() / WARP, thread_idx_x() % WARP);
     let (g, t) = (lane / 4, lane % 4);
     // This warp's chunks, [c, end).
     let chunks = n_in.div_ceil(FP8_CHUNK);
     let (mut c, end) = (warp * chunks / FP8_PARTS, (warp + 1) * chunks / FP8_PARTS);
-    let mut acc = [0.0f32; 4];
+    // The weights never change, so the first chunks' loads go ahead of the wait for the
+    // kernel before (whose output is `x`): the blocks placed while it drains have their
+    // first weights on the way (BENCHMARKS.md round 45).
+    // SAFETY: the rows as the preconditions list.
+    let mut words = unsafe { fp8_chunk_words(rows, c, end, t, n_in) };
+    wait_for_previous_kernel();
+    // Chunk u's `mma`s go into accumulator u % FP8_SUMS: each `mma` waits for the one
+    // before it into the same accumulator.
+    let mut accs = [[0.0f32; 4]; FP8_SUMS];
     while c < end {
-        // [chunk][row g, row g + 8][4 words]: the lane's 16 bytes of each row.
-        let mut words = [[[0u32; 4]; 2]; U];
-        unroll!(u < U => {
-            let col = (c + u) * FP8_CHUNK + 16 * t;
-            if c + u < end && col < n_in {
-                unroll!(r < 2 => {
-                    if !rows[r].is_null() {
-                        // SAFETY: 16 bytes of the row, 16-byte aligned.
-                        words[u][r] = unsafe { ld_nc_v4(rows[r].add(col) as *const u32) };
-                    }
-                });
-            }
-        });
-        unroll!(u < U => {
+        unroll!(u < FP8_UNROLL => {
             // Warp-uniform: every lane runs the chunk's `mma`s, or none does.
             if c + u < end {
                 let col = (c + u) * FP8_CHUNK + 16 * t;
@@ -136,12 +150,19 @@ unsafe fn fp8_tile_sums(
                         e4m3_pair_f16(row_g[j], 1),
                         e4m3_pair_f16(row_g8[j], 1),
                     ];
-                    mma_f16_16816(&mut acc, a, [xs[2 * j], xs[2 * j + 1]]);
+                    mma_f16_16816(&mut accs[u % FP8_SUMS], a, [xs[2 * j], xs[2 * j + 1]]);
                 });
             }
         });
-        c += U;
+        c += FP8_UNROLL;
+        if c < end {
+            // SAFETY: as above.
+            words = unsafe { fp8_chunk_words(rows, c, end, t, n_in) };
+        }
     }
+    let acc = accs[1..]
+        .iter()
+        .fold(accs[0], |sum, a| [0, 1, 2, 3].map(|i| sum[i] + a[i]));
     // The lane holds (row g, tokens 2t and 2t + 1) and (row g + 8, the same).
     let shared = dynamic_shared::<f32>();
     unroll!(i < 4 => {
@@ -154,8 +175,37 @@ unsafe fn fp8_tile_sums(
     shared
 }
 
-/// Row `r`'s sum of the tile for `token`, its warps' parts added in order, 2^-16 times the
-/// true sum.
+/// The lane's 16 bytes of each of its two rows (`fp8_tile_sums`) in chunks `c..c + FP8_UNROLL`
+/// below `end`, zeros past them and past the rows: `[chunk][row g, row g + 8][4 words]`.
+/// All the loads are issued before any is used.
+///
+/// # Safety
+/// Each row pointer null or a row of `n_in` bytes, 16-byte aligned; `t < 4`.
+#[inline(always)]
+unsafe fn fp8_chunk_words(
+    rows: [*const u8; 2],
+    c: usize,
+    end: usize,
+    t: usize,
+    n_in: usize,
+) -> [[[u32; 4]; 2]; FP8_UNROLL] {
+    let mut words = [[[0u32; 4]; 2]; FP8_UNROLL];
+    unroll!(u < FP8_UNROLL => {
+        let col = (c + u) * FP8_CHUNK + 16 * t;
+        if c + u < end && col < n_in {
+            unroll!(r < 2 => {
+                if !rows[r].is_null() {
+                    // SAFETY: 16 bytes of the row, 16-byte aligned.
+                    words[u][r] = unsafe { ld_nc_v4(rows[r].add(col) as *const u32) };
+                }
+            });
+        }
+    });
+    words
+}
+
+/// Row `r`'s sum of the tile for `token`, its warps' parts added in order,
+/// `1 / FP8_MMA_UNSCALE` times the true sum.
 ///
 /// # Safety
 /// `sums` as `fp8_tile_sums` returned it; `r < FP8_TILE_ROWS`, `token < QUANT_MAX_TOKENS`.
@@ -195,9 +245,10 @@ fn fp8_row(w: *const u8, row: usize, n_in: usize, n_rows: usize) -> *const u8 {
 /// weight to f32 by three integer instructions and multiplied it by an f32 activation read
 /// through L1 (four bytes of activations for each byte of weight), and held the fp8 decode
 /// to 0.36 of the copy bandwidth (203 tok/s on the 8B shape). Here a chunk of 1024 weights
-/// takes a warp about 80 instructions (48 of them the weights' decoding) and brings 256
-/// bytes of activations a token: 0.52 of the copy bandwidth (293 tok/s), with
-/// `gemv_swiglu_fp8`.
+/// takes a warp about 80 instructions (48 of them the weights' decoding; 16 on Hopper,
+/// which converts a pair in one) and brings 256 bytes of activations a token: 0.52 of the
+/// copy bandwidth (293 tok/s), with `gemv_swiglu_fp8`; 0.54 (304-305 tok/s, round 45) with
+/// Hopper's conversion, the first loads ahead of the wait and two accumulators.
 ///
 /// # Safety
 /// `n_in % 16 == 0`; `w` and `x` 16-byte aligned; `1 <= n_tokens <= QUANT_MAX_TOKENS`;
@@ -217,7 +268,6 @@ pub unsafe extern "gpu-kernel" fn gemv_fp8(
     out_stride: u32,
     accumulate: u32,
 ) {
-    wait_for_previous_kernel();
     let (n_tokens, n_in, n_out) = (n_tokens as usize, n_in as usize, n_out as usize);
     let first_row = block_idx_x() * FP8_TILE_ROWS;
     let g = thread_idx_x() % WARP / 4;
@@ -269,7 +319,6 @@ pub unsafe extern "gpu-kernel" fn gemv_swiglu_fp8(
     n_out: u32,
     out_stride: u32,
 ) {
-    wait_for_previous_kernel();
     let (n_tokens, n_in, n_out) = (n_tokens as usize, n_in as usize, n_out as usize);
     let first = block_idx_x() * (FP8_TILE_ROWS / 2);
     let row = first + thread_idx_x() % WARP / 4;
