@@ -57,7 +57,7 @@ const FP8_MMA_UNSCALE: f32 = if cfg!(target_feature = "sm_90") {
 const FP8_X_SCALE: f32 = 1.0 / 256.0;
 
 /// Accumulators of the fp8 GEMV's `mma`s a lane keeps (`fp8_tile_sums`): two measured
-/// faster than one, four slower (more registers; BENCHMARKS.md round 45).
+/// faster than one, and than four (BENCHMARKS.md round 45).
 const FP8_SUMS: usize = 2;
 
 /// e4m3 bytes `2 h` and `2 h + 1` of `word` as an f16 pair (byte `2 h` the low half):

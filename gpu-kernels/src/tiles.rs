@@ -215,8 +215,9 @@ pub const REDUCE_MAX_PARTS: usize = 8;
 /// matrix.
 pub const QUANT_MAX_TOKENS: usize = 8;
 /// fp8 GEMV (`gemv_quant.rs`): chunks of 64 columns whose loads a warp issues before it
-/// uses any (two 16-byte loads a lane each).
-pub const FP8_UNROLL: usize = 4;
+/// uses any (two 16-byte loads a lane each). Two took 64 registers a thread and ran faster
+/// than four (80) or eight (120): four blocks an SM (BENCHMARKS.md round 45).
+pub const FP8_UNROLL: usize = 2;
 /// fp8 GEMV: rows of a block, the 16 of an `mma`'s first operand.
 pub const FP8_TILE_ROWS: usize = 16;
 /// fp8 GEMV: warps of a block, each a part of the reduction.
