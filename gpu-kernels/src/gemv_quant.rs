@@ -247,8 +247,9 @@ fn fp8_row(w: *const u8, row: usize, n_in: usize, n_rows: usize) -> *const u8 {
 /// to 0.36 of the copy bandwidth (203 tok/s on the 8B shape). Here a chunk of 1024 weights
 /// takes a warp about 80 instructions (48 of them the weights' decoding; 16 on Hopper,
 /// which converts a pair in one) and brings 256 bytes of activations a token: 0.52 of the
-/// copy bandwidth (293 tok/s), with `gemv_swiglu_fp8`; 0.54 (304-305 tok/s, round 45) with
-/// Hopper's conversion, the first loads ahead of the wait and two accumulators.
+/// copy bandwidth (293 tok/s), with `gemv_swiglu_fp8`; 0.54-0.55 (305-308 tok/s, round 45)
+/// with Hopper's conversion, the first loads ahead of the wait, two accumulators and two
+/// chunks in flight.
 ///
 /// # Safety
 /// `n_in % 16 == 0`; `w` and `x` 16-byte aligned; `1 <= n_tokens <= QUANT_MAX_TOKENS`;
