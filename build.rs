@@ -6,11 +6,21 @@
 //! toolchain on its own, so this script installs it once, so that `cargo run` and
 //! `cargo test` work on a machine that has only rustup and a stable toolchain.
 //! Nothing from NVIDIA is needed to build: the PTX is text, compiled by the driver at load.
+//! The one thing the Rust source cannot say, a kernel's most registers a thread (CUDA C++'s
+//! `__launch_bounds__`), this script writes into the PTX (`REGISTER_CAPS` in
+//! `gpu-kernels/src/tiles.rs`).
 
 use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The launch facts the kernels and the engine share, of which the build needs
+/// `REGISTER_CAPS`.
+#[allow(dead_code)]
+mod tiles {
+    include!("gpu-kernels/src/tiles.rs");
+}
 
 /// The kernels are built three times: for sm_80, whose PTX JIT-compiles on Ampere, Ada and
 /// later; for sm_90 (PTX 7.8), where Hopper's programmatic dependent launch
@@ -45,11 +55,37 @@ fn main() {
     ensure_toolchain(&kernels, &toolchain, &out_dir);
     for cpu in TARGET_CPUS {
         let ptx = build_ptx(&kernels, &out_dir, &toolchain, cpu);
+        let mut text = fs::read_to_string(&ptx)
+            .unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", ptx.display())));
+        if cpu.starts_with("sm_90") {
+            for (kernel, registers) in tiles::REGISTER_CAPS {
+                text = cap_registers(&text, kernel, registers);
+            }
+        }
         let dest = out_dir.join(format!("kernels_{cpu}.ptx"));
-        fs::copy(&ptx, &dest).unwrap_or_else(|e| {
-            fail(&format!("cannot copy {}: {e}", ptx.display()));
+        fs::write(&dest, text).unwrap_or_else(|e| {
+            fail(&format!("cannot write {}: {e}", dest.display()));
         });
     }
+}
+
+/// `ptx` with `.maxnreg registers` after `kernel`'s parameter list: `ptxas` then keeps the
+/// kernel within that many registers a thread (`tiles::REGISTER_CAPS`). A cap on a kernel
+/// the PTX does not have stops the build, so a renamed kernel cannot lose its cap unseen.
+fn cap_registers(ptx: &str, kernel: &str, registers: usize) -> String {
+    let entry = format!(".visible .entry {kernel}(");
+    let Some(start) = ptx.find(&entry) else {
+        fail(&format!(
+            "REGISTER_CAPS names {kernel}, which the kernels' PTX has no entry for"
+        ));
+    };
+    // The parameter list ends at the first line that is a lone `)`.
+    let Some(end) = ptx[start..].find("\n)\n").map(|i| start + i + 3) else {
+        fail(&format!(
+            "{kernel}'s PTX entry has no end to its parameters"
+        ));
+    };
+    format!("{}.maxnreg {registers}\n{}", &ptx[..end], &ptx[end..])
 }
 
 /// The `channel = "..."` line of `gpu-kernels/rust-toolchain.toml`: one place names the nightly.

@@ -47,6 +47,29 @@ mod tests {
     }
 
     #[test]
+    fn the_hopper_builds_cap_the_registers_tiles_names() {
+        use crate::gpu::tiles::REGISTER_CAPS;
+        let builds = [
+            (super::PTX_SM80, false),
+            (super::PTX_SM90, true),
+            (super::PTX_SM90A, true),
+        ];
+        for (ptx, capped) in builds {
+            // Every `.maxnreg` in the PTX is one of the table's (the compiler writes none).
+            assert_eq!(
+                ptx.matches(".maxnreg").count(),
+                capped as usize * REGISTER_CAPS.len()
+            );
+            for (kernel, registers) in REGISTER_CAPS {
+                let entry = ptx.find(&format!(".entry {kernel}(")).unwrap();
+                let params_end = entry + ptx[entry..].find("\n)\n").unwrap() + 3;
+                let cap = format!(".maxnreg {registers}\n{{");
+                assert_eq!(ptx[params_end..].starts_with(&cap), capped, "{kernel}");
+            }
+        }
+    }
+
+    #[test]
     fn each_gpu_gets_the_newest_build_it_runs() {
         assert_eq!(super::ptx_for(8, 0).1, "PTX 7.0 / sm_80");
         assert_eq!(super::ptx_for(8, 9).1, "PTX 7.0 / sm_80");

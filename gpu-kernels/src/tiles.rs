@@ -225,6 +225,15 @@ pub const FP8_PARTS: usize = 8;
 /// fp8 GEMV: bytes of dynamic shared memory: each warp's sums for its rows and tokens.
 pub const FP8_SHARED_BYTES: usize = FP8_PARTS * FP8_TILE_ROWS * QUANT_MAX_TOKENS * 4;
 
+/// Registers a thread that `build.rs` caps a kernel at in the Hopper builds (sm_90 and
+/// sm_90a): a `.maxnreg` in the kernel's PTX entry, as CUDA C++'s `__launch_bounds__` asks
+/// for, where fewer registers a thread, and so more warps an SM, measured faster and `ptxas`
+/// spills nothing. `gemv_q8_0` 56 -> 48: ten blocks of 4 warps an SM where nine fitted,
+/// Q8_0's batch 1 1.3-1.7% faster on the H200 (BENCHMARKS.md round 46, where caps that made
+/// `ptxas` spill, even 20 bytes, lost up to 21%). The sm_80 build keeps its registers: the
+/// same cap spills there.
+pub const REGISTER_CAPS: [(&str, usize); 1] = [("gemv_q8_0", 48)];
+
 /// Integer GEMV (`gemv_codes.rs`): output rows per block, which share each load of the
 /// activations' codes.
 pub const CODES_ROWS: usize = 2;
