@@ -4,7 +4,7 @@ use crate::device::{
     WARP, bf16_to_f32, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp, sqrt,
     sync_threads, thread_idx_x, warp_sum,
 };
-use crate::tiles::{BLOCK_SIZE, MAX_HEAD_DIM};
+use crate::tiles::{BLOCK_SIZE, COMBINE_IN_FLIGHT, MAX_HEAD_DIM};
 
 /// Most dimensions of a head one lane holds: `head_dim <= 32 * MAX_PER_LANE` =
 /// `MAX_HEAD_DIM`, the widest head of the Llama family. Holding only what a 128-wide head needs keeps the split
@@ -435,21 +435,24 @@ pub unsafe extern "gpu-kernel" fn attention_split_bf16(
 /// - `partial_o`, `partial_ml`: as `attention_split_f32` wrote them, `n_splits` per row
 /// - `positions`: `[n]` u32
 ///
-/// Thread mapping: one block per (head, token) (`blockIdx.x`, `blockIdx.y`). The threads
-/// first find `M` and each split's weight together (the weights go to shared memory), and
-/// warp 0 adds up the denominator. Then `groups` groups of `head_dim` threads: thread `d` of
-/// group `g` sums dimension `d` over the splits `g, g + groups, ...` with four independent
-/// loads in flight, and the groups' sums meet in shared memory. A long context has hundreds
-/// of splits; one thread per dimension walking all of them would wait on a memory latency for
-/// every eighth.
+/// Thread mapping: one block per (head, token) (`blockIdx.x`, `blockIdx.y`); `groups`
+/// groups of `head_dim` threads, `own.div_ceil(COMBINE_IN_FLIGHT)` for the token's `own`
+/// splits (at most 1024 threads). Thread `d` of group `g` takes dimension `d` of the splits
+/// `g, g + groups, ...`: right after the wait for the split kernel it loads the first
+/// `COMBINE_IN_FLIGHT` of them, with their `m` and `l`, all at once, beside the maxima the
+/// block reduces to `M`; then it adds their weighted values and weighted sums, and the
+/// groups' sums meet in shared memory. Up to 8 * 1024 / head_dim splits (2048 positions of
+/// a 128-wide head) cost one wait for memory; the kernel this replaced found `M`, then the
+/// weights, then walked the values four loads at a time, and waited for memory about five
+/// times at 18 splits (BENCHMARKS.md round 47).
 ///
 /// The order of every sum depends on the token's own split count alone, never on
 /// `n_splits` or the block size (which follow the longest sequence in the batch): a token's
 /// result is the same whatever shares its batch.
 ///
 /// PRECONDITIONS: `n_splits * split_len > positions[t]`; `blockDim.x` a multiple of 32 and
-/// at least `head_dim * clamp(n_splits / 8, 1, 1024 / head_dim)`; dynamic shared memory
-/// `(32 + n_splits + blockDim.x) * 4` bytes.
+/// at least `head_dim * clamp(n_splits.div_ceil(COMBINE_IN_FLIGHT), 1, 1024 / head_dim)`;
+/// dynamic shared memory `(32 + n_splits + blockDim.x) * 4` bytes.
 ///
 /// # Safety
 /// Buffers as above, `n_splits` splits each.
@@ -463,7 +466,6 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32(
     split_len: u32,
     head_dim: u32,
 ) {
-    crate::device::wait_for_previous_kernel();
     // SAFETY: the same preconditions; no second output.
     unsafe {
         combine(
@@ -501,7 +503,6 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32_bf16(
     split_len: u32,
     head_dim: u32,
 ) {
-    crate::device::wait_for_previous_kernel();
     let (codes, scales) = (core::ptr::null_mut(), core::ptr::null_mut());
     // SAFETY: the preconditions, passed on.
     unsafe {
@@ -534,7 +535,6 @@ pub unsafe extern "gpu-kernel" fn attention_combine_q8_f32(
     split_len: u32,
     head_dim: u32,
 ) {
-    crate::device::wait_for_previous_kernel();
     // SAFETY: the preconditions, passed on.
     unsafe {
         combine(
@@ -572,86 +572,100 @@ unsafe fn combine(
     head_dim: u32,
 ) {
     use crate::device::warp_max;
-    const IN_FLIGHT: usize = 4;
     let (n_splits, head_dim) = (n_splits as usize, head_dim as usize);
     let (h, t) = (block_idx_x(), block_idx_y());
     let n_heads = crate::device::grid_dim_x();
     let th = t * n_heads + h;
     let (tid, lane, warp) = (thread_idx_x(), thread_idx_x() % WARP, thread_idx_x() / WARP);
-    // Shared: [32] reduction scratch, [n_splits] split weights e^(m_s - M), then
-    // [groups][head_dim] the groups' sums.
+    // Shared: [32] reduction scratch, [groups] the groups' denominators, then
+    // [groups][head_dim] their sums.
     let scratch = dynamic_shared::<f32>();
     // SAFETY: th < n * n_heads; s < own <= n_splits; d < head_dim; shared memory holds 32 +
-    // n_splits + blockDim.x floats (launch); every thread reaches every barrier.
+    // n_splits + blockDim.x floats (launch), and groups <= n_splits; every thread reaches
+    // every barrier.
     unsafe {
+        // The host wrote the positions: read before the wait for the kernel before.
         let own = (*positions.add(t) as usize / split_len as usize + 1).min(n_splits);
-        let groups = (own / 8)
+        crate::device::wait_for_previous_kernel();
+        let groups = own
+            .div_ceil(COMBINE_IN_FLIGHT)
             .clamp(1, 1024 / head_dim)
             .min(block_dim_x() / head_dim);
         let (group, d) = (tid / head_dim, tid % head_dim);
-        let weights = scratch.add(WARP);
-        let sums = weights.add(n_splits);
+        let (dens, sums) = (scratch.add(WARP), scratch.add(WARP + groups));
         let ml = partial_ml.add(2 * th * n_splits);
+        let o = partial_o.add(th * n_splits * head_dim + d);
+        // Thread d of group g takes splits g, g + groups, ...: the first COMBINE_IN_FLIGHT
+        // of them, their values and (m, l), loaded together, and with them the splits'
+        // maxima the thread reads for M (one wait for all of them where a context has
+        // up to blockDim.x splits).
+        let mine = group < groups;
+        let split = |j: usize| group + j * groups;
+        let mut v = [0.0f32; COMBINE_IN_FLIGHT];
+        let mut m = [f32::NEG_INFINITY; COMBINE_IN_FLIGHT];
+        let mut l = [0.0f32; COMBINE_IN_FLIGHT];
+        for j in 0..COMBINE_IN_FLIGHT {
+            if mine && split(j) < own {
+                v[j] = *o.add(split(j) * head_dim);
+                m[j] = *ml.add(2 * split(j));
+                l[j] = *ml.add(2 * split(j) + 1);
+            }
+        }
         // The largest maximum (a maximum is the same in any order).
-        let mut m = f32::NEG_INFINITY;
+        let mut m_own = f32::NEG_INFINITY;
         let mut s = tid;
         while s < own {
-            m = m.max(*ml.add(2 * s));
+            m_own = m_own.max(*ml.add(2 * s));
             s += block_dim_x();
         }
-        m = warp_max(m);
+        m_own = warp_max(m_own);
         if lane == 0 {
-            *scratch.add(warp) = m;
+            *scratch.add(warp) = m_own;
         }
         sync_threads();
         let mut m_all = f32::NEG_INFINITY;
         for w in 0..block_dim_x() / WARP {
             m_all = m_all.max(*scratch.add(w));
         }
-        sync_threads();
-        // Each split's weight; warp 0 adds up the denominator in lane order.
-        let mut s = tid;
-        while s < own {
-            *weights.add(s) = exp(*ml.add(2 * s) - m_all);
-            s += block_dim_x();
-        }
-        sync_threads();
-        if warp == 0 {
-            let mut part = 0.0f32;
-            let mut s = lane;
-            while s < own {
-                part += *ml.add(2 * s + 1) * *weights.add(s);
-                s += WARP;
-            }
-            let denom = warp_sum(part);
-            if lane == 0 {
-                *scratch = denom;
-            }
-        }
-        if group < groups {
-            let o = partial_o.add(th * n_splits * head_dim + d);
-            let mut acc = [0.0f32; IN_FLIGHT];
-            let mut s = group;
-            while s + (IN_FLIGHT - 1) * groups < own {
-                for (j, a) in acc.iter_mut().enumerate() {
-                    let sj = s + j * groups;
-                    *a += *o.add(sj * head_dim) * *weights.add(sj);
+        // Each split's weight e^(m_s - M), times its values and its sum of weights, added
+        // in split order: those loaded above, then (a long context) the rest, a round of
+        // COMBINE_IN_FLIGHT loads at a time.
+        let (mut num, mut den) = (0.0f32, 0.0f32);
+        let mut first = 0;
+        loop {
+            for j in 0..COMBINE_IN_FLIGHT {
+                if mine && split(first + j) < own {
+                    let w = exp(m[j] - m_all);
+                    num += v[j] * w;
+                    den += l[j] * w;
                 }
-                s += IN_FLIGHT * groups;
             }
-            while s < own {
-                acc[0] += *o.add(s * head_dim) * *weights.add(s);
-                s += groups;
+            first += COMBINE_IN_FLIGHT;
+            if !mine || split(first) >= own {
+                break;
             }
-            *sums.add(tid) = acc[0] + acc[1] + acc[2] + acc[3];
+            for j in 0..COMBINE_IN_FLIGHT {
+                if split(first + j) < own {
+                    v[j] = *o.add(split(first + j) * head_dim);
+                    m[j] = *ml.add(2 * split(first + j));
+                    l[j] = *ml.add(2 * split(first + j) + 1);
+                }
+            }
+        }
+        if mine {
+            *sums.add(tid) = num;
+            if d == 0 {
+                *dens.add(group) = den;
+            }
         }
         sync_threads();
         if tid < head_dim {
-            let mut num = 0.0f32;
+            let (mut num, mut den) = (0.0f32, 0.0f32);
             for g in 0..groups {
                 num += *sums.add(g * head_dim + tid);
+                den += *dens.add(g);
             }
-            let v = num / *scratch;
+            let v = num / den;
             *out.add(th * head_dim + tid) = v;
             if !out_bf16.is_null() {
                 *out_bf16.add(th * head_dim + tid) = crate::device::f32_to_bf16(v);

@@ -211,6 +211,12 @@ pub const fn attn_split_mma_shared_bytes(head_dim: usize) -> usize {
 /// GEMM's are at most this many.
 pub const REDUCE_MAX_PARTS: usize = 8;
 
+/// Flash-decoding's combine (`attention_combine_f32`): splits a thread loads at once, with
+/// their maxima and sums, right after the wait for the split kernel; a token's splits are
+/// shared by `own.div_ceil(COMBINE_IN_FLIGHT)` groups of `head_dim` threads (at most 1024
+/// threads), so that up to 8 * 1024 / head_dim splits take one wait for memory.
+pub const COMBINE_IN_FLIGHT: usize = 8;
+
 /// Quantized GEMV (`gemv_fp8`, `gemv_<type>`): most tokens one launch multiplies by the
 /// matrix.
 pub const QUANT_MAX_TOKENS: usize = 8;

@@ -7,7 +7,7 @@ use cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig};
 use super::{In, Out, aligned16, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::gpu::tiles::{BLOCK_SIZE, MAX_HEAD_DIM};
+use crate::gpu::tiles::{BLOCK_SIZE, COMBINE_IN_FLIGHT, MAX_HEAD_DIM};
 use crate::traffic;
 
 const ATTENTION_THREADS: u32 = 128;
@@ -391,10 +391,12 @@ impl Gpu {
             n_splits <= 8192,
             "attention_combine_f32 keeps at most 8192 split weights in shared memory"
         );
-        // Groups of head_dim threads share the splits, each taking at least 8 (two rounds
-        // of four loads): many groups for a long context, up to the 1024 threads a block
-        // may have; one for a short one, where a wide block would only add barrier time.
-        let groups = (n_splits / 8).clamp(1, 1024 / head_dim);
+        // Groups of head_dim threads share the splits, each taking up to COMBINE_IN_FLIGHT
+        // at once: as many groups as the longest token needs, up to the 1024 threads a
+        // block may have (the kernel's groups follow each token's own splits).
+        let groups = n_splits
+            .div_ceil(COMBINE_IN_FLIGHT)
+            .clamp(1, 1024 / head_dim);
         let threads = (groups * head_dim).div_ceil(32) * 32;
         assert!(
             threads <= 1024,
