@@ -601,16 +601,23 @@ unsafe fn combine(
         // up to blockDim.x splits).
         let mine = group < groups;
         let split = |j: usize| group + j * groups;
-        let mut v = [0.0f32; COMBINE_IN_FLIGHT];
-        let mut m = [f32::NEG_INFINITY; COMBINE_IN_FLIGHT];
-        let mut l = [0.0f32; COMBINE_IN_FLIGHT];
-        for j in 0..COMBINE_IN_FLIGHT {
-            if mine && split(j) < own {
-                v[j] = *o.add(split(j) * head_dim);
-                m[j] = *ml.add(2 * split(j));
-                l[j] = *ml.add(2 * split(j) + 1);
+        // The thread's splits first .. first + COMBINE_IN_FLIGHT (those below `own`): their
+        // values, m and l, every load issued before any is used.
+        let load = |first: usize| {
+            let mut v = [0.0f32; COMBINE_IN_FLIGHT];
+            let mut m = [f32::NEG_INFINITY; COMBINE_IN_FLIGHT];
+            let mut l = [0.0f32; COMBINE_IN_FLIGHT];
+            for j in 0..COMBINE_IN_FLIGHT {
+                let s = split(first + j);
+                if mine && s < own {
+                    v[j] = *o.add(s * head_dim);
+                    m[j] = *ml.add(2 * s);
+                    l[j] = *ml.add(2 * s + 1);
+                }
             }
-        }
+            (v, m, l)
+        };
+        let (mut v, mut m, mut l) = load(0);
         // The largest maximum (a maximum is the same in any order).
         let mut m_own = f32::NEG_INFINITY;
         let mut s = tid;
@@ -644,13 +651,7 @@ unsafe fn combine(
             if !mine || split(first) >= own {
                 break;
             }
-            for j in 0..COMBINE_IN_FLIGHT {
-                if split(first + j) < own {
-                    v[j] = *o.add(split(first + j) * head_dim);
-                    m[j] = *ml.add(2 * split(first + j));
-                    l[j] = *ml.add(2 * split(first + j) + 1);
-                }
-            }
+            (v, m, l) = load(first);
         }
         if mine {
             *sums.add(tid) = num;
