@@ -15,6 +15,15 @@
 //! the output head) measured as fast as `gemv_<type>` or slower: a block's share of a small
 //! matrix is one or two tiles, and nothing is left to overlap (BENCHMARKS.md round 40).
 //!
+//! The activations' codes are read by every warp for every row, and a k-quant lane's span
+//! of them is 64 bytes from its neighbour's: from global memory each 16-byte load of the
+//! warp touched 16 cache lines, and the warps waited on those loads more than on anything
+//! else (`ncu`, BENCHMARKS.md round 48). So a k-quant block of 4 warps or more first copies
+//! its tokens' codes into shared memory, each span's 16-byte pieces apart (piece p of every
+//! span together), and its scales span by span: a warp's 32 consecutive spans then read 512
+//! consecutive bytes with each load. (Smaller blocks, and the 32-weight types, whose lanes
+//! are 32 bytes apart, gained nothing by it: `stream_copies_codes`.)
+//!
 //! Thread mapping: warp w takes output `tile * warps + w` of each of its block's tiles (tiles
 //! `block, block + grid, ...`), lane l its spans `l, l + 32, ...` of that row of both
 //! matrices; each sum is one warp reduction, no shared memory and no barrier between warps
@@ -26,13 +35,14 @@ use crate::bulk_copy::{
 };
 use crate::codes::{Bytes, Codes};
 use crate::device::{
-    WARP, block_dim_x, block_idx_x, dynamic_shared, exp, grid_dim_x, sync_threads, thread_idx_x,
-    wait_for_previous_kernel, warp_sum,
+    WARP, block_dim_x, block_idx_x, dynamic_shared, exp, grid_dim_x, ld_nc_u32, ld_nc_v4,
+    sync_threads, thread_idx_x, wait_for_previous_kernel, warp_sum,
 };
 use crate::gemv_codes::span_codes;
-use crate::mma::shared_addr;
-use crate::quant_blocks::{Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
-use crate::tiles::STREAM_BARRIER_BYTES;
+use crate::mma::{ld_shared_v4, shared_addr, st_shared_u32, st_shared_v4};
+use crate::quant_blocks::{Blocks, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
+use crate::tiles::{STREAM_BARRIER_BYTES, stream_codes_bytes, stream_copies_codes};
+use crate::unroll::unroll;
 
 /// `out[t, o] = silu(g) * u` for g and u row o of `w_gate` and of `w_up` times token t, x
 /// as `quantize_q8_f32` left it: `gemv_swiglu_<type>`'s sums, each row's in another order.
@@ -41,17 +51,23 @@ use crate::tiles::STREAM_BARRIER_BYTES;
 /// - `codes`: `[n_tokens, n_in]` i8; `scales`: `[n_tokens, n_in / 32][2]` f32
 /// - `w_gate`, `w_up`: `[n_out, n_in / BLOCK_LEN]` blocks each, as the file has them
 ///
-/// Shared memory: `[stages]` barriers in the first `STREAM_BARRIER_BYTES`, then `[stages]`
-/// slots of a tile each: `[warps][row bytes]` of `w_gate`, then as many of `w_up`.
+/// Shared memory: `[stages]` barriers in the first `STREAM_BARRIER_BYTES`; then, with
+/// `COPIES`, the tokens' codes, `[n_tokens][2 * GROUPS][spans]` pieces of 16 bytes
+/// (`copy_codes`), and their scales, `[n_tokens][spans][GROUPS][2]` f32,
+/// `stream_codes_bytes(BLOCK_LEN, warps, n_tokens, n_in)` in all; then `[stages]` slots of
+/// a tile each: `[warps][row bytes]` of `w_gate`, then as many of `w_up`.
 ///
 /// # Safety
 /// As `gemv_codes` with `SWIGLU`, and: a row is whole 16-byte pieces (both matrices 16-byte
 /// aligned); `1 <= stages <= STREAM_BARRIER_BYTES / 8`; the launch gives
-/// `stream_shared_bytes(stages, slot bytes)` bytes of dynamic shared memory and at most
-/// `n_out.div_ceil(blockDim.x / 32)` blocks; a tile's bytes are below 2^20.
+/// `stream_shared_bytes(stages, slot bytes, stream_codes_bytes(BLOCK_LEN, warps, n_tokens,
+/// n_in))` bytes of dynamic shared memory and at most `n_out.div_ceil(blockDim.x / 32)`
+/// blocks; a tile's bytes are below 2^20; `COPIES` is `stream_copies_codes(BLOCK_LEN,
+/// warps)`. (A constant, so that each way is compiled apart: tested at run time inside the
+/// loop, it took Q4_K's kernel from 93 registers to 105, and an SM from five blocks to four.)
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemv_swiglu_stream<B: Codes>(
+unsafe fn gemv_swiglu_stream<B: Codes, const COPIES: bool>(
     out: *mut f32,
     codes: *const u8,
     scales: *const f32,
@@ -78,7 +94,9 @@ unsafe fn gemv_swiglu_stream<B: Codes>(
     };
     let base = shared_addr(dynamic_shared::<u8>());
     let bar = |i: usize| base + (8 * (i % stages)) as u32;
-    let slot = |i: usize| base + (STREAM_BARRIER_BYTES + i % stages * 2 * tile_bytes) as u32;
+    let copy = base + STREAM_BARRIER_BYTES as u32; // the codes' copy, with `COPIES`
+    let slots = STREAM_BARRIER_BYTES + stream_codes_bytes(B::BLOCK_LEN, warps, n_tokens, n_in);
+    let slot = |i: usize| base + (slots + i % stages * 2 * tile_bytes) as u32;
     // Thread 0 asks for fill i: the tile's rows of both matrices into its slot.
     let request = |i: usize| {
         let tile = first + i * step;
@@ -111,6 +129,13 @@ unsafe fn gemv_swiglu_stream<B: Codes>(
     // The weights are on their way; the activations' codes are the kernel before's.
     wait_for_previous_kernel();
     let (groups, spans) = (n_in / 32, n_in / (32 * B::GROUPS));
+    if COPIES {
+        // SAFETY: the codes and scales as the preconditions list; the copy is the
+        // launch's shared memory after the barriers, which nothing else uses.
+        unsafe { copy_codes::<B>(copy, codes, scales, n_tokens, n_in) };
+        // SAFETY: every thread of the block reaches this barrier.
+        unsafe { sync_threads() };
+    }
     for i in 0..fills {
         // SAFETY: barrier i % stages was initialized; its (i / stages)-th fill was asked for.
         unsafe { wait_phase(bar(i), (i / stages % 2) as u32) };
@@ -122,10 +147,15 @@ unsafe fn gemv_swiglu_stream<B: Codes>(
                 let (mut g, mut u) = (0.0f32, 0.0f32);
                 let mut s = lane;
                 while s < spans {
-                    // SAFETY: token t's groups are inside codes and scales; span s of the
-                    // rows in the slot, which the barrier's phase says have landed.
+                    // SAFETY: token t's span s is in the copy (copied before the
+                    // barrier above) or inside codes and scales; span s of the rows in the
+                    // slot, which the barrier's phase says have landed.
                     unsafe {
-                        let (x, d, ds) = span_codes::<B>(codes, scales, t * groups, s);
+                        let (x, d, ds) = if COPIES {
+                            copied_codes::<B>(copy, n_tokens, n_in, t, s)
+                        } else {
+                            span_codes::<B>(codes, scales, t * groups, s)
+                        };
                         g += B::dot(&B::load_span(gate, s), &x, d, ds);
                         u += B::dot(&B::load_span(up, s), &x, d, ds);
                     }
@@ -145,6 +175,103 @@ unsafe fn gemv_swiglu_stream<B: Codes>(
             request(i + stages);
         }
     }
+}
+
+/// Copies `n_tokens` tokens' codes and scales (as `quantize_q8_f32` left them) into the
+/// block's shared memory at address `copy`, in the order `copied_codes` reads them: the
+/// codes of span s's group k (`B::group(s, k)`) as pieces `2k` and `2k + 1` of 16 bytes,
+/// piece p of every span together; its scales span by span. A thread a piece, then a
+/// thread a span's scales; the writes are consecutive, the reads one-off.
+///
+/// # Safety
+/// `codes` and `scales` hold the tokens' groups (16-byte aligned); the copy has
+/// `stream_codes_bytes(B::BLOCK_LEN, blockDim.x / 32, n_tokens, n_in)` bytes; the block
+/// reaches a barrier before any thread reads it.
+#[inline(always)]
+unsafe fn copy_codes<B: Codes>(
+    copy: u32,
+    codes: *const u8,
+    scales: *const f32,
+    n_tokens: usize,
+    n_in: usize,
+) {
+    let spans = n_in / (32 * B::GROUPS);
+    let pieces = 2 * B::GROUPS * spans;
+    let mut j = thread_idx_x();
+    while j < n_tokens * pieces {
+        let (t, at) = (j / pieces, j % pieces);
+        let (p, s) = (at / spans, at % spans);
+        let group = t * n_in / 32 + B::group(s, p / 2);
+        // SAFETY: group and its piece are inside the token's codes, 16-byte aligned; the
+        // piece's place is inside the copy (the caller's).
+        unsafe {
+            let v = ld_nc_v4(codes.add(32 * group + 16 * (p % 2)) as *const u32);
+            st_shared_v4(copy + (t * n_in + 16 * at) as u32, v);
+        }
+        j += block_dim_x();
+    }
+    let scales_at = copy + (n_tokens * n_in) as u32;
+    let mut j = thread_idx_x();
+    while j < n_tokens * spans {
+        let (t, s) = (j / spans, j % spans);
+        unroll!(k < 2 => {
+            if k < B::GROUPS {
+                let group = t * n_in / 32 + B::group(s, k);
+                let to = scales_at + (8 * (j * B::GROUPS + k)) as u32;
+                // SAFETY: the group's two scales are inside `scales`; their place inside
+                // the copy (the caller's).
+                unsafe {
+                    let from = scales.add(2 * group) as *const u32;
+                    st_shared_u32(to, ld_nc_u32(from));
+                    st_shared_u32(to + 4, ld_nc_u32(from.add(1)));
+                }
+            }
+        });
+        j += block_dim_x();
+    }
+}
+
+/// Token t's codes of span s from the copy `copy_codes` made: `span_codes`'s values
+/// (four codes a word, each group's `d` and `d` times the sum of its codes), each load a
+/// warp's 512 consecutive bytes where its lanes take consecutive spans.
+///
+/// # Safety
+/// `copy_codes` made the copy for `n_tokens` tokens of `n_in`, and the block has passed
+/// a barrier since; `t < n_tokens`, `s` below the spans.
+#[inline(always)]
+unsafe fn copied_codes<B: Codes>(
+    copy: u32,
+    n_tokens: usize,
+    n_in: usize,
+    t: usize,
+    s: usize,
+) -> ([[u32; 8]; 2], [f32; 2], [f32; 2]) {
+    let spans = n_in / (32 * B::GROUPS);
+    let token = copy + (t * n_in) as u32;
+    let scales = copy + (n_tokens * n_in + 8 * B::GROUPS * (t * spans + s)) as u32;
+    let mut x = [[0u32; 8]; 2];
+    unroll!(k < 2 => {
+        if k < B::GROUPS {
+            // SAFETY: pieces 2k and 2k + 1 of span s are inside the copy (the caller's).
+            unsafe {
+                let a = ld_shared_v4(token + (16 * (2 * k * spans + s)) as u32);
+                let b = ld_shared_v4(token + (16 * ((2 * k + 1) * spans + s)) as u32);
+                x[k] = [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]];
+            }
+        }
+    });
+    // SAFETY: the span's scales are inside the copy, 8 * GROUPS bytes at a multiple of as
+    // many (the caller's).
+    let [d0, ds0, d1, ds1] = unsafe {
+        if B::GROUPS == 2 {
+            ld_shared_v4(scales)
+        } else {
+            let sc = Shared(scales);
+            [sc.u32(0), sc.u32(4), 0, 0]
+        }
+    };
+    let f = f32::from_bits;
+    (x, [f(d0), f(d1)], [f(ds0), f(ds1)])
 }
 
 /// `gemv_swiglu_stream_<type>`: `gemv_swiglu_stream` over the type, its sizes as `u32`s.
@@ -168,12 +295,21 @@ macro_rules! stream_kernels {
             out_stride: u32,
             stages: u32,
         ) {
-            // SAFETY: the wrapper's checks.
+            let (n_tokens, n_in, n_out) = (n_tokens as usize, n_in as usize, n_out as usize);
+            let (out_stride, stages) = (out_stride as usize, stages as usize);
+            // SAFETY: the wrapper's checks; COPIES as the block's warps take it.
             unsafe {
-                gemv_swiglu_stream::<$ty>(
-                    out, codes, scales, w_gate, w_up, n_tokens as usize, n_in as usize,
-                    n_out as usize, out_stride as usize, stages as usize,
-                )
+                if stream_copies_codes(<$ty>::BLOCK_LEN, block_dim_x() / WARP) {
+                    gemv_swiglu_stream::<$ty, true>(
+                        out, codes, scales, w_gate, w_up, n_tokens, n_in, n_out, out_stride,
+                        stages,
+                    )
+                } else {
+                    gemv_swiglu_stream::<$ty, false>(
+                        out, codes, scales, w_gate, w_up, n_tokens, n_in, n_out, out_stride,
+                        stages,
+                    )
+                }
             }
         }
     )*};

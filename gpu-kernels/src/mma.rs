@@ -175,6 +175,39 @@ pub unsafe fn red_add_f32(p: *mut f32, v: f32) {
     };
 }
 
+/// A 4-byte store into shared memory (`st.shared.u32`).
+///
+/// # Safety
+/// As `st_shared_v4`, for 4 bytes at a 4-byte aligned address.
+#[inline(always)]
+pub unsafe fn st_shared_u32(addr: u32, v: u32) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        asm!("st.shared.u32 [{p}], {v};", p = in(reg32) addr, v = in(reg32) v, options(nostack))
+    };
+}
+
+/// A 16-byte store of four registers into shared memory (`st.shared.v4.u32`).
+///
+/// # Safety
+/// `addr` is a 16-byte aligned shared address with 16 bytes to write, which no other thread
+/// reads or writes before the block's next barrier.
+#[inline(always)]
+pub unsafe fn st_shared_v4(addr: u32, v: [u32; 4]) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        asm!(
+            "st.shared.v4.u32 [{p}], {{{a}, {b}, {c}, {d}}};",
+            p = in(reg32) addr,
+            a = in(reg32) v[0],
+            b = in(reg32) v[1],
+            c = in(reg32) v[2],
+            d = in(reg32) v[3],
+            options(nostack),
+        )
+    };
+}
+
 /// A 16-byte load from shared memory into four registers (`ld.shared.v4.u32`).
 ///
 /// # Safety

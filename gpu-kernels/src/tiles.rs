@@ -262,9 +262,36 @@ pub const STREAM_BLOCK_BYTES: usize = 50 * 1024;
 /// Streamed gate-and-up GEMV: the most shared memory a block may ask for (an SM's 228 KiB
 /// less the 1 KiB the system keeps a block).
 pub const STREAM_MAX_SHARED_BYTES: usize = 227 * 1024;
-/// Streamed gate-and-up GEMV: dynamic shared memory for `stages` slots of `slot_bytes`.
-pub const fn stream_shared_bytes(stages: usize, slot_bytes: usize) -> usize {
-    STREAM_BARRIER_BYTES + stages * slot_bytes
+/// Streamed gate-and-up GEMV: whether a block of `warps` warps copies its tokens' codes
+/// into shared memory before it multiplies, for a type of `block_len` weights a block. The
+/// k-quants do in blocks of 4 warps or more (a lane's codes are 64 bytes from its
+/// neighbour's; Q4_K's and Q5_K's steps went 2% and 6% faster), not in smaller ones, where
+/// the copy's shared memory costs an SM more of its warps (Q5_K with 2 warps a block and
+/// Q6_K 1-4% slower); the 32-weight types read them from global memory (32 bytes apart;
+/// Q8_0 gained nothing). BENCHMARKS.md round 48.
+pub const fn stream_copies_codes(block_len: usize, warps: usize) -> bool {
+    block_len == 256 && warps >= 4
+}
+/// Streamed gate-and-up GEMV: bytes of the block's copy of `n_tokens` tokens' codes of
+/// `n_in` activations (a byte each) and their scales (8 bytes a group of 32), rounded up to
+/// 128 so that the stages after it stay 128-byte aligned; none where the block reads them
+/// from global memory (`stream_copies_codes`).
+pub const fn stream_codes_bytes(
+    block_len: usize,
+    warps: usize,
+    n_tokens: usize,
+    n_in: usize,
+) -> usize {
+    if stream_copies_codes(block_len, warps) {
+        (n_tokens * (n_in + n_in / 4)).next_multiple_of(128)
+    } else {
+        0
+    }
+}
+/// Streamed gate-and-up GEMV: dynamic shared memory for the codes' copy (`codes_bytes`,
+/// `stream_codes_bytes`) and `stages` slots of `slot_bytes`.
+pub const fn stream_shared_bytes(stages: usize, slot_bytes: usize, codes_bytes: usize) -> usize {
+    STREAM_BARRIER_BYTES + codes_bytes + stages * slot_bytes
 }
 
 /// Dequantizer to bf16 (`gemv_quant.rs`): words a thread's group of 32 takes in shared

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::gpu::context::Gpu;
 use crate::gpu::tiles::{
     CODES_MAX_WARPS, CODES_ROWS, STREAM_BARRIER_BYTES, STREAM_MAX_SHARED_BYTES, STREAM_MAX_STAGES,
-    codes_shared_bytes, stream_shared_bytes,
+    codes_shared_bytes, stream_codes_bytes, stream_shared_bytes,
 };
 use crate::traffic::Traffic;
 use crate::weights::blocks::BlockType;
@@ -112,7 +112,7 @@ impl Gpu {
             check_matrix(self, ty, w, None, n_out, n_in);
         }
         self.check_codes(codes, scales, out, n_tokens, n_in, n_out, out_stride);
-        let stream = self.stream_plan(ty, n_in, n_out);
+        let stream = self.stream_plan(ty, n_tokens, n_in, n_out);
         let (func, name, cfg) = match stream {
             Some((func, name, cfg, _)) => (func, name, cfg),
             None => {
@@ -147,11 +147,13 @@ impl Gpu {
     /// whole 16-byte pieces: the kernel, its name, its launch and its stages. A tile is a
     /// row of both matrices for each of the block's warps; the block's shared memory holds
     /// `stream_bytes` of tiles, 2 to `STREAM_MAX_STAGES` of them, with 8 warps where two
-    /// such tiles fit, else fewer; the grid is as many blocks as fit on the GPU at once (by
-    /// their shared memory), or one a tile.
+    /// such tiles fit, else fewer, and where its type and warps take one
+    /// (`stream_copies_codes`), its copy of the `n_tokens` tokens' codes; the grid is as
+    /// many blocks as fit on the GPU at once (by their shared memory), or one a tile.
     fn stream_plan(
         &self,
         ty: BlockType,
+        n_tokens: usize,
         n_in: usize,
         n_out: usize,
     ) -> Option<(&CudaFunction, &'static str, LaunchConfig, u32)> {
@@ -168,7 +170,11 @@ impl Gpu {
             .find(|&w| 2 * 2 * w * row_bytes <= budget)?;
         let slot = 2 * warps * row_bytes;
         let stages = (budget / slot).clamp(2, STREAM_MAX_STAGES);
-        let shared = stream_shared_bytes(stages, slot);
+        let codes = stream_codes_bytes(ty.block_len(), warps, n_tokens, n_in);
+        let shared = stream_shared_bytes(stages, slot, codes);
+        if shared > STREAM_MAX_SHARED_BYTES {
+            return None;
+        }
         // An SM has 228 KiB of shared memory, of which the system keeps 1 KiB a block.
         let per_sm = (228 * 1024 / (shared + 1024)).clamp(1, 16);
         let blocks = n_out.div_ceil(warps).min(per_sm * self.sm_count);
