@@ -29,6 +29,13 @@ pub trait Codes: Blocks {
     /// tokens a second for the 32-weight types and Q6_K; Q4_K and Q5_K lost up to 2% (Q4_K's
     /// GEMV at 64 registers a thread either way), so those two wait first.
     const LOADS_AHEAD: bool = true;
+    /// Whether `span_codes` reads a span's four scales (its two groups' `d` and `d` times
+    /// their sums, neighbours in memory) in one 16-byte load rather than four. Q4_K: its
+    /// warps' loads of them touched 16 cache lines each, and `gemv_q4_k` went 4% faster
+    /// (held at 64 registers, `REGISTER_CAPS`). Q5_K's GEMV went from 72 registers to 76
+    /// with it and its step 2.5% slower; Q6_K's groups are not neighbours. BENCHMARKS.md
+    /// round 48.
+    const SCALES_AT_ONCE: bool = false;
     /// A span's bytes, loaded into registers.
     type Span: Copy;
 
@@ -404,6 +411,7 @@ fn dot_k<const HIGH: usize>(
 impl Codes for Q4K {
     const GROUPS: usize = 2;
     const LOADS_AHEAD: bool = false;
+    const SCALES_AT_ONCE: bool = true;
     type Span = KSpan<0>;
 
     #[inline(always)]

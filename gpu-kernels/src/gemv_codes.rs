@@ -317,12 +317,22 @@ pub(crate) unsafe fn span_codes<B: Codes>(
                 let p = codes.add(32 * g) as *const u32;
                 let (a, b) = (ld_nc_v4(p), ld_nc_v4(p.add(4)));
                 x[k] = [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]];
-                let sc = scales.add(2 * g) as *const u32;
-                d[k] = f32::from_bits(ld_nc_u32(sc));
-                ds[k] = f32::from_bits(ld_nc_u32(sc.add(1)));
+                if !B::SCALES_AT_ONCE {
+                    let sc = scales.add(2 * g) as *const u32;
+                    d[k] = f32::from_bits(ld_nc_u32(sc));
+                    ds[k] = f32::from_bits(ld_nc_u32(sc.add(1)));
+                }
             }
         }
     });
+    if B::SCALES_AT_ONCE {
+        // SAFETY: groups g and g + 1, g even (span s's groups are 2s and 2s + 1, and a
+        // token's groups whole blocks of 8): inside scales, at a multiple of 16 bytes.
+        let [d0, ds0, d1, ds1] =
+            unsafe { ld_nc_v4(scales.add(2 * (first + B::group(s, 0))) as *const u32) };
+        let f = f32::from_bits;
+        (d, ds) = ([f(d0), f(d1)], [f(ds0), f(ds1)]);
+    }
     (x, d, ds)
 }
 

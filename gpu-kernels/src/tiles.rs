@@ -236,9 +236,11 @@ pub const FP8_SHARED_BYTES: usize = FP8_PARTS * FP8_TILE_ROWS * QUANT_MAX_TOKENS
 /// for, where fewer registers a thread, and so more warps an SM, measured faster and `ptxas`
 /// spills nothing. `gemv_q8_0` 56 -> 48: ten blocks of 4 warps an SM where nine fitted,
 /// Q8_0's batch 1 1.3-1.7% faster on the H200 (BENCHMARKS.md round 46, where caps that made
-/// `ptxas` spill, even 20 bytes, lost up to 21%). The sm_80 build keeps its registers: the
-/// same cap spills there.
-pub const REGISTER_CAPS: [(&str, usize); 1] = [("gemv_q8_0", 48)];
+/// `ptxas` spill, even 20 bytes, lost up to 21%). `gemv_q4_k` 66 -> 64, where its scales
+/// read at once (`Codes::SCALES_AT_ONCE`) had taken it: 32 warps an SM where 28 fitted;
+/// uncapped that change lost 4% of Q4_K_M's batch 1, capped it gained 1.5-2% (round 48). The
+/// sm_80 build keeps its registers: the same caps spill there.
+pub const REGISTER_CAPS: [(&str, usize); 2] = [("gemv_q8_0", 48), ("gemv_q4_k", 64)];
 
 /// Integer GEMV (`gemv_codes.rs`): output rows per block, which share each load of the
 /// activations' codes.
