@@ -31,7 +31,7 @@ pub trait Codes: Blocks {
     const LOADS_AHEAD: bool = true;
     /// Whether `span_codes` reads a span's four scales (its two groups' `d` and `d` times
     /// their sums, neighbours in memory) in one 16-byte load rather than four. Q4_K: its
-    /// warps' loads of them touched 16 cache lines each, and `gemv_q4_k` went 4% faster
+    /// warps' loads of them touched 4 cache lines each, and `gemv_q4_k` went 3-6% faster
     /// (held at 64 registers, `REGISTER_CAPS`). Q5_K's GEMV went from 72 registers to 76
     /// with it and its step 2.5% slower; Q6_K's groups are not neighbours. BENCHMARKS.md
     /// round 48.

@@ -22,7 +22,7 @@
 //! its tokens' codes into shared memory, each span's 16-byte pieces apart (piece p of every
 //! span together), and its scales span by span: a warp's 32 consecutive spans then read 512
 //! consecutive bytes with each load. (Smaller blocks, and the 32-weight types, whose lanes
-//! are 32 bytes apart, gained nothing by it: `stream_copies_codes`.)
+//! are 32 bytes apart, lost by it more often than they gained: `stream_copies_codes`.)
 //!
 //! Thread mapping: warp w takes output `tile * warps + w` of each of its block's tiles (tiles
 //! `block, block + grid, ...`), lane l its spans `l, l + 32, ...` of that row of both

@@ -238,7 +238,7 @@ pub const FP8_SHARED_BYTES: usize = FP8_PARTS * FP8_TILE_ROWS * QUANT_MAX_TOKENS
 /// Q8_0's batch 1 1.3-1.7% faster on the H200 (BENCHMARKS.md round 46, where caps that made
 /// `ptxas` spill, even 20 bytes, lost up to 21%). `gemv_q4_k` 66 -> 64, where its scales
 /// read at once (`Codes::SCALES_AT_ONCE`) had taken it: 32 warps an SM where 28 fitted;
-/// uncapped that change lost 4% of Q4_K_M's batch 1, capped it gained 1.5-2% (round 48). The
+/// uncapped that change lost 4% of Q4_K_M's batch 1, capped it gained 1.2-2% (round 48). The
 /// sm_80 build keeps its registers: the same caps spill there.
 pub const REGISTER_CAPS: [(&str, usize); 2] = [("gemv_q8_0", 48), ("gemv_q4_k", 64)];
 
@@ -268,9 +268,10 @@ pub const STREAM_MAX_SHARED_BYTES: usize = 227 * 1024;
 /// into shared memory before it multiplies, for a type of `block_len` weights a block. The
 /// k-quants do in blocks of 4 warps or more (a lane's codes are 64 bytes from its
 /// neighbour's; Q4_K's and Q5_K's steps went 2% and 6% faster), not in smaller ones, where
-/// the copy's shared memory costs an SM more of its warps (Q5_K with 2 warps a block and
-/// Q6_K 1-4% slower); the 32-weight types read them from global memory (32 bytes apart;
-/// Q8_0 gained nothing). BENCHMARKS.md round 48.
+/// the copy's shared memory costs an SM more of its warps (with 2 warps a block it gained
+/// in two of seven measurements and lost up to 4.5% in the others, Q6_K at every budget);
+/// the 32-weight types read them from global memory (32 bytes apart; Q8_0 lost 1.3% by
+/// the copy). BENCHMARKS.md round 48.
 pub const fn stream_copies_codes(block_len: usize, warps: usize) -> bool {
     block_len == 256 && warps >= 4
 }
