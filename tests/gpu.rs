@@ -44,6 +44,10 @@ const TESTS: &[(&str, Test)] = &[
         gemv_blocks,
     ),
     (
+        "kernel::gemv_q4_k_q6_k, gemv_q5_k_q6_k (a matrix of two types)",
+        gemv_two_types,
+    ),
+    (
         "kernel::gemv_swiglu_q4_0 .. gemv_swiglu_fp8 (every block type)",
         |g, rng| gemv_swiglu_blocks(&without_stream(g), rng),
     ),
@@ -639,6 +643,99 @@ fn gemv_blocks(g: &Gpu, rng: &mut StdRng) {
                 &out,
                 &cpu,
                 start,
+                n_tokens,
+                n_out,
+                stride,
+                LONG_REDUCTION,
+            );
+        }
+    }
+}
+
+/// The GEMVs of a matrix of two types (`gemv_<a>_<b>`) against their twins: a first part of
+/// one row to more than a block's, its end inside a block's rows or on their edge, 1 to 8
+/// tokens, a wider output row, bias and accumulation. Columns past `n_out` must stay as
+/// they were (poison).
+fn gemv_two_types(g: &Gpu, rng: &mut StdRng) {
+    use rustle::cpu::quant::{gemv_q4_k_q6_k, gemv_q5_k_q6_k};
+    type Twin = fn(
+        &mut [f32],
+        &[u8],
+        &[f32],
+        &[u8],
+        &[u8],
+        Option<&[f32]>,
+        usize,
+        usize,
+        usize,
+        usize,
+        bool,
+        usize,
+    );
+    let pairs: [(BlockType, BlockType, Twin); 2] = [
+        (BlockType::Q4K, BlockType::Q6K, gemv_q4_k_q6_k),
+        (BlockType::Q5K, BlockType::Q6K, gemv_q5_k_q6_k),
+    ];
+    for (a, b, twin) in pairs {
+        let shapes: &[(usize, usize, usize, usize, usize, bool, bool)] = &[
+            (256, 1, 40, 1, 40, false, false),
+            (4096, 61, 100, 1, 100, false, true),
+            (2048, 32, 70, 8, 71, true, true),
+            (768, 33, 36, 3, 40, true, false),
+        ];
+        for &(n_in, n_first, n_out, n_tokens, stride, bias, accumulate) in shapes {
+            let (w_a, _) = rustle::cpu::quant::random_blocks(a, n_first, n_in, 0.05, rng.random());
+            let (w_b, _) =
+                rustle::cpu::quant::random_blocks(b, n_out - n_first, n_in, 0.05, rng.random());
+            let x = normal(rng, n_tokens * n_in, 1.0);
+            let (codes, code_scales) = q8_codes(&x);
+            let bias_v = bias.then(|| normal(rng, n_out, 1.0));
+            let start: Vec<f32> = if accumulate {
+                normal(rng, n_tokens * stride, 1.0)
+            } else {
+                vec![f32::NAN; n_tokens * stride]
+            };
+            let mut cpu = start.clone();
+            twin(
+                &mut cpu,
+                &codes,
+                &code_scales,
+                &w_a,
+                &w_b,
+                bias_v.as_deref(),
+                n_tokens,
+                n_in,
+                n_out,
+                stride,
+                accumulate,
+                n_first,
+            );
+            let mut out = up(g, &start);
+            let b_dev = bias_v.as_ref().map(|b| up(g, b));
+            let (w_a_dev, w_b_dev) = (up(g, &w_a), up(g, &w_b));
+            g.gemv_codes_two(
+                (a, b),
+                &mut out.as_view_mut(),
+                &up(g, &codes).as_view(),
+                &up(g, &code_scales).as_view(),
+                (&w_a_dev.as_view(), &w_b_dev.as_view()),
+                b_dev.as_ref().map(|b| b.as_view()).as_ref(),
+                n_tokens,
+                n_in,
+                (n_first, n_out),
+                stride,
+                accumulate,
+            )
+            .unwrap();
+            let what = format!(
+                "{a} then {b}, {n_first} and {n_out} rows of {n_in}, {n_tokens} tokens, stride {stride}, bias {bias}, accumulate {accumulate}"
+            );
+            let out = down(g, &out);
+            assert_strided(
+                &what,
+                &out,
+                &cpu,
+                Some(&start[..]),
                 n_tokens,
                 n_out,
                 stride,

@@ -314,6 +314,44 @@ gemv_twins! {
     Q6K => gemv_q6_k, gemv_swiglu_q6_k;
 }
 
+/// The two-type GEMVs' twins (`gemv_q4_k_q6_k`, ...): `gemv_codes` over rows `..n_first` of
+/// the first type (`w`), then over the rest of the second (`w_b`).
+macro_rules! two_type_twins {
+    ($($a:ident, $b:ident => $name:ident;)*) => {$(
+        #[doc = concat!("`gemv_codes` over `", stringify!($a), "` rows, then `", stringify!($b), "` rows.")]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $name(
+            out: &mut [f32],
+            codes: &[u8],
+            scales: &[f32],
+            w: &[u8],
+            w_b: &[u8],
+            bias: Option<&[f32]>,
+            n_tokens: usize,
+            n_in: usize,
+            n_out: usize,
+            out_stride: usize,
+            accumulate: bool,
+            n_first: usize,
+        ) {
+            gemv_codes(
+                BlockType::$a, out, codes, scales, w, bias.map(|b| &b[..n_first]), n_tokens,
+                n_in, n_first, out_stride, accumulate,
+            );
+            gemv_codes(
+                BlockType::$b, &mut out[n_first..], codes, scales, w_b,
+                bias.map(|b| &b[n_first..]), n_tokens, n_in, n_out - n_first, out_stride,
+                accumulate,
+            );
+        }
+    )*};
+}
+
+two_type_twins! {
+    Q4K, Q6K => gemv_q4_k_q6_k;
+    Q5K, Q6K => gemv_q5_k_q6_k;
+}
+
 /// The streamed gate-and-up GEMVs' twins (`gemv_swiglu_stream_q4_k`, ...): each
 /// `gemv_swiglu_<type>`'s, with the kernel's stage count last, which changes how the GPU
 /// reads the weights and nothing of the result.

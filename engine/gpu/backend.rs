@@ -1043,6 +1043,26 @@ impl GpuBackend {
                 mm.codes.slice(..tokens * n_in),
                 mm.code_scales.slice(..tokens * n_in / 16),
             );
+            // Two runs whose pair of types one kernel takes: one launch.
+            if let [a, b] = &parts[..]
+                && gpu.kernels.two_types(a.ty, b.ty).is_some()
+            {
+                let start = first * n_out;
+                gpu.gemv_codes_two(
+                    (a.ty, b.ty),
+                    &mut out.slice_mut(start..start + tokens * n_out),
+                    &codes,
+                    &scales,
+                    (&a.bytes.as_view(), &b.bytes.as_view()),
+                    bias,
+                    tokens,
+                    n_in,
+                    (a.rows, n_out),
+                    n_out,
+                    accumulate,
+                )?;
+                continue;
+            }
             for (row, p) in row_runs(parts) {
                 let start = first * n_out + row;
                 let out = &mut out.slice_mut(start..start + (tokens - 1) * n_out + p.rows);

@@ -120,6 +120,7 @@ unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
     n_out: usize,
     out_stride: usize,
     accumulate: bool,
+    block: usize,
 ) {
     // A type that loads nothing ahead waits before anything else, as it always did (the
     // code it was measured with in round 44).
@@ -134,7 +135,7 @@ unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
             "SwiGLU's block takes a gate row and an up row"
         )
     };
-    let first = block_idx_x() * if SWIGLU { 1 } else { R };
+    let first = block * if SWIGLU { 1 } else { R };
     let row_bytes = n_in / B::BLOCK_LEN * B::BLOCK_BYTES;
     // Rows past the matrix read its last row again and write nothing.
     let mut rows = [w; R];
@@ -363,6 +364,7 @@ macro_rules! codes_kernels {
                 gemv_codes::<$ty, false>(
                     out, codes, scales, w, core::ptr::null(), bias, n_tokens as usize,
                     n_in as usize, n_out as usize, out_stride as usize, accumulate != 0,
+                    block_idx_x(),
                 )
             }
         }
@@ -388,7 +390,7 @@ macro_rules! codes_kernels {
             unsafe {
                 gemv_codes::<$ty, true>(
                     out, codes, scales, w_gate, w_up, core::ptr::null(), n_tokens as usize,
-                    n_in as usize, n_out as usize, out_stride as usize, false,
+                    n_in as usize, n_out as usize, out_stride as usize, false, block_idx_x(),
                 )
             }
         }
@@ -404,4 +406,103 @@ codes_kernels! {
     Q4K => gemv_q4_k, gemv_swiglu_q4_k;
     Q5K => gemv_q5_k, gemv_swiglu_q5_k;
     Q6K => gemv_q6_k, gemv_swiglu_q6_k;
+}
+
+/// `gemv_<a>_<b>`: one matrix whose first `n_first` rows are of type `A` (from `w`) and the
+/// rest of type `B` (from `w_b`), in one launch: `gemv_codes` over `A` in the first
+/// `n_first.div_ceil(CODES_ROWS)` blocks, over `B` in the others. Q4_K_M and Q5_K_M files
+/// keep some layers' v projection in Q6_K beside their q and k: the fused q, k and v
+/// matrix took two launches there, the second a grid of a few hundred blocks that paid a
+/// launch's ramp and tail for 3 MB (BENCHMARKS.md round 49).
+///
+/// # Safety
+/// `gemv_codes`'s preconditions for each part (rows `0..n_first` of `out` and `bias` for
+/// `A`, `n_first..n_out` for `B`), the two types' blocks taking the same `blockDim.x`, and
+/// `n_first.div_ceil(CODES_ROWS) + (n_out - n_first).div_ceil(CODES_ROWS)` blocks.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemv_codes_two<A: Codes, B: Codes>(
+    out: *mut f32,
+    codes: *const u8,
+    scales: *const f32,
+    w: *const u8,
+    w_b: *const u8,
+    bias: *const f32,
+    n_tokens: usize,
+    n_in: usize,
+    n_out: usize,
+    out_stride: usize,
+    accumulate: bool,
+    n_first: usize,
+) {
+    let blocks_a = n_first.div_ceil(CODES_ROWS);
+    let block = block_idx_x();
+    // SAFETY (both): the caller's; B's rows are `out`'s and `bias`'s from n_first on.
+    unsafe {
+        if block < blocks_a {
+            gemv_codes::<A, false>(
+                out, codes, scales, w, w, bias, n_tokens, n_in, n_first, out_stride, accumulate,
+                block,
+            )
+        } else {
+            let bias_b = if bias.is_null() {
+                bias
+            } else {
+                bias.add(n_first)
+            };
+            gemv_codes::<B, false>(
+                out.add(n_first),
+                codes,
+                scales,
+                w_b,
+                w_b,
+                bias_b,
+                n_tokens,
+                n_in,
+                n_out - n_first,
+                out_stride,
+                accumulate,
+                block - blocks_a,
+            )
+        }
+    }
+}
+
+/// `gemv_<a>_<b>`: `gemv_codes_two` over the pair, its sizes as `u32`s.
+macro_rules! two_type_kernels {
+    ($($a:ident, $b:ident => $name:ident;)*) => {$(
+        #[doc = concat!("`gemv_codes_two` over `", stringify!($a), "` rows, then `", stringify!($b), "` rows.")]
+        ///
+        /// # Safety
+        /// The host's launch wrapper checks `gemv_codes_two`'s preconditions.
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "gpu-kernel" fn $name(
+            out: *mut f32,
+            codes: *const u8,
+            scales: *const f32,
+            w: *const u8,
+            w_b: *const u8,
+            bias: *const f32,
+            n_tokens: u32,
+            n_in: u32,
+            n_out: u32,
+            out_stride: u32,
+            accumulate: u32,
+            n_first: u32,
+        ) {
+            // SAFETY: the wrapper's checks.
+            unsafe {
+                gemv_codes_two::<$a, $b>(
+                    out, codes, scales, w, w_b, bias, n_tokens as usize, n_in as usize,
+                    n_out as usize, out_stride as usize, accumulate != 0, n_first as usize,
+                )
+            }
+        }
+    )*};
+}
+
+two_type_kernels! {
+    Q4K, Q6K => gemv_q4_k_q6_k;
+    Q5K, Q6K => gemv_q5_k_q6_k;
 }

@@ -239,8 +239,10 @@ pub const FP8_SHARED_BYTES: usize = FP8_PARTS * FP8_TILE_ROWS * QUANT_MAX_TOKENS
 /// `ptxas` spill, even 20 bytes, lost up to 21%). `gemv_q4_k` 66 -> 64, where its scales
 /// read at once (`Codes::SCALES_AT_ONCE`) had taken it: 32 warps an SM where 28 fitted;
 /// uncapped that change lost 4% of Q4_K_M's batch 1, capped it gained 1.2-2% (round 48). The
-/// sm_80 build keeps its registers: the same caps spill there.
-pub const REGISTER_CAPS: [(&str, usize); 2] = [("gemv_q8_0", 48), ("gemv_q4_k", 64)];
+/// sm_80 build keeps its registers: the same caps spill there. `gemv_q5_k_q6_k` 86 -> 72,
+/// `gemv_q5_k`'s own, so that a Q5_K_M layer's q, k and v in one launch keep its occupancy.
+pub const REGISTER_CAPS: [(&str, usize); 3] =
+    [("gemv_q8_0", 48), ("gemv_q4_k", 64), ("gemv_q5_k_q6_k", 72)];
 
 /// Integer GEMV (`gemv_codes.rs`): output rows per block, which share each load of the
 /// activations' codes.

@@ -91,6 +91,70 @@ impl Gpu {
         self.timed(name, traffic, || unsafe { b.launch(cfg) })
     }
 
+    /// `gemv_<a>_<b>`, where this pair has one (`Kernels::two_types`): `gemv_codes` over a
+    /// matrix whose first `n_first` rows are `w_a`, of type `a`, and the rest `w_b`, of type
+    /// `b`, in one launch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemv_codes_two(
+        &self,
+        (a, b): (BlockType, BlockType),
+        out: &mut Out<f32>,
+        codes: &In<u8>,
+        scales: &In<f32>,
+        (w_a, w_b): (&In<u8>, &In<u8>),
+        bias: Option<&In<f32>>,
+        n_tokens: usize,
+        n_in: usize,
+        (n_first, n_out): (usize, usize),
+        out_stride: usize,
+        accumulate: bool,
+    ) -> Result<()> {
+        let (func, name) = self
+            .kernels
+            .two_types(a, b)
+            .unwrap_or_else(|| panic!("no GEMV takes {a} rows and {b} rows in one launch"));
+        assert!(0 < n_first && n_first < n_out, "rows of both types");
+        check_matrix(self, a, w_a, None, n_first, n_in);
+        check_matrix(self, b, w_b, None, n_out - n_first, n_in);
+        self.check_codes(codes, scales, out, n_tokens, n_in, n_out, out_stride);
+        assert!(bias.is_none_or(|b| b.len() == n_out));
+        let blocks = n_first.div_ceil(CODES_ROWS) + (n_out - n_first).div_ceil(CODES_ROWS);
+        let cfg = codes_launch(a, n_in, blocks);
+        assert_eq!(
+            cfg.block_dim,
+            codes_launch(b, n_in, blocks).block_dim,
+            "both types' blocks the same size"
+        );
+        let traffic = Traffic {
+            bytes: (w_a.len()
+                + w_b.len()
+                + n_tokens * n_in
+                + 8 * n_tokens * n_in / 32
+                + 4 * n_tokens * n_out * (1 + accumulate as usize)
+                + 4 * bias.map_or(0, |b| b.len())) as u64,
+            flops: (2 * n_tokens * n_in * n_out) as u64,
+        };
+        let args = [n_tokens, n_in, n_out, out_stride].map(|v| u32_of(v, "a size"));
+        let (acc, first) = (accumulate as u32, u32_of(n_first, "rows"));
+        let mut l = self.launcher(func);
+        l.arg(out)
+            .arg(codes)
+            .arg(scales)
+            .arg(w_a)
+            .arg(w_b)
+            .arg_or_null(bias);
+        l.arg(&args[0])
+            .arg(&args[1])
+            .arg(&args[2])
+            .arg(&args[3])
+            .arg(&acc)
+            .arg(&first);
+        // SAFETY: both parts are whole aligned blocks of their types (checked), their blocks
+        // the same size (checked); codes and scales hold the tokens' groups 16-byte
+        // aligned, out every token's n_out columns and no input; the weights are read-only.
+        self.timed(name, traffic, || unsafe { l.launch(cfg) })
+    }
+
     /// `gemv_swiglu_<ty>`: out (`[n_tokens, out_stride]`, columns `0..n_out`) = silu(x
     /// w_gate^T) * (x w_up^T), x as `quantize_q8_f32` left it, both matrices `[n_out]` rows
     /// of `ty`.
@@ -236,6 +300,16 @@ impl Kernels {
             BlockType::Fp8 => return None,
         };
         func.as_ref().map(|f| (f, name))
+    }
+
+    /// `gemv_<a>_<b>` and its name, for the pairs of types that have one: a layer's q and
+    /// k in Q4_K or Q5_K beside its v in Q6_K (Q4_K_M's and Q5_K_M's mixes).
+    pub fn two_types(&self, a: BlockType, b: BlockType) -> Option<(&CudaFunction, &'static str)> {
+        match (a, b) {
+            (BlockType::Q4K, BlockType::Q6K) => Some((&self.gemv_q4_k_q6_k, "gemv_q4_k_q6_k")),
+            (BlockType::Q5K, BlockType::Q6K) => Some((&self.gemv_q5_k_q6_k, "gemv_q5_k_q6_k")),
+            _ => None,
+        }
     }
 
     /// `gemv_swiglu_<type>` and its name, for the GGUF types.

@@ -99,6 +99,8 @@ kernel_table!(
     gemv_swiglu_q4_k,
     gemv_swiglu_q5_k,
     gemv_swiglu_q6_k,
+    gemv_q4_k_q6_k,
+    gemv_q5_k_q6_k,
     dequant_q6_k,
     gemv_fp8,
     gemv_swiglu_fp8,
