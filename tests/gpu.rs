@@ -2843,18 +2843,25 @@ fn few_sequences_decode_as_one(g: &Gpu, rng: &mut StdRng) {
     let (c, _) = synthetic_llama3(rng);
     let weights = GpuWeights::synthetic(g, &c, 7, Synthetic::Q4KM).unwrap();
     let mut r = Runner::with_gpu_weights(c, g.clone(), weights, None, &opts()).unwrap();
-    few_sequences_match_alone(&mut r, rng, "synthetic q4_k_m", false);
+    // Q4_K_M's layers that keep v in Q6_K take q, k and v in one launch.
+    few_sequences_match_alone(&mut r, rng, "synthetic q4_k_m", false, &["gemv_q4_k_q6_k"]);
     let m = rustle::loader::load(std::path::Path::new("tests/golden/tiny-quant.gguf")).unwrap();
     let mut r = Runner::new(m.config, m.weights, &opts(), gpu_device(g)).unwrap();
     // Layer 1's gate and up are of different types: two GEMVs and `swiglu_f32`.
-    few_sequences_match_alone(&mut r, rng, "tiny-quant.gguf", true);
+    few_sequences_match_alone(&mut r, rng, "tiny-quant.gguf", true, &[]);
 }
 
 /// `few_sequences_decode_as_one` on one model: 2, 5 and 8 sequences (5 in a graph of 8
 /// rows, 3 of them padding), four teacher-forced steps each, the first profiled with graphs
 /// off. Every model here has a layer whose gate and up share a type (`gemv_swiglu_*`);
-/// `mixed_mlp`: another's do not (two GEMVs, then `swiglu_f32`).
-fn few_sequences_match_alone(r: &mut Runner, rng: &mut StdRng, what: &str, mixed_mlp: bool) {
+/// `mixed_mlp`: another's do not (two GEMVs, then `swiglu_f32`); `kernels` must run too.
+fn few_sequences_match_alone(
+    r: &mut Runner,
+    rng: &mut StdRng,
+    what: &str,
+    mixed_mlp: bool,
+    kernels: &[&str],
+) {
     use rustle::batch::{Batch, SeqChunk};
     use rustle::kv::block_manager::{BlockManager, BlockTable};
     use rustle::runner::Forward;
@@ -2927,6 +2934,9 @@ fn few_sequences_match_alone(r: &mut Runner, rng: &mut StdRng, what: &str, mixed
                 }
                 for fused in ["rmsnorm_q8_f32", "attention_combine_q8_f32", "gemv_swiglu"] {
                     assert!(ran(fused), "{what}, {k} sequences: no {fused}");
+                }
+                for kernel in kernels {
+                    assert!(ran(kernel), "{what}, {k} sequences: no {kernel}");
                 }
                 let separate = launches.iter().any(|l| l.kernel == "swiglu_f32");
                 assert_eq!(separate, mixed_mlp, "{what}, {k} sequences: swiglu_f32");
