@@ -13,7 +13,9 @@
 //! Only the gate and up GEMV streams: it is the longest grid of a decode step (two matrices
 //! of 14336 rows on Llama 3 8B). The same streaming on the other matrices (q, k, v, o, down,
 //! the output head) measured as fast as `gemv_<type>` or slower: a block's share of a small
-//! matrix is one or two tiles, and nothing is left to overlap (BENCHMARKS.md round 40).
+//! matrix is one or two tiles, and nothing is left to overlap (BENCHMARKS.md round 40). The
+//! down projection alone, its long rows split between a block's 8 warps, read no faster
+//! than `gemv_<type>` either, and Q4_K_M's and Q8_0's steps lost by it (round 49).
 //!
 //! The activations' codes are read by every warp for every row, and a k-quant lane's span
 //! of them is 64 bytes from its neighbour's: from global memory each 16-byte load of the

@@ -68,14 +68,7 @@ impl Gpu {
         assert!(bias.is_none_or(|b| b.len() == n_out));
         let cfg = codes_launch(ty, n_in, n_out.div_ceil(CODES_ROWS));
         let (func, _, name, _) = self.kernels.quant(ty);
-        let traffic = Traffic {
-            bytes: (w.len()
-                + n_tokens * n_in
-                + 8 * n_tokens * n_in / 32
-                + 4 * n_tokens * n_out * (1 + accumulate as usize)
-                + 4 * bias.map_or(0, |b| b.len())) as u64,
-            flops: (2 * n_tokens * n_in * n_out) as u64,
-        };
+        let traffic = codes_traffic(w.len(), bias, n_tokens, n_in, n_out, accumulate);
         let args = [n_tokens, n_in, n_out, out_stride].map(|v| u32_of(v, "a size"));
         let acc = accumulate as u32;
         let mut b = self.launcher(func);
@@ -125,15 +118,8 @@ impl Gpu {
             codes_launch(b, n_in, blocks).block_dim,
             "both types' blocks the same size"
         );
-        let traffic = Traffic {
-            bytes: (w_a.len()
-                + w_b.len()
-                + n_tokens * n_in
-                + 8 * n_tokens * n_in / 32
-                + 4 * n_tokens * n_out * (1 + accumulate as usize)
-                + 4 * bias.map_or(0, |b| b.len())) as u64,
-            flops: (2 * n_tokens * n_in * n_out) as u64,
-        };
+        let weights = w_a.len() + w_b.len();
+        let traffic = codes_traffic(weights, bias, n_tokens, n_in, n_out, accumulate);
         let args = [n_tokens, n_in, n_out, out_stride].map(|v| u32_of(v, "a size"));
         let (acc, first) = (accumulate as u32, u32_of(n_first, "rows"));
         let mut l = self.launcher(func);
@@ -265,6 +251,26 @@ impl Gpu {
         check_tokens_out(out, n_tokens, n_out, out_stride);
         assert!(codes.len() >= n_tokens * n_in && aligned16(codes, &self.stream));
         assert!(scales.len() >= n_tokens * n_in / 16 && aligned16(scales, &self.stream));
+    }
+}
+
+/// What an integer GEMV of one matrix (`weights` bytes) moves and computes: the weights,
+/// the tokens' codes and their scales, the output (read too where it accumulates), the bias.
+fn codes_traffic(
+    weights: usize,
+    bias: Option<&In<f32>>,
+    n_tokens: usize,
+    n_in: usize,
+    n_out: usize,
+    accumulate: bool,
+) -> Traffic {
+    Traffic {
+        bytes: (weights
+            + n_tokens * n_in
+            + 8 * n_tokens * n_in / 32
+            + 4 * n_tokens * n_out * (1 + accumulate as usize)
+            + 4 * bias.map_or(0, |b| b.len())) as u64,
+        flops: (2 * n_tokens * n_in * n_out) as u64,
     }
 }
 
