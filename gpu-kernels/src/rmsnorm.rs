@@ -15,7 +15,9 @@ use crate::gemv_codes::write_code;
 /// `t, t + blockDim, ...` at once, keeps them in registers, and sums their squares; a block
 /// reduction (warp shuffles, then one float per warp in shared memory) gives the row's sum.
 /// With 1024 threads a row of up to 8192 is one round of loads, not a chain of them (a
-/// decode step has a single row, so nothing else hides the latency); longer rows loop.
+/// decode step has a single row, so nothing else hides the latency); longer rows loop. The
+/// weights of a thread's elements are loaded before the wait for the kernel before, which
+/// cannot have written them, so that no load is left after the reduction.
 ///
 /// PRECONDITIONS: `blockDim.x` a multiple of 32, at most 1024; 32 floats (128 bytes) of
 /// dynamic shared memory.
@@ -30,7 +32,6 @@ pub unsafe extern "gpu-kernel" fn rmsnorm_f32(
     eps: f32,
     dim: u32,
 ) {
-    crate::device::wait_for_previous_kernel();
     // SAFETY: the same preconditions; no second output.
     unsafe { rmsnorm(out, core::ptr::null_mut(), x, weight, eps, dim) }
 }
@@ -52,7 +53,6 @@ pub unsafe extern "gpu-kernel" fn rmsnorm_f32_bf16(
     eps: f32,
     dim: u32,
 ) {
-    crate::device::wait_for_previous_kernel();
     // SAFETY: the preconditions, passed on.
     unsafe { rmsnorm(out, out_bf16, x, weight, eps, dim) }
 }
@@ -84,13 +84,17 @@ pub unsafe extern "gpu-kernel" fn rmsnorm_q8_f32(
     eps: f32,
     dim: u32,
 ) {
-    wait_for_previous_kernel();
     const HELD: usize = 8;
     let dim = dim as usize;
     let (t, bd) = (thread_idx_x(), block_dim_x());
     let row = block_idx_y() * dim;
+    let i = block_idx_x() * bd + t;
     // SAFETY (all accesses): row + i < n_rows * dim for every i < dim read or written.
     unsafe {
+        // This thread's weight before the wait for the kernel before (no kernel writes the
+        // weights): it meets the row's sum in a register instead of being loaded after it.
+        let w = if i < dim { *weight.add(i) } else { 0.0 };
+        wait_for_previous_kernel();
         let x = x.add(row);
         // The row's squares in rounds of HELD loads a thread, all issued before any is
         // added: each round waits for L2 once, not HELD times.
@@ -112,7 +116,6 @@ pub unsafe extern "gpu-kernel" fn rmsnorm_q8_f32(
         // All threads call it; the launch gives 32 floats of shared memory.
         let total = block_sum(sum_sq, dynamic_shared::<f32>());
         let scale = 1.0 / sqrt(total / dim as f32 + eps);
-        let i = block_idx_x() * bd + t;
         // dim is whole groups, so a warp leaves here whole or not at all.
         if i >= dim {
             return;
@@ -122,7 +125,7 @@ pub unsafe extern "gpu-kernel" fn rmsnorm_q8_f32(
             codes.add(row),
             scales.add(row / 16),
             i,
-            *x.add(i) * scale * *weight.add(i),
+            *x.add(i) * scale * w,
         );
     }
 }
@@ -145,6 +148,17 @@ unsafe fn rmsnorm(
     let (t, bd) = (thread_idx_x(), block_dim_x());
     // SAFETY (all accesses): row + i < n_rows * dim for every i < dim read or written.
     unsafe {
+        // The weights of the elements a thread holds, before the wait for the kernel before
+        // (no kernel writes them): they meet the row's sum in registers instead of being
+        // loaded after it.
+        let mut weights = [0.0f32; HELD];
+        for (k, w) in weights.iter_mut().enumerate() {
+            let i = t + k * bd;
+            if i < dim {
+                *w = *weight.add(i);
+            }
+        }
+        wait_for_previous_kernel();
         let row = block_idx_x() * dim;
         let (x, out) = (x.add(row), out.add(row));
         let store = |i: usize, v: f32| {
@@ -176,7 +190,7 @@ unsafe fn rmsnorm(
         for (k, h) in held.iter().enumerate() {
             let i = t + k * bd;
             if i < dim {
-                store(i, *h * scale * *weight.add(i));
+                store(i, *h * scale * weights[k]);
             }
         }
         let mut i = t + HELD * bd;

@@ -59,7 +59,10 @@ pub unsafe extern "gpu-kernel" fn rope_f32(
 /// - `cos`, `sin`: `[max_pos, head_dim / 2]` f32
 ///
 /// Thread mapping: one thread per unit of work in a row: `q_dim / 2` query pairs, then
-/// `kv_dim / 2` key pairs, then `kv_dim` values; `n` rows of them.
+/// `kv_dim / 2` key pairs, then `kv_dim` values; `n` rows of them. A thread reads its
+/// token's position and slot, and its pair's cos and sin, before the wait for the kernel
+/// before (the host wrote the first two, the tables never change): after it, only the row
+/// the projection wrote.
 ///
 /// PRECONDITIONS: `head_dim` even; `positions[t] < max_pos`; slots valid, and distinct
 /// unless the tokens that share one write the same values.
@@ -81,44 +84,55 @@ pub unsafe extern "gpu-kernel" fn qkv_rope_write_bf16(
     head_dim: u32,
     n: u32,
 ) {
-    crate::device::wait_for_previous_kernel();
     let (head_dim, half) = (head_dim as usize, head_dim as usize / 2);
     let (q_dim, kv_dim) = (n_heads as usize * head_dim, n_kv_heads as usize * head_dim);
     let units = q_dim / 2 + kv_dim / 2 + kv_dim;
     let idx = global_idx_x();
     if idx >= n as usize * units {
+        crate::device::wait_for_previous_kernel();
         return;
     }
     let (t, u) = (idx / units, idx % units);
+    // Pair `p` of the queries or keys, `(i, i + half)` of head `p / half`: its offsets in the
+    // destination row.
+    let pair = |p: usize| {
+        (
+            p / half * head_dim + p % half,
+            p / half * head_dim + p % half + half,
+        )
+    };
     // SAFETY: t < n; every index below stays inside its row (q_dim + 2 kv_dim wide) or its
     // cache row (slots valid, preconditions).
     unsafe {
-        let row = qkv.add(t * (q_dim + 2 * kv_dim));
+        // The host wrote the positions and slots, and the tables never change: all read
+        // before the wait for the kernel before (the projection that writes qkv), so that
+        // the angle's cos and sin are not a second load after it.
         let pos = *positions.add(t) as usize;
         let slot = *slots.add(t) as usize;
-        // A pair (i, i + half) of head `h` of width `half` pairs, rotated by position `pos`:
-        // its two values and where they go (offsets in the destination row).
-        let rotate = |src: *const f32, pair: usize| {
-            let (h, i) = (pair / half, pair % half);
-            let (c, s) = (*cos.add(pos * half + i), *sin.add(pos * half + i));
-            let (a, b) = (
-                *src.add(h * head_dim + i),
-                *src.add(h * head_dim + i + half),
-            );
-            (
-                a * c - b * s,
-                b * c + a * s,
-                h * head_dim + i,
-                h * head_dim + i + half,
-            )
+        let rotating = u < q_dim / 2 + kv_dim / 2;
+        let p = if u < q_dim / 2 { u } else { u - q_dim / 2 };
+        let (c, s) = if rotating {
+            let i = p % half;
+            (*cos.add(pos * half + i), *sin.add(pos * half + i))
+        } else {
+            (0.0, 0.0)
+        };
+        crate::device::wait_for_previous_kernel();
+        let row = qkv.add(t * (q_dim + 2 * kv_dim));
+        // The pair at (i, j) of `src`, rotated by position `pos`.
+        let rotate = |src: *const f32, (i, j): (usize, usize)| {
+            let (a, b) = (*src.add(i), *src.add(j));
+            (a * c - b * s, b * c + a * s)
         };
         if u < q_dim / 2 {
-            let (x, y, i, j) = rotate(row, u);
+            let (i, j) = pair(p);
+            let (x, y) = rotate(row, (i, j));
             let dst = q_out.add(t * q_dim);
             *dst.add(i) = x;
             *dst.add(j) = y;
-        } else if u < q_dim / 2 + kv_dim / 2 {
-            let (x, y, i, j) = rotate(row.add(q_dim), u - q_dim / 2);
+        } else if rotating {
+            let (i, j) = pair(p);
+            let (x, y) = rotate(row.add(q_dim), (i, j));
             let dst = k_cache.add(slot * kv_dim);
             *dst.add(i) = f32_to_bf16(x);
             *dst.add(j) = f32_to_bf16(y);
