@@ -20,7 +20,8 @@ use crate::gemv_codes::write_code;
 /// cannot have written them, so that no load is left after the reduction.
 ///
 /// PRECONDITIONS: `blockDim.x` a multiple of 32, at most 1024; 32 floats (128 bytes) of
-/// dynamic shared memory.
+/// dynamic shared memory; `weight` not written by the kernel before this one (it is read
+/// before the wait for it).
 ///
 /// # Safety
 /// The host's launch wrapper checks the preconditions.
@@ -71,7 +72,8 @@ pub unsafe extern "gpu-kernel" fn rmsnorm_f32_bf16(
 /// of BENCHMARKS.md.)
 ///
 /// PRECONDITIONS: `dim % 32 == 0`; `blockDim.x` a multiple of 32, at most 1024; a grid of
-/// `(dim.div_ceil(blockDim.x), n_rows)`; 32 floats (128 bytes) of dynamic shared memory.
+/// `(dim.div_ceil(blockDim.x), n_rows)`; 32 floats (128 bytes) of dynamic shared memory;
+/// `weight` not written by the kernel before this one (it is read before the wait for it).
 ///
 /// # Safety
 /// The host's launch wrapper checks the preconditions.
@@ -130,7 +132,8 @@ pub unsafe extern "gpu-kernel" fn rmsnorm_q8_f32(
     }
 }
 
-/// The body of both kernels: `out_bf16` null for none.
+/// The body of both kernels, their wait for the kernel before included (after the weights'
+/// loads): `out_bf16` null for none.
 ///
 /// # Safety
 /// As `rmsnorm_f32`.

@@ -65,7 +65,8 @@ pub unsafe extern "gpu-kernel" fn rope_f32(
 /// the projection wrote.
 ///
 /// PRECONDITIONS: `head_dim` even; `positions[t] < max_pos`; slots valid, and distinct
-/// unless the tokens that share one write the same values.
+/// unless the tokens that share one write the same values; `positions`, `slots`, `cos` and
+/// `sin` not written by the kernel before this one (they are read before the wait for it).
 ///
 /// # Safety
 /// The host's launch wrapper checks the preconditions.
