@@ -41,7 +41,7 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::rmsnorm_q8_f32", rmsnorm_q8_f32),
     (
         "kernel::gemv_q4_0 .. gemv_fp8 (every block type)",
-        gemv_blocks,
+        |g, rng| gemv_blocks(&without_stream(g), rng),
     ),
     (
         "kernel::gemv_q4_k_q6_k, gemv_q5_k_q6_k (a matrix of two types)",
@@ -52,7 +52,7 @@ const TESTS: &[(&str, Test)] = &[
         |g, rng| gemv_swiglu_blocks(&without_stream(g), rng),
     ),
     (
-        "kernel::gemv_swiglu_stream_q4_0 .. q6_k (grids of the GPU's size and of 2 SMs)",
+        "kernel::gemv_swiglu_stream_q4_0 .. q6_k, gemv_stream_q4_k .. q6_k (grids of the GPU's size and of 2 SMs)",
         gemv_stream_blocks,
     ),
     (
@@ -502,41 +502,50 @@ fn rmsnorm_q8_f32(g: &Gpu, rng: &mut StdRng) {
     }
 }
 
-/// `g` with the gate-and-up GEMV on `gemv_swiglu_<type>`, not the streamed kernel.
+/// `g` with the GEMVs on `gemv_<type>` and `gemv_swiglu_<type>`, not the streamed kernels.
 fn without_stream(g: &Gpu) -> Gpu {
     let mut g = g.clone();
     g.gemv_stream = false;
     g
 }
 
-/// The streamed gate-and-up GEMV (`gemv_swiglu_stream_<type>`) against its twin on
-/// `gemv_swiglu_blocks`'s shapes (those whose rows are whole 16-byte pieces; the others take
-/// `gemv_swiglu_<type>`): once as the engine plans it, once as if the GPU had 2 SMs and a
-/// block room for two or three stages of two rows, so that each block walks hundreds of
-/// tiles and every stage is filled again and again. Each pass must have launched every GGUF
-/// type's streamed kernel (the profile's launches), so that a plan that fell back to
-/// `gemv_swiglu_<type>` everywhere would not pass for it.
+/// The streamed GEMVs (`gemv_swiglu_stream_<type>`, and the k-quants' `gemv_stream_<type>`)
+/// against their twins on `gemv_swiglu_blocks`'s and `gemv_blocks`'s shapes (those whose
+/// rows are whole 16-byte pieces, every matrix streamed however few its rows; the others
+/// take `gemv_swiglu_<type>` and `gemv_<type>`): once as the engine plans it, once as if
+/// the GPU had 2 SMs and a block room for two or three stages of one or two rows, so that
+/// each block walks hundreds of tiles and every stage is filled again and again. Each pass
+/// must have launched every GGUF type's streamed kernels (the profile's launches), so that
+/// a plan that fell back to the others everywhere would not pass for it.
 fn gemv_stream_blocks(g: &Gpu, rng: &mut StdRng) {
     assert!(
-        g.kernels.gemv_swiglu_stream_q4_k.is_some(),
+        g.kernels.gemv_swiglu_stream_q4_k.is_some() && g.kernels.gemv_stream_q4_k.is_some(),
         "this GPU's PTX has no streamed GEMV (it needs sm_90a)"
     );
     let mut small = g.clone();
-    (small.sm_count, small.stream_bytes) = (2, 24 * 1024);
+    (small.sm_count, small.stream_bytes, small.stream_one_bytes) = (2, 24 * 1024, 32 * 1024);
     for g in [g, &small] {
         let mut g = g.clone();
-        g.gemv_stream = true;
+        (g.gemv_stream, g.stream_min_rows) = (true, 1);
         g.profile_start();
         gemv_swiglu_blocks(&g, rng);
+        gemv_blocks(&g, rng);
         let launches = g.profile_stop().unwrap();
         for ty in BlockType::ALL.into_iter().filter(|&t| t != BlockType::Fp8) {
-            let name = format!("gemv_swiglu_stream_{ty}");
-            assert!(
-                launches.iter().any(|k| k.kernel == name),
-                "{name} never ran ({} SMs, {} bytes of stages)",
-                g.sm_count,
-                g.stream_bytes
-            );
+            let one = ty.block_len() == 256; // the k-quants stream one matrix too
+            let names = [
+                format!("gemv_swiglu_stream_{ty}"),
+                format!("gemv_stream_{ty}"),
+            ];
+            for name in &names[..1 + one as usize] {
+                assert!(
+                    launches.iter().any(|k| k.kernel == *name),
+                    "{name} never ran ({} SMs, {} and {} bytes of stages)",
+                    g.sm_count,
+                    g.stream_bytes,
+                    g.stream_one_bytes
+                );
+            }
         }
     }
 }
@@ -554,6 +563,7 @@ fn gemv_blocks(g: &Gpu, rng: &mut StdRng) {
             (512, 37, 3, 40, true, false),
             (4096, 100, 1, 100, false, true),
             (14336, 33, 8, 33, false, true),
+            (4096, 1000, 1, 1000, false, false),
             (2048, 16, 5, 17, true, true),
             (768, 7, 2, 9, true, true),
         ];

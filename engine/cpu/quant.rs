@@ -387,6 +387,40 @@ swiglu_stream_twins! {
     gemv_swiglu_q6_k => gemv_swiglu_stream_q6_k;
 }
 
+/// The streamed GEMVs' twins of one matrix (`gemv_stream_q4_k`, ...; the k-quants, which
+/// stream their output head): each `gemv_<type>`'s,
+/// with the kernel's stage count last, which changes how the GPU reads the weights, not
+/// what it computes.
+macro_rules! gemv_stream_twins {
+    ($($gemv:ident => $stream:ident;)*) => {$(
+        #[doc = concat!("`", stringify!($gemv), "`, whatever the stages.")]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $stream(
+            out: &mut [f32],
+            codes: &[u8],
+            scales: &[f32],
+            w: &[u8],
+            bias: Option<&[f32]>,
+            n_tokens: usize,
+            n_in: usize,
+            n_out: usize,
+            out_stride: usize,
+            accumulate: bool,
+            _stages: usize,
+        ) {
+            $gemv(
+                out, codes, scales, w, bias, n_tokens, n_in, n_out, out_stride, accumulate,
+            )
+        }
+    )*};
+}
+
+gemv_stream_twins! {
+    gemv_q4_k => gemv_stream_q4_k;
+    gemv_q5_k => gemv_stream_q5_k;
+    gemv_q6_k => gemv_stream_q6_k;
+}
+
 /// Row `bytes` of `ty` as `gemm_<type>` hands it to the tensor cores, bf16 values in `out`:
 /// the k-quants and Q8_0 with each (sub-)block's scale (and min) rounded to bf16 and every
 /// `q * scale - min` rounded once, as `fma.rn.bf16x2` does; the other types decoded in f32

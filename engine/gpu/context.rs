@@ -9,7 +9,9 @@ use cudarc::nvrtc::Ptx;
 
 use super::kernels::table::{GemmSlots, Kernels};
 use crate::error::{Error, Result};
-use crate::gpu::tiles::{QUANT_MAX_TOKENS, STREAM_BLOCK_BYTES};
+use crate::gpu::tiles::{
+    QUANT_MAX_TOKENS, STREAM_BLOCK_BYTES, STREAM_MIN_ROWS, STREAM_ONE_BLOCK_BYTES,
+};
 
 /// Cloning shares the context, stream and module.
 #[derive(Clone)]
@@ -36,6 +38,13 @@ pub struct Gpu {
     /// The streamed GEMV's shared memory a block (its stages), in bytes:
     /// `STREAM_BLOCK_BYTES`, or RUSTLE_STREAM_BYTES to measure others.
     pub stream_bytes: usize,
+    /// The same for the GEMVs of one matrix that stream (`gemv_stream_<type>`):
+    /// `STREAM_ONE_BLOCK_BYTES`, or RUSTLE_STREAM_ONE_BYTES.
+    pub stream_one_bytes: usize,
+    /// The fewest rows of a matrix whose GEMV of one matrix streams, where
+    /// `gemv_stream` is on: `STREAM_MIN_ROWS`, or RUSTLE_STREAM_MIN_ROWS (a large value keeps
+    /// every such GEMV on `gemv_<type>`, to measure what streaming brings).
+    pub stream_min_rows: usize,
     /// Most tokens of a decode step a matmul over GGUF blocks takes through the integer
     /// GEMV, past which `gemm_<type>` takes them: `BLOCKS_GEMV_MAX_TOKENS`, or
     /// RUSTLE_GEMV_TOKENS (1 to `QUANT_MAX_TOKENS`) to measure others.
@@ -132,6 +141,14 @@ impl Gpu {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(STREAM_BLOCK_BYTES);
+        let stream_one_bytes = std::env::var("RUSTLE_STREAM_ONE_BYTES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(STREAM_ONE_BLOCK_BYTES);
+        let stream_min_rows = std::env::var("RUSTLE_STREAM_MIN_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(STREAM_MIN_ROWS);
         let blocks_gemv_tokens = std::env::var("RUSTLE_GEMV_TOKENS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -148,6 +165,8 @@ impl Gpu {
             pdl,
             gemv_stream,
             stream_bytes,
+            stream_one_bytes,
+            stream_min_rows,
             blocks_gemv_tokens,
             ctx,
             stream,

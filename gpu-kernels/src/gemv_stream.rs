@@ -1,6 +1,7 @@
 //! The decode step's fused gate-and-up GEMV with its weights streamed into shared memory by
 //! the copy engine: `gemv_swiglu_stream_<type>`, the same sums as `gemv_swiglu_<type>`
-//! (`gemv_codes.rs`), read another way.
+//! (`gemv_codes.rs`), read another way; and the output head's GEMV over the k-quants,
+//! `gemv_stream_<type>`, streamed the same way, the same sums as `gemv_<type>`.
 //!
 //! `gemv_codes`'s blocks each load two rows, wait, multiply and exit: the memory works in
 //! bursts (BENCHMARKS.md rounds 27-28). Here a grid that fits on the GPU at once walks the
@@ -10,12 +11,16 @@
 //! a block's arithmetic. The first tiles are requested before the wait for the kernel before
 //! (the weights do not depend on it), so that they arrive while the norm before still runs.
 //!
-//! Only the gate and up GEMV streams: it is the longest grid of a decode step (two matrices
-//! of 14336 rows on Llama 3 8B). The same streaming on the other matrices (q, k, v, o, down,
-//! the output head) measured as fast as `gemv_<type>` or slower: a block's share of a small
-//! matrix is one or two tiles, and nothing is left to overlap (BENCHMARKS.md round 40). The
-//! down projection alone, its long rows split between a block's 8 warps, read no faster
-//! than `gemv_<type>` either, and Q4_K_M's and Q8_0's steps lost by it (round 49).
+//! The gate and up GEMV streams: it is the longest grid of a decode step (two matrices of
+//! 14336 rows on Llama 3 8B). So does the output head (128256 rows) where it is a k-quant,
+//! whose `gemv_<type>` reads a long matrix at about 1.4 times its bytes' time (round 50):
+//! Q4_K_M's Q6_K head in 111 us where `gemv_q6_k` took 145 (round 51). Q8_0's
+//! `gemv_q8_0`, near the read bandwidth already, gained nothing by it. The same streaming
+//! on the other matrices (q, k, v, o, down) measured as fast as `gemv_<type>` or slower: a
+//! block's share of a small matrix is one or two tiles, and nothing is left to overlap
+//! (BENCHMARKS.md rounds 40 and 51). The down projection alone, its long rows split
+//! between a block's 8 warps, read no faster than `gemv_<type>` either, and Q4_K_M's and
+//! Q8_0's steps lost by it (round 49).
 //!
 //! The activations' codes are read by every warp for every row, and a k-quant lane's span
 //! of them is 64 bytes from its neighbour's: from global memory each 16-byte load of the
@@ -42,50 +47,55 @@ use crate::device::{
 };
 use crate::gemv_codes::span_codes;
 use crate::mma::{ld_shared_v4, shared_addr, st_shared_u32, st_shared_v4};
-use crate::quant_blocks::{Blocks, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
+use crate::quant_blocks::{Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
 use crate::tiles::{STREAM_BARRIER_BYTES, stream_codes_bytes, stream_copies_codes};
 use crate::unroll::unroll;
 
-/// `out[t, o] = silu(g) * u` for g and u row o of `w_gate` and of `w_up` times token t, x
-/// as `quantize_q8_f32` left it: `gemv_swiglu_<type>`'s sums, each row's in another order.
+/// `out[t, o] = silu(g) * u` for g and u row o of `w` (the gate) and of `w_up` times token
+/// t, x as `quantize_q8_f32` left it: `gemv_swiglu_<type>`'s sums, each row's in another
+/// order. Without `SWIGLU`, one matrix, `gemv_<type>`'s: `out[t, o] = (accumulate ? out[t,
+/// o] : 0) + g + bias[o]` (`w_up` unused).
 ///
 /// - `out`: `[n_tokens, out_stride]` f32, columns `0..n_out`
 /// - `codes`: `[n_tokens, n_in]` i8; `scales`: `[n_tokens, n_in / 32][2]` f32
-/// - `w_gate`, `w_up`: `[n_out, n_in / BLOCK_LEN]` blocks each, as the file has them
+/// - `w`, `w_up`: `[n_out, n_in / BLOCK_LEN]` blocks each, as the file has them
+/// - `bias`: null or `[n_out]` (without `SWIGLU`)
 ///
 /// Shared memory: `[stages]` barriers in the first `STREAM_BARRIER_BYTES`; then, with
 /// `COPIES`, the tokens' codes, `[n_tokens][2 * GROUPS][spans]` pieces of 16 bytes
 /// (`copy_codes`), and their scales, `[n_tokens][spans][GROUPS][2]` f32,
 /// `stream_codes_bytes(BLOCK_LEN, warps, n_tokens, n_in)` in all; then `[stages]` slots of
-/// a tile each: `[warps][row bytes]` of `w_gate`, then as many of `w_up`.
+/// a tile each: `[warps][row bytes]` of `w`, then, with `SWIGLU`, as many of `w_up`.
 ///
 /// # Safety
-/// As `gemv_codes` with `SWIGLU`, and: a row is whole 16-byte pieces (both matrices 16-byte
-/// aligned); `1 <= stages <= STREAM_BARRIER_BYTES / 8`; the launch gives
-/// `stream_shared_bytes(stages, slot bytes, stream_codes_bytes(BLOCK_LEN, warps, n_tokens,
-/// n_in))` bytes of dynamic shared memory and at most `n_out.div_ceil(blockDim.x / 32)`
-/// blocks; a tile's bytes are below 2^20; `COPIES` is `stream_copies_codes(BLOCK_LEN,
-/// warps)`. (A constant, so that each way is compiled apart: tested at run time inside the
-/// loop, it took Q4_K's kernel from 93 registers to 105, and an SM from five blocks to four.)
+/// As `gemv_codes`, and: a row is whole 16-byte pieces (the matrices 16-byte aligned);
+/// `1 <= stages <= STREAM_BARRIER_BYTES / 8`; the launch gives `stream_shared_bytes(stages,
+/// slot bytes, stream_codes_bytes(BLOCK_LEN, warps, n_tokens, n_in))` bytes of dynamic
+/// shared memory and at most `n_out.div_ceil(blockDim.x / 32)` blocks; a tile's bytes are
+/// below 2^20; `COPIES` is `stream_copies_codes(BLOCK_LEN, warps)`. (A constant, so that
+/// each way is compiled apart: tested at run time inside the loop, it took Q4_K's kernel
+/// from 93 registers to 105, and an SM from five blocks to four.)
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemv_swiglu_stream<B: Codes, const COPIES: bool>(
+unsafe fn gemv_stream<B: Codes, const COPIES: bool, const SWIGLU: bool>(
     out: *mut f32,
     codes: *const u8,
     scales: *const f32,
-    w_gate: *const u8,
+    w: *const u8,
     w_up: *const u8,
+    bias: *const f32,
     n_tokens: usize,
     n_in: usize,
     n_out: usize,
     out_stride: usize,
+    accumulate: bool,
     stages: usize,
 ) {
     let warps = block_dim_x() / WARP;
     let (warp, lane) = (thread_idx_x() / WARP, thread_idx_x() % WARP);
     let row_bytes = n_in / B::BLOCK_LEN * B::BLOCK_BYTES;
-    // A tile's rows of one matrix; its slot holds both matrices'.
-    let tile_bytes = warps * row_bytes;
+    // A tile's rows of one matrix; its slot holds both matrices' with `SWIGLU`.
+    let (tile_bytes, matrices) = (warps * row_bytes, if SWIGLU { 2 } else { 1 });
     let tiles = n_out.div_ceil(warps);
     // This block's tiles: block, block + grid, ...; fill i is the i-th of them.
     let (first, step) = (block_idx_x(), grid_dim_x());
@@ -98,8 +108,8 @@ unsafe fn gemv_swiglu_stream<B: Codes, const COPIES: bool>(
     let bar = |i: usize| base + (8 * (i % stages)) as u32;
     let copy = base + STREAM_BARRIER_BYTES as u32; // the codes' copy, with `COPIES`
     let slots = STREAM_BARRIER_BYTES + stream_codes_bytes(B::BLOCK_LEN, warps, n_tokens, n_in);
-    let slot = |i: usize| base + (slots + i % stages * 2 * tile_bytes) as u32;
-    // Thread 0 asks for fill i: the tile's rows of both matrices into its slot.
+    let slot = |i: usize| base + (slots + i % stages * matrices * tile_bytes) as u32;
+    // Thread 0 asks for fill i: the tile's rows of each matrix into its slot.
     let request = |i: usize| {
         let tile = first + i * step;
         let bytes = (warps.min(n_out - tile * warps) * row_bytes) as u32;
@@ -108,9 +118,11 @@ unsafe fn gemv_swiglu_stream<B: Codes, const COPIES: bool>(
         // aligned addresses (the preconditions), and the slot is free: its last reader
         // passed the barrier before this request.
         unsafe {
-            expect_bytes(bar(i), 2 * bytes);
-            bulk_copy_to_shared(slot(i), w_gate.add(from), bytes, bar(i));
-            bulk_copy_to_shared(slot(i) + tile_bytes as u32, w_up.add(from), bytes, bar(i));
+            expect_bytes(bar(i), matrices as u32 * bytes);
+            bulk_copy_to_shared(slot(i), w.add(from), bytes, bar(i));
+            if SWIGLU {
+                bulk_copy_to_shared(slot(i) + tile_bytes as u32, w_up.add(from), bytes, bar(i));
+            }
         }
     };
     if thread_idx_x() == 0 {
@@ -143,8 +155,8 @@ unsafe fn gemv_swiglu_stream<B: Codes, const COPIES: bool>(
         unsafe { wait_phase(bar(i), (i / stages % 2) as u32) };
         let o = (first + i * step) * warps + warp;
         if o < n_out {
-            let gate = Shared(slot(i) + (warp * row_bytes) as u32);
-            let up = gate.add(tile_bytes);
+            let row = Shared(slot(i) + (warp * row_bytes) as u32);
+            let up = row.add(tile_bytes);
             for t in 0..n_tokens {
                 let (mut g, mut u) = (0.0f32, 0.0f32);
                 let mut s = lane;
@@ -158,15 +170,27 @@ unsafe fn gemv_swiglu_stream<B: Codes, const COPIES: bool>(
                         } else {
                             span_codes::<B>(codes, scales, t * groups, s)
                         };
-                        g += B::dot(&B::load_span(gate, s), &x, d, ds);
-                        u += B::dot(&B::load_span(up, s), &x, d, ds);
+                        g += B::dot(&B::load_span(row, s), &x, d, ds);
+                        if SWIGLU {
+                            u += B::dot(&B::load_span(up, s), &x, d, ds);
+                        }
                     }
                     s += WARP;
                 }
-                let (g, u) = (warp_sum(g), warp_sum(u));
+                let g = warp_sum(g);
+                let u = if SWIGLU { warp_sum(u) } else { 0.0 };
                 if lane == 0 {
-                    // SAFETY: o < n_out, t < n_tokens: inside out.
-                    unsafe { *out.add(t * out_stride + o) = g / (1.0 + exp(-g)) * u };
+                    // SAFETY: o < n_out, t < n_tokens: inside out (and bias).
+                    unsafe {
+                        let at = out.add(t * out_stride + o);
+                        *at = if SWIGLU {
+                            g / (1.0 + exp(-g)) * u
+                        } else {
+                            let b = if bias.is_null() { 0.0 } else { *bias.add(o) };
+                            let prev = if accumulate { *at } else { 0.0 };
+                            prev + g + b
+                        };
+                    }
                 }
             }
         }
@@ -276,13 +300,84 @@ unsafe fn copied_codes<B: Codes>(
     (x, [f(d0), f(d1)], [f(ds0), f(ds1)])
 }
 
-/// `gemv_swiglu_stream_<type>`: `gemv_swiglu_stream` over the type, its sizes as `u32`s.
+/// `gemv_stream` over `B`, compiled apart for a block that copies its codes and for one
+/// that does not (`stream_copies_codes` of its warps).
+///
+/// # Safety
+/// `gemv_stream`'s preconditions but `COPIES`'.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemv_stream_either<B: Codes, const SWIGLU: bool>(
+    out: *mut f32,
+    codes: *const u8,
+    scales: *const f32,
+    w: *const u8,
+    w_up: *const u8,
+    bias: *const f32,
+    sizes: [u32; 4],
+    accumulate: bool,
+    stages: u32,
+) {
+    let [n_tokens, n_in, n_out, out_stride] = sizes.map(|v| v as usize);
+    let stages = stages as usize;
+    // SAFETY: the caller's; COPIES as the block's warps take it.
+    unsafe {
+        if stream_copies_codes(B::BLOCK_LEN, block_dim_x() / WARP) {
+            gemv_stream::<B, true, SWIGLU>(
+                out, codes, scales, w, w_up, bias, n_tokens, n_in, n_out, out_stride, accumulate,
+                stages,
+            )
+        } else {
+            gemv_stream::<B, false, SWIGLU>(
+                out, codes, scales, w, w_up, bias, n_tokens, n_in, n_out, out_stride, accumulate,
+                stages,
+            )
+        }
+    }
+}
+
+/// `gemv_stream_<type>`: one matrix, as `gemv_<type>`, with its stages last; the sizes as
+/// `u32`s.
 macro_rules! stream_kernels {
-    ($($ty:ident => $swiglu:ident;)*) => {$(
-        #[doc = concat!("`gemv_swiglu_stream` over `", stringify!($ty), "` weights.")]
+    ($($ty:ident => $gemv:ident;)*) => {$(
+        #[doc = concat!("`gemv_stream` over one matrix of `", stringify!($ty), "` weights.")]
         ///
         /// # Safety
-        /// The host's launch wrapper checks `gemv_swiglu_stream`'s preconditions.
+        /// The host's launch wrapper checks `gemv_stream`'s preconditions.
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "gpu-kernel" fn $gemv(
+            out: *mut f32,
+            codes: *const u8,
+            scales: *const f32,
+            w: *const u8,
+            bias: *const f32,
+            n_tokens: u32,
+            n_in: u32,
+            n_out: u32,
+            out_stride: u32,
+            accumulate: u32,
+            stages: u32,
+        ) {
+            let sizes = [n_tokens, n_in, n_out, out_stride];
+            // SAFETY: the wrapper's checks.
+            unsafe {
+                gemv_stream_either::<$ty, false>(
+                    out, codes, scales, w, w, bias, sizes, accumulate != 0, stages,
+                )
+            }
+        }
+    )*};
+}
+
+/// `gemv_swiglu_stream_<type>`: the gate and up matrices, as `gemv_swiglu_<type>`, with
+/// its stages last; the sizes as `u32`s.
+macro_rules! swiglu_stream_kernels {
+    ($($ty:ident => $swiglu:ident;)*) => {$(
+        #[doc = concat!("`gemv_stream` over the gate and up matrices of `", stringify!($ty), "` weights.")]
+        ///
+        /// # Safety
+        /// The host's launch wrapper checks `gemv_stream`'s preconditions.
         #[unsafe(no_mangle)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $swiglu(
@@ -297,27 +392,24 @@ macro_rules! stream_kernels {
             out_stride: u32,
             stages: u32,
         ) {
-            let (n_tokens, n_in, n_out) = (n_tokens as usize, n_in as usize, n_out as usize);
-            let (out_stride, stages) = (out_stride as usize, stages as usize);
-            // SAFETY: the wrapper's checks; COPIES as the block's warps take it.
+            let sizes = [n_tokens, n_in, n_out, out_stride];
+            // SAFETY: the wrapper's checks.
             unsafe {
-                if stream_copies_codes(<$ty>::BLOCK_LEN, block_dim_x() / WARP) {
-                    gemv_swiglu_stream::<$ty, true>(
-                        out, codes, scales, w_gate, w_up, n_tokens, n_in, n_out, out_stride,
-                        stages,
-                    )
-                } else {
-                    gemv_swiglu_stream::<$ty, false>(
-                        out, codes, scales, w_gate, w_up, n_tokens, n_in, n_out, out_stride,
-                        stages,
-                    )
-                }
+                gemv_stream_either::<$ty, true>(
+                    out, codes, scales, w_gate, w_up, core::ptr::null(), sizes, false, stages,
+                )
             }
         }
     )*};
 }
 
 stream_kernels! {
+    Q4K => gemv_stream_q4_k;
+    Q5K => gemv_stream_q5_k;
+    Q6K => gemv_stream_q6_k;
+}
+
+swiglu_stream_kernels! {
     Q4_0 => gemv_swiglu_stream_q4_0;
     Q4_1 => gemv_swiglu_stream_q4_1;
     Q5_0 => gemv_swiglu_stream_q5_0;

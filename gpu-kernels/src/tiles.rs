@@ -263,6 +263,14 @@ pub const STREAM_MAX_STAGES: usize = 4;
 /// may be told another: `RUSTLE_STREAM_BYTES`). Small blocks, several an SM, each waiting at
 /// its own barrier, kept the memory busier than a few large ones (BENCHMARKS.md round 40).
 pub const STREAM_BLOCK_BYTES: usize = 50 * 1024;
+/// Streamed GEMV of one matrix (`gemv_stream_<type>`): shared memory a block's stages may
+/// take by default (`RUSTLE_STREAM_ONE_BYTES`).
+pub const STREAM_ONE_BLOCK_BYTES: usize = 50 * 1024;
+/// Streamed GEMV of one matrix: the fewest rows for which it streams, so that of a decode
+/// step's matrices only the output head does (32000 to 152064 rows on Llama-family
+/// vocabularies). Smaller matrices keep `gemv_<type>`: a block's share of them is a tile or
+/// two, too little to overlap (BENCHMARKS.md rounds 40 and 49).
+pub const STREAM_MIN_ROWS: usize = 16384;
 /// Streamed gate-and-up GEMV: the most shared memory a block may ask for (an SM's 228 KiB
 /// less the 1 KiB the system keeps a block).
 pub const STREAM_MAX_SHARED_BYTES: usize = 227 * 1024;

@@ -44,6 +44,9 @@ impl Gpu {
     /// `gemv_<ty>` for the GGUF types: out (`[n_tokens, out_stride]`, this matrix's columns
     /// `0..n_out`) (+)= x w^T + bias `[n_out]`, x as `quantize_q8_f32` left it (`codes`
     /// `[n_tokens, n_in]`, `scales` `[n_tokens, n_in / 32][2]`), w `[n_out]` rows of `ty`.
+    /// A matrix of `stream_min_rows` rows or more (a decode step's output head) streams
+    /// through shared memory (`gemv_stream_<ty>`) where its type has that kernel (the
+    /// k-quants) and `stream_plan` one for it.
     #[allow(clippy::too_many_arguments)]
     pub fn gemv_codes(
         &self,
@@ -66,8 +69,17 @@ impl Gpu {
         check_matrix(self, ty, w, None, n_out, n_in);
         self.check_codes(codes, scales, out, n_tokens, n_in, n_out, out_stride);
         assert!(bias.is_none_or(|b| b.len() == n_out));
-        let cfg = codes_launch(ty, n_in, n_out.div_ceil(CODES_ROWS));
-        let (func, _, name, _) = self.kernels.quant(ty);
+        let stream = (n_out >= self.stream_min_rows)
+            .then(|| self.stream_plan(ty, n_tokens, n_in, n_out, false))
+            .flatten();
+        let (func, name, cfg) = match stream {
+            Some((func, name, cfg, _)) => (func, name, cfg),
+            None => {
+                let (func, _, name, _) = self.kernels.quant(ty);
+                let cfg = codes_launch(ty, n_in, n_out.div_ceil(CODES_ROWS));
+                (func, name, cfg)
+            }
+        };
         let traffic = codes_traffic(w.len(), bias, n_tokens, n_in, n_out, accumulate);
         let args = [n_tokens, n_in, n_out, out_stride].map(|v| u32_of(v, "a size"));
         let acc = accumulate as u32;
@@ -78,9 +90,14 @@ impl Gpu {
             .arg(&args[2])
             .arg(&args[3])
             .arg(&acc);
+        let stages = stream.map(|(.., stages)| stages);
+        if let Some(stages) = &stages {
+            b.arg(stages);
+        }
         // SAFETY: the matrix is whole aligned blocks of its type (checked), codes and
         // scales hold the tokens' groups 16-byte aligned, out every token's n_out columns
-        // and no input; the weights are read-only.
+        // and no input; the weights are read-only; a streamed launch's plan fits its
+        // kernel (`stream_plan`).
         self.timed(name, traffic, || unsafe { b.launch(cfg) })
     }
 
@@ -162,7 +179,7 @@ impl Gpu {
             check_matrix(self, ty, w, None, n_out, n_in);
         }
         self.check_codes(codes, scales, out, n_tokens, n_in, n_out, out_stride);
-        let stream = self.stream_plan(ty, n_tokens, n_in, n_out);
+        let stream = self.stream_plan(ty, n_tokens, n_in, n_out, true);
         let (func, name, cfg) = match stream {
             Some((func, name, cfg, _)) => (func, name, cfg),
             None => {
@@ -192,33 +209,43 @@ impl Gpu {
         self.timed(name, traffic, || unsafe { b.launch(cfg) })
     }
 
-    /// The streamed gate-and-up GEMV (`gemv_swiglu_stream_<ty>`) for `n_out` rows of `n_in`
-    /// weights, where this build has it (sm_90a), `gemv_stream` is on, and the rows are
-    /// whole 16-byte pieces: the kernel, its name, its launch and its stages. A tile is a
-    /// row of both matrices for each of the block's warps; the block's shared memory holds
-    /// `stream_bytes` of tiles, 2 to `STREAM_MAX_STAGES` of them, with 8 warps where two
-    /// such tiles fit, else fewer, and where its type and warps take one
-    /// (`stream_copies_codes`), its copy of the `n_tokens` tokens' codes; the grid is as
-    /// many blocks as fit on the GPU at once (by their shared memory), or one a tile.
+    /// The streamed GEMV for `n_out` rows of `n_in` weights, where this build has it
+    /// (sm_90a), `gemv_stream` is on, and the rows are whole 16-byte pieces: the gate and
+    /// up matrices' (`gemv_swiglu_stream_<ty>`, with `swiglu`) or one matrix's
+    /// (`gemv_stream_<ty>`); the kernel, its name, its launch and its stages. A tile is a
+    /// row of each matrix for each of the block's warps, 8 where two such tiles fit in the
+    /// block's `stream_bytes` (`stream_one_bytes` for one matrix), else fewer; 2 to
+    /// `STREAM_MAX_STAGES` of them on their way. Where its type and warps take one
+    /// (`stream_copies_codes`), the block keeps a copy of the `n_tokens` tokens' codes. The
+    /// grid is as many blocks as fit on the GPU at once (by their shared memory), or one a
+    /// tile.
     fn stream_plan(
         &self,
         ty: BlockType,
         n_tokens: usize,
         n_in: usize,
         n_out: usize,
+        swiglu: bool,
     ) -> Option<(&CudaFunction, &'static str, LaunchConfig, u32)> {
-        let (func, name) = self.kernels.gemv_swiglu_stream(ty)?;
+        let (func, name) = if swiglu {
+            self.kernels.gemv_swiglu_stream(ty)?
+        } else {
+            self.kernels.gemv_stream(ty)?
+        };
         let row_bytes = ty.row_bytes(n_in);
         if !self.gemv_stream || !row_bytes.is_multiple_of(16) {
             return None;
         }
-        let budget = self
-            .stream_bytes
-            .min(STREAM_MAX_SHARED_BYTES - STREAM_BARRIER_BYTES);
+        let (matrices, budget) = if swiglu {
+            (2, self.stream_bytes)
+        } else {
+            (1, self.stream_one_bytes)
+        };
+        let budget = budget.min(STREAM_MAX_SHARED_BYTES - STREAM_BARRIER_BYTES);
         let warps = [8, 4, 2, 1]
             .into_iter()
-            .find(|&w| 2 * 2 * w * row_bytes <= budget)?;
-        let slot = 2 * warps * row_bytes;
+            .find(|&w| 2 * matrices * w * row_bytes <= budget)?;
+        let slot = matrices * warps * row_bytes;
         let stages = (budget / slot).clamp(2, STREAM_MAX_STAGES);
         let codes = stream_codes_bytes(ty.block_len(), warps, n_tokens, n_in);
         let shared = stream_shared_bytes(stages, slot, codes);
@@ -304,6 +331,19 @@ impl Kernels {
             BlockType::Q5K => (&self.gemv_swiglu_stream_q5_k, "gemv_swiglu_stream_q5_k"),
             BlockType::Q6K => (&self.gemv_swiglu_stream_q6_k, "gemv_swiglu_stream_q6_k"),
             BlockType::Fp8 => return None,
+        };
+        func.as_ref().map(|f| (f, name))
+    }
+
+    /// `gemv_stream_<type>` and its name, where the build has it (sm_90a), for the
+    /// k-quants: the 32-weight types' `gemv_<type>` already reads a long matrix near the
+    /// read bandwidth (`gemv_stream.rs`).
+    pub(super) fn gemv_stream(&self, ty: BlockType) -> Option<(&CudaFunction, &'static str)> {
+        let (func, name) = match ty {
+            BlockType::Q4K => (&self.gemv_stream_q4_k, "gemv_stream_q4_k"),
+            BlockType::Q5K => (&self.gemv_stream_q5_k, "gemv_stream_q5_k"),
+            BlockType::Q6K => (&self.gemv_stream_q6_k, "gemv_stream_q6_k"),
+            _ => return None,
         };
         func.as_ref().map(|f| (f, name))
     }

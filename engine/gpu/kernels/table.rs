@@ -119,7 +119,7 @@ kernel_table!(
         gemm_wgmma_q4_1, gemm_wgmma_q5_0, gemm_wgmma_q5_1, gemm_wgmma_q8_0, gemm_wgmma_q4_k,
         gemm_wgmma_q5_k, gemm_wgmma_q6_k, gemv_swiglu_stream_q4_0, gemv_swiglu_stream_q4_1, gemv_swiglu_stream_q5_0,
         gemv_swiglu_stream_q5_1, gemv_swiglu_stream_q8_0, gemv_swiglu_stream_q4_k,
-        gemv_swiglu_stream_q5_k, gemv_swiglu_stream_q6_k,
+        gemv_swiglu_stream_q5_k, gemv_swiglu_stream_q6_k, gemv_stream_q4_k, gemv_stream_q5_k, gemv_stream_q6_k,
 );
 
 impl Kernels {
@@ -172,10 +172,12 @@ impl Kernels {
             let bytes = wgmma_blocks_shared_bytes(ty.block_len(), ty.block_bytes());
             Some((Some(func), name, bytes))
         });
-        // And the streamed gate-and-up GEMV, which may take up to an SM's shared memory.
-        let streams = BlockType::ALL.into_iter().filter_map(|ty| {
-            let (func, name) = self.gemv_swiglu_stream(ty)?;
-            Some((Some(func), name, STREAM_MAX_SHARED_BYTES))
+        // And the streamed GEMVs, which may take up to an SM's shared memory.
+        let streams = BlockType::ALL.into_iter().flat_map(|ty| {
+            [self.gemv_swiglu_stream(ty), self.gemv_stream(ty)]
+                .into_iter()
+                .flatten()
+                .map(|(func, name)| (Some(func), name, STREAM_MAX_SHARED_BYTES))
         });
         for (func, name, bytes) in big
             .into_iter()
