@@ -197,8 +197,8 @@ struct ProfileCli {
     device: ProfileDevice,
 
     /// How the GPU holds the matrices. A synthetic shape: bf16 (the default), fp8, q4_0,
-    /// q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, or q4_k_m (llama.cpp's mix). A model
-    /// (--model): stored (the default: GGUF blocks stay blocks), bf16 or fp8.
+    /// q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, q4_k_m or q5_k_m (llama.cpp's mixes). A
+    /// model (--model): stored (the default: GGUF blocks stay blocks), bf16 or fp8.
     #[arg(long, value_name = "TYPE")]
     weights: Option<String>,
 }
@@ -243,8 +243,8 @@ struct BenchCli {
     json: bool,
 
     /// How the GPU holds the matrices. A synthetic shape: bf16 (the default), fp8, q4_0,
-    /// q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, or q4_k_m (llama.cpp's mix). A model
-    /// (--model): stored (the default: GGUF blocks stay blocks), bf16 or fp8.
+    /// q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, q4_k_m or q5_k_m (llama.cpp's mixes). A
+    /// model (--model): stored (the default: GGUF blocks stay blocks), bf16 or fp8.
     #[arg(long, value_name = "TYPE")]
     weights: Option<String>,
 

@@ -2627,7 +2627,7 @@ fn prompts_on_blocks_match_chunks(g: &Gpu, rng: &mut StdRng) {
     let q4_0 = Synthetic::Blocks(BlockType::Q4_0);
     prompt_on_blocks_matches_chunks(g, rng, &c, q4_0, "gemm_wgmma_q4_0", 5 * c.n_layers, 1);
     // Q4_K_M: o, gate and up in every layer; qkv and down where v and down are Q4_K too.
-    let q4_k_m = Synthetic::Q4KM;
+    let q4_k_m = Synthetic::KMix(BlockType::Q4K);
     let wide = (0..c.n_layers)
         .filter(|&l| q4_k_m.wider(l, c.n_layers) != Some(BlockType::Q4K))
         .count();
@@ -2851,7 +2851,7 @@ fn few_sequences_decode_as_one(g: &Gpu, rng: &mut StdRng) {
     g.blocks_gemv_tokens = rustle::gpu::tiles::QUANT_MAX_TOKENS;
     let g = &g;
     let (c, _) = synthetic_llama3(rng);
-    let weights = GpuWeights::synthetic(g, &c, 7, Synthetic::Q4KM).unwrap();
+    let weights = GpuWeights::synthetic(g, &c, 7, Synthetic::KMix(BlockType::Q4K)).unwrap();
     let mut r = Runner::with_gpu_weights(c, g.clone(), weights, None, &opts()).unwrap();
     // Q4_K_M's layers that keep v in Q6_K take q, k and v in one launch.
     few_sequences_match_alone(&mut r, rng, "synthetic q4_k_m", false, &["gemv_q4_k_q6_k"]);

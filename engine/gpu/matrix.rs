@@ -214,21 +214,24 @@ pub enum Synthetic {
     Bf16,
     /// Every matrix in one block type.
     Blocks(BlockType),
-    /// A Q4_K_M file's mix, as llama.cpp's quantizer makes it: Q4_K, with attn_v and
-    /// ffn_down in Q6_K in a layer that gets more bits (the first and last eighth of the
-    /// layers and every third between) and the output head in Q6_K.
-    Q4KM,
+    /// A Q4_K_M (`Q4K`) or Q5_K_M (`Q5K`) file's mix, as llama.cpp's quantizer makes it:
+    /// that type, with attn_v and ffn_down in Q6_K in a layer that gets more bits (the first
+    /// and last eighth of the layers and every third between) and the output head in Q6_K.
+    KMix(BlockType),
 }
 
 impl Synthetic {
-    pub const NAMES: &str = "bf16, fp8, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, q4_k_m";
+    pub const NAMES: &str =
+        "bf16, fp8, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m";
+    /// The k-quants that have a `_m` mix.
+    const MIXES: [BlockType; 2] = [BlockType::Q4K, BlockType::Q5K];
 
     pub fn parse(s: &str) -> Option<Synthetic> {
         if s == "bf16" {
             return Some(Synthetic::Bf16);
         }
-        if s == "q4_k_m" {
-            return Some(Synthetic::Q4KM);
+        if let Some(t) = Self::MIXES.into_iter().find(|t| format!("{t}_m") == s) {
+            return Some(Synthetic::KMix(t));
         }
         BlockType::ALL
             .into_iter()
@@ -241,7 +244,7 @@ impl Synthetic {
         match self {
             Synthetic::Bf16 => "bf16".into(),
             Synthetic::Blocks(t) => t.to_string(),
-            Synthetic::Q4KM => "q4_k_m".into(),
+            Synthetic::KMix(t) => format!("{t}_m"),
         }
     }
 
@@ -249,8 +252,7 @@ impl Synthetic {
     pub fn ty(self) -> Option<BlockType> {
         match self {
             Synthetic::Bf16 => None,
-            Synthetic::Blocks(t) => Some(t),
-            Synthetic::Q4KM => Some(BlockType::Q4K),
+            Synthetic::Blocks(t) | Synthetic::KMix(t) => Some(t),
         }
     }
 
@@ -259,7 +261,7 @@ impl Synthetic {
         let eighth = n_layers / 8;
         let more_bits = l < eighth || l >= 7 * n_layers / 8 || (l - eighth) % 3 == 2;
         match self {
-            Synthetic::Q4KM if more_bits => Some(BlockType::Q6K),
+            Synthetic::KMix(_) if more_bits => Some(BlockType::Q6K),
             _ => self.ty(),
         }
     }
@@ -267,14 +269,14 @@ impl Synthetic {
     /// The output head's type.
     pub fn head(self) -> Option<BlockType> {
         match self {
-            Synthetic::Q4KM => Some(BlockType::Q6K),
+            Synthetic::KMix(_) => Some(BlockType::Q6K),
             _ => self.ty(),
         }
     }
 }
 
 /// `--weights`: for a model file, `stored` (the default), `bf16` or `fp8`; for a synthetic
-/// shape, `bf16` (the default), `fp8`, a GGUF block type or `q4_k_m`.
+/// shape, `bf16` (the default), `fp8`, a GGUF block type, `q4_k_m` or `q5_k_m`.
 pub fn parse_weights(s: &str, model: bool) -> Result<(WeightFormat, Synthetic), String> {
     match (s, model) {
         ("stored", true) => Ok((WeightFormat::Stored, Synthetic::Bf16)),
@@ -306,7 +308,14 @@ mod tests {
                 .unwrap_err()
                 .contains("as stored")
         );
-        assert_eq!(parse_weights("q4_k_m", false).unwrap().1, Synthetic::Q4KM);
+        assert_eq!(
+            parse_weights("q4_k_m", false).unwrap().1,
+            Synthetic::KMix(BlockType::Q4K)
+        );
+        let q5_k_m = parse_weights("q5_k_m", false).unwrap().1;
+        assert_eq!(q5_k_m, Synthetic::KMix(BlockType::Q5K));
+        assert_eq!(q5_k_m.name(), "q5_k_m");
+        assert!(parse_weights("q6_k_m", false).is_err());
         assert_eq!(
             parse_weights("q6_k", false).unwrap().1,
             Synthetic::Blocks(BlockType::Q6K)
