@@ -388,9 +388,8 @@ swiglu_stream_twins! {
 }
 
 /// The streamed GEMVs' twins of one matrix (`gemv_stream_q4_k`, ...; the k-quants, which
-/// stream their output head): each `gemv_<type>`'s,
-/// with the kernel's stage count last, which changes how the GPU reads the weights, not
-/// what it computes.
+/// stream their output head): each `gemv_<type>`'s, with the kernel's stage count last,
+/// which changes how the GPU reads the weights, not what it computes.
 macro_rules! gemv_stream_twins {
     ($($gemv:ident => $stream:ident;)*) => {$(
         #[doc = concat!("`", stringify!($gemv), "`, whatever the stages.")]
