@@ -46,7 +46,7 @@ impl Gpu {
     /// `[n_tokens, n_in]`, `scales` `[n_tokens, n_in / 32][2]`), w `[n_out]` rows of `ty`.
     /// A matrix of `stream_min_rows` rows or more (a decode step's output head) streams
     /// through shared memory (`gemv_stream_<ty>`) where its type has that kernel (the
-    /// k-quants) and `stream_plan` one for it.
+    /// k-quants) and `stream_plan` finds a launch for it.
     #[allow(clippy::too_many_arguments)]
     pub fn gemv_codes(
         &self,
