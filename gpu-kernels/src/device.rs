@@ -293,6 +293,22 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// A matmul's output `*at = (accumulate ? *at : 0) + sum + bias[row]` (no bias where
+/// `bias` is null): the last step of every GEMV, which adds into the residual stream where
+/// it accumulates.
+///
+/// # Safety
+/// `at` is valid for a read and a write; `bias` is null or holds `row`.
+#[inline(always)]
+pub unsafe fn store_output(at: *mut f32, sum: f32, bias: *const f32, row: usize, accumulate: bool) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        let b = if bias.is_null() { 0.0 } else { *bias.add(row) };
+        let prev = if accumulate { *at } else { 0.0 };
+        *at = prev + sum + b;
+    }
+}
+
 /// The start of every kernel: wait until the kernel before it in the stream has finished and
 /// its writes are visible (`griddepcontrol.wait`), then let the next one start launching
 /// (`griddepcontrol.launch_dependents`). With programmatic dependent launch (sm_90 and

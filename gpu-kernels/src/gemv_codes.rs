@@ -16,7 +16,8 @@
 use crate::codes::Codes;
 use crate::device::{
     WARP, block_dim_x, block_idx_x, dynamic_shared, exp, global_idx_x, ld_nc_u32, ld_nc_v4,
-    round_to_i32, sync_threads, thread_idx_x, wait_for_previous_kernel, warp_max, warp_sum,
+    round_to_i32, store_output, sync_threads, thread_idx_x, wait_for_previous_kernel, warp_max,
+    warp_sum,
 };
 use crate::quant_blocks::{Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
 use crate::tiles::{CODES_ROWS, QUANT_MAX_TOKENS};
@@ -228,12 +229,7 @@ unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
         if row < n_out {
             let sum = total(r, t);
             // SAFETY: row < n_out, t < n_tokens: inside out and bias.
-            unsafe {
-                let o = out.add(t * out_stride + row);
-                let b = if bias.is_null() { 0.0 } else { *bias.add(row) };
-                let prev = if accumulate { *o } else { 0.0 };
-                *o = prev + sum + b;
-            }
+            unsafe { store_output(out.add(t * out_stride + row), sum, bias, row, accumulate) };
         }
         i += block_dim_x();
     }

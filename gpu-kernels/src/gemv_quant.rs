@@ -13,8 +13,8 @@
 
 use crate::device::{
     WARP, block_dim_x, block_idx_x, dynamic_shared, exp, f16_to_f32, funnel_shift, global_idx_x,
-    ld_nc_u16, ld_nc_u32, ld_nc_v4, pack_bf16x2, pack_f16x2, st_v4, sync_threads, thread_idx_x,
-    wait_for_previous_kernel,
+    ld_nc_u16, ld_nc_u32, ld_nc_v4, pack_bf16x2, pack_f16x2, st_v4, store_output, sync_threads,
+    thread_idx_x, wait_for_previous_kernel,
 };
 use crate::mma::mma_f16_16816;
 use crate::quant_blocks::{Blocks, Fp8, GROUP, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0, small};
@@ -285,9 +285,7 @@ pub unsafe extern "gpu-kernel" fn gemv_fp8(
         unsafe {
             let sum = fp8_sum(sums, r, token) * FP8_MMA_UNSCALE * *row_scales.add(row);
             let o = out.add(token * out_stride as usize + row);
-            let b = if bias.is_null() { 0.0 } else { *bias.add(row) };
-            let prev = if accumulate != 0 { *o } else { 0.0 };
-            *o = prev + sum + b;
+            store_output(o, sum, bias, row, accumulate != 0);
         }
     }
 }

@@ -43,7 +43,7 @@ use crate::bulk_copy::{
 use crate::codes::{Bytes, Codes};
 use crate::device::{
     WARP, block_dim_x, block_idx_x, dynamic_shared, exp, grid_dim_x, ld_nc_u32, ld_nc_v4,
-    sync_threads, thread_idx_x, wait_for_previous_kernel, warp_sum,
+    store_output, sync_threads, thread_idx_x, wait_for_previous_kernel, warp_sum,
 };
 use crate::gemv_codes::span_codes;
 use crate::mma::{ld_shared_v4, shared_addr, st_shared_u32, st_shared_v4};
@@ -183,13 +183,11 @@ unsafe fn gemv_stream<B: Codes, const COPIES: bool, const SWIGLU: bool>(
                     // SAFETY: o < n_out, t < n_tokens: inside out (and bias).
                     unsafe {
                         let at = out.add(t * out_stride + o);
-                        *at = if SWIGLU {
-                            g / (1.0 + exp(-g)) * u
+                        if SWIGLU {
+                            *at = g / (1.0 + exp(-g)) * u;
                         } else {
-                            let b = if bias.is_null() { 0.0 } else { *bias.add(o) };
-                            let prev = if accumulate { *at } else { 0.0 };
-                            prev + g + b
-                        };
+                            store_output(at, g, bias, o, accumulate);
+                        }
                     }
                 }
             }

@@ -119,7 +119,8 @@ kernel_table!(
         gemm_wgmma_q4_1, gemm_wgmma_q5_0, gemm_wgmma_q5_1, gemm_wgmma_q8_0, gemm_wgmma_q4_k,
         gemm_wgmma_q5_k, gemm_wgmma_q6_k, gemv_swiglu_stream_q4_0, gemv_swiglu_stream_q4_1, gemv_swiglu_stream_q5_0,
         gemv_swiglu_stream_q5_1, gemv_swiglu_stream_q8_0, gemv_swiglu_stream_q4_k,
-        gemv_swiglu_stream_q5_k, gemv_swiglu_stream_q6_k, gemv_stream_q4_k, gemv_stream_q5_k, gemv_stream_q6_k,
+        gemv_swiglu_stream_q5_k, gemv_swiglu_stream_q6_k, gemv_stream_q4_k, gemv_stream_q5_k,
+        gemv_stream_q6_k,
 );
 
 impl Kernels {
