@@ -431,6 +431,10 @@ fn run(cli: Cli) -> Result<()> {
             .inspect_err(|e| eprintln!("rustle: device auto: running on the CPU ({e})"))
             .ok(),
     };
+    if gpu.is_none() {
+        // On the CPU whatever the model: before it is found (or fetched) and read.
+        rustle::runner::check_cpu_weights(cli.weights)?;
+    }
     eprintln!("rustle: loading {}", path_display(&cli.model));
     let path = loader::resolve_model_path(cli.model)?;
     let t = Instant::now();
@@ -449,6 +453,10 @@ fn run(cli: Cli) -> Result<()> {
             }
         },
     };
+    if let Device::Cpu = device {
+        // A model the GPU cannot run: before its weights are read, not after.
+        rustle::runner::check_cpu_weights(cli.weights)?;
+    }
     // The GPU uploads from the f32 weights (or the stored blocks, `--weights`); the CPU
     // keeps every matrix as stored. What this run holds is said once the runner has it.
     let model = match &device {

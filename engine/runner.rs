@@ -135,6 +135,19 @@ pub trait Forward {
     fn set_generated(&mut self, _rows: &[bool]) {}
 }
 
+/// `--weights` on the CPU: `stored` (the default) only; the others say how the GPU holds the
+/// matrices. The commands call it once they know the run is on the CPU, before the model's
+/// weights are read.
+pub fn check_cpu_weights(weights: WeightFormat) -> Result<()> {
+    if weights == WeightFormat::Stored {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "--weights {} is for the GPU; the CPU holds the weights as the files store them",
+        format!("{weights:?}").to_lowercase()
+    )))
+}
+
 impl Runner {
     pub fn new(
         config: Config,
@@ -210,12 +223,7 @@ impl Runner {
         if opts.kv_blocks == Some(0) {
             return Err(Error::Usage("--kv-blocks must be at least 1".into()));
         }
-        if opts.weights != WeightFormat::Stored {
-            return Err(Error::Usage(format!(
-                "--weights {} is for the GPU; the CPU holds the weights as the files store them",
-                format!("{:?}", opts.weights).to_lowercase()
-            )));
-        }
+        check_cpu_weights(opts.weights)?;
         if opts.max_batch_tokens == 0 {
             return Err(Error::Usage(
                 "the batch must hold at least one token".into(),

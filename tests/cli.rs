@@ -306,6 +306,45 @@ fn bad_flags() {
             fails_with(&huge, "GPU out of memory allocating the KV cache");
         }
     }
+    // `--weights` other than `stored` on the CPU: said before the weights are read.
+    for weights in ["bf16", "fp8"] {
+        let args = [
+            "-m",
+            tiny,
+            "-p",
+            "hi",
+            "--device",
+            "cpu",
+            "--weights",
+            weights,
+        ];
+        fails_with_line(
+            &args,
+            &format!(
+                "rustle: error: --weights {weights} is for the GPU; the CPU holds the weights as the files store them"
+            ),
+        );
+        let out = rustle(&args);
+        assert!(!out.stderr.contains("loaded"), "{args:?}:\n{}", out.stderr);
+        // And `rustle serve`, before it loads the model or listens.
+        let serve = [
+            "serve",
+            "-m",
+            tiny,
+            "--device",
+            "cpu",
+            "--port",
+            "0",
+            "--weights",
+            weights,
+        ];
+        fails_with_line(
+            &serve,
+            &format!(
+                "rustle: error: --weights {weights} is for the GPU; the CPU holds the weights as the files store them"
+            ),
+        );
+    }
     // clap's own usage errors, in rustle's one-line form.
     fails_with_line(
         &["-m", tiny],

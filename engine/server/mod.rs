@@ -110,6 +110,10 @@ fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, St
             .inspect_err(|e| eprintln!("rustle serve: device auto: running on the CPU ({e})"))
             .ok(),
     };
+    if gpu.is_none() && args.shape.is_none() {
+        // On the CPU whatever the model: before it is read.
+        crate::runner::check_cpu_weights(args.weights)?;
+    }
     let t = Instant::now();
     let model = loader::open(path)?;
     if let Some(shape) = &args.shape {
@@ -129,6 +133,10 @@ fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, St
             }
         },
     };
+    if let Device::Cpu = device {
+        // A model the GPU cannot run: before its weights are read, not after.
+        crate::runner::check_cpu_weights(args.weights)?;
+    }
     let opts = RunnerOptions {
         kv_blocks: args.kv_blocks,
         max_batch_tokens: args.token_budget,
