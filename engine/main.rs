@@ -747,7 +747,16 @@ fn profile(p: &ProfileCli) -> Result<()> {
                 weights: weights_choice(&p.weights, p.model.is_some())?,
             };
             let profile = match p.device {
-                ProfileDevice::Gpu => collect::gpu(&args)?,
+                ProfileDevice::Gpu => {
+                    // The GPU is the default: where none opens, say what runs without one.
+                    let gpu = Gpu::new().map_err(|e| {
+                        Error::NoGpu(format!(
+                            "{}; `--device cpu` profiles the CPU backend, `--from FILE` redraws a saved profile",
+                            e.to_string().trim_start_matches("GPU: ")
+                        ))
+                    })?;
+                    collect::gpu(gpu, &args)?
+                }
                 ProfileDevice::Cpu => collect::cpu(&args, true)?,
                 ProfileDevice::CpuReference => collect::cpu(&args, false)?,
             };

@@ -80,6 +80,31 @@ fn a_bad_profile_file_is_one_clear_line() {
     assert!(!err.contains("panicked"));
 }
 
+/// The default profile is the GPU's: where none opens (no driver here; on the GPU machine
+/// none visible, `CUDA_VISIBLE_DEVICES` empty), one line that says so and what runs without
+/// it (`--device cpu`, `--from`).
+#[test]
+fn without_a_gpu_the_profile_says_what_runs() {
+    let bin = std::env::var("RUSTLE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_rustle").into());
+    let r = Command::new(bin)
+        .args(["profile", "--steps", "1"])
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .output()
+        .unwrap();
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    let errors: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("rustle: error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert!(
+        errors[0].contains("GPU: ") && errors[0].contains("`--device cpu`"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 /// The CPU profile end to end on the tiny Llama 3: every operation of the forward appears,
 /// with the CPU's own ceilings; decode's matmuls do far less arithmetic per byte than
 /// prefill's.

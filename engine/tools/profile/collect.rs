@@ -35,8 +35,9 @@ fn progress(msg: &str) {
 /// The square GEMM that measures the compute roof.
 const GEMM_N: usize = 8192;
 
-pub fn gpu(args: &ProfileArgs) -> Result<Profile> {
-    let gpu = Gpu::new()?;
+/// The GPU's profile: its ceilings measured on `gpu`, then the model's prefill and decode
+/// steps with every launch timed.
+pub fn gpu(gpu: Gpu, args: &ProfileArgs) -> Result<Profile> {
     progress(&format!(
         "on {}: measuring memory bandwidth",
         gpu.description
