@@ -306,44 +306,18 @@ fn bad_flags() {
             fails_with(&huge, "GPU out of memory allocating the KV cache");
         }
     }
-    // `--weights` other than `stored` on the CPU: said before the weights are read.
+    // `--weights` other than `stored` on the CPU: said before the weights are read, by
+    // `rustle` and by `rustle serve` (which neither loads the model nor listens).
     for weights in ["bf16", "fp8"] {
-        let args = [
-            "-m",
-            tiny,
-            "-p",
-            "hi",
-            "--device",
-            "cpu",
-            "--weights",
-            weights,
-        ];
-        fails_with_line(
-            &args,
-            &format!(
-                "rustle: error: --weights {weights} is for the GPU; the CPU holds the weights as the files store them"
-            ),
+        let line = format!(
+            "rustle: error: --weights {weights} is for the GPU; the CPU holds the weights as the files store them"
         );
-        let out = rustle(&args);
-        assert!(!out.stderr.contains("loaded"), "{args:?}:\n{}", out.stderr);
-        // And `rustle serve`, before it loads the model or listens.
-        let serve = [
-            "serve",
-            "-m",
-            tiny,
-            "--device",
-            "cpu",
-            "--port",
-            "0",
-            "--weights",
-            weights,
-        ];
-        fails_with_line(
-            &serve,
-            &format!(
-                "rustle: error: --weights {weights} is for the GPU; the CPU holds the weights as the files store them"
-            ),
-        );
+        let on_cpu = ["-m", tiny, "--device", "cpu", "--weights", weights];
+        let run = [&["-p", "hi"][..], &on_cpu].concat();
+        fails_with_line(&run, &line);
+        let out = rustle(&run);
+        assert!(!out.stderr.contains("loaded"), "{run:?}:\n{}", out.stderr);
+        fails_with_line(&[&["serve", "--port", "0"][..], &on_cpu].concat(), &line);
     }
     // clap's own usage errors, in rustle's one-line form.
     fails_with_line(
