@@ -348,7 +348,14 @@ fn main() -> ExitCode {
         Err(e) => usage_error(e),
     };
     let result = match cli.command {
-        Some(Command::Bench(ref b)) => bench(b),
+        Some(Command::Bench(ref b)) => bench(b).map_err(|e| match e {
+            // Every bench but `--serve --cpu` is the GPU's: where there is none, say what
+            // runs without one.
+            Error::NoGpu(why) if !b.cpu => Error::NoGpu(format!(
+                "{why}; `rustle bench --serve --cpu` measures the serving engine on the CPU"
+            )),
+            e => e,
+        }),
         Some(Command::Profile(ref p)) => profile(p),
         Some(Command::Serve(ref s)) => rustle::server::run(s.clone()),
         None => run(cli),

@@ -105,6 +105,36 @@ fn without_a_gpu_the_profile_says_what_runs() {
     assert!(!err.contains("panicked"), "{err}");
 }
 
+/// `rustle bench` without a GPU (none opens, as above): one line that says what runs
+/// without one.
+#[test]
+fn without_a_gpu_the_bench_says_what_runs() {
+    let bin = std::env::var("RUSTLE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_rustle").into());
+    for args in [
+        &["bench"][..],
+        &["bench", "--batch", "2"],
+        &["bench", "--lesson"],
+    ] {
+        let r = Command::new(&bin)
+            .args(args)
+            .env("CUDA_VISIBLE_DEVICES", "")
+            .output()
+            .unwrap();
+        assert!(!r.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&r.stderr);
+        let errors: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("rustle: error:"))
+            .collect();
+        assert_eq!(errors.len(), 1, "{args:?}: {err}");
+        assert!(
+            errors[0].contains("`rustle bench --serve --cpu`"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
 /// The CPU profile end to end on the tiny Llama 3: every operation of the forward appears,
 /// with the CPU's own ceilings; decode's matmuls do far less arithmetic per byte than
 /// prefill's.

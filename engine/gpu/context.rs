@@ -90,7 +90,14 @@ impl Gpu {
                 "no NVIDIA driver found (libcuda could not be loaded)".into(),
             ));
         }
-        let count = CudaContext::device_count().map_err(Error::driver("cannot query devices"))?;
+        // With no device visible (none, or CUDA_VISIBLE_DEVICES empty) the driver's first
+        // call fails with CUDA_ERROR_NO_DEVICE: that is no GPU, not a driver fault.
+        let count = CudaContext::device_count().map_err(|e| match e.0 {
+            sys::CUresult::CUDA_ERROR_NO_DEVICE => {
+                Error::NoGpu("the NVIDIA driver reports no GPU".into())
+            }
+            _ => Error::driver("cannot query devices")(e),
+        })?;
         if count < 1 {
             return Err(Error::NoGpu("the NVIDIA driver reports no GPU".into()));
         }
