@@ -80,58 +80,52 @@ fn a_bad_profile_file_is_one_clear_line() {
     assert!(!err.contains("panicked"));
 }
 
-/// The default profile is the GPU's: where none opens (no driver here; on the GPU machine
-/// none visible, `CUDA_VISIBLE_DEVICES` empty), one line that says so and what runs without
-/// it (`--device cpu`, `--from`).
-#[test]
-fn without_a_gpu_the_profile_says_what_runs() {
+/// Runs `rustle <args>` where no GPU opens (no driver here; on the GPU machine none visible,
+/// `CUDA_VISIBLE_DEVICES` empty) and returns its one error line, after checking the run
+/// failed with exactly one and no panic.
+fn no_gpu_error(args: &[&str]) -> String {
     let bin = std::env::var("RUSTLE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_rustle").into());
     let r = Command::new(bin)
-        .args(["profile", "--steps", "1"])
+        .args(args)
         .env("CUDA_VISIBLE_DEVICES", "")
         .output()
         .unwrap();
-    assert!(!r.status.success());
+    assert!(!r.status.success(), "{args:?}");
     let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
     let errors: Vec<&str> = err
         .lines()
         .filter(|l| l.starts_with("rustle: error:"))
         .collect();
-    assert_eq!(errors.len(), 1, "{err}");
-    assert!(
-        errors[0].contains("GPU: ") && errors[0].contains("`--device cpu`"),
-        "{err}"
-    );
-    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(errors.len(), 1, "{args:?}: {err}");
+    errors[0].to_owned()
 }
 
-/// `rustle bench` without a GPU (none opens, as above): one line that says what runs
+/// The default profile is the GPU's: without one, one line that says so and what runs
+/// without it (`--device cpu`, `--from`).
+#[test]
+fn without_a_gpu_the_profile_says_what_runs() {
+    let line = no_gpu_error(&["profile", "--steps", "1"]);
+    assert!(
+        line.contains("GPU: ") && line.contains("`--device cpu`"),
+        "{line}"
+    );
+}
+
+/// `rustle bench` without a GPU, each of its GPU modes: one line that says what runs
 /// without one.
 #[test]
 fn without_a_gpu_the_bench_says_what_runs() {
-    let bin = std::env::var("RUSTLE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_rustle").into());
     for args in [
         &["bench"][..],
         &["bench", "--batch", "2"],
         &["bench", "--lesson"],
     ] {
-        let r = Command::new(&bin)
-            .args(args)
-            .env("CUDA_VISIBLE_DEVICES", "")
-            .output()
-            .unwrap();
-        assert!(!r.status.success(), "{args:?}");
-        let err = String::from_utf8_lossy(&r.stderr);
-        let errors: Vec<&str> = err
-            .lines()
-            .filter(|l| l.starts_with("rustle: error:"))
-            .collect();
-        assert_eq!(errors.len(), 1, "{args:?}: {err}");
+        let line = no_gpu_error(args);
         assert!(
-            errors[0].contains("`rustle bench --serve --cpu`"),
-            "{args:?}: {err}"
+            line.contains("`rustle bench --serve --cpu`"),
+            "{args:?}: {line}"
         );
-        assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
 
