@@ -348,13 +348,10 @@ fn main() -> ExitCode {
         Err(e) => usage_error(e),
     };
     let result = match cli.command {
-        Some(Command::Bench(ref b)) => bench(b).map_err(|e| match e {
-            // Every bench but `--serve --cpu` is the GPU's: where there is none, say what
-            // runs without one.
-            Error::NoGpu(why) if !b.cpu => Error::NoGpu(format!(
-                "{why}; `rustle bench --serve --cpu` measures the serving engine on the CPU"
-            )),
-            e => e,
+        // Every bench but `--serve --cpu` is the GPU's.
+        Some(Command::Bench(ref b)) => bench(b).map_err(|e| {
+            let hint = "`rustle bench --serve --cpu` measures the serving engine on the CPU";
+            if b.cpu { e } else { no_gpu_hint(e, hint) }
         }),
         Some(Command::Profile(ref p)) => profile(p),
         Some(Command::Serve(ref s)) => rustle::server::run(s.clone()),
@@ -366,6 +363,15 @@ fn main() -> ExitCode {
             eprintln!("rustle: error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `e`, where it says there is no GPU (`Error::NoGpu`), with `hint` after it: what the
+/// command runs without one.
+fn no_gpu_hint(e: Error, hint: &str) -> Error {
+    match e {
+        Error::NoGpu(why) => Error::NoGpu(format!("{why}; {hint}")),
+        e => e,
     }
 }
 
@@ -754,16 +760,11 @@ fn profile(p: &ProfileCli) -> Result<()> {
                 weights: weights_choice(&p.weights, p.model.is_some())?,
             };
             let profile = match p.device {
-                ProfileDevice::Gpu => {
-                    // The GPU is the default: where none opens, say what runs without one.
-                    let gpu = Gpu::new().map_err(|e| {
-                        Error::NoGpu(format!(
-                            "{}; `--device cpu` profiles the CPU backend, `--from FILE` redraws a saved profile",
-                            e.to_string().trim_start_matches("GPU: ")
-                        ))
-                    })?;
-                    collect::gpu(gpu, &args)?
-                }
+                // The GPU is the default.
+                ProfileDevice::Gpu => collect::gpu(&args).map_err(|e| {
+                    let hint = "`--device cpu` profiles the CPU backend, `--from FILE` redraws a saved profile";
+                    no_gpu_hint(e, hint)
+                })?,
                 ProfileDevice::Cpu => collect::cpu(&args, true)?,
                 ProfileDevice::CpuReference => collect::cpu(&args, false)?,
             };

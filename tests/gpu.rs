@@ -3145,7 +3145,7 @@ fn profile_puts_decode_on_the_slope(g: &Gpu, _: &mut StdRng) {
         steps: 4,
         weights: Default::default(),
     };
-    let p = collect::gpu(Gpu::new().unwrap(), &args).unwrap();
+    let p = collect::gpu(&args).unwrap();
     let c = &p.ceilings;
     assert!(
         c.bytes_per_s > 1e12 && c.flops_per_s > 1e14,

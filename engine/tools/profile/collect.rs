@@ -35,9 +35,8 @@ fn progress(msg: &str) {
 /// The square GEMM that measures the compute roof.
 const GEMM_N: usize = 8192;
 
-/// The GPU's profile: its ceilings measured on `gpu`, then the model's prefill and decode
-/// steps with every launch timed.
-pub fn gpu(gpu: Gpu, args: &ProfileArgs) -> Result<Profile> {
+pub fn gpu(args: &ProfileArgs) -> Result<Profile> {
+    let gpu = Gpu::new()?;
     progress(&format!(
         "on {}: measuring memory bandwidth",
         gpu.description
