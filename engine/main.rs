@@ -255,6 +255,12 @@ struct BenchCli {
     #[arg(long)]
     lesson: bool,
 
+    /// What a kernel boundary costs a stream of reads instead: phases of 1-32 MiB read as a
+    /// launch each (back to back, then as a CUDA graph) and as one persistent launch with a
+    /// barrier for the whole grid between phases, against one launch over all their bytes.
+    #[arg(long)]
+    boundaries: bool,
+
     /// Batched decode instead, for each of these numbers of sequences (comma-separated):
     /// each prefilled with --prompt-len tokens, then --steps decode steps of all of them,
     /// as llama.cpp's llama-batched-bench measures.
@@ -327,6 +333,7 @@ const EXAMPLES: &str = "Examples:
   rustle bench --shape llama3-8b --ctx 512,8192
   rustle bench --batch 1,8,32,64,128 --prompt-len 512 --steps 128
   rustle bench --lesson --shape llama3-8b
+  rustle bench --boundaries
   rustle bench --serve --shape llama3-8b --requests 64 --prompt-len 512 --output-len 128
   rustle profile --shape llama3-8b --out profile
   rustle serve --port 8000";
@@ -610,6 +617,9 @@ fn bench(b: &BenchCli) -> Result<()> {
     if b.lesson {
         return bench_lesson(b);
     }
+    if b.boundaries {
+        return bench_boundaries(b);
+    }
     if b.ctx.is_empty() || b.steps == 0 || b.prompt_len == 0 {
         return Err(Error::Usage(
             "bench needs at least one --ctx, --steps and --prompt-len above 0".into(),
@@ -654,6 +664,20 @@ fn bench_lesson(b: &BenchCli) -> Result<()> {
             b.shape, gpu.description, b.prompt_len
         );
         rustle::tools::lesson::print(&lesson);
+    }
+    Ok(())
+}
+
+fn bench_boundaries(b: &BenchCli) -> Result<()> {
+    let gpu = Gpu::new()?;
+    let report = rustle::tools::boundaries::run(&gpu)?;
+    if b.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("a report serialises")
+        );
+    } else {
+        rustle::tools::boundaries::print(&report);
     }
     Ok(())
 }

@@ -91,6 +91,10 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::sample_f32, penalize_f32", sample_f32),
     ("kernel::fill_random_bf16", fill_random_bf16),
     ("kernel::read_probe_u32", read_probe_u32),
+    (
+        "kernel::read_phases_u32 (a grid barrier between phases)",
+        read_phases_u32,
+    ),
     ("kernel::sum_step1_warp_f32, sum_step2_block_f32", sum_steps),
     (
         "model::default_model_gpu_matches_cpu",
@@ -2384,6 +2388,61 @@ fn read_probe_u32(g: &Gpu, rng: &mut StdRng) {
         g.read_probe_u32(&mut partial.as_view_mut(), &up(g, &data).as_view())
             .unwrap();
         assert_eq!(down(g, &partial), cpu, "{n_words} words, grid {grid}");
+    }
+}
+
+/// The probe in phases against its twin, on grids of one block, a few, and as many as the
+/// GPU holds at once (where a barrier that let a block through early, or never, would show:
+/// a wrong count, or a hang); phases apart and touching, partial phases of a grid stride,
+/// with and without the L2 requests ahead. Outputs poisoned; the barrier's counter checked.
+fn read_phases_u32(g: &Gpu, rng: &mut StdRng) {
+    let full = g.read_phases_grid().unwrap();
+    assert!(
+        full >= g.sm_count,
+        "{full} blocks at once on {} SMs",
+        g.sm_count
+    );
+    let cases = [
+        // (phase_vec4, phase_stride, n_phases, grid, ahead)
+        (1, 1, 1, 1, 0),
+        (1000, 1000, 3, 3, 2),
+        (1000, 1500, 5, full, 1),
+        (300_001, 300_007, 4, full, 4),
+        (4096, 4096, 64, full, 0),
+    ];
+    for (phase_vec4, phase_stride, n_phases, grid, ahead) in cases {
+        let words = 4 * ((n_phases - 1) * phase_stride + phase_vec4);
+        let data: Vec<u32> = (0..words).map(|_| rng.random()).collect();
+        let (mut cpu, mut cpu_arrived) = (vec![0u32; grid], [0u32]);
+        let args = (phase_vec4, phase_stride, n_phases, ahead);
+        ops::read_phases_u32(
+            &mut cpu,
+            &mut cpu_arrived,
+            &data,
+            args.0,
+            args.1,
+            args.2,
+            args.3,
+        );
+        let mut partial = up(g, &vec![0xdead_beefu32; grid]);
+        let mut arrived = up(g, &[0xdead_beefu32]);
+        g.read_phases_u32(
+            &mut partial.as_view_mut(),
+            &mut arrived.as_view_mut(),
+            &up(g, &data).as_view(),
+            phase_vec4,
+            phase_stride,
+            n_phases,
+            ahead,
+        )
+        .unwrap();
+        let case = format!("{n_phases} phases of {phase_vec4} vectors, grid {grid}");
+        assert_eq!(down(g, &partial), cpu, "{case}");
+        assert_eq!(
+            down(g, &arrived),
+            cpu_arrived,
+            "{case}: the barrier's count"
+        );
     }
 }
 

@@ -650,21 +650,52 @@ pub fn hash32(seed: u32, i: u32) -> u32 {
 /// `grid * 256`). The twin of `read_probe_u32`.
 pub fn read_probe_u32(partial: &mut [u32], data: &[u32]) {
     let grid = partial.len();
-    let n_vec4 = data.len() / 4;
-    let stride = grid * 256;
     for (b, p) in partial.iter_mut().enumerate() {
-        let mut sum = 0u32;
-        for t in 0..256 {
-            let mut i = b * 256 + t;
-            while i < n_vec4 {
-                for w in &data[4 * i..4 * i + 4] {
-                    sum = sum.wrapping_add(*w);
-                }
-                i += stride;
-            }
-        }
-        *p = sum;
+        *p = block_sum_of_vectors(data, b, grid);
     }
+}
+
+/// The read probe in phases: `partial[b]`, the wrapping sum of the words block `b` reads in
+/// all of them, phase `p` the `phase_vec4` vectors from vector `p * phase_stride`, read as
+/// `read_probe_u32` reads its data; `arrived`, the barriers' counter, ends at `(n_phases - 1)
+/// * grid`. (`ahead` only asks L2 for lines early: no value depends on it.) The twin of
+/// `read_phases_u32`.
+#[allow(clippy::too_many_arguments)]
+pub fn read_phases_u32(
+    partial: &mut [u32],
+    arrived: &mut [u32],
+    data: &[u32],
+    phase_vec4: usize,
+    phase_stride: usize,
+    n_phases: usize,
+    _ahead: usize,
+) {
+    let grid = partial.len();
+    for (b, p) in partial.iter_mut().enumerate() {
+        *p = (0..n_phases).fold(0u32, |sum, phase| {
+            let from = 4 * phase * phase_stride;
+            let words = &data[from..from + 4 * phase_vec4];
+            sum.wrapping_add(block_sum_of_vectors(words, b, grid))
+        });
+    }
+    arrived[0] = ((n_phases - 1) * grid) as u32;
+}
+
+/// The wrapping sum of the words of `data`'s 16-byte vectors that block `b` of a `grid x
+/// 256` grid-stride loop takes.
+fn block_sum_of_vectors(data: &[u32], b: usize, grid: usize) -> u32 {
+    let (n_vec4, stride) = (data.len() / 4, grid * 256);
+    let mut sum = 0u32;
+    for t in 0..256 {
+        let mut i = b * 256 + t;
+        while i < n_vec4 {
+            for w in &data[4 * i..4 * i + 4] {
+                sum = sum.wrapping_add(*w);
+            }
+            i += stride;
+        }
+    }
+    sum
 }
 
 /// SwiGLU: `out[i] = silu(gate[i]) * up[i]`, silu(x) = x / (1 + e^-x).
@@ -708,6 +739,40 @@ pub fn argmax_f32(logits: &[f32]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The phases' sums are the probe's over each phase's words, whatever lies between
+    /// the phases; every word is some block's, once.
+    #[test]
+    fn read_phases_sums_each_phase_as_the_probe_does() {
+        let data: Vec<u32> = (0..4 * 3000)
+            .map(|i| (i as u32).wrapping_mul(2_654_435_761))
+            .collect();
+        let (phase_vec4, phase_stride, grid) = (700, 1000, 3);
+        let (mut phases, mut arrived) = (vec![0u32; grid], [0u32]);
+        read_phases_u32(
+            &mut phases,
+            &mut arrived,
+            &data,
+            phase_vec4,
+            phase_stride,
+            3,
+            0,
+        );
+        let mut expected = vec![0u32; grid];
+        for p in 0..3 {
+            let mut one = vec![0u32; grid];
+            let from = 4 * p * phase_stride;
+            read_probe_u32(&mut one, &data[from..from + 4 * phase_vec4]);
+            for (e, o) in expected.iter_mut().zip(one) {
+                *e = e.wrapping_add(o);
+            }
+        }
+        assert_eq!(phases, expected);
+        assert_eq!(arrived, [2 * grid as u32]);
+        let in_phases = (0..3).flat_map(|p| &data[4 * p * phase_stride..][..4 * phase_vec4]);
+        let all = in_phases.fold(0u32, |s, w| s.wrapping_add(*w));
+        assert_eq!(phases.iter().fold(0u32, |s, w| s.wrapping_add(*w)), all);
+    }
 
     #[test]
     fn rmsnorm_of_constant_row_is_weight() {

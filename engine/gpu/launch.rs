@@ -4,7 +4,9 @@
 //! kernel before it drains. Every rustle kernel's first line waits for that kernel
 //! (`wait_for_previous_kernel` in `gpu-kernels/src/device.rs`), so what each computes is
 //! unchanged; what goes away is the gap between one kernel's last block and the next one's
-//! first, paid hundreds of times per decode step.
+//! first, paid hundreds of times per decode step. The other attribute used is the
+//! cooperative launch, for the one kernel whose blocks wait for each other
+//! (`read_phases_u32`).
 //!
 //! The builder has the shape of cudarc's: `.arg(&x)` per kernel argument, in order, then
 //! `launch(cfg)`.
@@ -65,6 +67,8 @@ pub struct Launch<'a> {
     func: &'a CudaFunction,
     /// Allow the launch to overlap the previous kernel (programmatic dependent launch).
     overlap: bool,
+    /// Have the driver place every block at once, or refuse the launch (`cooperative`).
+    cooperative: bool,
     slots: Vec<u64>,
 }
 
@@ -74,8 +78,18 @@ impl<'a> Launch<'a> {
             stream,
             func,
             overlap,
+            cooperative: false,
             slots: Vec::with_capacity(16),
         }
+    }
+
+    /// A cooperative launch: the driver places all of the grid's blocks on the GPU at once
+    /// or refuses the launch, so that blocks may wait for each other (`grid_barrier`), and
+    /// the launch does not overlap the kernel before it.
+    pub fn cooperative(&mut self) -> &mut Self {
+        self.cooperative = true;
+        self.overlap = false;
+        self
     }
 
     /// The next kernel argument.
@@ -104,8 +118,15 @@ impl<'a> Launch<'a> {
             .collect();
         // SAFETY: a plain C struct; zero is a valid bit pattern for it.
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
+        if self.cooperative {
+            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+            attr.value.cooperative = 1;
+        } else {
+            attr.id =
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr.value.programmaticStreamSerializationAllowed = 1;
+        }
+        let with_attr = self.overlap || self.cooperative;
         let config = sys::CUlaunchConfig {
             gridDimX: cfg.grid_dim.0,
             gridDimY: cfg.grid_dim.1,
@@ -115,12 +136,12 @@ impl<'a> Launch<'a> {
             blockDimZ: cfg.block_dim.2,
             sharedMemBytes: cfg.shared_mem_bytes,
             hStream: self.stream.cu_stream(),
-            attrs: if self.overlap {
+            attrs: if with_attr {
                 &mut attr
             } else {
                 std::ptr::null_mut()
             },
-            numAttrs: self.overlap as u32,
+            numAttrs: with_attr as u32,
         };
         // SAFETY: the caller's guarantee for the kernel; `params` points at one slot per
         // argument, alive until the call returns (the driver copies them).

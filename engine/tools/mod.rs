@@ -8,12 +8,14 @@
 //! - `serve_bench`: serving throughput through the engine loop, beside the roofline
 //! - `profile/`: every kernel of a prefill and decode steps against the roofline
 //! - `decode_matmuls`, `prefill_matmuls`: the matmuls alone, rustle against cuBLAS
+//! - `boundaries`: a kernel boundary's cost against a grid barrier's, on reads alone
 //! - `ceilings`: bandwidth, matrix throughput and the tensor instruction's peak, measured
 //! - `cublas`: the reference matmuls; `timing`: event timing, launches summed by kernel
 //! - `setup`: a runner over a real model or a named shape's synthetic weights
 
 pub mod batch_bench;
 pub mod bench;
+pub mod boundaries;
 pub mod ceilings;
 pub mod cublas;
 pub mod decode_matmuls;

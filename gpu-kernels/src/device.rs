@@ -293,6 +293,17 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// Asks L2 for the line holding `p` (`prefetch.global.L2`): the load that follows finds it
+/// there, and the thread does not wait for it now.
+///
+/// # Safety
+/// `p` points to global memory.
+#[inline(always)]
+pub unsafe fn prefetch_l2<T>(p: *const T) {
+    // SAFETY: the caller guarantees a global address; a prefetch changes no value.
+    unsafe { asm!("prefetch.global.L2 [{p}];", p = in(reg64) p, options(nostack, readonly)) }
+}
+
 /// A matmul's output `*at = (accumulate ? *at : 0) + sum + bias[row]` (no bias where
 /// `bias` is null): the last step of every GEMV, which adds into the residual stream where
 /// it accumulates.

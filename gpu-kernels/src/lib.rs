@@ -48,6 +48,7 @@ pub mod gemv_quant;
 pub mod gemv_steps;
 #[cfg(target_feature = "sm_90a")]
 pub mod gemv_stream;
+pub mod grid_barrier;
 pub mod kv_cache;
 pub mod mma;
 pub mod quant_blocks;

@@ -74,6 +74,7 @@ kernel_table!(
     penalize_f32,
     fill_random_bf16,
     read_probe_u32,
+    read_phases_u32,
     quantize_q8_f32,
     rmsnorm_q8_f32,
     gemv_q4_0,

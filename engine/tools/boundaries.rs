@@ -1,0 +1,201 @@
+//! `rustle bench --boundaries`: what a kernel boundary costs a stream of reads, against a
+//! barrier for the whole grid inside one persistent kernel.
+//!
+//! A decode step at batch 1 reads each matrix once, a few megabytes to a few tens, one
+//! kernel after another: some 320 kernels a step on Llama 3 8B. Between two of them the
+//! memory goes idle while the last blocks of one drain and the first loads of the next
+//! start, and BENCHMARKS.md rounds 47-52 found those boundaries, not the GEMVs' own pace,
+//! holding a Q4_K_M step near half the copy bandwidth. A persistent kernel (one launch that
+//! runs what were many, its phases separated by `grid_barrier`) could have the next phase's
+//! loads on their way before the barrier, since weights depend on no phase. This measures
+//! the premise on nothing but reads: the same bytes in phases of one size, read
+//!
+//! - in one launch of `read_probe_u32` (no boundary: the floor),
+//! - as a launch of `read_probe_u32` a phase, back to back on the stream (programmatic
+//!   dependent launch where the GPU has it, as the forward pass launches),
+//! - the same launches replayed as a CUDA graph (as decode runs),
+//! - in one cooperative launch of `read_phases_u32`, a grid barrier between phases,
+//!   with each thread's first `ahead` vectors of the next phase asked of L2 before the
+//!   barrier, for a few values of `ahead` (0: none).
+//!
+//! Each way's time over the floor, divided by the boundaries (phases - 1), is what one
+//! boundary cost.
+
+use serde::Serialize;
+
+use super::ceilings::gpu_bandwidth;
+use super::timing::time_ms;
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+
+/// Phase sizes, MiB: from a small projection's bytes (Llama 3 8B's o_proj is 9.4 MB in
+/// Q4_K) to a large one's (its down projection, 33 MB in Q4_K).
+const PHASE_MIB: [usize; 6] = [1, 2, 4, 8, 16, 32];
+/// Bytes each way reads, at least: far past the L2 (50 MiB on the H100 and H200), so that
+/// no repetition finds the last one's lines there.
+const LEAST_MIB: usize = 256;
+/// Phases of each size, at least.
+const LEAST_PHASES: usize = 32;
+/// The values of `ahead` measured with the barrier.
+const AHEAD: [usize; 3] = [0, 1, 4];
+const REPS: usize = 10;
+
+#[derive(Serialize)]
+pub struct Boundaries {
+    pub gpu: String,
+    /// The read probe over 2 GiB, bytes per second.
+    pub read_bytes_per_s: f64,
+    /// `read_phases_u32`'s grid: as many blocks as the GPU holds at once.
+    pub barrier_grid: usize,
+    pub rows: Vec<BoundaryRow>,
+}
+
+#[derive(Serialize)]
+pub struct BoundaryRow {
+    pub phase_bytes: usize,
+    pub phases: usize,
+    /// All phases' bytes in one launch, microseconds.
+    pub one_launch_us: f64,
+    /// A launch a phase, microseconds over the one launch, per boundary.
+    pub kernels_us: f64,
+    /// The same launches as a CUDA graph, likewise.
+    pub graph_us: f64,
+    /// `(ahead, microseconds over the one launch per boundary)` for the persistent kernel.
+    pub barrier_us: Vec<(usize, f64)>,
+}
+
+pub fn run(gpu: &Gpu) -> Result<Boundaries> {
+    let read_bytes_per_s = gpu_bandwidth(gpu)?.read_bytes_per_s;
+    let most_words = PHASE_MIB
+        .iter()
+        .map(|&m| phases_of(m) * m)
+        .max()
+        .unwrap_or(0)
+        << 18;
+    let mut data = gpu.zeros::<u16>(2 * most_words, "the boundaries' data")?;
+    gpu.fill_random_bf16(&mut data.as_view_mut(), 5, 1.0)?;
+    // SAFETY: the u16 buffer as half as many u32 words: the same bytes and alignment.
+    let data = unsafe { data.transmute::<u32>(most_words) }.expect("2n u16 hold n u32");
+    // The probe's grid, as the bandwidth test launches it: more blocks than fit at once.
+    let mut probe = gpu.zeros::<u32>(gpu.sm_count * 32, "the boundaries' sums")?;
+    let barrier_grid = gpu.read_phases_grid()?;
+    let mut partial = gpu.zeros::<u32>(barrier_grid, "the boundaries' sums")?;
+    let mut arrived = gpu.zeros::<u32>(1, "the barrier's counter")?;
+    let mut rows = vec![];
+    for mib in PHASE_MIB {
+        let (phases, phase_vec4) = (phases_of(mib), mib << 16);
+        eprintln!("rustle bench --boundaries: {phases} phases of {mib} MiB");
+        let phase = |p: usize| data.slice(4 * p * phase_vec4..4 * (p + 1) * phase_vec4);
+        let all = data.slice(..4 * phases * phase_vec4);
+        let one = time_ms(gpu, REPS, &mut || {
+            gpu.read_probe_u32(&mut probe.as_view_mut(), &all)
+        })?;
+        let mut kernels = || -> Result<()> {
+            for p in 0..phases {
+                gpu.read_probe_u32(&mut probe.as_view_mut(), &phase(p))?;
+            }
+            Ok(())
+        };
+        let launches = time_ms(gpu, REPS, &mut kernels)?;
+        let graph = capture(gpu, &mut kernels)?;
+        let replayed = time_ms(gpu, REPS, &mut || {
+            graph
+                .launch()
+                .map_err(Error::driver("replaying the phases' graph"))
+        })?;
+        let per_boundary = |ms: f64| (ms - one) * 1e3 / (phases - 1) as f64;
+        let mut barrier_us = vec![];
+        for ahead in AHEAD {
+            let ms = time_ms(gpu, REPS, &mut || {
+                gpu.read_phases_u32(
+                    &mut partial.as_view_mut(),
+                    &mut arrived.as_view_mut(),
+                    &all,
+                    phase_vec4,
+                    phase_vec4,
+                    phases,
+                    ahead,
+                )
+            })?;
+            barrier_us.push((ahead, per_boundary(ms)));
+        }
+        rows.push(BoundaryRow {
+            phase_bytes: mib << 20,
+            phases,
+            one_launch_us: one * 1e3,
+            kernels_us: per_boundary(launches),
+            graph_us: per_boundary(replayed),
+            barrier_us,
+        });
+    }
+    Ok(Boundaries {
+        gpu: gpu.description.clone(),
+        read_bytes_per_s,
+        barrier_grid,
+        rows,
+    })
+}
+
+/// Phases of `mib` MiB: enough to read `LEAST_MIB`, and at least `LEAST_PHASES`.
+fn phases_of(mib: usize) -> usize {
+    (LEAST_MIB / mib).max(LEAST_PHASES)
+}
+
+/// `launches` recorded into a CUDA graph.
+fn capture(
+    gpu: &Gpu,
+    launches: &mut dyn FnMut() -> Result<()>,
+) -> Result<cudarc::driver::CudaGraph> {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let cap_err = Error::driver("capturing the phases' graph");
+    gpu.stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(cap_err)?;
+    let recorded = launches();
+    let graph = gpu
+        .stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .map_err(cap_err);
+    recorded?;
+    graph?.ok_or_else(|| Error::Unsupported("capturing the phases' graph recorded nothing".into()))
+}
+
+pub fn print(b: &Boundaries) {
+    println!(
+        "rustle bench --boundaries: {}; read probe {:.2} TB/s; the barrier's grid {} blocks",
+        b.gpu,
+        b.read_bytes_per_s / 1e12,
+        b.barrier_grid
+    );
+    println!("  what one boundary between phases costs, us over reading the phases in one launch:");
+    let ahead: String = AHEAD
+        .iter()
+        .map(|a| format!("{:>10}", format!("barrier {a}")))
+        .collect();
+    println!(
+        "  {:>9} {:>6} {:>11} {:>8} {:>9} {:>7}{ahead}",
+        "phase MiB", "phases", "one launch", "TB/s", "kernels", "graph"
+    );
+    for r in &b.rows {
+        let us = r.one_launch_us;
+        let tbs = (r.phases * r.phase_bytes) as f64 / (us * 1e-6) / 1e12;
+        let barriers: String = r
+            .barrier_us
+            .iter()
+            .map(|(_, v)| format!("{v:>10.2}"))
+            .collect();
+        println!(
+            "  {:>9} {:>6} {:>8.1} us {:>8.2} {:>9.2} {:>7.2}{barriers}",
+            r.phase_bytes >> 20,
+            r.phases,
+            us,
+            tbs,
+            r.kernels_us,
+            r.graph_us
+        );
+    }
+    println!(
+        "  (barrier N: one persistent launch, each thread's first N vectors of the next phase \
+         asked of L2 before each barrier)"
+    );
+}
