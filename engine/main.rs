@@ -634,14 +634,7 @@ fn bench(b: &BenchCli) -> Result<()> {
         gemm_plans: b.gemm_plans,
         weights: weights_choice(&b.weights, b.model.is_some())?,
     })?;
-    if b.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("a report serialises")
-        );
-    } else {
-        rustle::tools::bench::print(&report);
-    }
+    print_report(b.json, &report, rustle::tools::bench::print);
     Ok(())
 }
 
@@ -653,32 +646,30 @@ fn bench_lesson(b: &BenchCli) -> Result<()> {
         b.shape, gpu.description, b.prompt_len
     );
     let lesson = rustle::tools::lesson::run(&gpu, &c, b.prompt_len)?;
-    if b.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&lesson).expect("a report serialises")
-        );
-    } else {
+    print_report(b.json, &lesson, |lesson| {
         println!(
             "rustle bench --lesson: {} on {}, prompts of {} tokens",
             b.shape, gpu.description, b.prompt_len
         );
-        rustle::tools::lesson::print(&lesson);
-    }
+        rustle::tools::lesson::print(lesson);
+    });
     Ok(())
+}
+
+/// A report as JSON (`--json`), or as `text` prints it.
+fn print_report<T: serde::Serialize>(json: bool, report: &T, text: impl FnOnce(&T)) {
+    if json {
+        let json = serde_json::to_string_pretty(report).expect("a report serialises");
+        println!("{json}");
+    } else {
+        text(report);
+    }
 }
 
 fn bench_boundaries(b: &BenchCli) -> Result<()> {
     let gpu = Gpu::new()?;
     let report = rustle::tools::boundaries::run(&gpu)?;
-    if b.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("a report serialises")
-        );
-    } else {
-        rustle::tools::boundaries::print(&report);
-    }
+    print_report(b.json, &report, rustle::tools::boundaries::print);
     Ok(())
 }
 
@@ -702,19 +693,14 @@ fn bench_batch(b: &BenchCli, sizes: &[usize]) -> Result<()> {
         rustle::tools::setup::gpu_runner(&gpu, &b.shape, b.model.as_deref(), &opts)?;
     let results =
         rustle::tools::batch_bench::run(&mut runner, sizes, b.prompt_len, b.steps, bandwidth)?;
-    if b.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&results).expect("a report serialises")
-        );
-    } else {
+    print_report(b.json, &results, |results| {
         println!(
             "{name} on {}, copy bandwidth {:.2} TB/s",
             gpu.description,
             bandwidth / 1e12
         );
-        rustle::tools::batch_bench::print(&results);
-    }
+        rustle::tools::batch_bench::print(results);
+    });
     Ok(())
 }
 
@@ -755,14 +741,7 @@ fn bench_serve(b: &BenchCli) -> Result<()> {
         kv_blocks: b.kv_blocks.map(|n| n as usize),
         weights: weights_choice(&b.weights, b.model.is_some())?,
     })?;
-    if b.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("a report serialises")
-        );
-    } else {
-        rustle::tools::serve_bench::print(&report);
-    }
+    print_report(b.json, &report, rustle::tools::serve_bench::print);
     Ok(())
 }
 
