@@ -118,16 +118,9 @@ impl<'a> Launch<'a> {
             .collect();
         // SAFETY: a plain C struct; zero is a valid bit pattern for it.
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        if self.cooperative {
-            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
-            attr.value.cooperative = 1;
-        } else {
-            attr.id =
-                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-            attr.value.programmaticStreamSerializationAllowed = 1;
-        }
-        let with_attr = self.overlap || self.cooperative;
-        let config = sys::CUlaunchConfig {
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let mut config = sys::CUlaunchConfig {
             gridDimX: cfg.grid_dim.0,
             gridDimY: cfg.grid_dim.1,
             gridDimZ: cfg.grid_dim.2,
@@ -136,13 +129,22 @@ impl<'a> Launch<'a> {
             blockDimZ: cfg.block_dim.2,
             sharedMemBytes: cfg.shared_mem_bytes,
             hStream: self.stream.cu_stream(),
-            attrs: if with_attr {
+            attrs: if self.overlap {
                 &mut attr
             } else {
                 std::ptr::null_mut()
             },
-            numAttrs: with_attr as u32,
+            numAttrs: self.overlap as u32,
         };
+        // A cooperative launch passes its own attribute instead (it never overlaps).
+        // SAFETY: as `attr`.
+        let mut together: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        if self.cooperative {
+            together.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+            together.value.cooperative = 1;
+            config.attrs = &mut together;
+            config.numAttrs = 1;
+        }
         // SAFETY: the caller's guarantee for the kernel; `params` points at one slot per
         // argument, alive until the call returns (the driver copies them).
         unsafe {

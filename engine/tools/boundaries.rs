@@ -28,9 +28,10 @@ use super::timing::time_ms;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 
-/// Phase sizes, MiB: from a small projection's bytes (Llama 3 8B's o_proj is 9.4 MB in
-/// Q4_K) to a large one's (its down projection, 33 MB in Q4_K).
-const PHASE_MIB: [usize; 6] = [1, 2, 4, 8, 16, 32];
+/// Phase sizes, MiB: none (the boundary or the barrier alone), then from a small
+/// projection's bytes (Llama 3 8B's o_proj is 9.4 MB in Q4_K) to a large one's (its down
+/// projection, 33 MB in Q4_K).
+const PHASE_MIB: [usize; 7] = [0, 1, 2, 4, 8, 16, 32];
 /// Bytes each way reads, at least: far past the L2 (50 MiB on the H100 and H200), so that
 /// no repetition finds the last one's lines there.
 const LEAST_MIB: usize = 256;
@@ -136,9 +137,10 @@ pub fn run(gpu: &Gpu) -> Result<Boundaries> {
     })
 }
 
-/// Phases of `mib` MiB: enough to read `LEAST_MIB`, and at least `LEAST_PHASES`.
+/// Phases of `mib` MiB: enough to read `LEAST_MIB`, and at least `LEAST_PHASES`; of
+/// nothing, as many as of 1 MiB.
 fn phases_of(mib: usize) -> usize {
-    (LEAST_MIB / mib).max(LEAST_PHASES)
+    (LEAST_MIB / mib.max(1)).max(LEAST_PHASES)
 }
 
 /// `launches` recorded into a CUDA graph.
@@ -178,14 +180,17 @@ pub fn print(b: &Boundaries) {
     );
     for r in &b.rows {
         let us = r.one_launch_us;
-        let tbs = (r.phases * r.phase_bytes) as f64 / (us * 1e-6) / 1e12;
+        let tbs = match r.phase_bytes {
+            0 => "-".to_string(),
+            b => format!("{:.2}", (r.phases * b) as f64 / (us * 1e-6) / 1e12),
+        };
         let barriers: String = r
             .barrier_us
             .iter()
             .map(|(_, v)| format!("{v:>10.2}"))
             .collect();
         println!(
-            "  {:>9} {:>6} {:>8.1} us {:>8.2} {:>9.2} {:>7.2}{barriers}",
+            "  {:>9} {:>6} {:>8.1} us {:>8} {:>9.2} {:>7.2}{barriers}",
             r.phase_bytes >> 20,
             r.phases,
             us,
