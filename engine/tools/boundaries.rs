@@ -46,7 +46,8 @@ pub struct Boundaries {
     pub gpu: String,
     /// The read probe over 2 GiB, bytes per second.
     pub read_bytes_per_s: f64,
-    /// `read_phases_u32`'s grid: as many blocks as the GPU holds at once.
+    /// Every launch's grid: as many blocks as the GPU holds at once (`read_phases_u32`'s
+    /// limit).
     pub barrier_grid: usize,
     pub rows: Vec<BoundaryRow>,
 }
@@ -77,9 +78,11 @@ pub fn run(gpu: &Gpu) -> Result<Boundaries> {
     gpu.fill_random_bf16(&mut data.as_view_mut(), 5, 1.0)?;
     // SAFETY: the u16 buffer as half as many u32 words: the same bytes and alignment.
     let data = unsafe { data.transmute::<u32>(most_words) }.expect("2n u16 hold n u32");
-    // The probe's grid, as the bandwidth test launches it: more blocks than fit at once.
-    let mut probe = gpu.zeros::<u32>(gpu.sm_count * 32, "the boundaries' sums")?;
+    // One grid for every way, the most blocks the GPU holds at once (the barrier's limit):
+    // a launch's cost grows with its blocks, and the bandwidth test's grid of 32 blocks an
+    // SM made an empty launch cost twice an empty barrier.
     let barrier_grid = gpu.read_phases_grid()?;
+    let mut probe = gpu.zeros::<u32>(barrier_grid, "the boundaries' sums")?;
     let mut partial = gpu.zeros::<u32>(barrier_grid, "the boundaries' sums")?;
     let mut arrived = gpu.zeros::<u32>(1, "the barrier's counter")?;
     let mut rows = vec![];
@@ -164,7 +167,7 @@ fn capture(
 
 pub fn print(b: &Boundaries) {
     println!(
-        "rustle bench --boundaries: {}; read probe {:.2} TB/s; the barrier's grid {} blocks",
+        "rustle bench --boundaries: {}; read probe {:.2} TB/s; every launch {} blocks of 256",
         b.gpu,
         b.read_bytes_per_s / 1e12,
         b.barrier_grid
