@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use cudarc::driver::{CudaGraph, CudaSlice};
 
-use super::context::Gpu;
+use super::context::{Gpu, capture_graph};
 use super::kernels::attention_mma::attention_mma_supports;
 use super::kernels::attention_split_mma::attention_split_mma_supports;
 use super::kernels::gemm_blocks::blocks_mma_splits;
@@ -1482,32 +1482,19 @@ impl GpuBackend {
     /// Records a decode step of `n` rows (padding included) with `n_splits` attention splits,
     /// and the argmax if `greedy`, as a CUDA graph.
     fn capture(&mut self, c: &Config, (n, n_splits, greedy): GraphKey) -> Result<CudaGraph> {
-        use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-        let cap_err = Error::driver("capturing the decode graph");
         let rows: Vec<u32> = (0..n as u32).collect();
         let attention = match self.mm.batch_invariant {
             true => Attention::PerHead,
             false => Attention::Split(n_splits),
         };
-        self.gpu
-            .stream
-            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .map_err(cap_err)?;
-        let recorded = self.launch(c, n, &rows, attention).and_then(|_| {
+        let stream = self.gpu.stream.clone();
+        capture_graph(&stream, "the decode graph", || {
+            self.launch(c, n, &rows, attention)?;
             if greedy {
-                self.argmax_rows(c, n)
-            } else {
-                Ok(())
+                self.argmax_rows(c, n)?;
             }
-        });
-        let graph = self
-            .gpu
-            .stream
-            .end_capture(CUgraphInstantiate_flags(0))
-            .map_err(cap_err);
-        recorded?;
-        graph?
-            .ok_or_else(|| Error::Unsupported("capturing the decode graph recorded nothing".into()))
+            Ok(())
+        })
     }
 
     fn argmax_rows(&mut self, c: &Config, rows: usize) -> Result<()> {

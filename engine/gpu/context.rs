@@ -3,7 +3,8 @@
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaSlice, CudaStream, DeviceRepr, DriverError, ValidAsZeroBits, sys,
+    CudaContext, CudaEvent, CudaGraph, CudaSlice, CudaStream, DeviceRepr, DriverError,
+    ValidAsZeroBits, sys,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -79,6 +80,27 @@ struct Pending {
     traffic: Traffic,
     start: CudaEvent,
     end: CudaEvent,
+}
+
+/// What `launches` puts on `stream`, recorded as a CUDA graph instead of run; `what` names
+/// the graph in errors ("the decode graph"). The capture ends even where `launches` fails,
+/// so that the stream takes launches again, and that failure is the one returned.
+pub fn capture_graph(
+    stream: &Arc<CudaStream>,
+    what: &str,
+    launches: impl FnOnce() -> Result<()>,
+) -> Result<CudaGraph> {
+    use sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let doing = format!("capturing {what}");
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(Error::driver(&doing))?;
+    let recorded = launches();
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .map_err(Error::driver(&doing));
+    recorded?;
+    graph?.ok_or_else(|| Error::Unsupported(format!("{doing} recorded nothing")))
 }
 
 impl Gpu {

@@ -27,6 +27,7 @@ use super::ceilings::gpu_bandwidth;
 use super::timing::time_ms;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::gpu::context::capture_graph;
 
 /// Phase sizes, MiB: none (the boundary or the barrier alone), then from a small
 /// projection's bytes (Llama 3 8B's o_proj is 9.4 MB in Q4_K) to a large one's (its down
@@ -101,7 +102,7 @@ pub fn run(gpu: &Gpu) -> Result<Boundaries> {
             Ok(())
         };
         let launches = time_ms(gpu, REPS, &mut kernels)?;
-        let graph = capture(gpu, &mut kernels)?;
+        let graph = capture_graph(&gpu.stream, "the phases' graph", &mut kernels)?;
         let replayed = time_ms(gpu, REPS, &mut || {
             graph
                 .launch()
@@ -144,25 +145,6 @@ pub fn run(gpu: &Gpu) -> Result<Boundaries> {
 /// nothing, as many as of 1 MiB.
 fn phases_of(mib: usize) -> usize {
     (LEAST_MIB / mib.max(1)).max(LEAST_PHASES)
-}
-
-/// `launches` recorded into a CUDA graph.
-fn capture(
-    gpu: &Gpu,
-    launches: &mut dyn FnMut() -> Result<()>,
-) -> Result<cudarc::driver::CudaGraph> {
-    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-    let cap_err = Error::driver("capturing the phases' graph");
-    gpu.stream
-        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        .map_err(cap_err)?;
-    let recorded = launches();
-    let graph = gpu
-        .stream
-        .end_capture(CUgraphInstantiate_flags(0))
-        .map_err(cap_err);
-    recorded?;
-    graph?.ok_or_else(|| Error::Unsupported("capturing the phases' graph recorded nothing".into()))
 }
 
 pub fn print(b: &Boundaries) {
