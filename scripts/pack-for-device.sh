@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# For a GPU machine without cargo: builds the release test executables and `rustle`, and
+# copies them, stripped, into one folder (default `.device/bins`, which git ignores), each
+# test executable under its target's name and `rustle` as `rustle-cli`, then packs the
+# folder into DIR.tar.xz (about a fifth of its size: a device call carries 64 MiB at most).
+# There, from the repository root:
+#
+#   tar -xJf .device/bins.tar.xz -C .device
+#   scripts/run-test-binaries.sh .device/bins     # the whole suite, as cargo test would
+#   scripts/bench-turns.sh --rustle .device/bins/rustle-cli SETTING...
+#
+#   scripts/pack-for-device.sh [DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-.device/bins}
+
+cargo build --release --bin rustle
+# The test executables, as cargo reports them: one JSON line per artifact.
+executables=$(cargo test --release --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], m["executable"])
+')
+if [ -z "$executables" ]; then
+  echo "pack-for-device: cargo listed no test executables" >&2
+  exit 1
+fi
+rm -rf "$dir"
+mkdir -p "$dir"
+while read -r name path; do
+  # The library's own unit tests are target "rustle", as is the binary: keep them apart.
+  [ "$name" = rustle ] && name=rustle-lib
+  cp "$path" "$dir/$name"
+done <<< "$executables"
+cp target/release/rustle "$dir/rustle-cli"
+strip "$dir"/*
+tar -cf - -C "$(dirname "$dir")" "$(basename "$dir")" | xz -T0 -6 > "$dir.tar.xz"
+echo "pack-for-device: $(ls "$dir" | wc -l) executables in $dir ($(du -sh "$dir" | cut -f1));" \
+  "$dir.tar.xz $(du -h "$dir.tar.xz" | cut -f1)"
