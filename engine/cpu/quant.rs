@@ -423,81 +423,13 @@ gemv_stream_twins! {
 /// The walking GEMVs' twins (`gemv_walk_q4_k`, `gemv_walk_q4_k_q6_k`, ...): each the twin
 /// of the kernel whose rows it walks; the grid changes which block takes a row, not what
 /// the row's sums are.
-macro_rules! gemv_walk_twins {
-    ($($gemv:ident => $walk:ident;)*) => {$(
-        #[doc = concat!("`", stringify!($gemv), "`, whatever the grid.")]
-        #[allow(clippy::too_many_arguments)]
-        pub fn $walk(
-            out: &mut [f32],
-            codes: &[u8],
-            scales: &[f32],
-            w: &[u8],
-            bias: Option<&[f32]>,
-            n_tokens: usize,
-            n_in: usize,
-            n_out: usize,
-            out_stride: usize,
-            accumulate: bool,
-        ) {
-            $gemv(
-                out, codes, scales, w, bias, n_tokens, n_in, n_out, out_stride, accumulate,
-            )
-        }
-    )*};
-}
-
-gemv_walk_twins! {
-    gemv_q4_0 => gemv_walk_q4_0;
-    gemv_q4_1 => gemv_walk_q4_1;
-    gemv_q5_0 => gemv_walk_q5_0;
-    gemv_q5_1 => gemv_walk_q5_1;
-    gemv_q8_0 => gemv_walk_q8_0;
-    gemv_q4_k => gemv_walk_q4_k;
-    gemv_q5_k => gemv_walk_q5_k;
-    gemv_q6_k => gemv_walk_q6_k;
-}
-
-/// `gemv_q4_k_q6_k`, whatever the grid.
-#[allow(clippy::too_many_arguments)]
-pub fn gemv_walk_q4_k_q6_k(
-    out: &mut [f32],
-    codes: &[u8],
-    scales: &[f32],
-    w: &[u8],
-    w_b: &[u8],
-    bias: Option<&[f32]>,
-    n_tokens: usize,
-    n_in: usize,
-    n_out: usize,
-    out_stride: usize,
-    accumulate: bool,
-    n_first: usize,
-) {
-    gemv_q4_k_q6_k(
-        out, codes, scales, w, w_b, bias, n_tokens, n_in, n_out, out_stride, accumulate, n_first,
-    )
-}
-
-/// `gemv_q5_k_q6_k`, whatever the grid.
-#[allow(clippy::too_many_arguments)]
-pub fn gemv_walk_q5_k_q6_k(
-    out: &mut [f32],
-    codes: &[u8],
-    scales: &[f32],
-    w: &[u8],
-    w_b: &[u8],
-    bias: Option<&[f32]>,
-    n_tokens: usize,
-    n_in: usize,
-    n_out: usize,
-    out_stride: usize,
-    accumulate: bool,
-    n_first: usize,
-) {
-    gemv_q5_k_q6_k(
-        out, codes, scales, w, w_b, bias, n_tokens, n_in, n_out, out_stride, accumulate, n_first,
-    )
-}
+pub use self::{
+    gemv_q4_0 as gemv_walk_q4_0, gemv_q4_1 as gemv_walk_q4_1, gemv_q4_k as gemv_walk_q4_k,
+    gemv_q4_k_q6_k as gemv_walk_q4_k_q6_k, gemv_q5_0 as gemv_walk_q5_0,
+    gemv_q5_1 as gemv_walk_q5_1, gemv_q5_k as gemv_walk_q5_k,
+    gemv_q5_k_q6_k as gemv_walk_q5_k_q6_k, gemv_q6_k as gemv_walk_q6_k,
+    gemv_q8_0 as gemv_walk_q8_0,
+};
 
 /// Row `bytes` of `ty` as `gemm_<type>` hands it to the tensor cores, bf16 values in `out`:
 /// the k-quants and Q8_0 with each (sub-)block's scale (and min) rounded to bf16 and every

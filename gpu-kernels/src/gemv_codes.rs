@@ -360,68 +360,61 @@ pub(crate) unsafe fn span_codes<B: Codes>(
     (x, d, ds)
 }
 
-/// `gemv_<type>` and `gemv_swiglu_<type>`: `gemv_codes` over the type, without and with
-/// `SWIGLU`, its sizes as `u32`s.
+/// `gemv_codes` over a matrix of type `B` (not `SWIGLU`): a block a unit of `CODES_ROWS`
+/// rows, or with `WALK` the units walked by the blocks of any grid (`walk_units`).
+///
+/// # Safety
+/// `gemv_codes`'s preconditions, but for the grid: `n_out.div_ceil(CODES_ROWS)` blocks, or
+/// any number with `WALK`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemv_codes_grid<B: Codes, const WALK: bool>(
+    out: *mut f32,
+    codes: *const u8,
+    scales: *const f32,
+    w: *const u8,
+    bias: *const f32,
+    n_tokens: usize,
+    n_in: usize,
+    n_out: usize,
+    out_stride: usize,
+    accumulate: bool,
+) {
+    let unit = |block| {
+        // SAFETY: the caller's; block is one of the matrix's units.
+        unsafe {
+            gemv_codes::<B, false>(
+                out,
+                codes,
+                scales,
+                w,
+                core::ptr::null(),
+                bias,
+                n_tokens,
+                n_in,
+                n_out,
+                out_stride,
+                accumulate,
+                block,
+            )
+        }
+    };
+    if WALK {
+        // SAFETY: every thread walks the same units.
+        unsafe { walk_units(n_out.div_ceil(CODES_ROWS) as u32, unit) }
+    } else {
+        unit(block_idx_x())
+    }
+}
+
+/// `gemv_<type>`, `gemv_walk_<type>` and `gemv_swiglu_<type>`: `gemv_codes_grid` over the
+/// type without and with `WALK`, and `gemv_codes` with `SWIGLU`, their sizes as `u32`s.
 macro_rules! codes_kernels {
     ($($ty:ident => $gemv:ident, $swiglu:ident, $walk:ident;)*) => {$(
-        #[doc = concat!("`gemv_codes` over `", stringify!($ty), "` weights.")]
-        ///
-        /// # Safety
-        /// The host's launch wrapper checks `gemv_codes`'s preconditions.
-        #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "gpu-kernel" fn $gemv(
-            out: *mut f32,
-            codes: *const u8,
-            scales: *const f32,
-            w: *const u8,
-            bias: *const f32,
-            n_tokens: u32,
-            n_in: u32,
-            n_out: u32,
-            out_stride: u32,
-            accumulate: u32,
-        ) {
-            // SAFETY: the wrapper's checks.
-            unsafe {
-                gemv_codes::<$ty, false>(
-                    out, codes, scales, w, core::ptr::null(), bias, n_tokens as usize,
-                    n_in as usize, n_out as usize, out_stride as usize, accumulate != 0,
-                    block_idx_x(),
-                )
-            }
-        }
-
-        #[doc = concat!("`", stringify!($gemv), "` on a grid of fewer blocks than its units, each walking several (`walk_units`).")]
-        ///
-        /// # Safety
-        /// The host's launch wrapper checks `gemv_codes`'s preconditions.
-        #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "gpu-kernel" fn $walk(
-            out: *mut f32,
-            codes: *const u8,
-            scales: *const f32,
-            w: *const u8,
-            bias: *const f32,
-            n_tokens: u32,
-            n_in: u32,
-            n_out: u32,
-            out_stride: u32,
-            accumulate: u32,
-        ) {
-            let units = n_out.div_ceil(CODES_ROWS as u32);
-            // SAFETY: the wrapper's checks; the units are the blocks of CODES_ROWS rows.
-            unsafe {
-                walk_units(units, |block| {
-                    gemv_codes::<$ty, false>(
-                        out, codes, scales, w, core::ptr::null(), bias, n_tokens as usize,
-                        n_in as usize, n_out as usize, out_stride as usize, accumulate != 0,
-                        block,
-                    )
-                })
-            }
-        }
+        codes_kernels!(@gemv $ty, false, $gemv,
+            concat!("`gemv_codes` over `", stringify!($ty), "` weights."));
+        codes_kernels!(@gemv $ty, true, $walk,
+            concat!("`", stringify!($gemv), "` on a grid of fewer blocks than its units, each walking several (`walk_units`)."));
 
         #[doc = concat!("`gemv_codes` with `SWIGLU` over `", stringify!($ty), "` weights.")]
         ///
@@ -449,6 +442,34 @@ macro_rules! codes_kernels {
             }
         }
     )*};
+    (@gemv $ty:ident, $walk:literal, $name:ident, $doc:expr) => {
+        #[doc = $doc]
+        ///
+        /// # Safety
+        /// The host's launch wrapper checks `gemv_codes_grid`'s preconditions.
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "gpu-kernel" fn $name(
+            out: *mut f32,
+            codes: *const u8,
+            scales: *const f32,
+            w: *const u8,
+            bias: *const f32,
+            n_tokens: u32,
+            n_in: u32,
+            n_out: u32,
+            out_stride: u32,
+            accumulate: u32,
+        ) {
+            // SAFETY: the wrapper's checks.
+            unsafe {
+                gemv_codes_grid::<$ty, $walk>(
+                    out, codes, scales, w, bias, n_tokens as usize, n_in as usize,
+                    n_out as usize, out_stride as usize, accumulate != 0,
+                )
+            }
+        }
+    };
 }
 
 codes_kernels! {

@@ -274,9 +274,7 @@ impl Gpu {
     /// walk them (`gemv_walk_<type>`): `codes_blocks_per_sm` blocks an SM, where that is
     /// fewer than the units; `None` where each unit takes a block of its own (`gemv_<type>`).
     fn codes_walk_blocks(&self, units: usize) -> Option<usize> {
-        let per_sm = self.codes_blocks_per_sm?;
-        let blocks = per_sm * self.sm_count;
-        (blocks < units).then_some(blocks)
+        walk_blocks(self.codes_blocks_per_sm, self.sm_count, units)
     }
 
     /// An integer GEMV's launch over `units` units of `CODES_ROWS` rows: a block each, or
@@ -321,6 +319,13 @@ fn codes_traffic(
             + 4 * bias.map_or(0, |b| b.len())) as u64,
         flops: (2 * n_tokens * n_in * n_out) as u64,
     }
+}
+
+/// `Gpu::codes_walk_blocks` for a GPU of `sm_count` SMs: `per_sm` blocks an SM, where that
+/// is fewer than `units`.
+fn walk_blocks(per_sm: Option<usize>, sm_count: usize, units: usize) -> Option<usize> {
+    let blocks = per_sm? * sm_count;
+    (blocks < units).then_some(blocks)
 }
 
 /// An integer GEMV's launch over `blocks` blocks: each block's warps split a row's spans
@@ -417,5 +422,37 @@ impl Kernels {
             BlockType::Q6K => (&self.gemv_swiglu_q6_k, "gemv_swiglu_q6_k"),
             BlockType::Fp8 => panic!("fp8 multiplies its activations as they are: gemv_swiglu_fp8"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{codes_launch_of, walk_blocks};
+    use crate::weights::blocks::BlockType;
+
+    #[test]
+    fn blocks_walk_only_where_the_grid_is_smaller_than_the_units() {
+        // Llama 3 8B's q, k and v on the H200: 6144 rows, 3072 units of two.
+        assert_eq!(walk_blocks(None, 132, 3072), None);
+        assert_eq!(walk_blocks(Some(8), 132, 3072), Some(1056));
+        assert_eq!(walk_blocks(Some(16), 132, 3072), Some(2112));
+        // As many blocks as units, or more: a block a unit, as without the setting.
+        assert_eq!(walk_blocks(Some(24), 132, 3072), None);
+        assert_eq!(walk_blocks(Some(1), 3, 3), None);
+        assert_eq!(walk_blocks(Some(1), 3, 4), Some(3));
+    }
+
+    #[test]
+    fn a_block_takes_a_warp_for_every_32_spans_of_a_row_up_to_four() {
+        // (threads, blocks): Q4_K's 4096-wide rows are 64 spans of 64 weights, Q8_0's 128
+        // of 32; a down projection's 14336 are past four warps' worth either way.
+        let shape = |ty, n_in, blocks| {
+            let cfg = codes_launch_of(ty, n_in, blocks);
+            (cfg.block_dim.0, cfg.grid_dim.0)
+        };
+        assert_eq!(shape(BlockType::Q4K, 4096, 3072), (64, 3072));
+        assert_eq!(shape(BlockType::Q8_0, 4096, 1056), (128, 1056));
+        assert_eq!(shape(BlockType::Q6K, 14336, 2048), (128, 2048));
+        assert_eq!(shape(BlockType::Q4_0, 32, 1), (32, 1));
     }
 }
