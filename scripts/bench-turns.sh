@@ -3,13 +3,13 @@
 # for each turn, each weights type and each setting, `rustle bench` on Llama 3 8B's shape
 # at batch 1 (context 512), one line each: the setting's decode tok/s with graphs on and
 # off, and the share of the copy bandwidth the process measured. A setting is environment
-# assignments (`RUSTLE_CODES_BLOCKS_PER_SM=8`, or several, comma-separated), or `-` for
+# assignments (`RUSTLE_PDL=0`, or several, comma-separated), or `-` for
 # none; settings alternate within a turn so that a GPU's drift falls on all of them.
 #
 #   scripts/bench-turns.sh [--rustle BIN] [--turns N] [--weights "q4_k_m q8_0"]
 #                          [--shape llama3-8b] [--logs DIR] SETTING...
 #
-#   scripts/bench-turns.sh --turns 3 - RUSTLE_CODES_BLOCKS_PER_SM=8 RUSTLE_CODES_BLOCKS_PER_SM=16
+#   scripts/bench-turns.sh --turns 3 - RUSTLE_PDL=0 RUSTLE_GEMV_STREAM=0,RUSTLE_PDL=0
 #
 # Every run's whole report goes to DIR (default: $OUT where the device tool sets it, else a
 # new folder under /tmp), named turn-weights-setting.txt.
@@ -61,7 +61,7 @@ for turn in $(seq 1 "$turns"); do
     for setting in "$@"; do
       env_args=()
       if [ "$setting" != - ]; then IFS=, read -ra env_args <<< "$setting"; fi
-      log="$logs/$turn-$w-${setting//[^A-Za-z0-9_=-]/_}.txt"
+      log="$logs/$turn-$w-${setting//[^A-Za-z0-9_-]/_}.txt"
       if ! env "${env_args[@]}" "$rustle" bench --shape "$shape" --weights "$w" --ctx 512 \
           --steps 64 --prompt-len 16 > "$log" 2>&1; then
         printf '%-5s %-8s %-36s failed: %s\n' "$turn" "$w" "$setting" "$(tail -1 "$log")"

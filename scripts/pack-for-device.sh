@@ -9,6 +9,9 @@
 #   scripts/run-test-binaries.sh .device/bins     # the whole suite, as cargo test would
 #   scripts/bench-turns.sh --rustle .device/bins/rustle-cli SETTING...
 #
+# That machine reaches no network: the tests that fetch the default model (96.6 MB, two
+# carried parts) or `pip install openai` fail there unless those come with the call.
+#
 #   scripts/pack-for-device.sh [DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."

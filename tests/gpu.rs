@@ -48,10 +48,6 @@ const TESTS: &[(&str, Test)] = &[
         gemv_two_types,
     ),
     (
-        "kernel::gemv_walk_q4_0 .. gemv_walk_q6_k, gemv_walk_q4_k_q6_k, gemv_walk_q5_k_q6_k (grids of 3 blocks walking their rows)",
-        gemv_walk_blocks,
-    ),
-    (
         "kernel::gemv_swiglu_q4_0 .. gemv_swiglu_fp8 (every block type)",
         |g, rng| gemv_swiglu_blocks(&without_stream(g), rng),
     ),
@@ -555,31 +551,6 @@ fn gemv_stream_blocks(g: &Gpu, rng: &mut StdRng) {
                 );
             }
         }
-    }
-}
-
-/// The walking GEMVs (`gemv_walk_<type>`, `gemv_walk_<a>_<b>`) against their twins on
-/// `gemv_blocks`'s and `gemv_two_types`'s shapes, on a grid of 3 blocks (as if the GPU had 3
-/// SMs and the engine asked for a block an SM), so that a block walks up to 167 units of
-/// rows one after the other, its shared sums used again each time; matrices of 3 units or
-/// fewer keep a block a unit (`gemv_<type>`). Each walking kernel must have run (the
-/// profile's launches), so that a plan that never walked would not pass for it.
-fn gemv_walk_blocks(g: &Gpu, rng: &mut StdRng) {
-    let mut g = without_stream(g);
-    (g.sm_count, g.codes_blocks_per_sm) = (3, Some(1));
-    g.profile_start();
-    gemv_blocks(&g, rng);
-    gemv_two_types(&g, rng);
-    let launches = g.profile_stop().unwrap();
-    let types = BlockType::ALL.into_iter().filter(|&t| t != BlockType::Fp8);
-    let names = types
-        .map(|ty| format!("gemv_walk_{ty}"))
-        .chain(["gemv_walk_q4_k_q6_k".into(), "gemv_walk_q5_k_q6_k".into()]);
-    for name in names {
-        assert!(
-            launches.iter().any(|k| k.kernel == name),
-            "{name} never ran"
-        );
     }
 }
 

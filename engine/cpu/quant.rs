@@ -420,17 +420,6 @@ gemv_stream_twins! {
     gemv_q6_k => gemv_stream_q6_k;
 }
 
-/// The walking GEMVs' twins (`gemv_walk_q4_k`, `gemv_walk_q4_k_q6_k`, ...): each the twin
-/// of the kernel whose rows it walks; the grid changes which block takes a row, not what
-/// the row's sums are.
-pub use self::{
-    gemv_q4_0 as gemv_walk_q4_0, gemv_q4_1 as gemv_walk_q4_1, gemv_q4_k as gemv_walk_q4_k,
-    gemv_q4_k_q6_k as gemv_walk_q4_k_q6_k, gemv_q5_0 as gemv_walk_q5_0,
-    gemv_q5_1 as gemv_walk_q5_1, gemv_q5_k as gemv_walk_q5_k,
-    gemv_q5_k_q6_k as gemv_walk_q5_k_q6_k, gemv_q6_k as gemv_walk_q6_k,
-    gemv_q8_0 as gemv_walk_q8_0,
-};
-
 /// Row `bytes` of `ty` as `gemm_<type>` hands it to the tensor cores, bf16 values in `out`:
 /// the k-quants and Q8_0 with each (sub-)block's scale (and min) rounded to bf16 and every
 /// `q * scale - min` rounded once, as `fma.rn.bf16x2` does; the other types decoded in f32

@@ -1045,7 +1045,7 @@ impl GpuBackend {
             );
             // Two runs whose pair of types one kernel takes: one launch.
             if let [a, b] = &parts[..]
-                && gpu.kernels.two_types(a.ty, b.ty, false).is_some()
+                && gpu.kernels.two_types(a.ty, b.ty).is_some()
             {
                 let start = first * n_out;
                 gpu.gemv_codes_two(

@@ -50,11 +50,6 @@ pub struct Gpu {
     /// GEMV, past which `gemm_<type>` takes them: `BLOCKS_GEMV_MAX_TOKENS`, or
     /// RUSTLE_GEMV_TOKENS (1 to `QUANT_MAX_TOKENS`) to measure others.
     pub blocks_gemv_tokens: usize,
-    /// Blocks an SM of an integer GEMV (`gemv_<type>`) whose blocks walk its rows
-    /// (`gemv_walk_<type>`) where that grid is smaller than one block a unit of `CODES_ROWS`
-    /// rows; `None`, the default, keeps a block a unit. RUSTLE_CODES_BLOCKS_PER_SM (1 or
-    /// more) sets it, to measure what fewer blocks placed bring (BENCHMARKS.md round 55).
-    pub codes_blocks_per_sm: Option<usize>,
     /// While profiling: every launch with events around it, and the positions of the batch
     /// being run (shared by all clones).
     profile: Arc<Mutex<Option<Profiling>>>,
@@ -188,10 +183,6 @@ impl Gpu {
             .and_then(|v| v.parse().ok())
             .unwrap_or(BLOCKS_GEMV_MAX_TOKENS)
             .clamp(1, QUANT_MAX_TOKENS);
-        let codes_blocks_per_sm = std::env::var("RUSTLE_CODES_BLOCKS_PER_SM")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n: &usize| n >= 1);
         Ok(Gpu {
             profile: Arc::new(Mutex::new(None)),
             description: format!(
@@ -206,7 +197,6 @@ impl Gpu {
             stream_one_bytes,
             stream_min_rows,
             blocks_gemv_tokens,
-            codes_blocks_per_sm,
             ctx,
             stream,
             kernels,

@@ -15,9 +15,9 @@
 
 use crate::codes::Codes;
 use crate::device::{
-    WARP, block_dim_x, block_idx_x, dynamic_shared, exp, global_idx_x, grid_dim_x, ld_nc_u32,
-    ld_nc_v4, round_to_i32, store_output, sync_threads, thread_idx_x, wait_for_previous_kernel,
-    warp_max, warp_sum,
+    WARP, block_dim_x, block_idx_x, dynamic_shared, exp, global_idx_x, ld_nc_u32, ld_nc_v4,
+    round_to_i32, store_output, sync_threads, thread_idx_x, wait_for_previous_kernel, warp_max,
+    warp_sum,
 };
 use crate::quant_blocks::{Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
 use crate::tiles::{CODES_ROWS, QUANT_MAX_TOKENS};
@@ -83,18 +83,16 @@ pub(crate) unsafe fn write_code(codes: *mut u8, scales: *mut f32, i: usize, v: f
 /// - `w`: `[n_out, n_in / BLOCK_LEN]` blocks, as the file has them
 /// - `bias`: null or `[n_out]`
 ///
-/// Thread mapping: a block takes `CODES_ROWS` consecutive rows (its unit `block`; a block
-/// of a grid smaller than the units takes several, one after the other: `walk_units`) and
-/// splits each row's spans (`Codes`) between its threads: thread `i` takes spans `i, i +
-/// blockDim, ...` of every row, loads the span of each row (all the loads issued before any
-/// is used), then multiplies them by the token's codes, which it loads once for all the
-/// rows; token by token. Each warp's sums meet in shuffles, then the warps' in shared
-/// memory, added in warp order (the same sums every run). Splitting a row between a
-/// block's warps, rather than giving a warp rows of its own, puts the loads of a whole
-/// short row in flight at once. (A block that walked groups of rows one after the other,
-/// loading the next group while it multiplied the last, was slower: round 27 of
-/// BENCHMARKS.md; a walk without that overlap is round 55's.) A thread's first spans are
-/// loaded before the wait for the kernel before, where the type gains by it
+/// Thread mapping: a block takes `CODES_ROWS` consecutive rows and splits each row's spans
+/// (`Codes`) between its threads: thread `i` takes spans `i, i + blockDim, ...` of every
+/// row, loads the span of each row (all the loads issued before any is used), then
+/// multiplies them by the token's codes, which it loads once for all the rows; token by
+/// token. Each warp's sums meet in shuffles, then the warps' in shared memory, added in
+/// warp order (the same sums every run). Splitting a row between a block's warps, rather
+/// than giving a warp rows of its own, puts the loads of a whole short row in flight at
+/// once. (A block that walked groups of rows one after the other, loading the next group
+/// while it multiplied the last, was slower: round 27 of BENCHMARKS.md.) A thread's first
+/// spans are loaded before the wait for the kernel before, where the type gains by it
 /// (`Codes::LOADS_AHEAD`, round 44).
 ///
 /// With `SWIGLU`, the MLP's first half instead: `out[t, o] = silu(g) * u` with `g` and
@@ -107,9 +105,8 @@ pub(crate) unsafe fn write_code(codes: *mut u8, scales: *mut f32, i: usize, v: f
 /// where `Codes::load_span` allows; the buffers are as listed, `codes` and `scales` 16-byte
 /// aligned, `out` not overlapping the inputs; `1 <= n_tokens <= QUANT_MAX_TOKENS`;
 /// `blockDim.x` is a multiple of 32; the launch gives `codes_shared_bytes(blockDim.x / 32)`
-/// bytes of dynamic shared memory; `block` is below `n_out.div_ceil(CODES_ROWS)` (`n_out`
-/// with `SWIGLU`), and the block's threads call this together, after any earlier call of
-/// theirs has finished with its shared memory (`walk_units`).
+/// bytes of dynamic shared memory and `n_out.div_ceil(CODES_ROWS)` blocks (`n_out` with
+/// `SWIGLU`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
@@ -127,8 +124,7 @@ unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
     block: usize,
 ) {
     // A type that loads nothing ahead waits before anything else, as it always did (the
-    // code it was measured with in round 44). A block's later units (`walk_units`) wait
-    // again, and return at once: the kernel before has long finished.
+    // code it was measured with in round 44).
     if !B::LOADS_AHEAD {
         wait_for_previous_kernel();
     }
@@ -239,29 +235,6 @@ unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
     }
 }
 
-/// `unit(u)` for this block's units of work: `blockIdx.x`, then every `gridDim.x`-th below
-/// `n_units`. A launch of as many blocks as units runs one each, as the GEMVs always did;
-/// a smaller grid (`Gpu::codes_max_blocks`) has each block walk several, so that fewer
-/// blocks are placed on the GPU (a boundary's price grows with them: BENCHMARKS.md round
-/// 53). The barrier between two units keeps a unit's shared sums until every thread has
-/// read them.
-///
-/// # Safety
-/// Every thread of the block calls it with the same `n_units`.
-#[inline(always)]
-unsafe fn walk_units(n_units: u32, mut unit: impl FnMut(usize)) {
-    // 32-bit counts: a usize takes two registers a thread, and the GEMVs are short of them.
-    let mut u = block_idx_x() as u32;
-    while u < n_units {
-        unit(u as usize);
-        u += grid_dim_x() as u32;
-        if u < n_units {
-            // SAFETY: u and n_units are the same in every thread: all reach it or none.
-            unsafe { sync_threads() };
-        }
-    }
-}
-
 /// Token 0's sums of `rows` over this thread's spans (`threadIdx.x`, then every
 /// `blockDim.x`-th), the first of them `ahead`, which the caller loaded before its wait. A
 /// function inlined by force, not a closure: the compiler kept Q6_K's closure out of line,
@@ -360,61 +333,37 @@ pub(crate) unsafe fn span_codes<B: Codes>(
     (x, d, ds)
 }
 
-/// `gemv_codes` over a matrix of type `B` (not `SWIGLU`): a block a unit of `CODES_ROWS`
-/// rows, or with `WALK` the units walked by the blocks of any grid (`walk_units`).
-///
-/// # Safety
-/// `gemv_codes`'s preconditions, but for the grid: `n_out.div_ceil(CODES_ROWS)` blocks, or
-/// any number with `WALK`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemv_codes_grid<B: Codes, const WALK: bool>(
-    out: *mut f32,
-    codes: *const u8,
-    scales: *const f32,
-    w: *const u8,
-    bias: *const f32,
-    n_tokens: usize,
-    n_in: usize,
-    n_out: usize,
-    out_stride: usize,
-    accumulate: bool,
-) {
-    let unit = |block| {
-        // SAFETY: the caller's; block is one of the matrix's units.
-        unsafe {
-            gemv_codes::<B, false>(
-                out,
-                codes,
-                scales,
-                w,
-                core::ptr::null(),
-                bias,
-                n_tokens,
-                n_in,
-                n_out,
-                out_stride,
-                accumulate,
-                block,
-            )
-        }
-    };
-    if WALK {
-        // SAFETY: every thread walks the same units.
-        unsafe { walk_units(n_out.div_ceil(CODES_ROWS) as u32, unit) }
-    } else {
-        unit(block_idx_x())
-    }
-}
-
-/// `gemv_<type>`, `gemv_walk_<type>` and `gemv_swiglu_<type>`: `gemv_codes_grid` over the
-/// type without and with `WALK`, and `gemv_codes` with `SWIGLU`, their sizes as `u32`s.
+/// `gemv_<type>` and `gemv_swiglu_<type>`: `gemv_codes` over the type, without and with
+/// `SWIGLU`, its sizes as `u32`s.
 macro_rules! codes_kernels {
-    ($($ty:ident => $gemv:ident, $swiglu:ident, $walk:ident;)*) => {$(
-        codes_kernels!(@gemv $ty, false, $gemv,
-            concat!("`gemv_codes` over `", stringify!($ty), "` weights."));
-        codes_kernels!(@gemv $ty, true, $walk,
-            concat!("`", stringify!($gemv), "` on a grid of fewer blocks than its units, each walking several (`walk_units`)."));
+    ($($ty:ident => $gemv:ident, $swiglu:ident;)*) => {$(
+        #[doc = concat!("`gemv_codes` over `", stringify!($ty), "` weights.")]
+        ///
+        /// # Safety
+        /// The host's launch wrapper checks `gemv_codes`'s preconditions.
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe extern "gpu-kernel" fn $gemv(
+            out: *mut f32,
+            codes: *const u8,
+            scales: *const f32,
+            w: *const u8,
+            bias: *const f32,
+            n_tokens: u32,
+            n_in: u32,
+            n_out: u32,
+            out_stride: u32,
+            accumulate: u32,
+        ) {
+            // SAFETY: the wrapper's checks.
+            unsafe {
+                gemv_codes::<$ty, false>(
+                    out, codes, scales, w, core::ptr::null(), bias, n_tokens as usize,
+                    n_in as usize, n_out as usize, out_stride as usize, accumulate != 0,
+                    block_idx_x(),
+                )
+            }
+        }
 
         #[doc = concat!("`gemv_codes` with `SWIGLU` over `", stringify!($ty), "` weights.")]
         ///
@@ -442,45 +391,17 @@ macro_rules! codes_kernels {
             }
         }
     )*};
-    (@gemv $ty:ident, $walk:literal, $name:ident, $doc:expr) => {
-        #[doc = $doc]
-        ///
-        /// # Safety
-        /// The host's launch wrapper checks `gemv_codes_grid`'s preconditions.
-        #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "gpu-kernel" fn $name(
-            out: *mut f32,
-            codes: *const u8,
-            scales: *const f32,
-            w: *const u8,
-            bias: *const f32,
-            n_tokens: u32,
-            n_in: u32,
-            n_out: u32,
-            out_stride: u32,
-            accumulate: u32,
-        ) {
-            // SAFETY: the wrapper's checks.
-            unsafe {
-                gemv_codes_grid::<$ty, $walk>(
-                    out, codes, scales, w, bias, n_tokens as usize, n_in as usize,
-                    n_out as usize, out_stride as usize, accumulate != 0,
-                )
-            }
-        }
-    };
 }
 
 codes_kernels! {
-    Q4_0 => gemv_q4_0, gemv_swiglu_q4_0, gemv_walk_q4_0;
-    Q4_1 => gemv_q4_1, gemv_swiglu_q4_1, gemv_walk_q4_1;
-    Q5_0 => gemv_q5_0, gemv_swiglu_q5_0, gemv_walk_q5_0;
-    Q5_1 => gemv_q5_1, gemv_swiglu_q5_1, gemv_walk_q5_1;
-    Q8_0 => gemv_q8_0, gemv_swiglu_q8_0, gemv_walk_q8_0;
-    Q4K => gemv_q4_k, gemv_swiglu_q4_k, gemv_walk_q4_k;
-    Q5K => gemv_q5_k, gemv_swiglu_q5_k, gemv_walk_q5_k;
-    Q6K => gemv_q6_k, gemv_swiglu_q6_k, gemv_walk_q6_k;
+    Q4_0 => gemv_q4_0, gemv_swiglu_q4_0;
+    Q4_1 => gemv_q4_1, gemv_swiglu_q4_1;
+    Q5_0 => gemv_q5_0, gemv_swiglu_q5_0;
+    Q5_1 => gemv_q5_1, gemv_swiglu_q5_1;
+    Q8_0 => gemv_q8_0, gemv_swiglu_q8_0;
+    Q4K => gemv_q4_k, gemv_swiglu_q4_k;
+    Q5K => gemv_q5_k, gemv_swiglu_q5_k;
+    Q6K => gemv_q6_k, gemv_swiglu_q6_k;
 }
 
 /// `gemv_<a>_<b>`: one matrix whose first `n_first` rows are of type `A` (from `w`) and the
@@ -492,13 +413,11 @@ codes_kernels! {
 ///
 /// # Safety
 /// `gemv_codes`'s preconditions for each part (rows `0..n_first` of `out` and `bias` for
-/// `A`, `n_first..n_out` for `B`), the two types' blocks taking the same `blockDim.x`; a
-/// grid of one block a unit of `CODES_ROWS` rows, `n_first.div_ceil(CODES_ROWS) + (n_out -
-/// n_first).div_ceil(CODES_ROWS)` of them, or with `WALK` any grid, its blocks walking the
-/// units (`walk_units`).
+/// `A`, `n_first..n_out` for `B`), the two types' blocks taking the same `blockDim.x`, and
+/// `n_first.div_ceil(CODES_ROWS) + (n_out - n_first).div_ceil(CODES_ROWS)` blocks.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemv_codes_two<A: Codes, B: Codes, const WALK: bool>(
+unsafe fn gemv_codes_two<A: Codes, B: Codes>(
     out: *mut f32,
     codes: *const u8,
     scales: *const f32,
@@ -513,9 +432,9 @@ unsafe fn gemv_codes_two<A: Codes, B: Codes, const WALK: bool>(
     n_first: usize,
 ) {
     let blocks_a = n_first.div_ceil(CODES_ROWS);
-    let units = blocks_a + (n_out - n_first).div_ceil(CODES_ROWS);
-    // SAFETY (all): the caller's; B's rows are `out`'s and `bias`'s from n_first on.
-    let unit = |block: usize| unsafe {
+    let block = block_idx_x();
+    // SAFETY (both): the caller's; B's rows are `out`'s and `bias`'s from n_first on.
+    unsafe {
         if block < blocks_a {
             gemv_codes::<A, false>(
                 out, codes, scales, w, w, bias, n_tokens, n_in, n_first, out_stride, accumulate,
@@ -542,25 +461,13 @@ unsafe fn gemv_codes_two<A: Codes, B: Codes, const WALK: bool>(
                 block - blocks_a,
             )
         }
-    };
-    if WALK {
-        // SAFETY: every thread walks the same units.
-        unsafe { walk_units(units as u32, unit) }
-    } else {
-        unit(block_idx_x())
     }
 }
 
 /// `gemv_<a>_<b>`: `gemv_codes_two` over the pair, its sizes as `u32`s.
 macro_rules! two_type_kernels {
-    ($($a:ident, $b:ident => $name:ident, $walk:ident;)*) => {$(
-        two_type_kernels!(@one $a, $b, false, $name,
-            concat!("`gemv_codes_two` over `", stringify!($a), "` rows, then `", stringify!($b), "` rows."));
-        two_type_kernels!(@one $a, $b, true, $walk,
-            concat!("`", stringify!($name), "` on a grid of fewer blocks than its units, each walking several (`walk_units`)."));
-    )*};
-    (@one $a:ident, $b:ident, $walk:literal, $name:ident, $doc:expr) => {
-        #[doc = $doc]
+    ($($a:ident, $b:ident => $name:ident;)*) => {$(
+        #[doc = concat!("`gemv_codes_two` over `", stringify!($a), "` rows, then `", stringify!($b), "` rows.")]
         ///
         /// # Safety
         /// The host's launch wrapper checks `gemv_codes_two`'s preconditions.
@@ -582,16 +489,16 @@ macro_rules! two_type_kernels {
         ) {
             // SAFETY: the wrapper's checks.
             unsafe {
-                gemv_codes_two::<$a, $b, $walk>(
+                gemv_codes_two::<$a, $b>(
                     out, codes, scales, w, w_b, bias, n_tokens as usize, n_in as usize,
                     n_out as usize, out_stride as usize, accumulate != 0, n_first as usize,
                 )
             }
         }
-    };
+    )*};
 }
 
 two_type_kernels! {
-    Q4K, Q6K => gemv_q4_k_q6_k, gemv_walk_q4_k_q6_k;
-    Q5K, Q6K => gemv_q5_k_q6_k, gemv_walk_q5_k_q6_k;
+    Q4K, Q6K => gemv_q4_k_q6_k;
+    Q5K, Q6K => gemv_q5_k_q6_k;
 }

@@ -75,15 +75,9 @@ impl Gpu {
         let (func, name, cfg) = match stream {
             Some((func, name, cfg, _)) => (func, name, cfg),
             None => {
-                let units = n_out.div_ceil(CODES_ROWS);
-                let (func, name) = match self.codes_walk_blocks(units) {
-                    Some(_) => self.kernels.gemv_walk(ty),
-                    None => {
-                        let (func, _, name, _) = self.kernels.quant(ty);
-                        (func, name)
-                    }
-                };
-                (func, name, self.codes_launch(ty, n_in, units))
+                let (func, _, name, _) = self.kernels.quant(ty);
+                let cfg = codes_launch(ty, n_in, n_out.div_ceil(CODES_ROWS));
+                (func, name, cfg)
             }
         };
         let traffic = codes_traffic(w.len(), bias, n_tokens, n_in, n_out, accumulate);
@@ -125,21 +119,20 @@ impl Gpu {
         out_stride: usize,
         accumulate: bool,
     ) -> Result<()> {
-        let units = n_first.div_ceil(CODES_ROWS) + (n_out - n_first).div_ceil(CODES_ROWS);
-        let walk = self.codes_walk_blocks(units).is_some();
         let (func, name) = self
             .kernels
-            .two_types(a, b, walk)
+            .two_types(a, b)
             .unwrap_or_else(|| panic!("no GEMV takes {a} rows and {b} rows in one launch"));
         assert!(0 < n_first && n_first < n_out, "rows of both types");
         check_matrix(self, a, w_a, None, n_first, n_in);
         check_matrix(self, b, w_b, None, n_out - n_first, n_in);
         self.check_codes(codes, scales, out, n_tokens, n_in, n_out, out_stride);
         assert!(bias.is_none_or(|b| b.len() == n_out));
-        let cfg = self.codes_launch(a, n_in, units);
+        let blocks = n_first.div_ceil(CODES_ROWS) + (n_out - n_first).div_ceil(CODES_ROWS);
+        let cfg = codes_launch(a, n_in, blocks);
         assert_eq!(
             cfg.block_dim,
-            self.codes_launch(b, n_in, units).block_dim,
+            codes_launch(b, n_in, blocks).block_dim,
             "both types' blocks the same size"
         );
         let weights = w_a.len() + w_b.len();
@@ -191,7 +184,7 @@ impl Gpu {
             Some((func, name, cfg, _)) => (func, name, cfg),
             None => {
                 let (func, name) = self.kernels.swiglu(ty);
-                (func, name, codes_launch_of(ty, n_in, n_out))
+                (func, name, codes_launch(ty, n_in, n_out))
             }
         };
         let traffic = Traffic {
@@ -270,19 +263,6 @@ impl Gpu {
         Some((func, name, cfg, stages as u32))
     }
 
-    /// The grid of an integer GEMV of `units` units of `CODES_ROWS` rows where its blocks
-    /// walk them (`gemv_walk_<type>`): `codes_blocks_per_sm` blocks an SM, where that is
-    /// fewer than the units; `None` where each unit takes a block of its own (`gemv_<type>`).
-    fn codes_walk_blocks(&self, units: usize) -> Option<usize> {
-        walk_blocks(self.codes_blocks_per_sm, self.sm_count, units)
-    }
-
-    /// An integer GEMV's launch over `units` units of `CODES_ROWS` rows: a block each, or
-    /// the walking grid (`codes_walk_blocks`).
-    fn codes_launch(&self, ty: BlockType, n_in: usize, units: usize) -> LaunchConfig {
-        codes_launch_of(ty, n_in, self.codes_walk_blocks(units).unwrap_or(units))
-    }
-
     /// The checks of the activations' codes and the output that every integer GEMV needs.
     #[allow(clippy::too_many_arguments)]
     fn check_codes(
@@ -321,16 +301,9 @@ fn codes_traffic(
     }
 }
 
-/// `Gpu::codes_walk_blocks` for a GPU of `sm_count` SMs: `per_sm` blocks an SM, where that
-/// is fewer than `units`.
-fn walk_blocks(per_sm: Option<usize>, sm_count: usize, units: usize) -> Option<usize> {
-    let blocks = per_sm? * sm_count;
-    (blocks < units).then_some(blocks)
-}
-
 /// An integer GEMV's launch over `blocks` blocks: each block's warps split a row's spans
 /// (a k-quant span is two groups of 32, the others one), at most `CODES_MAX_WARPS`.
-fn codes_launch_of(ty: BlockType, n_in: usize, blocks: usize) -> LaunchConfig {
+fn codes_launch(ty: BlockType, n_in: usize, blocks: usize) -> LaunchConfig {
     let groups_per_span = if ty.block_len() == 256 { 2 } else { 1 };
     let spans = n_in / (32 * groups_per_span);
     let warps = spans.div_ceil(32).clamp(1, CODES_MAX_WARPS);
@@ -375,37 +348,13 @@ impl Kernels {
         func.as_ref().map(|f| (f, name))
     }
 
-    /// `gemv_<a>_<b>` (`gemv_walk_<a>_<b>` with `walk`) and its name, for the pairs of
-    /// types that have one: a layer's q and k in Q4_K or Q5_K beside its v in Q6_K (Q4_K_M's
-    /// and Q5_K_M's mixes).
-    pub fn two_types(
-        &self,
-        a: BlockType,
-        b: BlockType,
-        walk: bool,
-    ) -> Option<(&CudaFunction, &'static str)> {
-        use BlockType::{Q4K, Q5K, Q6K};
-        Some(match (a, b, walk) {
-            (Q4K, Q6K, false) => (&self.gemv_q4_k_q6_k, "gemv_q4_k_q6_k"),
-            (Q5K, Q6K, false) => (&self.gemv_q5_k_q6_k, "gemv_q5_k_q6_k"),
-            (Q4K, Q6K, true) => (&self.gemv_walk_q4_k_q6_k, "gemv_walk_q4_k_q6_k"),
-            (Q5K, Q6K, true) => (&self.gemv_walk_q5_k_q6_k, "gemv_walk_q5_k_q6_k"),
-            _ => return None,
-        })
-    }
-
-    /// `gemv_walk_<type>` and its name, for the GGUF types.
-    fn gemv_walk(&self, ty: BlockType) -> (&CudaFunction, &'static str) {
-        match ty {
-            BlockType::Q4_0 => (&self.gemv_walk_q4_0, "gemv_walk_q4_0"),
-            BlockType::Q4_1 => (&self.gemv_walk_q4_1, "gemv_walk_q4_1"),
-            BlockType::Q5_0 => (&self.gemv_walk_q5_0, "gemv_walk_q5_0"),
-            BlockType::Q5_1 => (&self.gemv_walk_q5_1, "gemv_walk_q5_1"),
-            BlockType::Q8_0 => (&self.gemv_walk_q8_0, "gemv_walk_q8_0"),
-            BlockType::Q4K => (&self.gemv_walk_q4_k, "gemv_walk_q4_k"),
-            BlockType::Q5K => (&self.gemv_walk_q5_k, "gemv_walk_q5_k"),
-            BlockType::Q6K => (&self.gemv_walk_q6_k, "gemv_walk_q6_k"),
-            BlockType::Fp8 => panic!("fp8 multiplies its activations as they are: gemv_fp8"),
+    /// `gemv_<a>_<b>` and its name, for the pairs of types that have one: a layer's q and
+    /// k in Q4_K or Q5_K beside its v in Q6_K (Q4_K_M's and Q5_K_M's mixes).
+    pub fn two_types(&self, a: BlockType, b: BlockType) -> Option<(&CudaFunction, &'static str)> {
+        match (a, b) {
+            (BlockType::Q4K, BlockType::Q6K) => Some((&self.gemv_q4_k_q6_k, "gemv_q4_k_q6_k")),
+            (BlockType::Q5K, BlockType::Q6K) => Some((&self.gemv_q5_k_q6_k, "gemv_q5_k_q6_k")),
+            _ => None,
         }
     }
 
@@ -422,37 +371,5 @@ impl Kernels {
             BlockType::Q6K => (&self.gemv_swiglu_q6_k, "gemv_swiglu_q6_k"),
             BlockType::Fp8 => panic!("fp8 multiplies its activations as they are: gemv_swiglu_fp8"),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{codes_launch_of, walk_blocks};
-    use crate::weights::blocks::BlockType;
-
-    #[test]
-    fn blocks_walk_only_where_the_grid_is_smaller_than_the_units() {
-        // Llama 3 8B's q, k and v on the H200: 6144 rows, 3072 units of two.
-        assert_eq!(walk_blocks(None, 132, 3072), None);
-        assert_eq!(walk_blocks(Some(8), 132, 3072), Some(1056));
-        assert_eq!(walk_blocks(Some(16), 132, 3072), Some(2112));
-        // As many blocks as units, or more: a block a unit, as without the setting.
-        assert_eq!(walk_blocks(Some(24), 132, 3072), None);
-        assert_eq!(walk_blocks(Some(1), 3, 3), None);
-        assert_eq!(walk_blocks(Some(1), 3, 4), Some(3));
-    }
-
-    #[test]
-    fn a_block_takes_a_warp_for_every_32_spans_of_a_row_up_to_four() {
-        // (threads, blocks): Q4_K's 4096-wide rows are 64 spans of 64 weights, Q8_0's 128
-        // of 32; a down projection's 14336 are past four warps' worth either way.
-        let shape = |ty, n_in, blocks| {
-            let cfg = codes_launch_of(ty, n_in, blocks);
-            (cfg.block_dim.0, cfg.grid_dim.0)
-        };
-        assert_eq!(shape(BlockType::Q4K, 4096, 3072), (64, 3072));
-        assert_eq!(shape(BlockType::Q8_0, 4096, 1056), (128, 1056));
-        assert_eq!(shape(BlockType::Q6K, 14336, 2048), (128, 2048));
-        assert_eq!(shape(BlockType::Q4_0, 32, 1), (32, 1));
     }
 }
