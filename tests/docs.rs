@@ -36,7 +36,7 @@ use std::process::Command;
 
 /// The GPUs `BENCHMARKS.md` has measured on; a figure names one, or says "no GPU" (the
 /// kernels' build, timed on the CPU machine). (Add one here when a round runs on another.)
-const GPUS: &[&str] = &["H200", "no GPU"];
+const GPUS: &[&str] = &["H200", "H100", "no GPU"];
 
 /// Extensions of the files a backticked path is checked for.
 const PATH_EXTENSIONS: &[&str] = &[".rs", ".md", ".json", ".svg", ".png", ".py", ".sh", ".toml"];
