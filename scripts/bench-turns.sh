@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
     --weights) weights=$2; shift 2 ;;
     --shape) shape=$2; shift 2 ;;
     --logs) logs=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0" | cut -c3-; exit 0 ;;
     --) shift; break ;;
     -) break ;;
     -*) echo "bench-turns: unknown flag $1" >&2; exit 2 ;;

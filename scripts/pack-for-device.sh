@@ -17,8 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-.device/bins}
 
-cargo build --release --bin rustle
-# The test executables, as cargo reports them: one JSON line per artifact.
+# The test executables, as cargo reports them: one JSON line per artifact. Building them
+# builds target/release/rustle too (the integration tests run it).
 executables=$(cargo test --release --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
 for line in sys.stdin:
