@@ -27,7 +27,11 @@ for line in sys.stdin:
     except ValueError:
         continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        print(m["target"]["name"], m["executable"])
+        t = m["target"]
+        # The unit tests of the library and of the binary are both target "rustle": the
+        # kind of target keeps them apart (rustle-lib, rustle-bin).
+        name = t["name"] + ("-" + t["kind"][0] if t["name"] == "rustle" else "")
+        print(name, m["executable"])
 ')
 if [ -z "$executables" ]; then
   echo "pack-for-device: cargo listed no test executables" >&2
@@ -36,8 +40,6 @@ fi
 rm -rf "$dir"
 mkdir -p "$dir"
 while read -r name path; do
-  # The library's own unit tests are target "rustle", as is the binary: keep them apart.
-  [ "$name" = rustle ] && name=rustle-lib
   cp "$path" "$dir/$name"
 done <<< "$executables"
 cp target/release/rustle "$dir/rustle-cli"
