@@ -305,11 +305,12 @@ pub unsafe fn prefetch_l2<T>(p: *const T) {
 }
 
 /// Asks L2 for `bytes` bytes from `p` (`cp.async.bulk.prefetch.L2`), one instruction for
-/// some kilobytes; the thread does not wait for them.
+/// some kilobytes; the thread does not wait for them. (Only the `prefetch_waves` experiment
+/// calls it: BENCHMARKS.md round 56.)
 ///
 /// # Safety
 /// `p` is global memory, 16-byte aligned, and `bytes` a multiple of 16 inside it.
-#[cfg(target_feature = "sm_90")]
+#[cfg(all(prefetch_waves, target_feature = "sm_90"))]
 #[inline(always)]
 pub unsafe fn bulk_prefetch_l2(p: *const u8, bytes: u32) {
     // SAFETY: the caller's; a prefetch changes no value.
@@ -319,7 +320,9 @@ pub unsafe fn bulk_prefetch_l2(p: *const u8, bytes: u32) {
     }
 }
 
-/// The number of SMs (`%nsmid`, an upper bound on their ids).
+/// The number of SMs (`%nsmid`, an upper bound on their ids). (Only the `prefetch_waves`
+/// experiment reads it.)
+#[cfg(prefetch_waves)]
 #[inline(always)]
 pub fn sm_count() -> usize {
     let n: u32;
