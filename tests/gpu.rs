@@ -95,6 +95,10 @@ const TESTS: &[(&str, Test)] = &[
         "kernel::read_phases_u32 (a grid barrier between phases)",
         read_phases_u32,
     ),
+    (
+        "kernel::read_phases_staged_u32 (bulk copies across grid barriers; Hopper)",
+        read_phases_staged_u32,
+    ),
     ("kernel::sum_step1_warp_f32, sum_step2_block_f32", sum_steps),
     (
         "model::default_model_gpu_matches_cpu",
@@ -165,9 +169,9 @@ fn main() {
             let gpu = gpu.clone();
             Trial::ignorable_test(name, move || match gpu {
                 Err(reason) => Ok(Completion::ignored_with(reason)),
-                Ok(g) if name.contains("wgmma") && !g.has_wgmma() => {
+                Ok(g) if hopper_only(name) && !g.has_wgmma() => {
                     Ok(Completion::ignored_with(format!(
-                        "wgmma needs compute capability 9.0; this is {}",
+                        "needs compute capability 9.0 (wgmma or bulk copies); this is {}",
                         g.description
                     )))
                 }
@@ -182,6 +186,11 @@ fn main() {
 }
 
 // ---- helpers -------------------------------------------------------------------------------
+
+/// Tests of kernels in the sm_90a build only: the warpgroup GEMMs and the bulk copies.
+fn hopper_only(name: &str) -> bool {
+    name.contains("wgmma") || name.contains("(Hopper)")
+}
 
 fn normal(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
     // Sum of uniforms: close enough to normal, never zero-filled.
@@ -2444,6 +2453,82 @@ fn read_phases_u32(g: &Gpu, rng: &mut StdRng) {
             "{case}: the barrier's count"
         );
     }
+}
+
+/// The staged probe against its twin, on grids of one block, a few, and as many as the GPU
+/// holds at once: phases of one tile, of fewer tiles than blocks (blocks with none, whose
+/// copies run phases ahead), of many, of uneven sizes, of nothing between others, and none
+/// with any tiles (the barriers and sums alone); one stage and the most. A barrier that let
+/// a block through early shows as a neighbour's sum not yet stored. Outputs poisoned; the
+/// sums and the barrier's counter checked.
+fn read_phases_staged_u32(g: &Gpu, rng: &mut StdRng) {
+    let uneven = vec![0, 3, 0, 1, 2000, 0, 0, 517, 64];
+    let cases = [
+        // (tile_bytes, tiles of each phase, stages, grid: None for the most at once)
+        (16, vec![1], 1, Some(1)),
+        (1024, vec![7; 3], 2, Some(3)),
+        (4096, vec![1000; 5], 3, None),
+        (16384, vec![33; 40], 6, None),
+        (32768, vec![700; 3], 6, None),
+        (8192, uneven, 4, None),
+        (16, vec![0; 4], 16, None),
+    ];
+    for (tile_bytes, phase_tiles, stages, grid) in cases {
+        let most = g.read_phases_staged_grid(stages, tile_bytes).unwrap();
+        assert!(
+            most >= g.sm_count,
+            "{most} blocks at once on {} SMs",
+            g.sm_count
+        );
+        let grid = grid.unwrap_or(most);
+        let mut starts = vec![0u32];
+        for n in &phase_tiles {
+            starts.push(starts.last().unwrap() + n);
+        }
+        let n_phases = phase_tiles.len();
+        let words = (*starts.last().unwrap() as usize * tile_bytes / 4).max(4);
+        let data: Vec<u32> = (0..words).map(|_| rng.random()).collect();
+        let n_sums = ((n_phases - 1) * grid).max(1);
+        let (mut cpu, mut cpu_sums, mut cpu_arrived) =
+            (vec![0u32; grid], vec![0xdead_beefu32; n_sums], [0u32]);
+        ops::read_phases_staged_u32(
+            &mut cpu,
+            &mut cpu_sums,
+            &mut cpu_arrived,
+            &data,
+            &starts,
+            tile_bytes,
+            n_phases,
+            stages,
+        );
+        let mut partial = up(g, &vec![0xdead_beefu32; grid]);
+        let mut sums = up(g, &vec![0xdead_beefu32; n_sums]);
+        let mut arrived = up(g, &[0xdead_beefu32]);
+        let phases = g.staged_phases(starts).unwrap();
+        g.read_phases_staged_u32(
+            &mut partial.as_view_mut(),
+            &mut sums.as_view_mut(),
+            &mut arrived.as_view_mut(),
+            &up(g, &data).as_view(),
+            &phases,
+            tile_bytes,
+            stages,
+        )
+        .unwrap();
+        let case = format!(
+            "phases of {phase_tiles:?} tiles of {tile_bytes} bytes, {stages} stages, grid {grid}"
+        );
+        assert_eq!(down(g, &partial), cpu, "{case}");
+        assert_eq!(down(g, &sums), cpu_sums, "{case}: the phases' sums");
+        assert_eq!(
+            down(g, &arrived),
+            cpu_arrived,
+            "{case}: the barrier's count"
+        );
+    }
+    // Phases whose first tiles decrease are refused before any launch.
+    assert!(g.staged_phases(vec![0, 5, 3]).is_err());
+    assert!(g.staged_phases(vec![0]).is_err());
 }
 
 /// The lesson's reduction steps against their twin: one column, rows past a block of 8

@@ -681,6 +681,57 @@ pub fn read_phases_u32(
     arrived[0] = ((n_phases - 1) * grid) as u32;
 }
 
+/// The probe in phases with its tiles staged: phase p is tiles `phase_starts[p] ..
+/// phase_starts[p + 1]` of `tile_bytes`; block b of `partial.len()` takes tiles `b, b +
+/// grid, ...` of each, and `sums[p][b]` is the wrapping sum of their words (every phase
+/// but the last). `partial[b]` adds those over all phases, and, for each phase p but the
+/// last, the sums of phase p of the `min(256, grid)` blocks after b, wrapping round (what
+/// block b reads after the barrier that ends phase p). `arrived` ends at `(n_phases - 1) *
+/// grid`. (`stages` only says how many copies a block keeps on their way: no value depends
+/// on it.) The twin of `read_phases_staged_u32`.
+#[allow(clippy::too_many_arguments)]
+pub fn read_phases_staged_u32(
+    partial: &mut [u32],
+    sums: &mut [u32],
+    arrived: &mut [u32],
+    data: &[u32],
+    phase_starts: &[u32],
+    tile_bytes: usize,
+    n_phases: usize,
+    _stages: usize,
+) {
+    let (grid, tile_words) = (partial.len(), tile_bytes / 4);
+    let wrapping = |words: &[u32]| words.iter().fold(0u32, |s, &w| s.wrapping_add(w));
+    // own[p][b]: block b's words of phase p.
+    let own: Vec<Vec<u32>> = (0..n_phases)
+        .map(|p| {
+            let (from, to) = (phase_starts[p] as usize, phase_starts[p + 1] as usize);
+            (0..grid)
+                .map(|b| {
+                    (from + b..to).step_by(grid).fold(0u32, |s, tile| {
+                        let words = &data[tile * tile_words..(tile + 1) * tile_words];
+                        s.wrapping_add(wrapping(words))
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    for (b, out) in partial.iter_mut().enumerate() {
+        *out = (0..n_phases).fold(0u32, |s, p| {
+            let read = if p + 1 < n_phases {
+                (0..grid.min(256)).fold(0u32, |s, t| s.wrapping_add(own[p][(b + 1 + t) % grid]))
+            } else {
+                0
+            };
+            s.wrapping_add(own[p][b]).wrapping_add(read)
+        });
+    }
+    for p in 0..n_phases.saturating_sub(1) {
+        sums[p * grid..(p + 1) * grid].copy_from_slice(&own[p]);
+    }
+    arrived[0] = ((n_phases - 1) * grid) as u32;
+}
+
 /// The wrapping sum of the words of `data`'s 16-byte vectors that block `b` of a `grid x
 /// 256` grid-stride loop takes.
 fn block_sum_of_vectors(data: &[u32], b: usize, grid: usize) -> u32 {
@@ -772,6 +823,38 @@ mod tests {
         let in_phases = (0..3).flat_map(|p| &data[4 * p * phase_stride..][..4 * phase_vec4]);
         let all = in_phases.fold(0u32, |s, w| s.wrapping_add(*w));
         assert_eq!(phases.iter().fold(0u32, |s, w| s.wrapping_add(*w)), all);
+    }
+
+    /// The staged probe: every word is some block's once, an empty phase is nobody's, and
+    /// with a grid of at most 256 every block reads every block's sum of every phase but
+    /// the last.
+    #[test]
+    fn staged_phases_read_every_word_and_every_sum() {
+        let (tile_bytes, n_phases, grid) = (64, 3, 3);
+        // Phases of 7, 0 and 14 tiles of 16 words.
+        let starts = [0, 7, 7, 21];
+        let data: Vec<u32> = (0..21 * 16)
+            .map(|i| (i as u32).wrapping_mul(2_654_435_761))
+            .collect();
+        let (mut partial, mut sums, mut arrived) = (vec![0u32; grid], vec![1u32; 6], [0u32]);
+        read_phases_staged_u32(
+            &mut partial,
+            &mut sums,
+            &mut arrived,
+            &data,
+            &starts,
+            tile_bytes,
+            n_phases,
+            2,
+        );
+        let add = |words: &[u32]| words.iter().fold(0u32, |s, w| s.wrapping_add(*w));
+        // Block 1 takes tiles 1 and 4 of phase 0: words 16..32 and 64..80.
+        assert_eq!(sums[1], add(&data[16..32]).wrapping_add(add(&data[64..80])));
+        assert_eq!(add(&sums[..3]), add(&data[..7 * 16]));
+        assert_eq!(sums[3..], [0, 0, 0]);
+        let expected = add(&data).wrapping_add(add(&data[..7 * 16]).wrapping_mul(grid as u32));
+        assert_eq!(add(&partial), expected);
+        assert_eq!(arrived, [2 * grid as u32]);
     }
 
     #[test]

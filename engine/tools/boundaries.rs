@@ -16,14 +16,21 @@
 //! - the same launches replayed as a CUDA graph (as decode runs),
 //! - in one cooperative launch of `read_phases_u32`, a grid barrier between phases,
 //!   with each thread's first `ahead` vectors of the next phase asked of L2 before the
-//!   barrier, for a few values of `ahead` (0: none).
+//!   barrier, for a few values of `ahead` (0: none),
+//! - on Hopper, in one cooperative launch of `read_phases_staged_u32`, each block's tiles
+//!   streamed into shared memory by bulk copies a few at a time, the copies of a phase's
+//!   first tiles leaving before the barrier that precedes it, and each block reading its
+//!   neighbours' sums of the phase before after it (a persistent decode kernel's shape:
+//!   weights on their way through every wait, a vector made by the whole grid read after
+//!   it); its floor is the same kernel over the same tiles in one phase.
 //!
-//! Each way's time over the floor, divided by the boundaries (phases - 1), is what one
+//! Each way's time over its floor, divided by the boundaries (phases - 1), is what one
 //! boundary cost.
 
 use serde::Serialize;
 
 use super::ceilings::gpu_bandwidth;
+use super::staged::{LAYER_KIB, LAYERS, LayerReads, StagedRuns, StagedWay, layer_reads};
 use super::timing::time_ms;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -47,10 +54,17 @@ pub struct Boundaries {
     pub gpu: String,
     /// The read probe over 2 GiB, bytes per second.
     pub read_bytes_per_s: f64,
+    /// A device-to-device copy over 2 GiB, bytes read and written per second: the
+    /// bandwidth issue 13's decode targets count against.
+    pub copy_bytes_per_s: f64,
     /// Every launch's grid: as many blocks as the GPU holds at once (`read_phases_u32`'s
     /// limit).
     pub barrier_grid: usize,
+    /// The staged ways (none where the GPU lacks bulk copies), in `STAGED`'s order.
+    pub staged: Vec<StagedWay>,
     pub rows: Vec<BoundaryRow>,
+    /// A few Llama 3 8B layers' reads, each way (the staged ways where the GPU has them).
+    pub layer: LayerReads,
 }
 
 #[derive(Serialize)]
@@ -65,16 +79,22 @@ pub struct BoundaryRow {
     pub graph_us: f64,
     /// `(ahead, microseconds over the one launch per boundary)` for the persistent kernel.
     pub barrier_us: Vec<(usize, f64)>,
+    /// For each staged way: `(microseconds of its floor, microseconds over it per
+    /// boundary)`.
+    pub staged_us: Vec<(f64, f64)>,
 }
 
 pub fn run(gpu: &Gpu) -> Result<Boundaries> {
-    let read_bytes_per_s = gpu_bandwidth(gpu)?.read_bytes_per_s;
+    let bandwidth = gpu_bandwidth(gpu)?;
+    let (read_bytes_per_s, copy_bytes_per_s) =
+        (bandwidth.read_bytes_per_s, bandwidth.copy_bytes_per_s);
+    let layers_words = (LAYERS * LAYER_KIB.iter().sum::<usize>()) << 8;
     let most_words = PHASE_MIB
         .iter()
-        .map(|&m| phases_of(m) * m)
+        .map(|&m| (phases_of(m) * m) << 18)
+        .chain([layers_words])
         .max()
-        .unwrap_or(0)
-        << 18;
+        .unwrap_or(0);
     let mut data = gpu.zeros::<u16>(2 * most_words, "the boundaries' data")?;
     gpu.fill_random_bf16(&mut data.as_view_mut(), 5, 1.0)?;
     // SAFETY: the u16 buffer as half as many u32 words: the same bytes and alignment.
@@ -86,6 +106,9 @@ pub fn run(gpu: &Gpu) -> Result<Boundaries> {
     let mut probe = gpu.zeros::<u32>(barrier_grid, "the boundaries' sums")?;
     let mut partial = gpu.zeros::<u32>(barrier_grid, "the boundaries' sums")?;
     let mut arrived = gpu.zeros::<u32>(1, "the barrier's counter")?;
+    let staged = super::staged::staged_ways(gpu)?;
+    let most_phases = PHASE_MIB.iter().map(|&m| phases_of(m)).max().unwrap_or(1);
+    let mut runs = StagedRuns::new(gpu, &staged, most_phases.max(LAYERS * LAYER_KIB.len()))?;
     let mut rows = vec![];
     for mib in PHASE_MIB {
         let (phases, phase_vec4) = (phases_of(mib), mib << 16);
@@ -124,6 +147,12 @@ pub fn run(gpu: &Gpu) -> Result<Boundaries> {
             })?;
             barrier_us.push((ahead, per_boundary(ms)));
         }
+        let mut staged_us = vec![];
+        for way in &staged {
+            let floor = runs.time_ms(gpu, way, &all, &[(phases * mib) << 10])?;
+            let ms = runs.time_ms(gpu, way, &all, &vec![mib << 10; phases])?;
+            staged_us.push((floor * 1e3, (ms - floor) * 1e3 / (phases - 1) as f64));
+        }
         rows.push(BoundaryRow {
             phase_bytes: mib << 20,
             phases,
@@ -131,13 +160,19 @@ pub fn run(gpu: &Gpu) -> Result<Boundaries> {
             kernels_us: per_boundary(launches),
             graph_us: per_boundary(replayed),
             barrier_us,
+            staged_us,
         });
     }
+    eprintln!("rustle bench --boundaries: {LAYERS} layers' reads");
+    let layer = layer_reads(gpu, &data, &mut probe.as_view_mut(), &staged, &mut runs)?;
     Ok(Boundaries {
         gpu: gpu.description.clone(),
         read_bytes_per_s,
+        copy_bytes_per_s,
         barrier_grid,
+        staged,
         rows,
+        layer,
     })
 }
 
@@ -149,9 +184,11 @@ fn phases_of(mib: usize) -> usize {
 
 pub fn print(b: &Boundaries) {
     println!(
-        "rustle bench --boundaries: {}; read probe {:.2} TB/s; every launch {} blocks of 256",
+        "rustle bench --boundaries: {}; read probe {:.2} TB/s, copy {:.2} TB/s; every launch {} \
+         blocks of 256",
         b.gpu,
         b.read_bytes_per_s / 1e12,
+        b.copy_bytes_per_s / 1e12,
         b.barrier_grid
     );
     println!("  what one boundary between phases costs, us over reading the phases in one launch:");
@@ -159,27 +196,38 @@ pub fn print(b: &Boundaries) {
         .iter()
         .map(|a| format!("{:>10}", format!("barrier {a}")))
         .collect();
+    let staged: String = b
+        .staged
+        .iter()
+        .enumerate()
+        .map(|(i, _)| format!("{:>9}{:>9}", format!("S{i} TB/s"), format!("S{i}")))
+        .collect();
     println!(
-        "  {:>9} {:>6} {:>11} {:>8} {:>9} {:>7}{ahead}",
+        "  {:>9} {:>6} {:>11} {:>8} {:>9} {:>7}{ahead}{staged}",
         "phase MiB", "phases", "one launch", "TB/s", "kernels", "graph"
     );
     for r in &b.rows {
-        let us = r.one_launch_us;
-        let tbs = match r.phase_bytes {
+        let bytes = r.phases * r.phase_bytes;
+        let tbs = |us: f64| match r.phase_bytes {
             0 => "-".to_string(),
-            b => format!("{:.2}", (r.phases * b) as f64 / (us * 1e-6) / 1e12),
+            _ => format!("{:.2}", bytes as f64 / (us * 1e-6) / 1e12),
         };
         let barriers: String = r
             .barrier_us
             .iter()
             .map(|(_, v)| format!("{v:>10.2}"))
             .collect();
+        let staged: String = r
+            .staged_us
+            .iter()
+            .map(|&(floor, v)| format!("{:>9}{v:>9.2}", tbs(floor)))
+            .collect();
         println!(
-            "  {:>9} {:>6} {:>8.1} us {:>8} {:>9.2} {:>7.2}{barriers}",
+            "  {:>9} {:>6} {:>8.1} us {:>8} {:>9.2} {:>7.2}{barriers}{staged}",
             r.phase_bytes >> 20,
             r.phases,
-            us,
-            tbs,
+            r.one_launch_us,
+            tbs(r.one_launch_us),
             r.kernels_us,
             r.graph_us
         );
@@ -188,4 +236,18 @@ pub fn print(b: &Boundaries) {
         "  (barrier N: one persistent launch, each thread's first N vectors of the next phase \
          asked of L2 before each barrier)"
     );
+    for (i, w) in b.staged.iter().enumerate() {
+        println!(
+            "  (S{i}: one persistent launch of {} blocks, each keeping {} tiles of {} KiB on \
+             their way into shared memory across the barriers; S{i} TB/s its floor, the \
+             phases in one)",
+            w.grid,
+            w.stages,
+            w.tile_bytes >> 10
+        );
+    }
+    if b.staged.is_empty() {
+        println!("  (the staged ways need Hopper's bulk copies: not on this GPU)");
+    }
+    super::staged::print_layer(&b.layer, &b.staged, b.read_bytes_per_s, b.copy_bytes_per_s);
 }

@@ -9,6 +9,8 @@
 //! - `profile/`: every kernel of a prefill and decode steps against the roofline
 //! - `decode_matmuls`, `prefill_matmuls`: the matmuls alone, rustle against cuBLAS
 //! - `boundaries`: a kernel boundary's cost against a grid barrier's, on reads alone
+//! - `staged`: reads streamed through shared memory across grid barriers, and a few
+//!   layers' reads, as a persistent decode kernel would make them
 //! - `ceilings`: bandwidth, matrix throughput and the tensor instruction's peak, measured
 //! - `cublas`: the reference matmuls; `timing`: event timing, launches summed by kernel
 //! - `setup`: a runner over a real model or a named shape's synthetic weights
@@ -24,4 +26,5 @@ pub mod prefill_matmuls;
 pub mod profile;
 pub mod serve_bench;
 pub mod setup;
+pub mod staged;
 pub mod timing;

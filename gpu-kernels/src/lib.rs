@@ -54,6 +54,8 @@ pub mod mma;
 pub mod quant_blocks;
 #[cfg(target_feature = "sm_90a")]
 pub mod quantize_fp8;
+#[cfg(target_feature = "sm_90a")]
+pub mod read_staged;
 pub mod residual;
 pub mod rmsnorm;
 pub mod rope;

@@ -121,7 +121,7 @@ kernel_table!(
         gemm_wgmma_q5_k, gemm_wgmma_q6_k, gemv_swiglu_stream_q4_0, gemv_swiglu_stream_q4_1, gemv_swiglu_stream_q5_0,
         gemv_swiglu_stream_q5_1, gemv_swiglu_stream_q8_0, gemv_swiglu_stream_q4_k,
         gemv_swiglu_stream_q5_k, gemv_swiglu_stream_q6_k, gemv_stream_q4_k, gemv_stream_q5_k,
-        gemv_stream_q6_k,
+        gemv_stream_q6_k, read_phases_staged_u32,
 );
 
 impl Kernels {
@@ -148,6 +148,11 @@ impl Kernels {
                 self.gemm_wgmma_fp8.as_ref(),
                 "gemm_wgmma_fp8",
                 WGMMA_SHARED_BYTES,
+            ),
+            (
+                self.read_phases_staged_u32.as_ref(),
+                "read_phases_staged_u32",
+                STREAM_MAX_SHARED_BYTES,
             ),
             (
                 Some(&self.attention_mma_bf16),

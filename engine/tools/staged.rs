@@ -1,0 +1,202 @@
+//! The staged ways of `rustle bench --boundaries`: reads streamed into shared memory as a
+//! persistent decode kernel would stream its weights (`read_phases_staged_u32`), and one
+//! Llama 3 8B layer's reads in Q4_K_M read three ways, the decode step's shape today (a
+//! kernel a phase, in a graph) against the persistent one.
+//!
+//! Round 53 priced a grid barrier at 2.3-3.2 us where each thread loads its own words, no
+//! cheaper than a kernel boundary. What a persistent kernel would have that the probe had
+//! not is copies in flight through the barrier: the next phases' weights, which depend on
+//! nothing, on their way into shared memory while the grid waits for the vector the phase
+//! before made. That is what these ways measure.
+
+use serde::Serialize;
+
+use super::timing::time_ms;
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::gpu::context::capture_graph;
+use crate::gpu::kernels::{In, Out};
+
+/// The staged ways measured: (tile KiB, stages a block). Both keep about 192 KiB an SM on
+/// their way: four blocks an SM of three 16-KiB tiles, or one of six 32-KiB tiles.
+const STAGED: [(usize, usize); 2] = [(16, 3), (32, 6)];
+
+/// A Llama 3 8B layer's decode reads in Q4_K_M at context 512, KiB, phase by phase as the
+/// forward launches its kernels: the norm and the activations' codes (nothing to read but
+/// the vector), q, k and v (Q4_K, Q4_K, and Q6_K in half the layers: 14 MiB on average),
+/// RoPE and the cache write, the attention over 512 positions' bf16 keys and values, its
+/// combine, o, the norm, gate and up (Q4_K), the down's codes, the down (Q4_K or Q6_K: 38.7
+/// MiB on average). 126.7 MiB a layer; 32 layers and the head make Q4_K_M's 4.680 GB a
+/// token.
+pub const LAYER_KIB: [usize; 10] = [0, 14336, 0, 2048, 0, 9216, 0, 64512, 0, 39648];
+/// Layers read at once: 507 MiB, far past the L2.
+pub const LAYERS: usize = 4;
+const REPS: usize = 10;
+
+#[derive(Serialize)]
+pub struct StagedWay {
+    pub tile_bytes: usize,
+    pub stages: usize,
+    /// Blocks of 256 threads, as many as the GPU holds at once with these stages.
+    pub grid: usize,
+}
+
+/// The staged ways this GPU runs, each on as many blocks as it holds at once; none without
+/// `read_phases_staged_u32` (before Hopper).
+pub fn staged_ways(gpu: &Gpu) -> Result<Vec<StagedWay>> {
+    if gpu.kernels.read_phases_staged_u32.is_none() {
+        return Ok(vec![]);
+    }
+    STAGED
+        .iter()
+        .map(|&(kib, stages)| {
+            let tile_bytes = kib << 10;
+            let grid = gpu.read_phases_staged_grid(stages, tile_bytes)?;
+            Ok(StagedWay {
+                tile_bytes,
+                stages,
+                grid,
+            })
+        })
+        .collect()
+}
+
+/// The device buffers of the staged launches, for the largest grid and the most phases.
+pub struct StagedRuns {
+    partial: cudarc::driver::CudaSlice<u32>,
+    sums: cudarc::driver::CudaSlice<u32>,
+    arrived: cudarc::driver::CudaSlice<u32>,
+}
+
+impl StagedRuns {
+    pub fn new(gpu: &Gpu, ways: &[StagedWay], most_phases: usize) -> Result<StagedRuns> {
+        let grid = ways.iter().map(|w| w.grid).max().unwrap_or(1);
+        Ok(StagedRuns {
+            partial: gpu.zeros::<u32>(grid, "the staged sums")?,
+            sums: gpu.zeros::<u32>(most_phases.max(1) * grid, "the staged phase sums")?,
+            arrived: gpu.zeros::<u32>(1, "the staged barrier's counter")?,
+        })
+    }
+
+    /// Median milliseconds of `way` over `data`'s tiles in phases of `phase_kib` each.
+    pub fn time_ms(
+        &mut self,
+        gpu: &Gpu,
+        way: &StagedWay,
+        data: &In<u32>,
+        phase_kib: &[usize],
+    ) -> Result<f64> {
+        let mut starts = vec![0u32];
+        for kib in phase_kib {
+            let tiles = (kib << 10).div_ceil(way.tile_bytes);
+            starts.push(starts.last().unwrap_or(&0) + tiles as u32);
+        }
+        let phases = gpu.staged_phases(starts)?;
+        let mut partial = self.partial.slice_mut(..way.grid);
+        time_ms(gpu, REPS, &mut || {
+            gpu.read_phases_staged_u32(
+                &mut partial,
+                &mut self.sums.as_view_mut(),
+                &mut self.arrived.as_view_mut(),
+                data,
+                &phases,
+                way.tile_bytes,
+                way.stages,
+            )
+        })
+    }
+}
+
+/// `LAYERS` layers' reads (`LAYER_KIB`), microseconds each way.
+#[derive(Serialize)]
+pub struct LayerReads {
+    pub bytes: usize,
+    pub phases: usize,
+    /// The probe over all the bytes in one launch: no boundary.
+    pub one_launch_us: f64,
+    /// A launch of the probe a phase (of nothing where the phase reads nothing), replayed
+    /// as a CUDA graph: the decode step's shape today.
+    pub graph_us: f64,
+    /// For each staged way: (its floor, all the tiles in one phase; the layers' phases).
+    pub staged_us: Vec<(f64, f64)>,
+}
+
+/// Reads `LAYERS` layers' bytes each way. `probe` is the read probe's grid of sums.
+pub fn layer_reads(
+    gpu: &Gpu,
+    data: &In<u32>,
+    probe: &mut Out<u32>,
+    ways: &[StagedWay],
+    runs: &mut StagedRuns,
+) -> Result<LayerReads> {
+    let phase_kib: Vec<usize> = (0..LAYERS).flat_map(|_| LAYER_KIB).collect();
+    let bytes = phase_kib.iter().sum::<usize>() << 10;
+    assert!(bytes <= 4 * data.len(), "the data holds the layers");
+    let all = data.slice(..bytes / 4);
+    let one = time_ms(gpu, REPS, &mut || gpu.read_probe_u32(probe, &all))?;
+    let mut kernels = || -> Result<()> {
+        let mut from = 0;
+        for kib in &phase_kib {
+            let words = kib << 8;
+            gpu.read_probe_u32(probe, &data.slice(from..from + words))?;
+            from += words;
+        }
+        Ok(())
+    };
+    let graph = capture_graph(&gpu.stream, "the layers' graph", &mut kernels)?;
+    let replayed = time_ms(gpu, REPS, &mut || {
+        graph
+            .launch()
+            .map_err(Error::driver("replaying the layers' graph"))
+    })?;
+    let mut staged_us = vec![];
+    for way in ways {
+        let floor = runs.time_ms(gpu, way, data, &[bytes >> 10])?;
+        let phased = runs.time_ms(gpu, way, data, &phase_kib)?;
+        staged_us.push((floor * 1e3, phased * 1e3));
+    }
+    Ok(LayerReads {
+        bytes,
+        phases: phase_kib.len(),
+        one_launch_us: one * 1e3,
+        graph_us: replayed * 1e3,
+        staged_us,
+    })
+}
+
+/// The layers' lines of the report: each way's time, rate, and share of the read probe's
+/// bandwidth and of the copy's (both measured in the same run).
+pub fn print_layer(
+    l: &LayerReads,
+    ways: &[StagedWay],
+    read_bytes_per_s: f64,
+    copy_bytes_per_s: f64,
+) {
+    println!(
+        "  {LAYERS} Llama 3 8B layers' decode reads in Q4_K_M (context 512): {:.1} MiB in {} \
+         phases, {} of nothing",
+        l.bytes as f64 / (1 << 20) as f64,
+        l.phases,
+        LAYER_KIB.iter().filter(|&&k| k == 0).count() * LAYERS
+    );
+    let line = |way: &str, us: f64| {
+        let rate = l.bytes as f64 / (us * 1e-6);
+        println!(
+            "    {way:<34} {us:>8.1} us {:>6.2} TB/s {:>6.3} of the read probe's, {:>6.3} of the \
+             copy's",
+            rate / 1e12,
+            rate / read_bytes_per_s,
+            rate / copy_bytes_per_s
+        );
+    };
+    line("one launch of the probe", l.one_launch_us);
+    line("a kernel a phase, in a graph", l.graph_us);
+    for (i, (w, &(floor, phased))) in ways.iter().zip(&l.staged_us).enumerate() {
+        let kib = w.tile_bytes >> 10;
+        line(
+            &format!("S{i} ({kib} KiB x {}), one phase", w.stages),
+            floor,
+        );
+        line(&format!("S{i}, a grid barrier a phase"), phased);
+    }
+}
