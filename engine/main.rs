@@ -258,8 +258,9 @@ struct BenchCli {
     /// What a kernel boundary costs a stream of reads instead: phases of 1-32 MiB read as a
     /// launch each (back to back, then as a CUDA graph) and as one persistent launch with a
     /// barrier for the whole grid between phases, against one launch over all their bytes;
-    /// on Hopper also streamed into shared memory across the barriers, and four Llama 3 8B
-    /// layers' Q4_K_M reads each way, beside the read bandwidth.
+    /// on Hopper also streamed into shared memory across the barriers; and four Llama 3 8B
+    /// layers' Q4_K_M reads each way, in ten kernels a layer (as the forward launches) and
+    /// in five, beside the read and copy bandwidths.
     #[arg(long)]
     boundaries: bool,
 

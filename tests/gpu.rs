@@ -2459,22 +2459,23 @@ fn read_phases_u32(g: &Gpu, rng: &mut StdRng) {
 /// The staged probe against its twin, on grids of one block, a few, and as many as the GPU
 /// holds at once: phases of one tile, of fewer tiles than blocks (blocks with none, whose
 /// copies run phases ahead), of many, of uneven sizes, of nothing between others, and none
-/// with any tiles (the barriers and sums alone); one stage and the most. A barrier that let
+/// with any tiles (the barriers and sums alone); one stage and the most; copies asked for by
+/// thread 0 (which also arrives at the grid barrier) and by others. A barrier that let
 /// a block through early shows as a neighbour's sum not yet stored. Outputs poisoned; the
 /// sums and the barrier's counter checked.
 fn read_phases_staged_u32(g: &Gpu, rng: &mut StdRng) {
     let uneven = vec![0, 3, 0, 1, 2000, 0, 0, 517, 64];
     let cases = [
-        // (tile_bytes, tiles of each phase, stages, grid: None for the most at once)
-        (16, vec![1], 1, Some(1)),
-        (1024, vec![7; 3], 2, Some(3)),
-        (4096, vec![1000; 5], 3, None),
-        (16384, vec![33; 40], 6, None),
-        (32768, vec![700; 3], 6, None),
-        (8192, uneven, 4, None),
-        (16, vec![0; 4], 16, None),
+        // (tile_bytes, tiles of each phase, stages, producer, grid: None for the most)
+        (16, vec![1], 1, 0, Some(1)),
+        (1024, vec![7; 3], 2, 255, Some(3)),
+        (4096, vec![1000; 5], 3, 0, None),
+        (16384, vec![33; 40], 6, 37, None),
+        (32768, vec![700; 3], 6, 255, None),
+        (8192, uneven, 4, 0, None),
+        (16, vec![0; 4], 16, 255, None),
     ];
-    for (tile_bytes, phase_tiles, stages, grid) in cases {
+    for (tile_bytes, phase_tiles, stages, producer, grid) in cases {
         let most = g.read_phases_staged_grid(stages, tile_bytes).unwrap();
         assert!(
             most >= g.sm_count,
@@ -2501,6 +2502,7 @@ fn read_phases_staged_u32(g: &Gpu, rng: &mut StdRng) {
             tile_bytes,
             n_phases,
             stages,
+            producer,
         );
         let mut partial = up(g, &vec![0xdead_beefu32; grid]);
         let mut sums = up(g, &vec![0xdead_beefu32; n_sums]);
@@ -2514,10 +2516,12 @@ fn read_phases_staged_u32(g: &Gpu, rng: &mut StdRng) {
             &phases,
             tile_bytes,
             stages,
+            producer,
         )
         .unwrap();
         let case = format!(
-            "phases of {phase_tiles:?} tiles of {tile_bytes} bytes, {stages} stages, grid {grid}"
+            "phases of {phase_tiles:?} tiles of {tile_bytes} bytes, {stages} stages, producer \
+             {producer}, grid {grid}"
         );
         assert_eq!(down(g, &partial), cpu, "{case}");
         assert_eq!(down(g, &sums), cpu_sums, "{case}: the phases' sums");

@@ -687,8 +687,9 @@ pub fn read_phases_u32(
 /// but the last). `partial[b]` adds those over all phases, and, for each phase p but the
 /// last, the sums of phase p of the `min(256, grid)` blocks after b, wrapping round (what
 /// block b reads after the barrier that ends phase p). `arrived` ends at `(n_phases - 1) *
-/// grid`. (`stages` only says how many copies a block keeps on their way: no value depends
-/// on it.) The twin of `read_phases_staged_u32`.
+/// grid`. (`stages` and `producer` only say how many copies a block keeps on their way and
+/// which thread asks for them: no value depends on them.) The twin of
+/// `read_phases_staged_u32`.
 #[allow(clippy::too_many_arguments)]
 pub fn read_phases_staged_u32(
     partial: &mut [u32],
@@ -699,6 +700,7 @@ pub fn read_phases_staged_u32(
     tile_bytes: usize,
     n_phases: usize,
     _stages: usize,
+    _producer: usize,
 ) {
     let (grid, tile_words) = (partial.len(), tile_bytes / 4);
     let wrapping = |words: &[u32]| words.iter().fold(0u32, |s, &w| s.wrapping_add(w));
@@ -846,6 +848,7 @@ mod tests {
             tile_bytes,
             n_phases,
             2,
+            0,
         );
         let add = |words: &[u32]| words.iter().fold(0u32, |s, w| s.wrapping_add(*w));
         // Block 1 takes tiles 1 and 4 of phase 0: words 16..32 and 64..80.

@@ -30,7 +30,9 @@
 use serde::Serialize;
 
 use super::ceilings::gpu_bandwidth;
-use super::staged::{LAYER_KIB, LAYERS, LayerReads, StagedRuns, StagedWay, layer_reads};
+use super::staged::{
+    LAYER_FUSED_KIB, LAYER_KIB, LAYERS, LayerReads, StagedRuns, StagedWay, layer_reads,
+};
 use super::timing::time_ms;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -63,8 +65,10 @@ pub struct Boundaries {
     /// The staged ways (none where the GPU lacks bulk copies), in `STAGED`'s order.
     pub staged: Vec<StagedWay>,
     pub rows: Vec<BoundaryRow>,
-    /// A few Llama 3 8B layers' reads, each way (the staged ways where the GPU has them).
-    pub layer: LayerReads,
+    /// A few Llama 3 8B layers' reads, each way (the staged ways where the GPU has them):
+    /// as the forward's kernels make them, then with the kernels that read nothing fused
+    /// away.
+    pub layers: Vec<LayerReads>,
 }
 
 #[derive(Serialize)]
@@ -163,8 +167,21 @@ pub fn run(gpu: &Gpu) -> Result<Boundaries> {
             staged_us,
         });
     }
-    eprintln!("rustle bench --boundaries: {LAYERS} layers' reads");
-    let layer = layer_reads(gpu, &data, &mut probe.as_view_mut(), &staged, &mut runs)?;
+    let mut layers = vec![];
+    for layer_kib in [&LAYER_KIB[..], &LAYER_FUSED_KIB[..]] {
+        eprintln!(
+            "rustle bench --boundaries: {LAYERS} layers' reads, {} kernels a layer",
+            layer_kib.len()
+        );
+        layers.push(layer_reads(
+            gpu,
+            &data,
+            &mut probe.as_view_mut(),
+            &staged,
+            &mut runs,
+            layer_kib,
+        )?);
+    }
     Ok(Boundaries {
         gpu: gpu.description.clone(),
         read_bytes_per_s,
@@ -172,7 +189,7 @@ pub fn run(gpu: &Gpu) -> Result<Boundaries> {
         barrier_grid,
         staged,
         rows,
-        layer,
+        layers,
     })
 }
 
@@ -239,15 +256,18 @@ pub fn print(b: &Boundaries) {
     for (i, w) in b.staged.iter().enumerate() {
         println!(
             "  (S{i}: one persistent launch of {} blocks, each keeping {} tiles of {} KiB on \
-             their way into shared memory across the barriers; S{i} TB/s its floor, the \
-             phases in one)",
+             their way into shared memory across the barriers, asked for by its thread {}; \
+             S{i} TB/s its floor, the phases in one)",
             w.grid,
             w.stages,
-            w.tile_bytes >> 10
+            w.tile_bytes >> 10,
+            w.producer
         );
     }
     if b.staged.is_empty() {
         println!("  (the staged ways need Hopper's bulk copies: not on this GPU)");
     }
-    super::staged::print_layer(&b.layer, &b.staged, b.read_bytes_per_s, b.copy_bytes_per_s);
+    for layer in &b.layers {
+        super::staged::print_layer(layer, &b.staged, b.read_bytes_per_s, b.copy_bytes_per_s);
+    }
 }

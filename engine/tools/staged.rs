@@ -17,9 +17,11 @@ use crate::gpu::Gpu;
 use crate::gpu::context::capture_graph;
 use crate::gpu::kernels::{In, Out};
 
-/// The staged ways measured: (tile KiB, stages a block). Both keep about 192 KiB an SM on
-/// their way: four blocks an SM of three 16-KiB tiles, or one of six 32-KiB tiles.
-const STAGED: [(usize, usize); 2] = [(16, 3), (32, 6)];
+/// The staged ways measured: (tile KiB, stages a block, the thread that asks for them). Each
+/// keeps about 192 KiB an SM on its way: one block an SM of six 32-KiB tiles, or four of
+/// three 16-KiB tiles. Thread 0 also arrives at the grid barrier for its block, and a
+/// fence there may wait for the copies it asked for; thread 255 is in another warp.
+const STAGED: [(usize, usize, usize); 3] = [(32, 6, 0), (32, 6, 255), (16, 3, 255)];
 
 /// A Llama 3 8B layer's decode reads in Q4_K_M at context 512, KiB, phase by phase as the
 /// forward launches its kernels: the norm and the activations' codes (nothing to read but
@@ -29,6 +31,10 @@ const STAGED: [(usize, usize); 2] = [(16, 3), (32, 6)];
 /// MiB on average). 126.7 MiB a layer; 32 layers and the head make Q4_K_M's 4.680 GB a
 /// token.
 pub const LAYER_KIB: [usize; 10] = [0, 14336, 0, 2048, 0, 9216, 0, 64512, 0, 39648];
+/// The same reads with every kernel that reads nothing fused into a neighbour (the norms,
+/// RoPE, the combine and the codes made by the kernels before): five kernels a layer, the
+/// fewest with a kernel a matrix and the attention apart.
+pub const LAYER_FUSED_KIB: [usize; 5] = [14336, 2048, 9216, 64512, 39648];
 /// Layers read at once: 507 MiB, far past the L2.
 pub const LAYERS: usize = 4;
 const REPS: usize = 10;
@@ -37,6 +43,8 @@ const REPS: usize = 10;
 pub struct StagedWay {
     pub tile_bytes: usize,
     pub stages: usize,
+    /// The thread of a block that asks for its copies.
+    pub producer: usize,
     /// Blocks of 256 threads, as many as the GPU holds at once with these stages.
     pub grid: usize,
 }
@@ -49,12 +57,13 @@ pub fn staged_ways(gpu: &Gpu) -> Result<Vec<StagedWay>> {
     }
     STAGED
         .iter()
-        .map(|&(kib, stages)| {
+        .map(|&(kib, stages, producer)| {
             let tile_bytes = kib << 10;
             let grid = gpu.read_phases_staged_grid(stages, tile_bytes)?;
             Ok(StagedWay {
                 tile_bytes,
                 stages,
+                producer,
                 grid,
             })
         })
@@ -102,16 +111,19 @@ impl StagedRuns {
                 &phases,
                 way.tile_bytes,
                 way.stages,
+                way.producer,
             )
         })
     }
 }
 
-/// `LAYERS` layers' reads (`LAYER_KIB`), microseconds each way.
+/// `LAYERS` layers' reads (`LAYER_KIB` or `LAYER_FUSED_KIB`), microseconds each way.
 #[derive(Serialize)]
 pub struct LayerReads {
     pub bytes: usize,
     pub phases: usize,
+    /// Of them, phases that read nothing.
+    pub empty_phases: usize,
     /// The probe over all the bytes in one launch: no boundary.
     pub one_launch_us: f64,
     /// A launch of the probe a phase (of nothing where the phase reads nothing), replayed
@@ -121,15 +133,16 @@ pub struct LayerReads {
     pub staged_us: Vec<(f64, f64)>,
 }
 
-/// Reads `LAYERS` layers' bytes each way. `probe` is the read probe's grid of sums.
+/// Reads `LAYERS` layers of `layer_kib` each way. `probe` is the read probe's grid of sums.
 pub fn layer_reads(
     gpu: &Gpu,
     data: &In<u32>,
     probe: &mut Out<u32>,
     ways: &[StagedWay],
     runs: &mut StagedRuns,
+    layer_kib: &[usize],
 ) -> Result<LayerReads> {
-    let phase_kib: Vec<usize> = (0..LAYERS).flat_map(|_| LAYER_KIB).collect();
+    let phase_kib: Vec<usize> = (0..LAYERS).flat_map(|_| layer_kib.to_vec()).collect();
     let bytes = phase_kib.iter().sum::<usize>() << 10;
     assert!(bytes <= 4 * data.len(), "the data holds the layers");
     let all = data.slice(..bytes / 4);
@@ -158,6 +171,7 @@ pub fn layer_reads(
     Ok(LayerReads {
         bytes,
         phases: phase_kib.len(),
+        empty_phases: phase_kib.iter().filter(|&&k| k == 0).count(),
         one_launch_us: one * 1e3,
         graph_us: replayed * 1e3,
         staged_us,
@@ -177,7 +191,7 @@ pub fn print_layer(
          phases, {} of nothing",
         l.bytes as f64 / (1 << 20) as f64,
         l.phases,
-        LAYER_KIB.iter().filter(|&&k| k == 0).count() * LAYERS
+        l.empty_phases
     );
     let line = |way: &str, us: f64| {
         let rate = l.bytes as f64 / (us * 1e-6);

@@ -41,12 +41,15 @@ use crate::tiles::{STAGED_BARRIER_BYTES, STAGED_THREADS};
 /// Shared memory: `[stages]` barriers in the first `STAGED_BARRIER_BYTES`, then `[stages]`
 /// slots of `tile_bytes`, then a word a warp (`staged_shared_bytes`).
 ///
-/// Thread mapping: thread 0 keeps the block's next `stages` tiles on their way (fill i is
-/// the block's i-th tile, counted through the phases, `Tiles`); every thread sums the
-/// 16-byte vectors `t, t + 256, ...` of each landed tile, and the block frees its slot
-/// together.
+/// Thread mapping: thread `producer` keeps the block's next `stages` tiles on their way
+/// (fill i is the block's i-th tile, counted through the phases, `Tiles`); every thread
+/// sums the 16-byte vectors `t, t + 256, ...` of each landed tile, and the block frees its
+/// slot together. Thread 0 also makes the block's arrivals at the grid barrier, whose
+/// fences may wait for the memory operations it has in flight (round 57 measures a
+/// producer of 0 against one in another warp).
 ///
-/// PRECONDITIONS: `blockDim.x == STAGED_THREADS`; `tile_bytes` a multiple of 16 below
+/// PRECONDITIONS: `blockDim.x == STAGED_THREADS`; `producer < STAGED_THREADS`; `tile_bytes`
+/// a multiple of 16 below
 /// 2^20; `1 <= stages <= STAGED_BARRIER_BYTES / 8`; the launch's shared memory
 /// `staged_shared_bytes(stages, tile_bytes)`; every block of the grid on the GPU at once
 /// (a cooperative launch).
@@ -64,7 +67,9 @@ pub unsafe extern "gpu-kernel" fn read_phases_staged_u32(
     tile_bytes: u32,
     n_phases: u32,
     stages: u32,
+    producer: u32,
 ) {
+    let producer = producer as usize;
     let (block, grid, t) = (block_idx_x(), grid_dim_x(), thread_idx_x());
     let (tile_bytes, n_phases, stages) = (tile_bytes as usize, n_phases as usize, stages as usize);
     let base = shared_addr(dynamic_shared::<u8>());
@@ -73,7 +78,7 @@ pub unsafe extern "gpu-kernel" fn read_phases_staged_u32(
     let warp_words = base + (STAGED_BARRIER_BYTES + stages * tile_bytes) as u32;
     // SAFETY: the starts hold n_phases + 1 words (the preconditions).
     let tiles = unsafe { Tiles::new(phase_starts, n_phases) };
-    // Thread 0 asks for fill i, `tile` of data.
+    // The producer thread asks for fill i, `tile` of data.
     let request = |i: usize, tile: usize| {
         // SAFETY: the tile is inside data, 16-byte aligned, whole 16-byte pieces; the slot
         // is free (its last readers passed the block barrier before this request); the
@@ -99,7 +104,7 @@ pub unsafe extern "gpu-kernel" fn read_phases_staged_u32(
     }
     // SAFETY: every thread of the block reaches this barrier.
     unsafe { sync_threads() };
-    if t == 0 {
+    if t == producer {
         for i in 0..stages {
             match asked.next(block, grid) {
                 Some(tile) => request(i, tile),
@@ -143,7 +148,7 @@ pub unsafe extern "gpu-kernel" fn read_phases_staged_u32(
             // be a later phase's (its copy then runs through the barriers between).
             // SAFETY: every thread of the block reaches this barrier, as many times.
             unsafe { sync_threads() };
-            if t == 0
+            if t == producer
                 && let Some(tile) = asked.next(block, grid)
             {
                 request(i + stages, tile);

@@ -139,7 +139,8 @@ impl Gpu {
 
     /// The read probe in `phases`, tiles of `tile_bytes` of `data`, a barrier for the whole
     /// grid between phases, each block's tiles copied into shared memory `stages` at a
-    /// time (copies of a phase's first tiles leave before the barrier that precedes it),
+    /// time by its thread `producer` (copies of a phase's first tiles leave before the
+    /// barrier that precedes it),
     /// in one cooperative launch of `partial.len()` blocks (at most
     /// `read_phases_staged_grid`). `sums` gets each block's phase sums (`[phases - 1][grid]`,
     /// at least a word); `arrived` is the barriers' counter, zeroed first.
@@ -153,6 +154,7 @@ impl Gpu {
         phases: &StagedPhases,
         tile_bytes: usize,
         stages: usize,
+        producer: usize,
     ) -> Result<()> {
         let func = self.hopper_kernel(
             &self.kernels.read_phases_staged_u32,
@@ -161,6 +163,7 @@ impl Gpu {
         let (grid, n_phases) = (partial.len(), phases.len());
         let tiles = *phases.starts.last().unwrap_or(&0) as usize;
         assert!(n_phases >= 1 && (1..=STAGED_BARRIER_BYTES / 8).contains(&stages));
+        assert!(producer < STAGED_THREADS);
         assert!(tile_bytes.is_multiple_of(16) && tile_bytes > 0 && tile_bytes < 1 << 20);
         assert!(tiles * tile_bytes <= 4 * data.len());
         assert!(sums.len() >= ((n_phases - 1) * grid).max(1) && arrived.len() == 1);
@@ -177,7 +180,7 @@ impl Gpu {
         };
         let traffic = traffic::read_probe_u32(tiles * tile_bytes / 4, grid);
         let (tile_bytes, n_phases) = (u32_of(tile_bytes, "tile bytes"), u32_of(n_phases, "phases"));
-        let stages = u32_of(stages, "stages");
+        let (stages, producer) = (u32_of(stages, "stages"), producer as u32);
         let mut b = self.launcher(func);
         b.cooperative()
             .arg(partial)
@@ -187,7 +190,8 @@ impl Gpu {
             .arg(&phases.on_gpu)
             .arg(&tile_bytes)
             .arg(&n_phases)
-            .arg(&stages);
+            .arg(&stages)
+            .arg(&producer);
         // SAFETY: STAGED_THREADS threads with the stages' shared memory; every tile inside
         // data, which is 16-byte aligned, tiles whole 16-byte pieces below 2^20 bytes; the
         // phases' starts on the device as checked here (`StagedPhases` keeps the two
