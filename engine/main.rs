@@ -259,8 +259,8 @@ struct BenchCli {
     /// launch each (back to back, then as a CUDA graph) and as one persistent launch with a
     /// barrier for the whole grid between phases, against one launch over all their bytes;
     /// on Hopper also streamed into shared memory across the barriers; and four Llama 3 8B
-    /// layers' Q4_K_M reads each way, in ten kernels a layer (as the forward launches) and
-    /// in five, beside the read and copy bandwidths.
+    /// layers' reads in Q4_K_M, Q8_0 and fp8 each way, in ten kernels a layer (as the
+    /// forward launches) and in five, beside the read and copy bandwidths.
     #[arg(long)]
     boundaries: bool,
 

@@ -30,9 +30,7 @@
 use serde::Serialize;
 
 use super::ceilings::gpu_bandwidth;
-use super::staged::{
-    LAYER_FUSED_KIB, LAYER_KIB, LAYERS, LayerReads, StagedRuns, StagedWay, layer_reads,
-};
+use super::staged::{LAYER_KIB, LAYERS, LayerReads, StagedRuns, StagedWay, layer_reads};
 use super::timing::time_ms;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -92,7 +90,11 @@ pub fn run(gpu: &Gpu) -> Result<Boundaries> {
     let bandwidth = gpu_bandwidth(gpu)?;
     let (read_bytes_per_s, copy_bytes_per_s) =
         (bandwidth.read_bytes_per_s, bandwidth.copy_bytes_per_s);
-    let layers_words = (LAYERS * LAYER_KIB.iter().sum::<usize>()) << 8;
+    let layers_words = LAYER_KIB
+        .iter()
+        .map(|(_, kib)| (LAYERS * kib.iter().sum::<usize>()) << 8)
+        .max()
+        .unwrap_or(0);
     let most_words = PHASE_MIB
         .iter()
         .map(|&m| (phases_of(m) * m) << 18)
@@ -112,7 +114,7 @@ pub fn run(gpu: &Gpu) -> Result<Boundaries> {
     let mut arrived = gpu.zeros::<u32>(1, "the barrier's counter")?;
     let staged = super::staged::staged_ways(gpu)?;
     let most_phases = PHASE_MIB.iter().map(|&m| phases_of(m)).max().unwrap_or(1);
-    let mut runs = StagedRuns::new(gpu, &staged, most_phases.max(LAYERS * LAYER_KIB.len()))?;
+    let mut runs = StagedRuns::new(gpu, &staged, most_phases.max(LAYERS * LAYER_KIB[0].1.len()))?;
     let mut rows = vec![];
     for mib in PHASE_MIB {
         let (phases, phase_vec4) = (phases_of(mib), mib << 16);
@@ -168,19 +170,25 @@ pub fn run(gpu: &Gpu) -> Result<Boundaries> {
         });
     }
     let mut layers = vec![];
-    for layer_kib in [&LAYER_KIB[..], &LAYER_FUSED_KIB[..]] {
-        eprintln!(
-            "rustle bench --boundaries: {LAYERS} layers' reads, {} kernels a layer",
-            layer_kib.len()
-        );
-        layers.push(layer_reads(
-            gpu,
-            &data,
-            &mut probe.as_view_mut(),
-            &staged,
-            &mut runs,
-            layer_kib,
-        )?);
+    for (weights, layer_kib) in LAYER_KIB {
+        // As the forward launches, then with every kernel that reads nothing fused away.
+        let fused: Vec<usize> = layer_kib.into_iter().filter(|&k| k > 0).collect();
+        for kib in [&layer_kib[..], &fused[..]] {
+            eprintln!(
+                "rustle bench --boundaries: {LAYERS} layers' reads in {weights}, {} kernels a \
+                 layer",
+                kib.len()
+            );
+            layers.push(layer_reads(
+                gpu,
+                &data,
+                &mut probe.as_view_mut(),
+                &staged,
+                &mut runs,
+                weights,
+                kib,
+            )?);
+        }
     }
     Ok(Boundaries {
         gpu: gpu.description.clone(),

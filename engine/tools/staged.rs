@@ -1,7 +1,8 @@
 //! The staged ways of `rustle bench --boundaries`: reads streamed into shared memory as a
-//! persistent decode kernel would stream its weights (`read_phases_staged_u32`), and one
-//! Llama 3 8B layer's reads in Q4_K_M read three ways, the decode step's shape today (a
-//! kernel a phase, in a graph) against the persistent one.
+//! persistent decode kernel would stream its weights (`read_phases_staged_u32`), and a few
+//! Llama 3 8B layers' reads in Q4_K_M, Q8_0 and fp8, each read as the decode step's shape
+//! today (a kernel a phase, in a graph), as that shape with every kernel that reads
+//! nothing fused away, and as the persistent one.
 //!
 //! Round 53 priced a grid barrier at 2.3-3.2 us where each thread loads its own words, no
 //! cheaper than a kernel boundary. What a persistent kernel would have that the probe had
@@ -23,19 +24,23 @@ use crate::gpu::kernels::{In, Out};
 /// fence there may wait for the copies it asked for; thread 255 is in another warp.
 const STAGED: [(usize, usize, usize); 3] = [(32, 6, 0), (32, 6, 255), (16, 3, 255)];
 
-/// A Llama 3 8B layer's decode reads in Q4_K_M at context 512, KiB, phase by phase as the
-/// forward launches its kernels: the norm and the activations' codes (nothing to read but
-/// the vector), q, k and v (Q4_K, Q4_K, and Q6_K in half the layers: 14 MiB on average),
-/// RoPE and the cache write, the attention over 512 positions' bf16 keys and values, its
-/// combine, o, the norm, gate and up (Q4_K), the down's codes, the down (Q4_K or Q6_K: 38.7
-/// MiB on average). 126.7 MiB a layer; 32 layers and the head make Q4_K_M's 4.680 GB a
-/// token.
-pub const LAYER_KIB: [usize; 10] = [0, 14336, 0, 2048, 0, 9216, 0, 64512, 0, 39648];
-/// The same reads with every kernel that reads nothing fused into a neighbour (the norms,
-/// RoPE, the combine and the codes made by the kernels before): five kernels a layer, the
-/// fewest with a kernel a matrix and the attention apart.
-pub const LAYER_FUSED_KIB: [usize; 5] = [14336, 2048, 9216, 64512, 39648];
-/// Layers read at once: 507 MiB, far past the L2.
+/// A Llama 3 8B layer's decode reads at context 512, KiB, phase by phase as the forward
+/// launches its kernels, for each weights type issue 13 sets a target for: the norm and
+/// the activations' codes (nothing to read but the vector), q, k and v, RoPE and the cache
+/// write, the attention over 512 positions' bf16 keys and values, its combine, o, the
+/// norm, gate and up, the down's codes, the down. Each matrix's bytes from its blocks'
+/// sizes, to the nearest 32 KiB (the largest tile):
+/// - Q4_K_M: Q4_K (144 bytes a 256 weights) but v and the down, which are Q6_K (210
+///   bytes) in half the layers: q, k and v 14 MiB on average, the down 38.7; 126.7 MiB a
+///   layer, and 32 layers and the head make its 4.680 GB a token;
+/// - Q8_0: 34 bytes a 32 weights; 223.0 MiB a layer;
+/// - fp8: a byte a weight (its row scales, 4 bytes a row, left out); 210.0 MiB a layer.
+pub const LAYER_KIB: [(&str, [usize; 10]); 3] = [
+    ("Q4_K_M", [0, 14336, 0, 2048, 0, 9216, 0, 64512, 0, 39648]),
+    ("Q8_0", [0, 26112, 0, 2048, 0, 17408, 0, 121856, 0, 60928]),
+    ("fp8", [0, 24576, 0, 2048, 0, 16384, 0, 114688, 0, 57344]),
+];
+/// Layers read at once: 507 to 892 MiB, far past the L2.
 pub const LAYERS: usize = 4;
 const REPS: usize = 10;
 
@@ -117,9 +122,12 @@ impl StagedRuns {
     }
 }
 
-/// `LAYERS` layers' reads (`LAYER_KIB` or `LAYER_FUSED_KIB`), microseconds each way.
+/// `LAYERS` layers' reads (`LAYER_KIB`, or with its phases of nothing left out),
+/// microseconds each way.
 #[derive(Serialize)]
 pub struct LayerReads {
+    /// The weights type, as `LAYER_KIB` names it.
+    pub weights: String,
     pub bytes: usize,
     pub phases: usize,
     /// Of them, phases that read nothing.
@@ -133,13 +141,15 @@ pub struct LayerReads {
     pub staged_us: Vec<(f64, f64)>,
 }
 
-/// Reads `LAYERS` layers of `layer_kib` each way. `probe` is the read probe's grid of sums.
+/// Reads `LAYERS` layers of `layer_kib` (of `weights`) each way. `probe` is the read
+/// probe's grid of sums.
 pub fn layer_reads(
     gpu: &Gpu,
     data: &In<u32>,
     probe: &mut Out<u32>,
     ways: &[StagedWay],
     runs: &mut StagedRuns,
+    weights: &str,
     layer_kib: &[usize],
 ) -> Result<LayerReads> {
     let phase_kib: Vec<usize> = (0..LAYERS).flat_map(|_| layer_kib.to_vec()).collect();
@@ -169,6 +179,7 @@ pub fn layer_reads(
         staged_us.push((floor * 1e3, phased * 1e3));
     }
     Ok(LayerReads {
+        weights: weights.to_string(),
         bytes,
         phases: phase_kib.len(),
         empty_phases: phase_kib.iter().filter(|&&k| k == 0).count(),
@@ -187,8 +198,9 @@ pub fn print_layer(
     copy_bytes_per_s: f64,
 ) {
     println!(
-        "  {LAYERS} Llama 3 8B layers' decode reads in Q4_K_M (context 512): {:.1} MiB in {} \
+        "  {LAYERS} Llama 3 8B layers' decode reads in {} (context 512): {:.1} MiB in {} \
          phases, {} of nothing",
+        l.weights,
         l.bytes as f64 / (1 << 20) as f64,
         l.phases,
         l.empty_phases
