@@ -13,10 +13,10 @@
 //! the next phase reads, as a decode step's next matrix reads the vector the last one made:
 //! each block stores its phase's sum, and after the barrier reads its neighbours'.
 //!
-//! Measured (round 57, H200 and H100): it did not. With 192 KiB an SM on its way through
-//! every barrier, a barrier still cost 2.3-2.9 us over the same tiles read in one phase,
-//! about what it costs with nothing to read, and more than a kernel boundary in a CUDA
-//! graph; whichever thread asked for the copies.
+//! Measured (round 57, H200 and H100), the wait was not free. With 192 KiB an SM on its
+//! way through every barrier, a barrier still cost 2.3-2.9 us over the same tiles read in
+//! one phase, about what it costs with nothing to read, and more than a kernel boundary in
+//! a CUDA graph; whichever thread asked for the copies.
 
 use crate::block_parts::Shared;
 use crate::bulk_copy::{
@@ -54,10 +54,9 @@ use crate::tiles::{STAGED_BARRIER_BYTES, STAGED_THREADS};
 /// against one in another warp, and they cost the same.
 ///
 /// PRECONDITIONS: `blockDim.x == STAGED_THREADS`; `producer < STAGED_THREADS`; `tile_bytes`
-/// a multiple of 16 below
-/// 2^20; `1 <= stages <= STAGED_BARRIER_BYTES / 8`; the launch's shared memory
-/// `staged_shared_bytes(stages, tile_bytes)`; every block of the grid on the GPU at once
-/// (a cooperative launch).
+/// a multiple of 16 below 2^20; `1 <= stages <= STAGED_BARRIER_BYTES / 8`; the launch's
+/// shared memory `staged_shared_bytes(stages, tile_bytes)`; every block of the grid on the
+/// GPU at once (a cooperative launch).
 ///
 /// # Safety
 /// The host's launch wrapper checks the preconditions.
