@@ -8,8 +8,10 @@
 #
 #   scripts/variant-ptx.sh [--cpu sm_90a] [--cfg NAME]... OUT.ptx
 #
-#   scripts/variant-ptx.sh --cfg prefetch_waves .device/prefetch.ptx
-#   scripts/bench-turns.sh - RUSTLE_PTX=.device/prefetch.ptx     # there
+#   scripts/variant-ptx.sh --cfg my_experiment .device/variant.ptx
+#   scripts/bench-turns.sh - RUSTLE_PTX=.device/variant.ptx      # there
+#
+# (Round 56's `--cfg prefetch_waves` was measured this way in round 57, and removed.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

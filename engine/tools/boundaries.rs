@@ -114,7 +114,11 @@ pub fn run(gpu: &Gpu) -> Result<Boundaries> {
     let mut arrived = gpu.zeros::<u32>(1, "the barrier's counter")?;
     let staged = super::staged::staged_ways(gpu)?;
     let most_phases = PHASE_MIB.iter().map(|&m| phases_of(m)).max().unwrap_or(1);
-    let mut runs = StagedRuns::new(gpu, &staged, most_phases.max(LAYERS * LAYER_KIB[0].1.len()))?;
+    let mut runs = StagedRuns::new(
+        gpu,
+        &staged,
+        most_phases.max(LAYERS * LAYER_KIB.iter().map(|(_, k)| k.len()).max().unwrap_or(0)),
+    )?;
     let mut rows = vec![];
     for mib in PHASE_MIB {
         let (phases, phase_vec4) = (phases_of(mib), mib << 16);

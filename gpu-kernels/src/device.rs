@@ -304,33 +304,6 @@ pub unsafe fn prefetch_l2<T>(p: *const T) {
     unsafe { asm!("prefetch.global.L2 [{p}];", p = in(reg64) p, options(nostack, readonly)) }
 }
 
-/// Asks L2 for `bytes` bytes from `p` (`cp.async.bulk.prefetch.L2`), one instruction for
-/// some kilobytes; the thread does not wait for them. (Only the `prefetch_waves` experiment
-/// calls it: BENCHMARKS.md round 56.)
-///
-/// # Safety
-/// `p` is global memory, 16-byte aligned, and `bytes` a multiple of 16 inside it.
-#[cfg(all(prefetch_waves, target_feature = "sm_90"))]
-#[inline(always)]
-pub unsafe fn bulk_prefetch_l2(p: *const u8, bytes: u32) {
-    // SAFETY: the caller's; a prefetch changes no value.
-    unsafe {
-        asm!("cp.async.bulk.prefetch.L2.global [{p}], {n};", p = in(reg64) p, n = in(reg32) bytes,
-            options(nostack, readonly))
-    }
-}
-
-/// The number of SMs (`%nsmid`, an upper bound on their ids). (Only the `prefetch_waves`
-/// experiment reads it.)
-#[cfg(prefetch_waves)]
-#[inline(always)]
-pub fn sm_count() -> usize {
-    let n: u32;
-    // SAFETY: reads a special register.
-    unsafe { asm!("mov.u32 {n}, %nsmid;", n = out(reg32) n, options(nomem, nostack, pure)) };
-    n as usize
-}
-
 /// A matmul's output `*at = (accumulate ? *at : 0) + sum + bias[row]` (no bias where
 /// `bias` is null): the last step of every GEMV, which adds into the residual stream where
 /// it accumulates.

@@ -147,23 +147,6 @@ unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
             w.wrapping_add((first + r).min(n_out - 1) * row_bytes)
         };
     });
-    // Off by default (`--cfg prefetch_waves`, BENCHMARKS.md round 56): a block asks L2 for
-    // the rows of the block that will take its place once it exits (about 1024 threads an
-    // SM resident), so that a grid of several waves finds its later waves' rows there.
-    #[cfg(all(prefetch_waves, target_feature = "sm_90"))]
-    if !SWIGLU && thread_idx_x() == 0 {
-        let resident = crate::device::sm_count() * (1024 / block_dim_x()).max(1);
-        let later = block + resident;
-        if later < n_out.div_ceil(R) {
-            let from = w.wrapping_add(later * R * row_bytes);
-            let bytes = R.min(n_out - later * R) * row_bytes;
-            // A bulk prefetch takes whole 16-byte pieces at 16-byte aligned addresses.
-            if bytes.is_multiple_of(16) && (from as usize).is_multiple_of(16) {
-                // SAFETY: rows later * R.. of the matrix, aligned whole pieces (just checked).
-                unsafe { crate::device::bulk_prefetch_l2(from, bytes as u32) };
-            }
-        }
-    }
     let (groups, spans) = (n_in / 32, n_in / (32 * B::GROUPS));
     let s0 = thread_idx_x();
     // The weights never change, so a thread's first span of each row is loaded before the
