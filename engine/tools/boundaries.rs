@@ -31,10 +31,9 @@ use serde::Serialize;
 
 use super::ceilings::gpu_bandwidth;
 use super::staged::{LAYER_KIB, LAYERS, LayerReads, StagedRuns, StagedWay, layer_reads};
-use super::timing::time_ms;
-use crate::error::{Error, Result};
+use super::timing::{time_graph_ms, time_ms};
+use crate::error::Result;
 use crate::gpu::Gpu;
-use crate::gpu::context::capture_graph;
 
 /// Phase sizes, MiB: none (the boundary or the barrier alone), then from a small
 /// projection's bytes (Llama 3 8B's o_proj is 9.4 MB in Q4_K) to a large one's (its down
@@ -135,12 +134,7 @@ pub fn run(gpu: &Gpu) -> Result<Boundaries> {
             Ok(())
         };
         let launches = time_ms(gpu, REPS, &mut kernels)?;
-        let graph = capture_graph(&gpu.stream, "the phases' graph", &mut kernels)?;
-        let replayed = time_ms(gpu, REPS, &mut || {
-            graph
-                .launch()
-                .map_err(Error::driver("replaying the phases' graph"))
-        })?;
+        let replayed = time_graph_ms(gpu, REPS, "the phases' graph", &mut kernels)?;
         let per_boundary = |ms: f64| (ms - one) * 1e3 / (phases - 1) as f64;
         let mut barrier_us = vec![];
         for ahead in AHEAD {

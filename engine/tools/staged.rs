@@ -18,10 +18,9 @@
 
 use serde::Serialize;
 
-use super::timing::time_ms;
-use crate::error::{Error, Result};
+use super::timing::{time_graph_ms, time_ms};
+use crate::error::Result;
 use crate::gpu::Gpu;
-use crate::gpu::context::capture_graph;
 use crate::gpu::kernels::{In, Out};
 
 /// The staged ways measured: (tile KiB, stages a block, the thread that asks for them). Each
@@ -172,12 +171,7 @@ pub fn layer_reads(
         }
         Ok(())
     };
-    let graph = capture_graph(&gpu.stream, "the layers' graph", &mut kernels)?;
-    let replayed = time_ms(gpu, REPS, &mut || {
-        graph
-            .launch()
-            .map_err(Error::driver("replaying the layers' graph"))
-    })?;
+    let replayed = time_graph_ms(gpu, REPS, "the layers' graph", &mut kernels)?;
     let mut staged_us = vec![];
     for way in ways {
         let floor = runs.time_ms(gpu, way, data, &[bytes >> 10])?;

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::gpu::context::capture_graph;
 use crate::traffic::KernelTime;
 
 /// Median milliseconds of `reps` runs of `f`, timed with CUDA events after one warm-up.
@@ -26,6 +27,22 @@ pub fn time_ms(gpu: &Gpu, reps: usize, f: &mut dyn FnMut() -> Result<()>) -> Res
     }
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])
+}
+
+/// Median milliseconds of `reps` replays of `launches` captured once as a CUDA graph
+/// (`what` names it in errors): launches as a decode step replays them.
+pub fn time_graph_ms(
+    gpu: &Gpu,
+    reps: usize,
+    what: &str,
+    launches: &mut dyn FnMut() -> Result<()>,
+) -> Result<f64> {
+    let graph = capture_graph(&gpu.stream, what, launches)?;
+    time_ms(gpu, reps, &mut || {
+        graph
+            .launch()
+            .map_err(Error::driver(&format!("replaying {what}")))
+    })
 }
 
 /// One kernel's launches (or one CPU operation's calls), summed.
