@@ -433,6 +433,43 @@ pub fn sqrt(x: f32) -> f32 {
     core::intrinsics::sqrtf32(x)
 }
 
+/// `ld_nc_v4` for bytes the kernel reads once, for which no L1 line is allocated
+/// (`ld.global.nc.L1::no_allocate.v4.u32`): the bf16 and fp8 GEMVs' weights, which would
+/// otherwise push out of L1 the activations that every warp on the SM reads again. On an
+/// H100 it made the 8B shape's batch 1 3-5% faster in fp8 and 0.6-0.8% in bf16. The GGUF
+/// types lost by it: 28-51% with every load of their spans so (neighbouring threads read
+/// a block's scales from the same lines), 2% with only their 16-byte loads (BENCHMARKS.md
+/// round 59). The sm_80 build loads as `ld_nc_v4` does: its PTX (ISA 7.0) has no
+/// `.L1::no_allocate`, which needs 7.4.
+///
+/// # Safety
+/// As `ld_nc_v4`.
+#[inline(always)]
+pub unsafe fn ld_nc_once_v4(p: *const u32) -> [u32; 4] {
+    #[cfg(target_feature = "sm_90")]
+    {
+        let (a, b, c, d): (u32, u32, u32, u32);
+        // SAFETY: the caller guarantees alignment, validity and read-only use.
+        unsafe {
+            asm!(
+                "ld.global.nc.L1::no_allocate.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];",
+                a = out(reg32) a,
+                b = out(reg32) b,
+                c = out(reg32) c,
+                d = out(reg32) d,
+                p = in(reg64) p,
+                options(readonly, nostack, pure),
+            );
+        }
+        [a, b, c, d]
+    }
+    #[cfg(not(target_feature = "sm_90"))]
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        ld_nc_v4(p)
+    }
+}
+
 /// A 2-byte load through the read-only path (`ld.global.nc.u16`): GGUF blocks of 18, 22,
 /// 34 or 210 bytes are aligned to 2 bytes only.
 ///

@@ -13,8 +13,8 @@
 
 use crate::device::{
     WARP, block_dim_x, block_idx_x, dynamic_shared, exp, f16_to_f32, funnel_shift, global_idx_x,
-    ld_nc_u16, ld_nc_u32, ld_nc_v4, pack_bf16x2, pack_f16x2, st_v4, store_output, sync_threads,
-    thread_idx_x, wait_for_previous_kernel,
+    ld_nc_once_v4, ld_nc_u16, ld_nc_u32, ld_nc_v4, pack_bf16x2, pack_f16x2, st_v4, store_output,
+    sync_threads, thread_idx_x, wait_for_previous_kernel,
 };
 use crate::mma::mma_f16_16816;
 use crate::quant_blocks::{Blocks, Fp8, GROUP, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0, small};
@@ -195,8 +195,9 @@ unsafe fn fp8_chunk_words(
         if c + u < end && col < n_in {
             unroll!(r < 2 => {
                 if !rows[r].is_null() {
+                    // Read once: no L1 line for them (`ld_nc_once_v4`).
                     // SAFETY: 16 bytes of the row, 16-byte aligned.
-                    words[u][r] = unsafe { ld_nc_v4(rows[r].add(col) as *const u32) };
+                    words[u][r] = unsafe { ld_nc_once_v4(rows[r].add(col) as *const u32) };
                 }
             });
         }
