@@ -434,13 +434,12 @@ pub fn sqrt(x: f32) -> f32 {
 }
 
 /// `ld_nc_v4` for bytes the kernel reads once, for which no L1 line is allocated
-/// (`ld.global.nc.L1::no_allocate.v4.u32`): the bf16 and fp8 GEMVs' weights, which would
-/// otherwise push out of L1 the activations that every warp on the SM reads again. On an
-/// H100 it made the 8B shape's batch 1 3-5% faster in fp8 and 0.6-0.8% in bf16. The GGUF
-/// types lost by it: 28-51% with every load of their spans so (neighbouring threads read
-/// a block's scales from the same lines), 2% with only their 16-byte loads (BENCHMARKS.md
-/// round 59). The sm_80 build loads as `ld_nc_v4` does: its PTX (ISA 7.0) has no
-/// `.L1::no_allocate`, which needs 7.4.
+/// (`ld.global.nc.L1::no_allocate.v4.u32`): fp8's GEMV weights, which would otherwise push
+/// out of L1 the activations that every warp on the SM reads again. On an H100 it made the
+/// 8B shape's fp8 batch 1 3-5% faster. The GGUF types lost by it: 28-51% with every load of
+/// their spans so (neighbouring threads read a block's scales from the same lines), 2% with
+/// only their 16-byte loads (BENCHMARKS.md round 59). The sm_80 build loads as `ld_nc_v4`
+/// does: its PTX (ISA 7.0) has no `.L1::no_allocate`, which needs 7.4.
 ///
 /// # Safety
 /// As `ld_nc_v4`.

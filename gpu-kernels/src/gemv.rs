@@ -3,8 +3,8 @@
 //! the kernel's job is to keep enough loads in flight to reach that speed.
 
 use crate::device::{
-    WARP, bf16x2_to_f32, block_dim_x, block_dim_y, block_idx_x, dynamic_shared, exp, ld_nc_once_v4,
-    ld_nc_v4, sync_threads, thread_idx_x, thread_idx_y, warp_sum,
+    WARP, bf16x2_to_f32, block_dim_x, block_dim_y, block_idx_x, dynamic_shared, exp, ld_nc_v4,
+    sync_threads, thread_idx_x, thread_idx_y, warp_sum,
 };
 
 /// Weights one warp reads per 16-byte load instruction: 32 lanes x 8 bf16.
@@ -31,8 +31,6 @@ unsafe fn dot8(w: [u32; 4], x: *const f32) -> f32 {
 
 /// One lane's share of the dot product of weight row `w_row` (`[n_in]` bf16) with `x`:
 /// the elements `lane * 8 + k * 256 .. + 8` for every k, four loads in flight at a time.
-/// The weights are read once, so their loads allocate no L1 lines (`ld_nc_once_v4`): L1
-/// keeps the activations, which every warp on the SM reads again.
 ///
 /// # Safety
 /// `n_in % 8 == 0`; `w_row` and `x` 16-byte aligned and read-only during the kernel.
@@ -45,7 +43,7 @@ unsafe fn row_dot(w_row: *const u16, x: *const f32, n_in: usize, lane: usize) ->
         while i + (UNROLL - 1) * WARP_CHUNK < n_in {
             let mut packed = [[0u32; 4]; UNROLL];
             for (k, p) in packed.iter_mut().enumerate() {
-                *p = ld_nc_once_v4(w_row.add(i + k * WARP_CHUNK) as *const u32);
+                *p = ld_nc_v4(w_row.add(i + k * WARP_CHUNK) as *const u32);
             }
             for (k, p) in packed.iter().enumerate() {
                 sum += dot8(*p, x.add(i + k * WARP_CHUNK));
@@ -53,7 +51,7 @@ unsafe fn row_dot(w_row: *const u16, x: *const f32, n_in: usize, lane: usize) ->
             i += UNROLL * WARP_CHUNK;
         }
         while i < n_in {
-            sum += dot8(ld_nc_once_v4(w_row.add(i) as *const u32), x.add(i));
+            sum += dot8(ld_nc_v4(w_row.add(i) as *const u32), x.add(i));
             i += WARP_CHUNK;
         }
     }
