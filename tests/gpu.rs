@@ -17,11 +17,11 @@ use rand::{Rng, SeedableRng};
 use rustle::config::{Config, HfConfig};
 use rustle::cpu::ops;
 use rustle::gpu::Gpu;
-use rustle::gpu::backend::to_bf16;
 use rustle::gpu::gemm_plan::{GemmPlan, WGMMA_SPLITS};
 use rustle::gpu::kernels::attention_split_mma::attention_split_mma_supports;
 use rustle::gpu::kernels::{In, Out};
 use rustle::gpu::matrix::WeightFormat;
+use rustle::gpu::matrix::to_bf16;
 use rustle::model::{LayerWeights, ModelWeights};
 use rustle::runner::{Device, Runner, RunnerOptions};
 use rustle::weights::blocks::BlockType;
@@ -2797,7 +2797,7 @@ fn prompt_on_blocks_matches_chunks(
     taken: usize,
     dequant: usize,
 ) {
-    use rustle::gpu::backend::GpuWeights;
+    use rustle::gpu::GpuWeights;
     let c = c.clone();
     let weights = GpuWeights::synthetic(g, &c, 7, kind).unwrap();
     let mut r = Runner::with_gpu_weights(c.clone(), g.clone(), weights, None, &opts()).unwrap();
@@ -2994,7 +2994,7 @@ fn quantized_batch_matches_runs_alone(g: &Gpu, rng: &mut StdRng) {
 /// The GPU is told to take every count the GEMV takes through it (`blocks_gemv_tokens`),
 /// whatever count the engine routes to `gemm_<type>` by default.
 fn few_sequences_decode_as_one(g: &Gpu, rng: &mut StdRng) {
-    use rustle::gpu::backend::GpuWeights;
+    use rustle::gpu::GpuWeights;
     use rustle::gpu::matrix::Synthetic;
     let mut g = g.clone();
     g.blocks_gemv_tokens = rustle::gpu::tiles::QUANT_MAX_TOKENS;

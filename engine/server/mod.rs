@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::gpu::backend::{GpuWeights, check_supported};
+use crate::gpu::{GpuWeights, check_supported};
 use crate::loader;
 use crate::runner::{Device, Runner, RunnerOptions};
 use crate::serve::{Engine, EngineOptions};

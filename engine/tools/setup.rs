@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::error::Result;
 use crate::gpu::Gpu;
-use crate::gpu::backend::GpuWeights;
+use crate::gpu::GpuWeights;
 use crate::loader;
 use crate::model::ModelWeights;
 use crate::runner::{Device, Runner, RunnerOptions};
