@@ -444,7 +444,8 @@ pub unsafe extern "gpu-kernel" fn attention_split_bf16(
 /// groups' sums meet in shared memory. Up to 8 * 1024 / head_dim splits (2048 positions of
 /// a 128-wide head) cost one wait for memory; the kernel this replaced found `M`, then the
 /// weights, then walked the values four loads at a time, and waited for memory about five
-/// times at 18 splits (BENCHMARKS.md round 47).
+/// times at 18 splits; this one ran 9-12% faster a launch on the H200
+/// (docs/lessons.md#attention).
 ///
 /// The order of every sum depends on the token's own split count alone, never on
 /// `n_splits` or the block size (which follow the longest sequence in the batch): a token's

@@ -1,8 +1,9 @@
 //! Flash-decoding's first half on tensor cores: the split kernel for many sequences at once.
 //!
 //! `attention_split_bf16` scores a key with a warp's shuffles and multiplies its value with
-//! each lane's own multiply-adds: at 128 sequences of 512-640 positions it moved 1.5 TB/s,
-//! bound by instructions, not bytes (BENCHMARKS.md rounds 11, 16 and 18). Here the query heads that share a KV head are the rows of one
+//! each lane's own multiply-adds: at 128 sequences of 512-640 positions it moved 1.5 TB/s on
+//! the H200, bound by instructions, not bytes (docs/lessons.md#attention). Here the query
+//! heads that share a KV head are the rows of one
 //! `mma.sync` (up to 8 of its 16; the rest are zeros), so a split of 32 keys costs a warp 32
 //! products for `S = Q K^T` and 32 for `O = P V`, where the shuffles and multiply-adds cost
 //! it a few thousand instructions. The layouts are `attention_mma_bf16`'s: the same
