@@ -29,12 +29,12 @@ use crate::weights::blocks::BlockType;
 /// Most tokens a matmul over GGUF blocks takes through `gemm_wgmma_<type>` (where the type
 /// has it): past them, dequantizing the matrix to bf16 once for `gemm_wgmma_bf16` costs
 /// less than decoding the blocks in every tile of tokens (Q8_0 on the H200: 128 tokens 12.5
-/// ms against 14.1, 192 tokens 16.8 against 15.4; `docs/lessons.md#prefill-on-gguf-blocks`).
+/// ms against 14.1, 192 tokens 16.8 against 15.4; `docs/lessons.md#prefill-on-tensor-cores`).
 pub const WGMMA_BLOCKS_MAX_TOKENS: usize = 128;
 
 /// Where `gemm_wgmma_bf16` exists, the skinny matmul takes at most this many tokens: at 16
 /// tokens the two are even on Llama 3 8B's matrices, at 64 the warpgroup GEMM is a third
-/// faster (H200, `docs/lessons.md#batched-decode`).
+/// faster (H200, `docs/lessons.md#batched-decode-and-the-gemm`).
 pub const SKINNY_OVER_WGMMA_TOKENS: usize = 16;
 
 /// What this GPU and this model's scratch let the plans choose from.
