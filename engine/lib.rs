@@ -16,6 +16,9 @@
 //! - `batch`: one forward pass's tokens, from any number of sequences, flattened
 //! - `runner`: one forward pass over a `Batch`, on either backend; `Solo` sequences for
 //!   code that drives a runner directly
+//! - `placement`: the one loader of `rustle`, `rustle serve` and the tools: `--device`'s
+//!   choice and its fallback to the CPU, the weights in the form that device wants, the
+//!   runner over them
 //! - `cpu`: the reference backend, in f32: one function per GPU kernel (`ops`, the twins the
 //!   GPU is tested against), called through `timed` so the profiler can time each
 //! - `gpu`: the GPU backend: device and loaded PTX, the kernel table and one checked launch
@@ -49,6 +52,7 @@ pub mod kv;
 pub mod kv_cache;
 pub mod loader;
 pub mod model;
+pub mod placement;
 pub mod rope;
 pub mod runner;
 pub mod sampler;
