@@ -24,6 +24,8 @@
 //! - `gpu`: the GPU backend: device and loaded PTX, the kernel table and one checked launch
 //!   wrapper per kernel, GEMM plans, weights, KV cache and activations, the forward pass
 //!   (CUDA graphs for decode)
+//! - `kernel_args`: the argument structs a kernel shares with its wrapper, its CPU twin and
+//!   its test (`gpu-kernels/src/args.rs`, compiled into both)
 //! - `kv` (block manager, prefix cache), `kv_cache`: the paged KV cache, blocks of 16
 //!   tokens; `rope`: RoPE tables, computed in f64
 //! - `traffic`: the bytes and FLOPs each kernel must move and compute
@@ -48,6 +50,7 @@ pub mod default_model;
 pub mod error;
 pub mod generate;
 pub mod gpu;
+pub mod kernel_args;
 pub mod kv;
 pub mod kv_cache;
 pub mod loader;

@@ -24,6 +24,7 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod argmax;
+pub mod args;
 pub mod attention;
 pub mod attention_mma;
 pub mod attention_split_mma;
