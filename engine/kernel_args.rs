@@ -8,13 +8,27 @@ include!(concat!(
     "/gpu-kernels/src/args.rs"
 ));
 
+use crate::batch::Batch;
 use crate::config::Config;
 
-// SAFETY: plain `#[repr(C)]` structs of `u32`s, passed to the kernels by value, whose
-// definitions are these same ones.
-unsafe impl cudarc::driver::DeviceRepr for PagedShape {}
-unsafe impl cudarc::driver::DeviceRepr for Heads {}
-unsafe impl cudarc::driver::DeviceRepr for Splits {}
+/// A struct a kernel takes by value: its bytes are the parameter (`gpu::launch`).
+///
+/// # Safety
+/// `#[repr(C)]` plain data, defined once for both sides (`gpu-kernels/src/args.rs`).
+pub unsafe trait ByValue: Copy {}
+
+// SAFETY: plain `#[repr(C)]` structs of `u32`s, whose definitions are the kernels' own.
+unsafe impl ByValue for PagedShape {}
+unsafe impl ByValue for Heads {}
+unsafe impl ByValue for Splits {}
+
+/// Every `ByValue` struct and its size: what a kernel's parameter of that type must take in
+/// the PTX (`gpu::ptx`'s test).
+pub const BY_VALUE: &[(&str, usize)] = &[
+    ("PagedShape", size_of::<PagedShape>()),
+    ("Heads", size_of::<Heads>()),
+    ("Splits", size_of::<Splits>()),
+];
 
 /// A size as a kernel's `u32`; one that does not fit is a bug in the caller (the model's
 /// sizes are bounded when its config is read).
@@ -89,4 +103,24 @@ pub struct Paged<F, K, I> {
     /// `[n]` each token's position in its sequence
     pub positions: I,
     pub shape: PagedShape,
+}
+
+impl<'a, K> Paged<&'a [f32], &'a [K], &'a [u32]> {
+    /// The queries `q` over one layer's cache, for the tokens of `batch` (on the host).
+    pub fn of_batch(
+        batch: &'a Batch,
+        q: &'a [f32],
+        (k_cache, v_cache): (&'a [K], &'a [K]),
+        heads: Heads,
+    ) -> Self {
+        Paged {
+            q,
+            k_cache,
+            v_cache,
+            block_tables: &batch.block_tables,
+            token_seq: &batch.token_seq,
+            positions: &batch.positions,
+            shape: PagedShape::new(batch.max_blocks, heads),
+        }
+    }
 }

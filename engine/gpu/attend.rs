@@ -4,16 +4,17 @@
 
 use cudarc::driver::CudaSlice;
 
-use super::batch::BatchView;
 use super::context::Gpu;
+use super::kernels::Out;
+use super::kernels::attention::PagedIn;
 use super::kernels::attention_mma::attention_mma_supports;
 use super::kernels::attention_split_mma::attention_split_mma_supports;
-use super::kernels::{In, Out};
 use super::matmul::{Held, MatmulScratch};
 use super::plan::Form;
 use crate::batch::Batch;
 use crate::config::Config;
 use crate::error::Result;
+use crate::kernel_args::Splits;
 
 /// Positions per flash-decoding split.
 pub const SPLIT_LEN: usize = 32;
@@ -71,17 +72,6 @@ pub fn splits_needed(c: &Config, batch: &Batch, partial_rows: usize) -> Option<u
     (rows * c.n_heads * bucket <= partial_rows && bucket <= MAX_SPLITS).then_some(n_splits)
 }
 
-/// One layer's paged attention: the queries, the layer's part of the cache, and the batch's
-/// map into it.
-pub struct Paged<'a> {
-    /// `[n, n_heads, head_dim]` f32, rotated
-    pub q: In<'a, f32>,
-    /// `[n_blocks + 1, BLOCK_SIZE, n_kv_heads, head_dim]` bf16 each
-    pub k_cache: In<'a, u16>,
-    pub v_cache: In<'a, u16>,
-    pub batch: &'a BatchView<'a>,
-}
-
 /// Flash-decoding's partial results, sized once for the model.
 pub struct SplitScratch {
     /// `[rows, head_dim]` each split's unnormalised output
@@ -107,25 +97,24 @@ impl SplitScratch {
 
     /// `att = softmax(q K^T / sqrt(head_dim)) V` over each token's own sequence, with the
     /// kernels `attention` names. The splits' combine also writes `att` in the form `copy`
-    /// (`forward::copy_for`) where one launch can: rounded to bf16 for o_proj's tensor
-    /// cores, or as its integer GEMV's codes. The returned `Held` says what it made.
-    #[allow(clippy::too_many_arguments)]
+    /// (`steps::copy_for`) where one launch can: rounded to bf16 for o_proj's tensor cores,
+    /// or as its integer GEMV's codes. The returned `Held` says what it made.
     pub fn attend(
         &mut self,
         g: &Gpu,
         mm: &mut MatmulScratch,
         att: &mut Out<f32>,
-        p: &Paged,
-        c: &Config,
+        p: &PagedIn<u16>,
         attention: Attention,
         copy: Option<Form>,
     ) -> Result<Held> {
-        let (nh, nkv, head_dim) = (c.n_heads, c.n_kv_heads, c.head_dim);
-        let n = p.q.len() / c.q_dim();
-        let b = p.batch;
-        let (q, k, v) = (&p.q, &p.k_cache, &p.v_cache);
-        let (tables, token_seq, positions) = (&b.block_tables, &b.token_seq, &b.positions);
-        let max_blocks = b.max_blocks;
+        let heads = p.shape.heads;
+        let (nh, nkv, head_dim) = (
+            heads.n_heads as usize,
+            heads.n_kv_heads as usize,
+            heads.head_dim as usize,
+        );
+        let n = p.positions.len();
         // SAFETY (the three attention launches): the batch was built from the block
         // manager's tables, which cover every position up to each token's own; this layer's
         // keys and values were written just before (`qkv_rope_write_bf16`); the split count
@@ -135,19 +124,11 @@ impl SplitScratch {
         let n_splits = match attention {
             Attention::Split(n_splits) => n_splits,
             Attention::TensorCores => {
-                unsafe {
-                    g.attention_mma_bf16(
-                        att, q, k, v, tables, token_seq, positions, max_blocks, nh, nkv, head_dim,
-                    )
-                }?;
+                unsafe { g.attention_mma_bf16(att, p) }?;
                 return Ok(Held::ROWS);
             }
             Attention::PerHead => {
-                unsafe {
-                    g.attention_bf16(
-                        att, q, k, v, tables, token_seq, positions, max_blocks, nh, nkv, head_dim,
-                    )
-                }?;
+                unsafe { g.attention_bf16(att, p) }?;
                 return Ok(Held::ROWS);
             }
         };
@@ -159,47 +140,30 @@ impl SplitScratch {
         // The query heads of a KV head as the rows of one `mma` where it takes the model's
         // heads; the per-lane kernel otherwise.
         if attention_split_mma_supports(head_dim, nh, nkv, SPLIT_LEN) {
-            unsafe {
-                g.attention_split_mma_bf16(
-                    partial_o, partial_ml, q, k, v, tables, token_seq, positions, max_blocks, nh,
-                    nkv, head_dim, SPLIT_LEN,
-                )
-            }?;
+            unsafe { g.attention_split_mma_bf16(partial_o, partial_ml, p, SPLIT_LEN) }?;
         } else {
-            unsafe {
-                g.attention_split_bf16(
-                    partial_o, partial_ml, q, k, v, tables, token_seq, positions, max_blocks, nh,
-                    nkv, head_dim, SPLIT_LEN,
-                )
-            }?;
+            unsafe { g.attention_split_bf16(partial_o, partial_ml, p, SPLIT_LEN) }?;
         }
         let (po, ml) = (&partial_o.as_view(), &partial_ml.as_view());
-        let len = n * c.q_dim();
+        let (positions, len) = (&p.positions, n * heads.q_dim());
+        let splits = Splits::new(n_splits, SPLIT_LEN, head_dim);
         match copy {
             Some(Form::Bf16) => {
                 let out_bf16 = &mut mm.x_bf16.slice_mut(..len);
-                g.attention_combine_f32_bf16(
-                    att, out_bf16, po, ml, positions, SPLIT_LEN, nh, head_dim,
-                )?;
+                g.attention_combine_f32_bf16(att, out_bf16, po, ml, positions, splits)?;
                 Ok(Held::rows_and(Form::Bf16))
             }
             // A group of 32 codes must not cross a head.
             Some(Form::Codes) if head_dim.is_multiple_of(32) => {
-                g.attention_combine_q8_f32(
-                    att,
+                let codes = (
                     &mut mm.codes.slice_mut(..len),
                     &mut mm.code_scales.slice_mut(..len / 16),
-                    po,
-                    ml,
-                    positions,
-                    SPLIT_LEN,
-                    nh,
-                    head_dim,
-                )?;
+                );
+                g.attention_combine_q8_f32(att, codes, po, ml, positions, splits)?;
                 Ok(Held::rows_and(Form::Codes))
             }
             _ => {
-                g.attention_combine_f32(att, po, ml, positions, SPLIT_LEN, nh, head_dim)?;
+                g.attention_combine_f32(att, po, ml, positions, splits)?;
                 Ok(Held::ROWS)
             }
         }

@@ -9,7 +9,7 @@
 
 use cudarc::driver::{CudaGraph, CudaSlice};
 
-use super::attend::{Attention, Paged, SplitScratch, splits_needed};
+use super::attend::{Attention, SplitScratch, splits_needed};
 use super::batch::{DeviceBatch, MAX_SEQS};
 use super::context::{Gpu, capture_graph};
 use super::graphs::{GraphKey, Graphs, is_decode_step};
@@ -25,6 +25,7 @@ use super::weights::GpuWeights;
 use crate::batch::Batch;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::kernel_args::Heads;
 use crate::kv::block_manager::blocks_for;
 use crate::rope::RopeTables;
 
@@ -324,6 +325,7 @@ impl GpuBackend {
         let (rules, b) = (&pass.rules, &batch.view(n));
         let (dim, q_dim, ffn, eps) = (c.dim, c.q_dim(), c.ffn_dim, c.rms_eps);
         let qkv_dim = q_dim + 2 * c.kv_dim();
+        let heads = Heads::of(c);
         let x = &mut act.x.slice_mut(..n * dim);
         let xb = &mut act.xb.slice_mut(..n * dim);
         let qkv = &mut act.qkv.slice_mut(..n * qkv_dim);
@@ -353,28 +355,17 @@ impl GpuBackend {
             unsafe {
                 g.qkv_rope_write_bf16(
                     q,
-                    &mut k_cache,
-                    &mut v_cache,
+                    (&mut k_cache, &mut v_cache),
                     &qkv.as_view(),
-                    &b.positions,
-                    &b.slots,
-                    &rope_cos.as_view(),
-                    &rope_sin.as_view(),
-                    c.n_heads,
-                    c.n_kv_heads,
-                    c.head_dim,
+                    (&b.positions, &b.slots),
+                    (&rope_cos.as_view(), &rope_sin.as_view()),
+                    heads,
                 )
             }?;
             let o_plan = caps.plan(rules, &lw.wo, n);
-            let (k_cache, v_cache) = kv.layer(l);
-            let paged = Paged {
-                q: q.as_view(),
-                k_cache,
-                v_cache,
-                batch: b,
-            };
+            let paged = b.paged(q.as_view(), kv.layer(l), heads);
             let copy = copy_for(rules, n, &[o_plan.input]);
-            let held = splits.attend(g, mm, att, &paged, c, pass.attention, copy)?;
+            let held = splits.attend(g, mm, att, &paged, pass.attention, copy)?;
             let attended = Input {
                 rows: att.as_view(),
                 held,

@@ -7,9 +7,11 @@ use cudarc::driver::CudaSlice;
 
 use super::context::Gpu;
 use super::kernels::In;
+use super::kernels::attention::PagedIn;
 use super::tiles::BLOCK_SIZE;
 use crate::batch::Batch;
 use crate::error::{Error, Result};
+use crate::kernel_args::{Heads, PagedShape};
 
 /// Most sequences one forward pass may mix (the block-table buffer is sized for them).
 pub const MAX_SEQS: usize = 256;
@@ -136,5 +138,25 @@ impl DeviceBatch {
         // The profiler's byte counts of attention need them (a no-op otherwise).
         gpu.note_positions(&self.host.positions);
         Ok(())
+    }
+}
+
+impl<'a> BatchView<'a> {
+    /// The queries `q` over one layer's cache, for these tokens.
+    pub fn paged(
+        &self,
+        q: In<'a, f32>,
+        (k_cache, v_cache): (In<'a, u16>, In<'a, u16>),
+        heads: Heads,
+    ) -> PagedIn<'a, u16> {
+        PagedIn {
+            q,
+            k_cache,
+            v_cache,
+            block_tables: self.block_tables.slice(..),
+            token_seq: self.token_seq.slice(..),
+            positions: self.positions.slice(..),
+            shape: PagedShape::new(self.max_blocks, heads),
+        }
     }
 }
