@@ -20,7 +20,24 @@ pub enum Arch {
 
 pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM";
 
+/// The GGUF `general.architecture` names rustle reads, and the `model_type` each stands for
+/// (llama.cpp's converter writes `llama` for Llama, Mistral, SmolLM and TinyLlama).
+const GGUF_ARCHS: &[(&str, &str)] = &[("llama", "llama"), ("qwen2", "qwen2")];
+
 impl Arch {
+    /// The `model_type` a GGUF file's `general.architecture` stands for, or the error that
+    /// names it and lists what is read: checked before any of its keys (`ARCH.key`) is.
+    pub fn gguf_model_type(arch: &str) -> Result<&'static str> {
+        let found = GGUF_ARCHS.iter().find(|(name, _)| *name == arch);
+        found
+            .map(|&(_, model_type)| model_type)
+            .ok_or_else(|| Error::UnsupportedArchitecture {
+                field: "general.architecture",
+                found: arch.to_owned(),
+                supported: "llama (Llama, Mistral, SmolLM, TinyLlama), qwen2",
+            })
+    }
+
     fn from_hf(architectures: Option<&[String]>, model_type: Option<&str>) -> Result<Arch> {
         if let Some(name) = architectures.and_then(|a| a.first()) {
             return match name.as_str() {

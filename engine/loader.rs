@@ -268,16 +268,7 @@ fn gguf_config(g: &GgufFile) -> Result<HfConfig> {
         .get("general.architecture")
         .and_then(MetaValue::as_str)
         .ok_or_else(|| Error::Config("GGUF metadata has no `general.architecture`".into()))?;
-    let model_type = match arch {
-        "llama" | "qwen2" => arch,
-        other => {
-            return Err(Error::UnsupportedArchitecture {
-                field: "general.architecture",
-                found: other.to_owned(),
-                supported: "llama (Llama, Mistral, SmolLM, TinyLlama), qwen2",
-            });
-        }
-    };
+    let model_type = crate::config::Arch::gguf_model_type(arch)?;
     let num = |key: &str| {
         let key = format!("{arch}.{key}");
         let v = g.get(&key).and_then(MetaValue::as_u64);

@@ -1,4 +1,7 @@
-//! The model's weights as the CPU backend holds them: f32, named for their role.
+//! The model's weights, named for their role, and the one loader that takes them by name,
+//! shape and dtype from the files. The matrices are of a type the backend picks
+//! (`MatrixFormat`): f32 for the reference backend (the default), the stored bytes for the
+//! fast one (`cpu::fast::weights::Matrix`); norms and biases are f32 for both.
 
 use std::sync::Arc;
 
@@ -8,45 +11,96 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::weights::Weights;
 
-/// One transformer block.
-pub struct LayerWeights {
+/// One transformer block, its matrices of type `M`.
+pub struct LayerWeights<M = Vec<f32>> {
     /// `[dim]`
     pub attn_norm: Vec<f32>,
     /// `[q_dim, dim]`
-    pub wq: Vec<f32>,
+    pub wq: M,
     /// `[kv_dim, dim]`
-    pub wk: Vec<f32>,
+    pub wk: M,
     /// `[kv_dim, dim]`
-    pub wv: Vec<f32>,
+    pub wv: M,
     /// `[q_dim]`, `[kv_dim]`, `[kv_dim]`: Qwen2's projection biases.
     pub bq: Option<Vec<f32>>,
     pub bk: Option<Vec<f32>>,
     pub bv: Option<Vec<f32>>,
     /// `[dim, q_dim]`
-    pub wo: Vec<f32>,
+    pub wo: M,
     /// `[dim]`
     pub ffn_norm: Vec<f32>,
     /// `[ffn_dim, dim]`
-    pub w_gate: Vec<f32>,
+    pub w_gate: M,
     /// `[ffn_dim, dim]`
-    pub w_up: Vec<f32>,
+    pub w_up: M,
     /// `[dim, ffn_dim]`
-    pub w_down: Vec<f32>,
+    pub w_down: M,
 }
 
-pub struct ModelWeights {
+impl<M> LayerWeights<M> {
+    /// The layer's matrices.
+    pub fn matrices(&self) -> [&M; 7] {
+        [
+            &self.wq,
+            &self.wk,
+            &self.wv,
+            &self.wo,
+            &self.w_gate,
+            &self.w_up,
+            &self.w_down,
+        ]
+    }
+
+    /// The layer's vectors: the norms, and the biases it has.
+    pub fn vectors(&self) -> impl Iterator<Item = &Vec<f32>> {
+        [
+            Some(&self.attn_norm),
+            Some(&self.ffn_norm),
+            self.bq.as_ref(),
+            self.bk.as_ref(),
+            self.bv.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
+/// The model's weights, its matrices of type `M`.
+pub struct ModelWeights<M = Vec<f32>> {
     /// `[vocab, dim]`
-    pub embed: Vec<f32>,
-    pub layers: Vec<LayerWeights>,
+    pub embed: M,
+    pub layers: Vec<LayerWeights<M>>,
     /// `[dim]`
     pub final_norm: Vec<f32>,
     /// `[vocab, dim]`; `None` when the head is tied to the embedding.
-    pub lm_head: Option<Vec<f32>>,
+    pub lm_head: Option<M>,
     /// `[head_dim / 2]`: Llama 3.1's RoPE divisors, when a GGUF file stores them.
     pub rope_freq_factors: Option<Vec<f32>>,
     /// The files as they store the weights (mapped, not copied), for a backend that keeps
     /// quantized blocks as they are (the GPU); `None` for synthetic weights.
     pub stored: Option<Arc<Stored>>,
+}
+
+/// How a backend holds a matrix it takes from the files.
+pub trait MatrixFormat: Sized + Send {
+    /// The tensor `name` as a `[rows, cols]` matrix, or an error naming what was wanted and
+    /// what was found.
+    fn take(w: &Weights, name: &str, rows: usize, cols: usize) -> Result<Self>;
+
+    /// The matrix with the Q or K rows GGUF converters interleaved for `llama` models put
+    /// back (`unpermute_rows`); `n_heads` heads of `head_dim` rows.
+    fn unpermute(self, n_heads: usize, head_dim: usize) -> Self;
+}
+
+/// The reference backend's matrices: f32, whatever the files store.
+impl MatrixFormat for Vec<f32> {
+    fn take(w: &Weights, name: &str, rows: usize, cols: usize) -> Result<Self> {
+        w.take(name, &[rows, cols])
+    }
+
+    fn unpermute(self, n_heads: usize, head_dim: usize) -> Self {
+        unpermute_rows(&self, n_heads, head_dim)
+    }
 }
 
 /// The weights as the files store them.
@@ -56,12 +110,14 @@ pub struct Stored {
     pub qk_permuted: bool,
 }
 
-impl ModelWeights {
+impl<M> ModelWeights<M> {
     /// The output projection: the head, or the embedding when they are tied.
-    pub fn head(&self) -> &[f32] {
-        self.lm_head.as_deref().unwrap_or(&self.embed)
+    pub fn head(&self) -> &M {
+        self.lm_head.as_ref().unwrap_or(&self.embed)
     }
+}
 
+impl ModelWeights {
     /// Values of every matrix (the embedding and the head included) and of every vector
     /// (norms, biases, RoPE factors): what a backend's copy of the weights holds.
     pub fn params(&self) -> (usize, usize) {
@@ -69,15 +125,8 @@ impl ModelWeights {
         let mut vectors =
             self.final_norm.len() + self.rope_freq_factors.as_ref().map_or(0, |f| f.len());
         for l in &self.layers {
-            matrices += [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
-                .iter()
-                .map(|m| m.len())
-                .sum::<usize>();
-            vectors += l.attn_norm.len() + l.ffn_norm.len();
-            vectors += [&l.bq, &l.bk, &l.bv]
-                .iter()
-                .map(|b| b.as_ref().map_or(0, |b| b.len()))
-                .sum::<usize>();
+            matrices += l.matrices().iter().map(|m| m.len()).sum::<usize>();
+            vectors += l.vectors().map(|v| v.len()).sum::<usize>();
         }
         (matrices, vectors)
     }
@@ -86,24 +135,8 @@ impl ModelWeights {
     /// the head once; the embedding only for the rows it looks up, counted as none.
     pub fn bytes(&self) -> usize {
         let layer = |l: &LayerWeights| {
-            [
-                &l.attn_norm,
-                &l.wq,
-                &l.wk,
-                &l.wv,
-                &l.wo,
-                &l.ffn_norm,
-                &l.w_gate,
-                &l.w_up,
-                &l.w_down,
-            ]
-            .iter()
-            .map(|v| v.len())
-            .sum::<usize>()
-                + [&l.bq, &l.bk, &l.bv]
-                    .iter()
-                    .map(|b| b.as_ref().map_or(0, |b| b.len()))
-                    .sum::<usize>()
+            l.matrices().iter().map(|m| m.len()).sum::<usize>()
+                + l.vectors().map(|v| v.len()).sum::<usize>()
         };
         let n: usize = self.layers.iter().map(layer).sum::<usize>()
             + self.final_norm.len()
@@ -215,53 +248,57 @@ impl ModelWeights {
         w.check("lm_head.weight", &[c.vocab_size, dim], !c.tie_embeddings)?;
         w.check("rope_freqs.weight", &[c.head_dim / 2], false)
     }
+}
 
-    /// Takes every weight by name and shape. `qk_permuted`: the file's Q and K rows are in
-    /// the interleaved order GGUF converters write for `llama` models; put them back.
-    pub fn load(c: &Config, w: &Weights, qk_permuted: bool) -> Result<ModelWeights> {
+impl<M: MatrixFormat> ModelWeights<M> {
+    /// Takes every weight by name and shape, the matrices as `M` holds them. `qk_permuted`:
+    /// the file's Q and K rows are in the interleaved order GGUF converters write for
+    /// `llama` models; put them back. The caller has run `ModelWeights::check`.
+    pub fn load(c: &Config, w: &Weights, qk_permuted: bool) -> Result<ModelWeights<M>> {
         let (dim, q_dim, kv_dim, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
         let layers = (0..c.n_layers)
             .into_par_iter()
             .map(|l| {
                 let name = |s: &str| format!("model.layers.{l}.{s}");
-                let take = |s: &str, shape: &[usize]| w.take(&name(s), shape);
+                let take = |s: &str, rows: usize, cols: usize| M::take(w, &name(s), rows, cols);
+                let vector = |s: &str, n: usize| w.take(&name(s), &[n]);
                 let bias = |s: &str, n: usize| -> Result<Option<Vec<f32>>> {
                     if c.qkv_bias {
-                        w.take(&name(s), &[n]).map(Some)
+                        vector(s, n).map(Some)
                     } else {
                         Ok(None)
                     }
                 };
-                let mut wq = take("self_attn.q_proj.weight", &[q_dim, dim])?;
-                let mut wk = take("self_attn.k_proj.weight", &[kv_dim, dim])?;
+                let mut wq = take("self_attn.q_proj.weight", q_dim, dim)?;
+                let mut wk = take("self_attn.k_proj.weight", kv_dim, dim)?;
                 let mut bq = bias("self_attn.q_proj.bias", q_dim)?;
                 let mut bk = bias("self_attn.k_proj.bias", kv_dim)?;
                 if qk_permuted {
-                    wq = unpermute_rows(&wq, c.n_heads, c.head_dim);
-                    wk = unpermute_rows(&wk, c.n_kv_heads, c.head_dim);
+                    wq = wq.unpermute(c.n_heads, c.head_dim);
+                    wk = wk.unpermute(c.n_kv_heads, c.head_dim);
                     bq = bq.map(|b| unpermute_rows(&b, c.n_heads, c.head_dim));
                     bk = bk.map(|b| unpermute_rows(&b, c.n_kv_heads, c.head_dim));
                 }
                 Ok(LayerWeights {
-                    attn_norm: take("input_layernorm.weight", &[dim])?,
+                    attn_norm: vector("input_layernorm.weight", dim)?,
                     wq,
                     wk,
-                    wv: take("self_attn.v_proj.weight", &[kv_dim, dim])?,
+                    wv: take("self_attn.v_proj.weight", kv_dim, dim)?,
                     bq,
                     bk,
                     bv: bias("self_attn.v_proj.bias", kv_dim)?,
-                    wo: take("self_attn.o_proj.weight", &[dim, q_dim])?,
-                    ffn_norm: take("post_attention_layernorm.weight", &[dim])?,
-                    w_gate: take("mlp.gate_proj.weight", &[ffn, dim])?,
-                    w_up: take("mlp.up_proj.weight", &[ffn, dim])?,
-                    w_down: take("mlp.down_proj.weight", &[dim, ffn])?,
+                    wo: take("self_attn.o_proj.weight", dim, q_dim)?,
+                    ffn_norm: vector("post_attention_layernorm.weight", dim)?,
+                    w_gate: take("mlp.gate_proj.weight", ffn, dim)?,
+                    w_up: take("mlp.up_proj.weight", ffn, dim)?,
+                    w_down: take("mlp.down_proj.weight", dim, ffn)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         let lm_head = if c.tie_embeddings {
             None
         } else {
-            Some(w.take("lm_head.weight", &[c.vocab_size, dim])?)
+            Some(M::take(w, "lm_head.weight", c.vocab_size, dim)?)
         };
         // Divisors of RoPE's frequencies: zero, negative or NaN ones turn every angle to NaN.
         let rope_freq_factors = w.take_optional("rope_freqs.weight", &[c.head_dim / 2])?;
@@ -277,7 +314,7 @@ impl ModelWeights {
             });
         }
         Ok(ModelWeights {
-            embed: w.take("model.embed_tokens.weight", &[c.vocab_size, dim])?,
+            embed: M::take(w, "model.embed_tokens.weight", c.vocab_size, dim)?,
             layers,
             final_norm: w.take("model.norm.weight", &[dim])?,
             lm_head,
