@@ -21,6 +21,7 @@ pub unsafe trait ByValue: Copy {}
 unsafe impl ByValue for PagedShape {}
 unsafe impl ByValue for Heads {}
 unsafe impl ByValue for Splits {}
+unsafe impl ByValue for MatmulShape {}
 
 /// Every `ByValue` struct and its size: what a kernel's parameter of that type must take in
 /// the PTX (`gpu::ptx`'s test).
@@ -28,6 +29,7 @@ pub const BY_VALUE: &[(&str, usize)] = &[
     ("PagedShape", size_of::<PagedShape>()),
     ("Heads", size_of::<Heads>()),
     ("Splits", size_of::<Splits>()),
+    ("MatmulShape", size_of::<MatmulShape>()),
 ];
 
 /// A size as a kernel's `u32`; one that does not fit is a bug in the caller (the model's
@@ -121,6 +123,26 @@ impl<'a, K> Paged<&'a [f32], &'a [K], &'a [u32]> {
             token_seq: &batch.token_seq,
             positions: &batch.positions,
             shape: PagedShape::new(batch.max_blocks, heads),
+        }
+    }
+}
+
+impl MatmulShape {
+    /// `n_tokens` rows of `n_in` through `n_out` rows of weights, into rows of `out_stride`
+    /// floats, added to what they hold where `accumulate`.
+    pub fn new(
+        n_tokens: usize,
+        n_in: usize,
+        n_out: usize,
+        out_stride: usize,
+        accumulate: bool,
+    ) -> MatmulShape {
+        MatmulShape {
+            n_tokens: u32_of(n_tokens, "n_tokens"),
+            n_in: u32_of(n_in, "n_in"),
+            n_out: u32_of(n_out, "n_out"),
+            out_stride: u32_of(out_stride, "out_stride"),
+            accumulate: accumulate as u32,
         }
     }
 }

@@ -41,3 +41,41 @@ pub struct Splits {
     pub split_len: u32,
     pub head_dim: u32,
 }
+
+/// A linear layer's sizes, for the matmuls that write into a wider output and may add to
+/// it: `out[t, o] (+)= sum_i x[t, i] w[o, i] (+ bias[o])` for tokens `t < n_tokens` and the
+/// matrix's rows `o < n_out`. The GEMVs and GEMMs over quantized weights take it (the GGUF
+/// types' and fp8's); several matrices' rows then land side by side in one output, as the
+/// runs of a fused q, k and v matrix do.
+///
+/// - `x`: `[n_tokens, n_in]`, in the form the kernel reads (f32, bf16, or 8-bit codes)
+/// - `w`: `[n_out]` rows of `n_in` weights
+/// - `out`: `[n_tokens, out_stride]` f32, this matrix's columns `0..n_out` of each row
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulShape {
+    /// Tokens: the rows of `x` and of `out`.
+    pub n_tokens: u32,
+    /// A token's inputs: the columns of `x`, the weights of a row of `w`.
+    pub n_in: u32,
+    /// The matrix's rows: the columns of `out` it writes.
+    pub n_out: u32,
+    /// Floats from one token's row of `out` to the next's: `n_out` or more.
+    pub out_stride: u32,
+    /// 1: the product is added to what `out` holds (a residual add); 0: it replaces it.
+    pub accumulate: u32,
+}
+
+impl MatmulShape {
+    /// `[n_tokens, n_in, n_out, out_stride]`, as the indices they count.
+    #[inline(always)]
+    pub fn sizes(&self) -> [usize; 4] {
+        [self.n_tokens, self.n_in, self.n_out, self.out_stride].map(|v| v as usize)
+    }
+
+    /// Whether the product is added to what `out` holds.
+    #[inline(always)]
+    pub fn accumulates(&self) -> bool {
+        self.accumulate != 0
+    }
+}
