@@ -10,6 +10,7 @@ include!(concat!(
 
 use crate::batch::Batch;
 use crate::config::Config;
+use crate::weights::blocks::BlockType;
 
 /// A struct a kernel takes by value: its bytes are the parameter (`gpu::launch`).
 ///
@@ -145,4 +146,17 @@ impl MatmulShape {
             accumulate: accumulate as u32,
         }
     }
+}
+
+/// A matrix of quantized rows as a matmul reads it: its block type, its bytes (`[n_rows]`
+/// rows of `ty.row_bytes(n_in)`, as the file has them), and fp8's scales (`[n_rows]` f32,
+/// one a row; none for the GGUF types, whose scales are inside their blocks). `B` and `S`
+/// are how the bytes and the scales are held: device views for a kernel's wrapper
+/// (`gpu::kernels::gemv_quant::BlocksIn`), host slices for its CPU twin
+/// (`cpu::quant::BlocksRef`).
+#[derive(Clone, Copy)]
+pub struct Blocks<B, S> {
+    pub ty: BlockType,
+    pub bytes: B,
+    pub row_scales: Option<S>,
 }

@@ -17,14 +17,17 @@ use rand::{Rng, SeedableRng};
 use rustle::config::{Config, HfConfig};
 use rustle::cpu::ops;
 use rustle::cpu::ops::PagedRef;
+use rustle::cpu::quant::BlocksRef;
 use rustle::gpu::Gpu;
 use rustle::gpu::gemm_plan::{GemmPlan, WGMMA_SPLITS};
 use rustle::gpu::kernels::attention::PagedIn;
 use rustle::gpu::kernels::attention_split_mma::attention_split_mma_supports;
+use rustle::gpu::kernels::gemm_mma::Bf16Operands;
+use rustle::gpu::kernels::gemv_quant::BlocksIn;
 use rustle::gpu::kernels::{In, Out};
 use rustle::gpu::matrix::WeightFormat;
 use rustle::gpu::matrix::to_bf16;
-use rustle::kernel_args::{Heads, Paged, PagedShape, Splits};
+use rustle::kernel_args::{Blocks, Heads, MatmulShape, Paged, PagedShape, Splits};
 use rustle::model::{LayerWeights, ModelWeights};
 use rustle::runner::{Device, Runner, RunnerOptions};
 use rustle::weights::blocks::BlockType;
@@ -301,21 +304,19 @@ fn assert_close(what: &str, gpu: &[f32], cpu: &[f32], tol: f64) {
 /// sum is off by far more than `tol` times this.
 const MATMUL_OUTPUT_FLOOR: f64 = 0.1;
 
-/// A matmul's output of `n_tokens` rows of `stride` against the twin's: each row's first
-/// `n_out` columns within `tol` (relative to their size, or to `MATMUL_OUTPUT_FLOOR` where
-/// that is larger), and the columns past them untouched: bit for bit as they were
-/// (`start`), or still NaN where the launch began from poison (`None`).
-#[allow(clippy::too_many_arguments)]
+/// A matmul's output (`shape`'s `n_tokens` rows of `out_stride`) against the twin's: each
+/// row's first `n_out` columns within `tol` (relative to their size, or to
+/// `MATMUL_OUTPUT_FLOOR` where that is larger), and the columns past them untouched: bit
+/// for bit as they were (`start`), or still NaN where the launch began from poison (`None`).
 fn assert_strided(
     what: &str,
     out: &[f32],
     cpu: &[f32],
     start: Option<&[f32]>,
-    n_tokens: usize,
-    n_out: usize,
-    stride: usize,
+    shape: MatmulShape,
     tol: f64,
 ) {
+    let [n_tokens, _, n_out, stride] = shape.sizes();
     let cols = |v: &[f32]| -> Vec<f32> {
         (0..n_tokens)
             .flat_map(|t| v[t * stride..t * stride + n_out].to_vec())
@@ -448,12 +449,48 @@ fn gemv_bf16(g: &Gpu, rng: &mut StdRng) {
             &up(g, &w).as_view(),
             b_view.as_ref(),
             n_in,
-            n_out,
             accumulate,
         )
         .unwrap();
         let what = format!("{n_out} x {n_in}, bias {bias}, accumulate {accumulate}");
         assert_close(&what, &down(g, &out), &cpu, LONG_REDUCTION);
+    }
+}
+
+/// A matrix of blocks on the device: `random_blocks`' bytes and fp8's row scales.
+struct DeviceBlocks {
+    bytes: CudaSlice<u8>,
+    row_scales: Option<CudaSlice<f32>>,
+}
+
+fn on_device(g: &Gpu, bytes: &[u8], row_scales: &Option<Vec<f32>>) -> DeviceBlocks {
+    DeviceBlocks {
+        bytes: up(g, bytes),
+        row_scales: row_scales.as_ref().map(|s| up(g, s)),
+    }
+}
+
+impl DeviceBlocks {
+    /// The matrix as a wrapper takes it, rows of `ty`.
+    fn view(&self, ty: BlockType) -> BlocksIn<'_> {
+        Blocks {
+            ty,
+            bytes: self.bytes.as_view(),
+            row_scales: self.row_scales.as_ref().map(|s| s.as_view()),
+        }
+    }
+}
+
+/// The same matrix on the host, as a twin takes it.
+fn blocks_ref<'a>(
+    ty: BlockType,
+    bytes: &'a [u8],
+    row_scales: &'a Option<Vec<f32>>,
+) -> BlocksRef<'a> {
+    Blocks {
+        ty,
+        bytes,
+        row_scales: row_scales.as_deref(),
     }
 }
 
@@ -637,7 +674,8 @@ fn gemv_blocks(g: &Gpu, rng: &mut StdRng) {
             };
             let mut cpu = start.clone();
             let mut out = up(g, &start);
-            let w_dev = up(g, &w);
+            let shape = MatmulShape::new(n_tokens, n_in, n_out, stride, accumulate);
+            let w_dev = on_device(g, &w, &scales);
             let b_dev = b.as_ref().map(|b| up(g, b));
             let b_view = b_dev.as_ref().map(|b| b.as_view());
             if ty == BlockType::Fp8 {
@@ -647,54 +685,33 @@ fn gemv_blocks(g: &Gpu, rng: &mut StdRng) {
                     &w,
                     scales.as_deref(),
                     b.as_deref(),
-                    n_tokens,
-                    n_in,
-                    n_out,
-                    stride,
-                    accumulate,
+                    shape,
                 );
-                let s_dev = up(g, scales.as_ref().expect("fp8 row scales"));
                 g.gemv_blocks(
-                    ty,
                     &mut out.as_view_mut(),
                     &up(g, &x).as_view(),
-                    &w_dev.as_view(),
-                    Some(&s_dev.as_view()),
+                    &w_dev.view(ty),
                     b_view.as_ref(),
-                    n_tokens,
-                    n_in,
-                    n_out,
-                    stride,
-                    accumulate,
+                    shape,
                 )
                 .unwrap();
             } else {
                 let (codes, code_scales) = q8_codes(&x);
                 rustle::cpu::quant::gemv_codes(
-                    ty,
                     &mut cpu,
                     &codes,
                     &code_scales,
-                    &w,
+                    blocks_ref(ty, &w, &scales),
                     b.as_deref(),
-                    n_tokens,
-                    n_in,
-                    n_out,
-                    stride,
-                    accumulate,
+                    shape,
                 );
                 g.gemv_codes(
-                    ty,
                     &mut out.as_view_mut(),
                     &up(g, &codes).as_view(),
                     &up(g, &code_scales).as_view(),
-                    &w_dev.as_view(),
+                    &w_dev.view(ty),
                     b_view.as_ref(),
-                    n_tokens,
-                    n_in,
-                    n_out,
-                    stride,
-                    accumulate,
+                    shape,
                 )
                 .unwrap();
             }
@@ -703,16 +720,7 @@ fn gemv_blocks(g: &Gpu, rng: &mut StdRng) {
                 "{ty} {n_out} x {n_in}, {n_tokens} tokens, stride {stride}, bias {bias}, accumulate {accumulate}"
             );
             let start = Some(&start[..]);
-            assert_strided(
-                &what,
-                &out,
-                &cpu,
-                start,
-                n_tokens,
-                n_out,
-                stride,
-                LONG_REDUCTION,
-            );
+            assert_strided(&what, &out, &cpu, start, shape, LONG_REDUCTION);
         }
     }
 }
@@ -723,20 +731,7 @@ fn gemv_blocks(g: &Gpu, rng: &mut StdRng) {
 /// they were (poison).
 fn gemv_two_types(g: &Gpu, rng: &mut StdRng) {
     use rustle::cpu::quant::{gemv_q4_k_q6_k, gemv_q5_k_q6_k};
-    type Twin = fn(
-        &mut [f32],
-        &[u8],
-        &[f32],
-        &[u8],
-        &[u8],
-        Option<&[f32]>,
-        usize,
-        usize,
-        usize,
-        usize,
-        bool,
-        usize,
-    );
+    type Twin = fn(&mut [f32], &[u8], &[f32], &[u8], &[u8], Option<&[f32]>, MatmulShape);
     let pairs: [(BlockType, BlockType, Twin); 2] = [
         (BlockType::Q4K, BlockType::Q6K, gemv_q4_k_q6_k),
         (BlockType::Q5K, BlockType::Q6K, gemv_q5_k_q6_k),
@@ -761,6 +756,8 @@ fn gemv_two_types(g: &Gpu, rng: &mut StdRng) {
                 vec![f32::NAN; n_tokens * stride]
             };
             let mut cpu = start.clone();
+            // `n_first` is the first matrix's rows: its bytes say it, to twin and wrapper.
+            let shape = MatmulShape::new(n_tokens, n_in, n_out, stride, accumulate);
             twin(
                 &mut cpu,
                 &codes,
@@ -768,44 +765,25 @@ fn gemv_two_types(g: &Gpu, rng: &mut StdRng) {
                 &w_a,
                 &w_b,
                 bias_v.as_deref(),
-                n_tokens,
-                n_in,
-                n_out,
-                stride,
-                accumulate,
-                n_first,
+                shape,
             );
             let mut out = up(g, &start);
             let b_dev = bias_v.as_ref().map(|b| up(g, b));
-            let (w_a_dev, w_b_dev) = (up(g, &w_a), up(g, &w_b));
+            let (w_a_dev, w_b_dev) = (on_device(g, &w_a, &None), on_device(g, &w_b, &None));
             g.gemv_codes_two(
-                (a, b),
                 &mut out.as_view_mut(),
                 &up(g, &codes).as_view(),
                 &up(g, &code_scales).as_view(),
-                (&w_a_dev.as_view(), &w_b_dev.as_view()),
+                (&w_a_dev.view(a), &w_b_dev.view(b)),
                 b_dev.as_ref().map(|b| b.as_view()).as_ref(),
-                n_tokens,
-                n_in,
-                (n_first, n_out),
-                stride,
-                accumulate,
+                shape,
             )
             .unwrap();
             let what = format!(
                 "{a} then {b}, {n_first} and {n_out} rows of {n_in}, {n_tokens} tokens, stride {stride}, bias {bias}, accumulate {accumulate}"
             );
             let out = down(g, &out);
-            assert_strided(
-                &what,
-                &out,
-                &cpu,
-                Some(&start[..]),
-                n_tokens,
-                n_out,
-                stride,
-                LONG_REDUCTION,
-            );
+            assert_strided(&what, &out, &cpu, Some(&start[..]), shape, LONG_REDUCTION);
         }
     }
 }
@@ -829,7 +807,9 @@ fn gemv_swiglu_blocks(g: &Gpu, rng: &mut StdRng) {
             let start = vec![f32::NAN; n_tokens * stride];
             let mut cpu = start.clone();
             let mut out = up(g, &start);
-            let (w_gate_dev, w_up_dev) = (up(g, &w_gate), up(g, &w_up));
+            let shape = MatmulShape::new(n_tokens, n_in, n_out, stride, false);
+            let w_gate_dev = on_device(g, &w_gate, &gate_scales);
+            let w_up_dev = on_device(g, &w_up, &up_scales);
             if let (Some(gate_scales), Some(up_scales)) = (&gate_scales, &up_scales) {
                 // fp8 multiplies the activations as they are.
                 rustle::cpu::quant::gemv_swiglu_fp8(
@@ -839,64 +819,39 @@ fn gemv_swiglu_blocks(g: &Gpu, rng: &mut StdRng) {
                     &w_up,
                     gate_scales,
                     up_scales,
-                    n_tokens,
-                    n_in,
-                    n_out,
-                    stride,
+                    shape,
                 );
                 g.gemv_swiglu_fp8(
                     &mut out.as_view_mut(),
                     &up(g, &x).as_view(),
-                    &w_gate_dev.as_view(),
-                    &w_up_dev.as_view(),
-                    &up(g, gate_scales).as_view(),
-                    &up(g, up_scales).as_view(),
-                    n_tokens,
-                    n_in,
-                    n_out,
-                    stride,
+                    &w_gate_dev.view(ty),
+                    &w_up_dev.view(ty),
+                    shape,
                 )
                 .unwrap();
             } else {
                 let (codes, code_scales) = q8_codes(&x);
                 rustle::cpu::quant::gemv_swiglu_codes(
-                    ty,
                     &mut cpu,
                     &codes,
                     &code_scales,
-                    &w_gate,
-                    &w_up,
-                    n_tokens,
-                    n_in,
-                    n_out,
-                    stride,
+                    blocks_ref(ty, &w_gate, &gate_scales),
+                    blocks_ref(ty, &w_up, &up_scales),
+                    shape,
                 );
                 g.gemv_swiglu_codes(
-                    ty,
                     &mut out.as_view_mut(),
                     &up(g, &codes).as_view(),
                     &up(g, &code_scales).as_view(),
-                    &w_gate_dev.as_view(),
-                    &w_up_dev.as_view(),
-                    n_tokens,
-                    n_in,
-                    n_out,
-                    stride,
+                    &w_gate_dev.view(ty),
+                    &w_up_dev.view(ty),
+                    shape,
                 )
                 .unwrap();
             }
             let out = down(g, &out);
             let what = format!("{ty} {n_out} x {n_in}, {n_tokens} tokens, stride {stride}");
-            assert_strided(
-                &what,
-                &out,
-                &cpu,
-                None,
-                n_tokens,
-                n_out,
-                stride,
-                SWIGLU_OF_SUMS,
-            );
+            assert_strided(&what, &out, &cpu, None, shape, SWIGLU_OF_SUMS);
         }
     }
 }
@@ -910,34 +865,14 @@ fn dequant_blocks(g: &Gpu, rng: &mut StdRng) {
         let shapes = [(1, 256), (37, 512), (300, 4096), (257, 96)];
         for (rows, n_in) in shapes.into_iter().filter(|&(_, n_in)| ty.fits(n_in)) {
             let (w, scales) = rustle::cpu::quant::random_blocks(ty, rows, n_in, 0.5, rng.random());
-            let (w_dev, s_dev) = (up(g, &w), scales.as_ref().map(|s| up(g, s)));
-            let s_view = s_dev.as_ref().map(|s| s.as_view());
+            let (w_host, w_dev) = (blocks_ref(ty, &w, &scales), on_device(g, &w, &scales));
             // The whole matrix to bf16, into a poisoned buffer.
             let mut cpu = vec![0u16; rows * n_in];
-            rustle::cpu::quant::dequant_blocks(
-                ty,
-                Some(&mut cpu),
-                None,
-                &w,
-                scales.as_deref(),
-                None,
-                rows,
-                n_in,
-            );
+            rustle::cpu::quant::dequant_blocks(Some(&mut cpu), None, w_host, None, rows, n_in);
             let mut out = up(g, &vec![0x7fc0u16; rows * n_in]);
-            unsafe {
-                g.dequant_blocks(
-                    ty,
-                    Some(&mut out.as_view_mut()),
-                    None,
-                    &w_dev.as_view(),
-                    s_view.as_ref(),
-                    None,
-                    rows,
-                    n_in,
-                )
-            }
-            .unwrap();
+            let out_view = &mut out.as_view_mut();
+            unsafe { g.dequant_blocks(Some(out_view), None, &w_dev.view(ty), None, rows, n_in) }
+                .unwrap();
             let as_f32 = |v: &[u16]| {
                 v.iter()
                     .map(|&b| half::bf16::from_bits(b).to_f32())
@@ -949,26 +884,16 @@ fn dequant_blocks(g: &Gpu, rng: &mut StdRng) {
             // Rows gathered by id, to f32.
             let ids: Vec<u32> = (0..7).map(|_| rng.random_range(0..rows as u32)).collect();
             let mut cpu = vec![0f32; ids.len() * n_in];
-            rustle::cpu::quant::dequant_blocks(
-                ty,
-                None,
-                Some(&mut cpu),
-                &w,
-                scales.as_deref(),
-                Some(&ids),
-                ids.len(),
-                n_in,
-            );
+            let (some_ids, n_ids) = (Some(&ids[..]), ids.len());
+            rustle::cpu::quant::dequant_blocks(None, Some(&mut cpu), w_host, some_ids, n_ids, n_in);
             let mut out = poisoned(g, ids.len() * n_in);
             let ids_dev = up(g, &ids);
             // SAFETY: every id is a row of the matrix.
             unsafe {
                 g.dequant_blocks(
-                    ty,
                     None,
                     Some(&mut out.as_view_mut()),
-                    &w_dev.as_view(),
-                    s_view.as_ref(),
+                    &w_dev.view(ty),
                     Some(&ids_dev.as_view()),
                     ids.len(),
                     n_in,
@@ -1062,16 +987,7 @@ type GemmCpu<X> = fn(&mut [f32], &[X], &[u16], Option<&[f32]>, usize);
 fn check_gemm<X: cudarc::driver::DeviceRepr>(
     g: &Gpu,
     rng: &mut StdRng,
-    gpu: impl Fn(
-        &Gpu,
-        &mut Out<f32>,
-        &In<X>,
-        &In<u16>,
-        Option<&In<f32>>,
-        usize,
-        usize,
-        usize,
-    ) -> rustle::Result<()>,
+    gpu: impl Fn(&Gpu, &mut Out<f32>, &In<X>, &In<u16>, Option<&In<f32>>, usize) -> rustle::Result<()>,
     cpu: GemmCpu<X>,
     input: fn(&mut StdRng, usize) -> Vec<X>,
     shapes: &[(usize, usize, usize, bool)],
@@ -1091,9 +1007,7 @@ fn check_gemm<X: cudarc::driver::DeviceRepr>(
             &up(g, &x).as_view(),
             &up(g, &w).as_view(),
             b_view.as_ref(),
-            n,
             n_in,
-            n_out,
         )
         .unwrap();
         assert_close(
@@ -1130,8 +1044,19 @@ fn gemm_step1_simt_bf16(g: &Gpu, rng: &mut StdRng) {
 /// steps and a bias.
 fn gemm_mma_bf16(g: &Gpu, rng: &mut StdRng) {
     let input = |rng: &mut StdRng, len| bf16_weights(rng, len, 1.0);
-    let (gpu, cpu) = (Gpu::gemm_mma_bf16, ops::gemm_mma_bf16);
-    check_gemm(g, rng, gpu, cpu, input, &TENSOR_GEMM_SHAPES);
+    let gpu = |g: &Gpu, o: &mut Out<f32>, x: &In<u16>, w: &In<u16>, b: Option<&In<f32>>, n_in| {
+        g.gemm_mma_bf16(o, bf16_ops(x, w, b), n_in)
+    };
+    check_gemm(g, rng, gpu, ops::gemm_mma_bf16, input, &TENSOR_GEMM_SHAPES);
+}
+
+/// A bf16 GEMM's operands, views of the test's buffers.
+fn bf16_ops<'a>(x: &'a In<u16>, w: &'a In<u16>, bias: Option<&'a In<f32>>) -> Bf16Operands<'a> {
+    Bf16Operands {
+        x: x.slice(..),
+        w: w.slice(..),
+        bias: bias.map(|b| b.slice(..)),
+    }
 }
 
 /// The same shapes as `gemm_mma_bf16`, with the plans `gemm_plan` picks; then every tile
@@ -1144,16 +1069,9 @@ fn gemm_wgmma_bf16(g: &Gpu, rng: &mut StdRng) {
     // Room for any split of any shape below: the kernel's parts, added in order after it.
     let mut parts: CudaSlice<f32> = g.zeros(8 * 300 * 4096, "split sums").unwrap();
     let parts = std::cell::RefCell::new(&mut parts);
-    let gpu = |g: &Gpu,
-               o: &mut Out<f32>,
-               x: &In<u16>,
-               w: &In<u16>,
-               b: Option<&In<f32>>,
-               n,
-               n_in,
-               n_out| {
+    let gpu = |g: &Gpu, o: &mut Out<f32>, x: &In<u16>, w: &In<u16>, b: Option<&In<f32>>, n_in| {
         let mut parts = parts.borrow_mut();
-        g.gemm_wgmma_bf16(o, x, w, b, n, n_in, n_out, &mut parts.as_view_mut())
+        g.gemm_wgmma_bf16(o, bf16_ops(x, w, b), n_in, &mut parts.as_view_mut())
     };
     check_gemm(g, rng, gpu, cpu, input, &TENSOR_GEMM_SHAPES);
     for tile_n in [128, 192, 224, 256] {
@@ -1164,18 +1082,12 @@ fn gemm_wgmma_bf16(g: &Gpu, rng: &mut StdRng) {
                 (64, 2048, 224, false),
                 (5, 4104, 300, true),
             ];
-            let planned = |g: &Gpu,
-                           o: &mut Out<f32>,
-                           x: &In<u16>,
-                           w: &In<u16>,
-                           b: Option<&In<f32>>,
-                           n,
-                           n_in,
-                           n_out| {
-                let mut parts = parts.borrow_mut();
-                let p = &mut parts.as_view_mut();
-                g.gemm_wgmma_planned(plan, o, x, w, b, n, n_in, n_out, p, false)
-            };
+            let planned =
+                |g: &Gpu, o: &mut Out<f32>, x: &In<u16>, w: &In<u16>, b: Option<&In<f32>>, n_in| {
+                    let mut parts = parts.borrow_mut();
+                    let p = &mut parts.as_view_mut();
+                    g.gemm_wgmma_planned(plan, o, bf16_ops(x, w, b), n_in, p, false)
+                };
             check_gemm(g, rng, planned, cpu, input, &shapes);
         }
     }
@@ -1196,15 +1108,12 @@ fn gemm_wgmma_bf16(g: &Gpu, rng: &mut StdRng) {
         }
         let mut out = up(g, &before);
         let mut parts = parts.borrow_mut();
+        let (x_dev, w_dev) = (up(g, &x), up(g, &w));
         g.gemm_wgmma_planned(
             plan,
             &mut out.as_view_mut(),
-            &up(g, &x).as_view(),
-            &up(g, &w).as_view(),
-            None,
-            n,
+            bf16_ops(&x_dev.as_view(), &w_dev.as_view(), None),
             n_in,
-            n_out,
             &mut parts.as_view_mut(),
             true,
         )
@@ -1226,13 +1135,12 @@ struct BlocksShape {
     accumulate: bool,
 }
 
-/// Holds a GEMM over GGUF blocks (`launch(out, x, w, bias, out_stride, accumulate, split)`)
-/// to its twin's sums (`twin(out, x, w, bias)` on the host) for one shape on fresh random
-/// inputs, once for each `(parts, split)` of `splits`: one part straight into the poisoned
-/// or accumulated output, more into poisoned parts that `gemm_skinny_reduce_f32` then adds;
-/// every output checked by `assert_strided` (the stride's extra columns must keep their
-/// poison).
-#[allow(clippy::too_many_arguments)]
+/// Holds a GEMM over GGUF blocks (`launch(out, x, w, bias, shape, split)`) to its twin's
+/// sums (`twin(out, x, w, bias)` on the host) for one shape on fresh random inputs, once
+/// for each `(parts, split)` of `splits`: one part straight into the poisoned or
+/// accumulated output, more into poisoned parts (rows of `n_out`, not accumulated) that
+/// `gemm_skinny_reduce_f32` then adds; every output checked by `assert_strided` (the
+/// stride's extra columns must keep their poison).
 fn check_blocks_gemm<S: Copy + std::fmt::Debug>(
     g: &Gpu,
     rng: &mut StdRng,
@@ -1240,7 +1148,7 @@ fn check_blocks_gemm<S: Copy + std::fmt::Debug>(
     shape: BlocksShape,
     twin: impl Fn(&mut [f32], &[u16], &[u8], Option<&[f32]>),
     splits: impl IntoIterator<Item = (usize, S)>,
-    launch: impl Fn(&mut Out<f32>, &In<u16>, &In<u8>, Option<&In<f32>>, usize, bool, S),
+    launch: impl Fn(&mut Out<f32>, &In<u16>, &BlocksIn, Option<&In<f32>>, MatmulShape, S),
 ) {
     let BlocksShape {
         n_in,
@@ -1260,34 +1168,20 @@ fn check_blocks_gemm<S: Copy + std::fmt::Debug>(
     };
     let mut cpu = start.clone();
     twin(&mut cpu, &x, &w, b.as_deref());
-    let (x_dev, w_dev) = (up(g, &x), up(g, &w));
-    let (x_view, w_view) = (x_dev.as_view(), w_dev.as_view());
+    let (x_dev, w_dev) = (up(g, &x), on_device(g, &w, &None));
+    let (x_view, w_view) = (x_dev.as_view(), w_dev.view(ty));
     let b_dev = b.as_ref().map(|b| up(g, b));
     let b_view = b_dev.as_ref().map(|b| b.as_view());
+    let matmul = MatmulShape::new(n, n_in, n_out, stride, accumulate);
     for (parts, split) in splits {
         let mut out = up(g, &start);
         if parts == 1 {
             let b = b_view.as_ref();
-            launch(
-                &mut out.as_view_mut(),
-                &x_view,
-                &w_view,
-                b,
-                stride,
-                accumulate,
-                split,
-            );
+            launch(&mut out.as_view_mut(), &x_view, &w_view, b, matmul, split);
         } else {
             let mut sums = poisoned(g, parts * n * n_out);
-            launch(
-                &mut sums.as_view_mut(),
-                &x_view,
-                &w_view,
-                None,
-                n_out,
-                false,
-                split,
-            );
+            let part = MatmulShape::new(n, n_in, n_out, n_out, false);
+            launch(&mut sums.as_view_mut(), &x_view, &w_view, None, part, split);
             g.gemm_skinny_reduce_f32(
                 &mut out.as_view_mut(),
                 &sums.as_view(),
@@ -1301,16 +1195,7 @@ fn check_blocks_gemm<S: Copy + std::fmt::Debug>(
         let what = format!(
             "{ty} {n_out} x {n_in}, {n} tokens, stride {stride}, bias {bias}, accumulate {accumulate}, split {split:?}"
         );
-        assert_strided(
-            &what,
-            &out,
-            &cpu,
-            Some(&start),
-            n,
-            n_out,
-            stride,
-            LONG_REDUCTION,
-        );
+        assert_strided(&what, &out, &cpu, Some(&start), matmul, LONG_REDUCTION);
     }
 }
 
@@ -1356,23 +1241,18 @@ fn gemm_blocks(g: &Gpu, rng: &mut StdRng) {
             }
             let twin = |out: &mut [f32], x: &[u16], w: &[u8], b: Option<&[f32]>| {
                 let acc = shape.accumulate;
-                rustle::cpu::quant::gemm_blocks(ty, out, x, w, b, n, n_in, n_out, stride, acc);
+                let matmul = MatmulShape::new(n, n_in, n_out, stride, acc);
+                rustle::cpu::quant::gemm_blocks(out, x, blocks_ref(ty, w, &None), b, matmul);
             };
             // Splits that would leave a part with no 256-deep chunk are not taken.
             let chunks = n_in / 256;
             let splits = [1, 2, 3, 8]
                 .into_iter()
                 .filter(|&k| k == 1 || (stride == n_out && (k - 1) * chunks.div_ceil(k) < chunks));
-            let launch = |out: &mut Out<f32>,
-                          x: &In<u16>,
-                          w: &In<u8>,
-                          b: Option<&In<f32>>,
-                          out_stride,
-                          acc,
-                          k| {
-                g.gemm_blocks(ty, out, x, w, b, n, n_in, n_out, out_stride, acc, k)
-                    .unwrap()
-            };
+            let launch =
+                |out: &mut Out<f32>, x: &In<u16>, w: &BlocksIn, b: Option<&In<f32>>, matmul, k| {
+                    g.gemm_blocks(out, x, w, b, matmul, k).unwrap()
+                };
             check_blocks_gemm(g, rng, ty, shape, twin, splits.map(|k| (k, k)), launch);
         }
     }
@@ -1427,8 +1307,8 @@ fn gemm_wgmma_blocks_shape(g: &Gpu, rng: &mut StdRng, ty: BlockType, shape: Bloc
         ..
     } = shape;
     let twin = |out: &mut [f32], x: &[u16], w: &[u8], b: Option<&[f32]>| {
-        let acc = shape.accumulate;
-        rustle::cpu::quant::gemm_blocks(ty, out, x, w, b, n, n_in, n_out, stride, acc);
+        let matmul = MatmulShape::new(n, n_in, n_out, stride, shape.accumulate);
+        rustle::cpu::quant::gemm_blocks(out, x, blocks_ref(ty, w, &None), b, matmul);
     };
     // Splits past the last stage are kept: their parts must be zeros.
     let engine = g.wgmma_blocks_plan(n, n_in, n_out);
@@ -1438,16 +1318,10 @@ fn gemm_wgmma_blocks_shape(g: &Gpu, rng: &mut StdRng, ty: BlockType, shape: Bloc
         .chain([engine])
         .filter(|p| p.k_splits == 1 || stride == n_out)
         .map(|p| (p.k_splits, p));
-    let launch = |out: &mut Out<f32>,
-                  x: &In<u16>,
-                  w: &In<u8>,
-                  b: Option<&In<f32>>,
-                  out_stride,
-                  acc,
-                  plan| {
-        g.gemm_wgmma_blocks(ty, out, x, w, b, n, n_in, n_out, out_stride, acc, plan)
-            .unwrap()
-    };
+    let launch =
+        |out: &mut Out<f32>, x: &In<u16>, w: &BlocksIn, b: Option<&In<f32>>, matmul, plan| {
+            g.gemm_wgmma_blocks(out, x, w, b, matmul, plan).unwrap()
+        };
     check_blocks_gemm(g, rng, ty, shape, twin, plans, launch);
 }
 
@@ -1492,11 +1366,8 @@ fn gemm_skinny_bf16(g: &Gpu, rng: &mut StdRng) {
             g.gemm_skinny_planned(
                 splits,
                 &mut out.as_view_mut(),
-                &x_dev.as_view(),
-                &w_dev.as_view(),
-                b_view.as_ref(),
+                bf16_ops(&x_dev.as_view(), &w_dev.as_view(), b_view.as_ref()),
                 n_in,
-                n_out,
                 accumulate,
                 &mut parts.as_view_mut(),
             )
@@ -1606,14 +1477,12 @@ fn gemm_wgmma_fp8(g: &Gpu, rng: &mut StdRng) {
             x_scales: xsd.as_view(),
             w: wd.as_view(),
             w_scales: wsd.as_view(),
+            bias: b_dev.as_ref().map(|b| b.as_view()),
         };
         let (o, p) = (&mut out.as_view_mut(), &mut parts.as_view_mut());
-        let bv = b_dev.as_ref().map(|b| b.as_view());
         match plan {
-            Some(plan) => {
-                g.gemm_wgmma_fp8_planned(plan, o, ops(), bv.as_ref(), n, n_in, n_out, p, accumulate)
-            }
-            None => g.gemm_wgmma_fp8(o, ops(), bv.as_ref(), n, n_in, n_out, p, false),
+            Some(plan) => g.gemm_wgmma_fp8_planned(plan, o, ops(), n_in, p, accumulate),
+            None => g.gemm_wgmma_fp8(o, ops(), n_in, p, false),
         }
         .unwrap();
         let what = format!("{n} tokens, {n_out} x {n_in}, bias {bias}, plan {plan:?}");

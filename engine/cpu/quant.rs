@@ -6,25 +6,30 @@
 //! the loader's dequantizers) and multiplied in f32, so the GPU's register decoding is held
 //! against the decoders that are themselves checked against the `gguf` package.
 
+use crate::kernel_args::{Blocks, MatmulShape};
 use crate::weights::blocks::{BlockType, e4m3_to_f32};
+
+/// A matrix of quantized rows on the host (`kernel_args::Blocks`): its block type, its
+/// bytes, and fp8's row scales.
+pub type BlocksRef<'a> = Blocks<&'a [u8], &'a [f32]>;
 
 /// `out[t * out_stride + o] = (accumulate ? .. : 0) + w[o] . x[t] + bias[o]` for
 /// `t < n_tokens`, `o < n_out`: what every quantized GEMV on the GPU computes. `w`:
-/// `[n_out]` rows of `ty.row_bytes(n_in)`; `row_scales`: fp8's, one per row.
-#[allow(clippy::too_many_arguments)]
+/// `[n_out]` rows of `w.ty.row_bytes(n_in)`, with fp8's scales, one per row.
 pub fn gemv_blocks(
-    ty: BlockType,
     out: &mut [f32],
     x: &[f32],
-    w: &[u8],
-    row_scales: Option<&[f32]>,
+    w: BlocksRef,
     bias: Option<&[f32]>,
-    n_tokens: usize,
-    n_in: usize,
-    n_out: usize,
-    out_stride: usize,
-    accumulate: bool,
+    shape: MatmulShape,
 ) {
+    let [n_tokens, n_in, n_out, out_stride] = shape.sizes();
+    let accumulate = shape.accumulates();
+    let Blocks {
+        ty,
+        bytes: w,
+        row_scales,
+    } = w;
     let row_bytes = ty.row_bytes(n_in);
     assert!(w.len() == n_out * row_bytes && x.len() >= n_tokens * n_in);
     let mut row = vec![0.0f32; n_in];
@@ -94,22 +99,17 @@ pub fn attention_combine_q8_f32(
 /// for (`d * code`, `quantize_q8_f32`'s `codes` `[n_tokens, n_in]` and `scales`). The GPU
 /// sums the same products in integers first, then scales them: the same sum, rounded
 /// differently.
-#[allow(clippy::too_many_arguments)]
 pub fn gemv_codes(
-    ty: BlockType,
     out: &mut [f32],
     codes: &[u8],
     scales: &[f32],
-    w: &[u8],
+    w: BlocksRef,
     bias: Option<&[f32]>,
-    n_tokens: usize,
-    n_in: usize,
-    n_out: usize,
-    out_stride: usize,
-    accumulate: bool,
+    shape: MatmulShape,
 ) {
+    let [n_tokens, n_in, ..] = shape.sizes();
     assert!(
-        ty != BlockType::Fp8,
+        w.ty != BlockType::Fp8,
         "fp8 multiplies its activations as they are: gemv_blocks"
     );
     let x: Vec<f32> = codes[..n_tokens * n_in]
@@ -117,34 +117,28 @@ pub fn gemv_codes(
         .enumerate()
         .map(|(i, &q)| scales[2 * (i / 32)] * q as i8 as f32)
         .collect();
-    gemv_blocks(
-        ty, out, &x, w, None, bias, n_tokens, n_in, n_out, out_stride, accumulate,
-    )
+    gemv_blocks(out, &x, w, bias, shape)
 }
 
 /// `gemv_swiglu_<type>` on the GPU: `out[t, o] = silu(g) * u`, `g` and `u` the gate's and
 /// up's `gemv_codes` of the token (`swiglu_f32` of the two).
-#[allow(clippy::too_many_arguments)]
 pub fn gemv_swiglu_codes(
-    ty: BlockType,
     out: &mut [f32],
     codes: &[u8],
     scales: &[f32],
-    w_gate: &[u8],
-    w_up: &[u8],
-    n_tokens: usize,
-    n_in: usize,
-    n_out: usize,
-    out_stride: usize,
+    w_gate: BlocksRef,
+    w_up: BlocksRef,
+    shape: MatmulShape,
 ) {
+    let [n_tokens, n_in, n_out, out_stride] = shape.sizes();
     let mut sums = [
         vec![0.0f32; n_tokens * n_out],
         vec![0.0f32; n_tokens * n_out],
     ];
+    // Each matrix's sums alone, `[n_tokens, n_out]`.
+    let sums_shape = MatmulShape::new(n_tokens, n_in, n_out, n_out, false);
     for (sum, w) in sums.iter_mut().zip([w_gate, w_up]) {
-        gemv_codes(
-            ty, sum, codes, scales, w, None, n_tokens, n_in, n_out, n_out, false,
-        );
+        gemv_codes(sum, codes, scales, w, None, sums_shape);
     }
     for t in 0..n_tokens {
         let row = t * n_out..(t + 1) * n_out;
@@ -158,17 +152,19 @@ pub fn gemv_swiglu_codes(
 
 /// Rows `rows[r]` (or r) of the matrix as f32 into `out_f32` when given, else rounded to
 /// bf16 into `out_bf16`: `dequant_blocks` on the GPU.
-#[allow(clippy::too_many_arguments)]
 pub fn dequant_blocks(
-    ty: BlockType,
     out_bf16: Option<&mut [u16]>,
     out_f32: Option<&mut [f32]>,
-    w: &[u8],
-    row_scales: Option<&[f32]>,
+    w: BlocksRef,
     rows: Option<&[u32]>,
     n_rows: usize,
     n_in: usize,
 ) {
+    let Blocks {
+        ty,
+        bytes: w,
+        row_scales,
+    } = w;
     let row_bytes = ty.row_bytes(n_in);
     let mut values = vec![0.0f32; n_rows * n_in];
     for (r, v) in values.chunks_exact_mut(n_in).enumerate() {
@@ -187,19 +183,16 @@ pub fn dequant_blocks(
 /// `[n_tokens, n_in]` times the e4m3 rows' values, each row's sum times its scale, + bias.
 /// As the tensor cores take them, the activations are rounded to f16 first, scaled by 2^-8
 /// so that values up to 2^24 fit (`fp8_activation`); the e4m3 values are exact in f16.
-#[allow(clippy::too_many_arguments)]
 pub fn gemv_fp8(
     out: &mut [f32],
     x: &[f32],
     w: &[u8],
     row_scales: Option<&[f32]>,
     bias: Option<&[f32]>,
-    n_tokens: usize,
-    n_in: usize,
-    n_out: usize,
-    out_stride: usize,
-    accumulate: bool,
+    shape: MatmulShape,
 ) {
+    let [n_tokens, n_in, n_out, out_stride] = shape.sizes();
+    let accumulate = shape.accumulates();
     let scales = row_scales.expect("fp8 rows come with their scales");
     let x: Vec<f32> = x[..n_tokens * n_in]
         .iter()
@@ -218,7 +211,6 @@ pub fn gemv_fp8(
 
 /// `gemv_swiglu_fp8` on the GPU: out (`[n_tokens, out_stride]`, columns `0..n_out`) =
 /// silu(gate) * up, gate and up `gemv_fp8` of x by `w_gate` and `w_up`.
-#[allow(clippy::too_many_arguments)]
 pub fn gemv_swiglu_fp8(
     out: &mut [f32],
     x: &[f32],
@@ -226,17 +218,14 @@ pub fn gemv_swiglu_fp8(
     w_up: &[u8],
     gate_scales: &[f32],
     up_scales: &[f32],
-    n_tokens: usize,
-    n_in: usize,
-    n_out: usize,
-    out_stride: usize,
+    shape: MatmulShape,
 ) {
+    let [n_tokens, n_in, n_out, out_stride] = shape.sizes();
+    // Each matrix's sums alone, `[n_tokens, n_out]`.
+    let sums_shape = MatmulShape::new(n_tokens, n_in, n_out, n_out, false);
     let [gate, up] = [(w_gate, gate_scales), (w_up, up_scales)].map(|(w, scales)| {
         let mut sums = vec![0.0; n_tokens * n_out];
-        let s = Some(scales);
-        gemv_fp8(
-            &mut sums, x, w, s, None, n_tokens, n_in, n_out, n_out, false,
-        );
+        gemv_fp8(&mut sums, x, w, Some(scales), None, sums_shape);
         sums
     });
     for t in 0..n_tokens {
@@ -257,42 +246,30 @@ pub fn fp8_activation(v: f32) -> f32 {
 macro_rules! gemv_twins {
     ($($ty:ident => $gemv:ident, $swiglu:ident;)*) => {$(
         #[doc = concat!("`gemv_codes` over `", stringify!($ty), "` weights.")]
-        #[allow(clippy::too_many_arguments)]
         pub fn $gemv(
             out: &mut [f32],
             codes: &[u8],
             scales: &[f32],
             w: &[u8],
             bias: Option<&[f32]>,
-            n_tokens: usize,
-            n_in: usize,
-            n_out: usize,
-            out_stride: usize,
-            accumulate: bool,
+            shape: MatmulShape,
         ) {
-            gemv_codes(
-                BlockType::$ty, out, codes, scales, w, bias, n_tokens, n_in, n_out,
-                out_stride, accumulate,
-            )
+            let w = Blocks { ty: BlockType::$ty, bytes: w, row_scales: None };
+            gemv_codes(out, codes, scales, w, bias, shape)
         }
 
         #[doc = concat!("`gemv_swiglu_codes` over `", stringify!($ty), "` weights.")]
-        #[allow(clippy::too_many_arguments)]
         pub fn $swiglu(
             out: &mut [f32],
             codes: &[u8],
             scales: &[f32],
             w_gate: &[u8],
             w_up: &[u8],
-            n_tokens: usize,
-            n_in: usize,
-            n_out: usize,
-            out_stride: usize,
+            shape: MatmulShape,
         ) {
-            gemv_swiglu_codes(
-                BlockType::$ty, out, codes, scales, w_gate, w_up, n_tokens, n_in, n_out,
-                out_stride,
-            )
+            let [w_gate, w_up] =
+                [w_gate, w_up].map(|bytes| Blocks { ty: BlockType::$ty, bytes, row_scales: None });
+            gemv_swiglu_codes(out, codes, scales, w_gate, w_up, shape)
         }
     )*};
 }
@@ -308,12 +285,12 @@ gemv_twins! {
     Q6K => gemv_q6_k, gemv_swiglu_q6_k;
 }
 
-/// The two-type GEMVs' twins (`gemv_q4_k_q6_k`, ...): `gemv_codes` over rows `..n_first` of
-/// the first type (`w`), then over the rest of the second (`w_b`).
+/// The two-type GEMVs' twins (`gemv_q4_k_q6_k`, ...): `gemv_codes` over the rows of the
+/// first type (`w`, the kernel's `n_first` of them: as `Gpu::gemv_codes_two`, its bytes
+/// say how many), then over the rest of the second (`w_b`).
 macro_rules! two_type_twins {
     ($($a:ident, $b:ident => $name:ident;)*) => {$(
         #[doc = concat!("`gemv_codes` over `", stringify!($a), "` rows, then `", stringify!($b), "` rows.")]
-        #[allow(clippy::too_many_arguments)]
         pub fn $name(
             out: &mut [f32],
             codes: &[u8],
@@ -321,21 +298,19 @@ macro_rules! two_type_twins {
             w: &[u8],
             w_b: &[u8],
             bias: Option<&[f32]>,
-            n_tokens: usize,
-            n_in: usize,
-            n_out: usize,
-            out_stride: usize,
-            accumulate: bool,
-            n_first: usize,
+            shape: MatmulShape,
         ) {
-            gemv_codes(
-                BlockType::$a, out, codes, scales, w, bias.map(|b| &b[..n_first]), n_tokens,
-                n_in, n_first, out_stride, accumulate,
+            let (a, b) = (BlockType::$a, BlockType::$b);
+            let n_first = w.len() / a.row_bytes(shape.n_in as usize);
+            let first = MatmulShape { n_out: n_first as u32, ..shape };
+            let rest = MatmulShape { n_out: shape.n_out - n_first as u32, ..shape };
+            let (w, w_b) = (
+                Blocks { ty: a, bytes: w, row_scales: None },
+                Blocks { ty: b, bytes: w_b, row_scales: None },
             );
+            gemv_codes(out, codes, scales, w, bias.map(|b| &b[..n_first]), first);
             gemv_codes(
-                BlockType::$b, &mut out[n_first..], codes, scales, w_b,
-                bias.map(|b| &b[n_first..]), n_tokens, n_in, n_out - n_first, out_stride,
-                accumulate,
+                &mut out[n_first..], codes, scales, w_b, bias.map(|b| &b[n_first..]), rest,
             );
         }
     )*};
@@ -352,20 +327,16 @@ two_type_twins! {
 macro_rules! swiglu_stream_twins {
     ($($swiglu:ident => $stream:ident;)*) => {$(
         #[doc = concat!("`", stringify!($swiglu), "`, whatever the stages.")]
-        #[allow(clippy::too_many_arguments)]
         pub fn $stream(
             out: &mut [f32],
             codes: &[u8],
             scales: &[f32],
             w_gate: &[u8],
             w_up: &[u8],
-            n_tokens: usize,
-            n_in: usize,
-            n_out: usize,
-            out_stride: usize,
+            shape: MatmulShape,
             _stages: usize,
         ) {
-            $swiglu(out, codes, scales, w_gate, w_up, n_tokens, n_in, n_out, out_stride)
+            $swiglu(out, codes, scales, w_gate, w_up, shape)
         }
     )*};
 }
@@ -387,23 +358,16 @@ swiglu_stream_twins! {
 macro_rules! gemv_stream_twins {
     ($($gemv:ident => $stream:ident;)*) => {$(
         #[doc = concat!("`", stringify!($gemv), "`, whatever the stages.")]
-        #[allow(clippy::too_many_arguments)]
         pub fn $stream(
             out: &mut [f32],
             codes: &[u8],
             scales: &[f32],
             w: &[u8],
             bias: Option<&[f32]>,
-            n_tokens: usize,
-            n_in: usize,
-            n_out: usize,
-            out_stride: usize,
-            accumulate: bool,
+            shape: MatmulShape,
             _stages: usize,
         ) {
-            $gemv(
-                out, codes, scales, w, bias, n_tokens, n_in, n_out, out_stride, accumulate,
-            )
+            $gemv(out, codes, scales, w, bias, shape)
         }
     )*};
 }
@@ -480,19 +444,16 @@ fn tensor_core_row(ty: BlockType, bytes: &[u8], out: &mut [f32]) {
 /// `out[t * out_stride + o] = (accumulate ? .. : 0) + w[o] . x[t] + bias[o]`, the weights as
 /// the kernel makes them for the tensor cores (`tensor_core_row`), `x` `[n, n_in]` bf16 bits,
 /// the products summed in f32 (the GPU's tensor cores add them in another order).
-#[allow(clippy::too_many_arguments)]
 pub fn gemm_blocks(
-    ty: BlockType,
     out: &mut [f32],
     x: &[u16],
-    w: &[u8],
+    w: BlocksRef,
     bias: Option<&[f32]>,
-    n: usize,
-    n_in: usize,
-    n_out: usize,
-    out_stride: usize,
-    accumulate: bool,
+    shape: MatmulShape,
 ) {
+    let [n, n_in, n_out, out_stride] = shape.sizes();
+    let accumulate = shape.accumulates();
+    let (ty, w) = (w.ty, w.bytes);
     let row_bytes = ty.row_bytes(n_in);
     assert!(w.len() == n_out * row_bytes && x.len() >= n * n_in && n_out <= out_stride);
     let x: Vec<f32> = x[..n * n_in]
@@ -521,19 +482,15 @@ pub fn gemm_blocks(
 macro_rules! gemm_twins {
     ($($ty:ident => $gemm:ident;)*) => {$(
         #[doc = concat!("`gemm_blocks` over `", stringify!($ty), "` weights.")]
-        #[allow(clippy::too_many_arguments)]
         pub fn $gemm(
             out: &mut [f32],
             x: &[u16],
             w: &[u8],
             bias: Option<&[f32]>,
-            n: usize,
-            n_in: usize,
-            n_out: usize,
-            out_stride: usize,
-            accumulate: bool,
+            shape: MatmulShape,
         ) {
-            gemm_blocks(BlockType::$ty, out, x, w, bias, n, n_in, n_out, out_stride, accumulate)
+            let w = Blocks { ty: BlockType::$ty, bytes: w, row_scales: None };
+            gemm_blocks(out, x, w, bias, shape)
         }
     )*};
 }
@@ -562,7 +519,6 @@ gemm_twins! {
 macro_rules! dequant_twins {
     ($($ty:ident => $dequant:ident;)*) => {$(
         #[doc = concat!("`dequant_blocks` over `", stringify!($ty), "` weights.")]
-        #[allow(clippy::too_many_arguments)]
         pub fn $dequant(
             out_bf16: Option<&mut [u16]>,
             out_f32: Option<&mut [f32]>,
@@ -572,7 +528,8 @@ macro_rules! dequant_twins {
             n_rows: usize,
             n_in: usize,
         ) {
-            dequant_blocks(BlockType::$ty, out_bf16, out_f32, w, row_scales, rows, n_rows, n_in)
+            let w = Blocks { ty: BlockType::$ty, bytes: w, row_scales };
+            dequant_blocks(out_bf16, out_f32, w, rows, n_rows, n_in)
         }
     )*};
 }
@@ -703,36 +660,19 @@ mod tests {
         );
         let start = vec![0.25f32; n_tokens * stride];
         let (mut got, mut same, mut apart) = (start.clone(), start.clone(), start);
-        gemv_fp8(
-            &mut got, &x, &w, scales, None, n_tokens, n_in, n_out, stride, true,
-        );
+        let shape = MatmulShape::new(n_tokens, n_in, n_out, stride, true);
+        gemv_fp8(&mut got, &x, &w, scales, None, shape);
+        let blocks = Blocks {
+            ty: BlockType::Fp8,
+            bytes: &w[..],
+            row_scales: scales,
+        };
         for (out, x) in [(&mut same, &rounded), (&mut apart, &x)] {
-            gemv_blocks(
-                BlockType::Fp8,
-                out,
-                x,
-                &w,
-                scales,
-                None,
-                n_tokens,
-                n_in,
-                n_out,
-                stride,
-                true,
-            );
+            gemv_blocks(out, x, blocks, None, shape);
         }
         // From the f32 sums, no further than f16's half step of every product.
         let mut all = vec![0f32; n_out * n_in];
-        dequant_blocks(
-            BlockType::Fp8,
-            None,
-            Some(&mut all),
-            &w,
-            scales,
-            None,
-            n_out,
-            n_in,
-        );
+        dequant_blocks(None, Some(&mut all), blocks, None, n_out, n_in);
         for t in 0..n_tokens {
             for o in 0..n_out {
                 let [g, s, a] = [&got, &same, &apart].map(|v| v[t * stride + o]);
@@ -757,30 +697,15 @@ mod tests {
             let x: Vec<f32> = (0..n_tokens * n_in).map(|i| (i % 7) as f32 - 3.0).collect();
             let mut out = vec![1.0f32; n_tokens * stride];
             let bias = [0.5, -0.5, 0.25];
-            gemv_blocks(
+            let blocks = Blocks {
                 ty,
-                &mut out,
-                &x,
-                &w,
-                scales.as_deref(),
-                Some(&bias),
-                n_tokens,
-                n_in,
-                n_out,
-                stride,
-                true,
-            );
+                bytes: &w[..],
+                row_scales: scales.as_deref(),
+            };
+            let shape = MatmulShape::new(n_tokens, n_in, n_out, stride, true);
+            gemv_blocks(&mut out, &x, blocks, Some(&bias), shape);
             let mut all = vec![0.0f32; n_out * n_in];
-            dequant_blocks(
-                ty,
-                None,
-                Some(&mut all),
-                &w,
-                scales.as_deref(),
-                None,
-                n_out,
-                n_in,
-            );
+            dequant_blocks(None, Some(&mut all), blocks, None, n_out, n_in);
             assert!(all.iter().all(|v| v.abs() <= 0.5 * 1.01), "{ty}: magnitude");
             for t in 0..n_tokens {
                 for o in 0..n_out {

@@ -5,6 +5,7 @@
 use cudarc::driver::CudaSlice;
 
 use super::context::Gpu;
+use super::kernels::gemm_mma::Bf16Operands;
 use super::kernels::gemm_wgmma::Fp8Operands;
 use super::kernels::{In, Out};
 use super::matrix::{BlockPart, GpuMatrix, MatrixData, row_runs};
@@ -12,6 +13,7 @@ use super::plan::{Form, Kernel, Plan};
 use super::tiles::QUANT_MAX_TOKENS;
 use crate::error::Result;
 use crate::gpu::kernels::gemm_skinny::SKINNY_MAX_TOKENS;
+use crate::kernel_args::MatmulShape;
 use crate::weights::blocks::BlockType;
 
 /// What the scratch holds of a matmul's input besides, or instead of, its f32 rows: the
@@ -172,17 +174,17 @@ impl MatmulScratch {
         plan: &Plan,
         (bias, accumulate): (Option<&In<f32>>, bool),
     ) -> Result<()> {
-        let (n_in, n_out) = (w.n_in, w.n_out);
+        let n_in = w.n_in;
         let n = x.rows.len() / n_in;
         match (plan.kernel, &w.data) {
             (Kernel::GemvBf16, MatrixData::Bf16(m)) => {
-                g.gemv_bf16(out, &x.rows, &m.as_view(), bias, n_in, n_out, accumulate)
+                g.gemv_bf16(out, &x.rows, &m.as_view(), bias, n_in, accumulate)
             }
             (Kernel::GemvBlocks, MatrixData::Blocks(parts)) => {
                 self.gemv_blocks(g, out, x, parts, w, (bias, accumulate))
             }
-            (Kernel::GemmBlocks { .. } | Kernel::WgmmaBlocks(_), MatrixData::Blocks(parts)) => {
-                self.gemm_blocks(g, out, parts, w, n, plan.kernel, (bias, accumulate))
+            (Kernel::GemmBlocks { .. } | Kernel::WgmmaBlocks(_), MatrixData::Blocks(_)) => {
+                self.gemm_blocks(g, out, w, n, plan.kernel, (bias, accumulate))
             }
             (Kernel::WgmmaFp8(tiles), _) => {
                 let w = w
@@ -195,9 +197,10 @@ impl MatmulScratch {
                     x_scales: scales.slice(..n),
                     w: w.bytes.as_view(),
                     w_scales: w_scales.as_view(),
+                    bias: bias.map(|b| b.slice(..)),
                 };
                 let parts = &mut self.parts.as_view_mut();
-                g.gemm_wgmma_fp8_planned(tiles, out, ops, bias, n, n_in, n_out, parts, accumulate)
+                g.gemm_wgmma_fp8_planned(tiles, out, ops, n_in, parts, accumulate)
             }
             (Kernel::Skinny { .. } | Kernel::WgmmaBf16(_) | Kernel::MmaBf16(_), _) => {
                 self.dequantize(g, w, plan)?;
@@ -245,17 +248,12 @@ impl MatmulScratch {
             {
                 let start = first * n_out;
                 g.gemv_codes_two(
-                    (a.ty, b.ty),
                     &mut out.slice_mut(start..start + tokens * n_out),
                     &codes,
                     &scales,
-                    (&a.bytes.as_view(), &b.bytes.as_view()),
+                    (&a.view(), &b.view()),
                     bias,
-                    tokens,
-                    n_in,
-                    (a.rows, n_out),
-                    n_out,
-                    accumulate,
+                    MatmulShape::new(tokens, n_in, n_out, n_out, accumulate),
                 )?;
                 continue;
             }
@@ -263,34 +261,11 @@ impl MatmulScratch {
                 let start = first * n_out + row;
                 let out = &mut out.slice_mut(start..start + (tokens - 1) * n_out + p.rows);
                 let bias = bias.map(|b| b.slice(row..row + p.rows));
-                let w = &p.bytes.as_view();
+                let (w, bias) = (&p.view(), bias.as_ref());
+                let shape = MatmulShape::new(tokens, n_in, p.rows, n_out, accumulate);
                 match &p.scales {
-                    Some(s) => g.gemv_blocks(
-                        p.ty,
-                        out,
-                        &rows,
-                        w,
-                        Some(&s.as_view()),
-                        bias.as_ref(),
-                        tokens,
-                        n_in,
-                        p.rows,
-                        n_out,
-                        accumulate,
-                    )?,
-                    None => g.gemv_codes(
-                        p.ty,
-                        out,
-                        &codes,
-                        &scales,
-                        w,
-                        bias.as_ref(),
-                        tokens,
-                        n_in,
-                        p.rows,
-                        n_out,
-                        accumulate,
-                    )?,
+                    Some(_) => g.gemv_blocks(out, &rows, w, bias, shape)?,
+                    None => g.gemv_codes(out, &codes, &scales, w, bias, shape)?,
                 }
             }
         }
@@ -301,17 +276,18 @@ impl MatmulScratch {
     /// or `gemm_wgmma_<type>`: a launch per run of rows of one type; a split reduction
     /// leaves every run's parts in `parts`, which one `gemm_skinny_reduce_f32` adds for the
     /// matrix.
-    #[allow(clippy::too_many_arguments)]
     fn gemm_blocks(
         &mut self,
         g: &Gpu,
         out: &mut Out<f32>,
-        parts: &[BlockPart],
         w: &GpuMatrix,
         n: usize,
         kernel: Kernel,
         (bias, accumulate): (Option<&In<f32>>, bool),
     ) -> Result<()> {
+        let MatrixData::Blocks(parts) = &w.data else {
+            unreachable!("gemm_blocks runs the blocks' GEMMs")
+        };
         let (n_in, n_out) = (w.n_in, w.n_out);
         let splits = match kernel {
             Kernel::GemmBlocks { splits } => splits,
@@ -320,7 +296,7 @@ impl MatmulScratch {
         };
         let x = &self.x_bf16.slice(..n * n_in);
         for (row, p) in row_runs(parts) {
-            let w = &p.bytes.as_view();
+            let w = &p.view();
             let last = row + (n - 1) * n_out + p.rows;
             let (out, bias, accumulate) = match splits {
                 1 => (
@@ -333,14 +309,11 @@ impl MatmulScratch {
                     (&mut self.parts.slice_mut(row..end), None, false)
                 }
             };
-            let (ty, bias) = (p.ty, bias.as_ref());
+            let bias = bias.as_ref();
+            let shape = MatmulShape::new(n, n_in, p.rows, n_out, accumulate);
             match kernel {
-                Kernel::WgmmaBlocks(tiles) => g.gemm_wgmma_blocks(
-                    ty, out, x, w, bias, n, n_in, p.rows, n_out, accumulate, tiles,
-                )?,
-                _ => g.gemm_blocks(
-                    ty, out, x, w, bias, n, n_in, p.rows, n_out, accumulate, splits,
-                )?,
+                Kernel::WgmmaBlocks(tiles) => g.gemm_wgmma_blocks(out, x, w, bias, shape, tiles)?,
+                _ => g.gemm_blocks(out, x, w, bias, shape, splits)?,
             }
         }
         if splits == 1 {
@@ -365,20 +338,8 @@ impl MatmulScratch {
         let scratch = self.w_bf16.as_mut().expect("a bf16 scratch for blocks");
         for (row, p) in row_runs(parts) {
             let out = &mut scratch.slice_mut(row * w.n_in..(row + p.rows) * w.n_in);
-            let scales = p.scales.as_ref().map(|s| s.as_view());
             // SAFETY: no row list: the kernel reads the part's own rows in order.
-            unsafe {
-                g.dequant_blocks(
-                    p.ty,
-                    Some(out),
-                    None,
-                    &p.bytes.as_view(),
-                    scales.as_ref(),
-                    None,
-                    p.rows,
-                    w.n_in,
-                )
-            }?;
+            unsafe { g.dequant_blocks(Some(out), None, &p.view(), None, p.rows, w.n_in) }?;
         }
         Ok(())
     }
@@ -404,35 +365,28 @@ impl MatmulScratch {
                 scratch.slice(..n_out * n_in)
             }
         };
+        // The operands of tokens `rows`.
+        let ops = |rows: std::ops::Range<usize>| Bf16Operands {
+            x: self.x_bf16.slice(rows.start * n_in..rows.end * n_in),
+            w: weights.slice(..),
+            bias: bias.map(|b| b.slice(..)),
+        };
         let parts = &mut self.parts.as_view_mut();
         match kernel {
             Kernel::Skinny { splits } => {
                 for first in (0..n).step_by(SKINNY_MAX_TOKENS) {
                     let rows = first..(first + SKINNY_MAX_TOKENS).min(n);
-                    g.gemm_skinny_planned(
-                        splits,
-                        &mut out.slice_mut(rows.start * n_out..rows.end * n_out),
-                        &self.x_bf16.slice(rows.start * n_in..rows.end * n_in),
-                        &weights,
-                        bias,
-                        n_in,
-                        n_out,
-                        accumulate,
-                        parts,
-                    )?;
+                    let out = &mut out.slice_mut(rows.start * n_out..rows.end * n_out);
+                    g.gemm_skinny_planned(splits, out, ops(rows), n_in, accumulate, parts)?;
                 }
                 Ok(())
             }
             Kernel::WgmmaBf16(tiles) => {
-                let x = &self.x_bf16.slice(..n * n_in);
-                g.gemm_wgmma_planned(
-                    tiles, out, x, &weights, bias, n, n_in, n_out, parts, accumulate,
-                )
+                g.gemm_wgmma_planned(tiles, out, ops(0..n), n_in, parts, accumulate)
             }
             Kernel::MmaBf16(tiles) => {
                 assert!(!accumulate, "gemm_mma_bf16 writes its output");
-                let x = &self.x_bf16.slice(..n * n_in);
-                g.gemm_mma_planned(tiles, out, x, &weights, bias, n, n_in, n_out)
+                g.gemm_mma_planned(tiles, out, ops(0..n), n_in)
             }
             _ => unreachable!("gemm_bf16 runs the bf16 GEMMs"),
         }

@@ -4,8 +4,10 @@
 use cudarc::driver::CudaSlice;
 
 use super::context::Gpu;
+use super::kernels::gemv_quant::BlocksIn;
 use crate::cpu::quant::random_blocks;
 use crate::error::Result;
+use crate::kernel_args::Blocks;
 use crate::model::Stored;
 use crate::weights::blocks::{BlockType, quantize_fp8};
 
@@ -29,6 +31,17 @@ pub struct BlockPart {
     pub bytes: CudaSlice<u8>,
     /// `[rows]` fp8's scales.
     pub scales: Option<CudaSlice<f32>>,
+}
+
+impl BlockPart {
+    /// The part as a matmul's wrapper takes it: its type, bytes and scales.
+    pub fn view(&self) -> BlocksIn<'_> {
+        Blocks {
+            ty: self.ty,
+            bytes: self.bytes.as_view(),
+            row_scales: self.scales.as_ref().map(|s| s.as_view()),
+        }
+    }
 }
 
 /// bf16 bits of each value, rounded to nearest even.

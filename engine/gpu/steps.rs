@@ -5,10 +5,11 @@
 use super::context::Gpu;
 use super::kernels::{In, Out};
 use super::matmul::{Held, Input, MatmulScratch};
-use super::matrix::{BlockPart, GpuMatrix, MatrixData};
+use super::matrix::{GpuMatrix, MatrixData};
 use super::plan::{Caps, Form, Plan, Rules};
 use super::weights::GpuLayer;
 use crate::error::Result;
+use crate::kernel_args::MatmulShape;
 use crate::weights::blocks::BlockType;
 
 /// The copy a kernel that makes a matmul input writes besides its f32 rows: bf16 where the
@@ -36,19 +37,7 @@ pub fn embed(g: &Gpu, x: &mut Out<f32>, table: &GpuMatrix, tokens: &In<u32>) -> 
         MatrixData::Bf16(t) => unsafe { g.embedding_bf16(x, &t.as_view(), tokens, dim) },
         MatrixData::Blocks(parts) => {
             let p = &parts[0];
-            let scales = p.scales.as_ref().map(|s| s.as_view());
-            unsafe {
-                g.dequant_blocks(
-                    p.ty,
-                    None,
-                    Some(x),
-                    &p.bytes.as_view(),
-                    scales.as_ref(),
-                    Some(tokens),
-                    tokens.len(),
-                    dim,
-                )
-            }
+            unsafe { g.dequant_blocks(None, Some(x), &p.view(), Some(tokens), tokens.len(), dim) }
         }
     }
 }
@@ -173,7 +162,7 @@ pub fn swiglu(
                 ffn,
             )?;
         }
-        GateUp::Codes(ty) => {
+        GateUp::Codes(_) => {
             let (MatrixData::Blocks(w_gate), MatrixData::Blocks(w_up)) =
                 (&lw.w_gate.data, &lw.w_up.data)
             else {
@@ -187,36 +176,19 @@ pub fn swiglu(
                 g.quantize_q8_f32(codes, scales, &x.rows, len)?;
             }
             g.gemv_swiglu_codes(
-                ty,
                 hidden,
                 &mm.codes.slice(..len),
                 &mm.code_scales.slice(..groups),
-                &w_gate[0].bytes.as_view(),
-                &w_up[0].bytes.as_view(),
-                n,
-                dim,
-                ffn,
-                ffn,
+                &w_gate[0].view(),
+                &w_up[0].view(),
+                MatmulShape::new(n, dim, ffn, ffn, false),
             )?;
         }
         GateUp::Fp8 => {
             let (w_gate, w_up) = (lw.w_gate.as_fp8(), lw.w_up.as_fp8());
             let (w_gate, w_up) = (w_gate.expect("fp8 gate"), w_up.expect("fp8 up"));
-            fn scales(p: &BlockPart) -> In<'_, f32> {
-                p.scales.as_ref().expect("fp8 has row scales").as_view()
-            }
-            g.gemv_swiglu_fp8(
-                hidden,
-                &x.rows,
-                &w_gate.bytes.as_view(),
-                &w_up.bytes.as_view(),
-                &scales(w_gate),
-                &scales(w_up),
-                n,
-                dim,
-                ffn,
-                ffn,
-            )?;
+            let shape = MatmulShape::new(n, dim, ffn, ffn, false);
+            g.gemv_swiglu_fp8(hidden, &x.rows, &w_gate.view(), &w_up.view(), shape)?;
         }
         GateUp::Two {
             gate: gate_plan,

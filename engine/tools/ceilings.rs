@@ -8,6 +8,7 @@ use super::cublas;
 use super::timing::time_ms;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::gpu::kernels::gemm_mma::Bf16Operands;
 
 #[derive(Serialize)]
 pub struct Bandwidth {
@@ -71,16 +72,12 @@ pub fn rustle_gemm_flops(gpu: &Gpu, n: usize) -> Result<f64> {
     let mut out = gpu.zeros::<f32>(n * n, "the GEMM benchmark")?;
     let mut parts = gpu.zeros::<f32>(gpu.wgmma_parts_len(n, n, n).max(1), "the GEMM benchmark")?;
     let ms = time_ms(gpu, 3, &mut || {
-        gpu.prefill_gemm(
-            &mut out.as_view_mut(),
-            &x.as_view(),
-            &w.as_view(),
-            None,
-            n,
-            n,
-            n,
-            &mut parts.as_view_mut(),
-        )
+        let ops = Bf16Operands {
+            x: x.as_view(),
+            w: w.as_view(),
+            bias: None,
+        };
+        gpu.prefill_gemm(&mut out.as_view_mut(), ops, n, &mut parts.as_view_mut())
     })?;
     Ok(2.0 * (n as f64).powi(3) / (ms * 1e-3))
 }

@@ -87,7 +87,6 @@ pub fn run(gpu: &Gpu, c: &Config) -> Result<Vec<GemvResult>> {
                     &w[0].as_view(),
                     None,
                     n_in,
-                    n_out,
                     false,
                 )
             }

@@ -187,7 +187,7 @@ fn gemv_steps(gpu: &Gpu, c: &Config) -> Result<Vec<LessonRow>> {
                 match step {
                     1 => gpu.gemv_step1_thread_per_row_bf16(o, &x_f32, w, n_in, n_out),
                     2 => gpu.gemv_step2_warp_per_row_bf16(o, &x_f32, w, n_in, n_out),
-                    _ => gpu.gemv_bf16(o, &x_f32, w, None, n_in, n_out, false),
+                    _ => gpu.gemv_bf16(o, &x_f32, w, None, n_in, false),
                 }
             })
         };
@@ -328,7 +328,7 @@ fn gemm(gpu: &Gpu, c: &Config, n: usize, steps: &mut Vec<StepTime>) -> Result<()
         let mut out = gpu.zeros::<f32>(n * n_out, "the lesson benchmark")?;
         let us = time_us(gpu, SIMT_BATCH, &mut || {
             let o = &mut out.as_view_mut();
-            gpu.gemm_step1_simt_bf16(o, &as_f32(&x), &w.as_view(), None, n, n_in, n_out)
+            gpu.gemm_step1_simt_bf16(o, &as_f32(&x), &w.as_view(), None, n_in)
         })?;
         let t = traffic::gemm_bf16(n, n_in, n_out, false);
         let role = "lesson step 1: SIMT tiles";

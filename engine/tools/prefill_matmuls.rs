@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::gpu::gemm_plan::{GemmPlan, WGMMA_SPLITS};
+use crate::gpu::kernels::gemm_mma::Bf16Operands;
 use crate::gpu::kernels::gemm_skinny::{SKINNY_MAX_TOKENS, skinny_splits};
 use crate::gpu::tiles::WGMMA_WIDTHS;
 
@@ -76,17 +77,21 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmR
         // Room for the widest split any plan makes.
         let most_splits = WGMMA_SPLITS[WGMMA_SPLITS.len() - 1];
         let mut parts = gpu.zeros::<f32>(most_splits * n * n_out, "the GEMM benchmark")?;
-        let (xv, wv) = (x.as_view(), w.as_view());
+        let ops = || Bf16Operands {
+            x: x.as_view(),
+            w: w.as_view(),
+            bias: None,
+        };
         let wgmma_us = match gpu.has_wgmma() {
             false => None,
             true => Some(time_us(&mut || {
                 let (o, p) = (&mut out.as_view_mut(), &mut parts.as_view_mut());
-                gpu.gemm_wgmma_bf16(o, &xv, &wv, None, n, n_in, n_out, p)
+                gpu.gemm_wgmma_bf16(o, ops(), n_in, p)
             })?),
         };
         let mma_us = time_us(&mut || {
             let o = &mut out.as_view_mut();
-            gpu.gemm_mma_bf16(o, &xv, &wv, None, n, n_in, n_out)
+            gpu.gemm_mma_bf16(o, ops(), n_in)
         })?;
         let skinny_us = match n <= SKINNY_MAX_TOKENS {
             false => None,
@@ -95,7 +100,7 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmR
                 let mut parts = gpu.zeros::<f32>(splits * n * n_out, "the GEMM benchmark")?;
                 Some(time_us(&mut || {
                     let (o, p) = (&mut out.as_view_mut(), &mut parts.as_view_mut());
-                    gpu.gemm_skinny_bf16(o, &xv, &wv, None, n_in, n_out, false, p)
+                    gpu.gemm_skinny_bf16(o, ops(), n_in, false, p)
                 })?)
             }
         };
@@ -106,7 +111,7 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmR
                     let plan = GemmPlan { tile_n, k_splits };
                     let us = time_us(&mut || {
                         let (o, p) = (&mut out.as_view_mut(), &mut parts.as_view_mut());
-                        gpu.gemm_wgmma_planned(plan, o, &xv, &wv, None, n, n_in, n_out, p, false)
+                        gpu.gemm_wgmma_planned(plan, o, ops(), n_in, p, false)
                     })?;
                     plans.push((plan, us));
                 }

@@ -29,6 +29,7 @@
 //! each lane's weights straight into registers one stage ahead, the other read the
 //! activations from global memory, which waited on L2 at every group.)
 
+use crate::args::MatmulShape;
 use crate::block_parts::{Parts, Shared};
 use crate::device::{
     WARP, block_idx_x, block_idx_y, dynamic_shared, grid_dim_y, sync_threads, thread_idx_x,
@@ -63,28 +64,24 @@ pub(crate) struct Args {
 impl Args {
     /// From a kernel's arguments, in their order.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         out: *mut f32,
         x: *const u16,
         w: *const u8,
         bias: *const f32,
-        n: u32,
-        n_in: u32,
-        n_out: u32,
-        out_stride: u32,
-        accumulate: u32,
+        shape: MatmulShape,
     ) -> Args {
+        let [n, n_in, n_out, out_stride] = shape.sizes();
         Args {
             out,
             x,
             w,
             bias,
-            n: n as usize,
-            n_in: n_in as usize,
-            n_out: n_out as usize,
-            out_stride: out_stride as usize,
-            accumulate: accumulate != 0,
+            n,
+            n_in,
+            n_out,
+            out_stride,
+            accumulate: shape.accumulates(),
         }
     }
 }
@@ -261,6 +258,8 @@ macro_rules! blocks_kernels {
         /// - `x`: `[n, n_in]` bf16 (as `u16` bits), from `f32_to_bf16`
         /// - `w`: `[n_out]` rows of `n_in / BLOCK_LEN` blocks
         /// - `bias`: `[n_out]` f32, or null (always null when split)
+        /// - `shape`: `n` (its `n_tokens`), `n_in`, `n_out`, `out_stride` and `accumulate`
+        ///   (`MatmulShape`)
         ///
         /// Thread mapping: block `(BLOCKS_MMA_THREADS)`, 8 warps of 16 rows each; grid
         /// `(ceil(n_out / BLOCKS_MMA_ROWS), splits)`. Lane `l` of warp `w` accumulates rows
@@ -275,20 +274,15 @@ macro_rules! blocks_kernels {
         /// # Safety
         /// The host's launch wrapper checks the preconditions.
         #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $name(
             out: *mut f32,
             x: *const u16,
             w: *const u8,
             bias: *const f32,
-            n: u32,
-            n_in: u32,
-            n_out: u32,
-            out_stride: u32,
-            accumulate: u32,
+            shape: MatmulShape,
         ) {
             wait_for_previous_kernel();
-            let args = Args::new(out, x, w, bias, n, n_in, n_out, out_stride, accumulate);
+            let args = Args::new(out, x, w, bias, shape);
             // One body per token-tile count, so that each keeps its accumulators in
             // registers.
             // SAFETY: the preconditions, passed on.

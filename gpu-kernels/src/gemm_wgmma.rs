@@ -86,10 +86,16 @@ pub unsafe extern "gpu-kernel" fn gemm_wgmma_bf16(
     tile_n: u32,
 ) {
     crate::device::wait_for_previous_kernel();
-    let (x, w) = (x as *const u8, w as *const u8);
+    let o = Operands {
+        x: x as *const u8,
+        x_scales: null(),
+        w: w as *const u8,
+        w_scales: null(),
+        bias,
+    };
     let (n, row_bytes) = (n as usize, 2 * n_in as usize);
     // SAFETY: the same preconditions, passed on (no scales: bf16 products are the values).
-    unsafe { by_width::<false>(tile_n, out, x, null(), w, null(), bias, n, row_bytes, n_out) }
+    unsafe { by_width::<false>(tile_n, out, o, n, row_bytes, n_out) }
 }
 
 /// `out[t, o] = x_scales[t] w_scales[o] sum_i x[t, i] w[o, i] + bias[o]`, e4m3 inputs,
@@ -111,7 +117,6 @@ pub unsafe extern "gpu-kernel" fn gemm_wgmma_bf16(
 /// # Safety
 /// The host's launch wrapper checks the preconditions.
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
 pub unsafe extern "gpu-kernel" fn gemm_wgmma_fp8(
     out: *mut f32,
     x: *const u8,
@@ -125,33 +130,6 @@ pub unsafe extern "gpu-kernel" fn gemm_wgmma_fp8(
     tile_n: u32,
 ) {
     crate::device::wait_for_previous_kernel();
-    let (n, row_bytes) = (n as usize, n_in as usize);
-    // SAFETY: the same preconditions, passed on.
-    unsafe {
-        by_width::<true>(
-            tile_n, out, x, x_scales, w, w_scales, bias, n, row_bytes, n_out,
-        )
-    }
-}
-
-/// `gemm::<A, FP8>` for the accumulators of a `tile_n`-wide tile.
-///
-/// # Safety
-/// As the kernels.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn by_width<const FP8: bool>(
-    tile_n: u32,
-    out: *mut f32,
-    x: *const u8,
-    x_scales: *const f32,
-    w: *const u8,
-    w_scales: *const f32,
-    bias: *const f32,
-    n: usize,
-    row_bytes: usize,
-    n_out: u32,
-) {
     let o = Operands {
         x,
         x_scales,
@@ -159,6 +137,24 @@ unsafe fn by_width<const FP8: bool>(
         w_scales,
         bias,
     };
+    let (n, row_bytes) = (n as usize, n_in as usize);
+    // SAFETY: the same preconditions, passed on.
+    unsafe { by_width::<true>(tile_n, out, o, n, row_bytes, n_out) }
+}
+
+/// `gemm::<A, FP8>` for the accumulators of a `tile_n`-wide tile.
+///
+/// # Safety
+/// As the kernels.
+#[inline(always)]
+unsafe fn by_width<const FP8: bool>(
+    tile_n: u32,
+    out: *mut f32,
+    o: Operands,
+    n: usize,
+    row_bytes: usize,
+    n_out: u32,
+) {
     let (n_out, rb) = (n_out as usize, row_bytes);
     // SAFETY: the caller's preconditions; the accumulators' type fixes the width.
     unsafe {

@@ -24,6 +24,7 @@
 //! (`K16Parts::load_k16`), in the reduction's own order, since the activations reach the
 //! tensor cores unrenumbered.
 
+use crate::args::MatmulShape;
 use crate::block_parts::{K16Parts, Shared};
 use crate::device::{
     WARP, block_idx_x, block_idx_y, block_idx_z, dynamic_shared, grid_dim_z, sync_threads,
@@ -255,6 +256,8 @@ macro_rules! wgmma_blocks_kernels {
         /// - `x`: `[n, n_in]` bf16 (as `u16` bits), from `f32_to_bf16`
         /// - `w`: `[n_out]` rows of `n_in / BLOCK_LEN` blocks
         /// - `bias`: `[n_out]` f32, or null (always null when split)
+        /// - `shape`: `n` (its `n_tokens`), `n_in`, `n_out`, `out_stride` and `accumulate`
+        ///   (`MatmulShape`)
         /// - `tile_t`: tokens a block tile takes, 128 or 256 (any other value runs 256)
         ///
         /// Thread mapping: block `(256)` = two warpgroups takes 128 features by `tile_t`
@@ -272,21 +275,16 @@ macro_rules! wgmma_blocks_kernels {
         /// # Safety
         /// The host's launch wrapper checks the preconditions.
         #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $name(
             out: *mut f32,
             x: *const u16,
             w: *const u8,
             bias: *const f32,
-            n: u32,
-            n_in: u32,
-            n_out: u32,
-            out_stride: u32,
-            accumulate: u32,
+            shape: MatmulShape,
             tile_t: u32,
         ) {
             wait_for_previous_kernel();
-            let args = Args::new(out, x, w, bias, n, n_in, n_out, out_stride, accumulate);
+            let args = Args::new(out, x, w, bias, shape);
             // One body per tile width, so that each keeps its accumulators in registers.
             // SAFETY: the preconditions, passed on.
             unsafe {

@@ -13,6 +13,7 @@
 //! (on the H200: docs/lessons.md#quantized-gemvs); the integer dot takes a mask and a
 //! quarter of a `dp4a` a weight, and the block's scales once per group of 32.
 
+use crate::args::MatmulShape;
 use crate::codes::Codes;
 use crate::device::{
     WARP, block_dim_x, block_idx_x, dynamic_shared, exp, global_idx_x, ld_nc_u32, ld_nc_v4,
@@ -75,6 +76,20 @@ pub(crate) unsafe fn write_code(codes: *mut u8, scales: *mut f32, i: usize, v: f
     }
 }
 
+/// A GEMV's inputs over the activations' 8-bit codes, as its entry point was given them
+/// (shapes as `gemv_codes` lists them): `gemv_codes`' and `gemv_stream`'s.
+#[derive(Clone, Copy)]
+pub(crate) struct CodesIn {
+    pub codes: *const u8,
+    pub scales: *const f32,
+    /// The matrix; the gate's with `SWIGLU`.
+    pub w: *const u8,
+    /// The up matrix with `SWIGLU`; unused without.
+    pub w_up: *const u8,
+    /// Null for none; always null with `SWIGLU`.
+    pub bias: *const f32,
+}
+
 /// `out[t, o] = (accumulate ? out[t, o] : 0) + sum_i w[o, i] x[t, i] + bias[o]` for tokens
 /// `t < n_tokens`, x as `quantize_q8_f32` left it.
 ///
@@ -82,6 +97,7 @@ pub(crate) unsafe fn write_code(codes: *mut u8, scales: *mut f32, i: usize, v: f
 /// - `codes`: `[n_tokens, n_in]` i8; `scales`: `[n_tokens, n_in / 32][2]` f32
 /// - `w`: `[n_out, n_in / BLOCK_LEN]` blocks, as the file has them
 /// - `bias`: null or `[n_out]`
+/// - `shape`: `n_tokens`, `n_in`, `n_out`, `out_stride` and `accumulate` (`MatmulShape`)
 ///
 /// Thread mapping: a block takes `CODES_ROWS` consecutive rows and splits each row's spans
 /// (`Codes`) between its threads: thread `i` takes spans `i, i + blockDim, ...` of every
@@ -97,8 +113,8 @@ pub(crate) unsafe fn write_code(codes: *mut u8, scales: *mut f32, i: usize, v: f
 ///
 /// With `SWIGLU`, the MLP's first half instead: `out[t, o] = silu(g) * u` with `g` and
 /// `u` row o of `w` (the gate) and of `w_up` times the token; a block takes row o of each
-/// as its two rows, and its first threads apply the SwiGLU to the two sums. One launch
-/// where gate, up and the SwiGLU took three.
+/// as its two rows, and its first threads apply the SwiGLU to the two sums (no bias, and
+/// `accumulate` unread). One launch where gate, up and the SwiGLU took three.
 ///
 /// # Safety
 /// `n_in` is whole blocks and whole spans; `w`'s rows (and `w_up`'s, with `SWIGLU`) start
@@ -108,21 +124,21 @@ pub(crate) unsafe fn write_code(codes: *mut u8, scales: *mut f32, i: usize, v: f
 /// bytes of dynamic shared memory and `n_out.div_ceil(CODES_ROWS)` blocks (`n_out` with
 /// `SWIGLU`).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
     out: *mut f32,
-    codes: *const u8,
-    scales: *const f32,
-    w: *const u8,
-    w_up: *const u8,
-    bias: *const f32,
-    n_tokens: usize,
-    n_in: usize,
-    n_out: usize,
-    out_stride: usize,
-    accumulate: bool,
+    input: CodesIn,
+    shape: MatmulShape,
     block: usize,
 ) {
+    let CodesIn {
+        codes,
+        scales,
+        w,
+        w_up,
+        bias,
+    } = input;
+    let [n_tokens, n_in, n_out, out_stride] = shape.sizes();
+    let accumulate = shape.accumulates();
     // A type that loads nothing ahead waits before anything else, as it always did (the
     // code it was measured with on the H200: docs/lessons.md#quantized-gemvs).
     if !B::LOADS_AHEAD {
@@ -334,7 +350,7 @@ pub(crate) unsafe fn span_codes<B: Codes>(
 }
 
 /// `gemv_<type>` and `gemv_swiglu_<type>`: `gemv_codes` over the type, without and with
-/// `SWIGLU`, its sizes as `u32`s.
+/// `SWIGLU`.
 macro_rules! codes_kernels {
     ($($ty:ident => $gemv:ident, $swiglu:ident;)*) => {$(
         #[doc = concat!("`gemv_codes` over `", stringify!($ty), "` weights.")]
@@ -342,27 +358,18 @@ macro_rules! codes_kernels {
         /// # Safety
         /// The host's launch wrapper checks `gemv_codes`'s preconditions.
         #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $gemv(
             out: *mut f32,
             codes: *const u8,
             scales: *const f32,
             w: *const u8,
             bias: *const f32,
-            n_tokens: u32,
-            n_in: u32,
-            n_out: u32,
-            out_stride: u32,
-            accumulate: u32,
+            shape: MatmulShape,
         ) {
+            let w_up = core::ptr::null();
+            let input = CodesIn { codes, scales, w, w_up, bias };
             // SAFETY: the wrapper's checks.
-            unsafe {
-                gemv_codes::<$ty, false>(
-                    out, codes, scales, w, core::ptr::null(), bias, n_tokens as usize,
-                    n_in as usize, n_out as usize, out_stride as usize, accumulate != 0,
-                    block_idx_x(),
-                )
-            }
+            unsafe { gemv_codes::<$ty, false>(out, input, shape, block_idx_x()) }
         }
 
         #[doc = concat!("`gemv_codes` with `SWIGLU` over `", stringify!($ty), "` weights.")]
@@ -370,25 +377,18 @@ macro_rules! codes_kernels {
         /// # Safety
         /// The host's launch wrapper checks `gemv_codes`'s preconditions.
         #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $swiglu(
             out: *mut f32,
             codes: *const u8,
             scales: *const f32,
             w_gate: *const u8,
             w_up: *const u8,
-            n_tokens: u32,
-            n_in: u32,
-            n_out: u32,
-            out_stride: u32,
+            shape: MatmulShape,
         ) {
+            let (w, bias) = (w_gate, core::ptr::null());
+            let input = CodesIn { codes, scales, w, w_up, bias };
             // SAFETY: the wrapper's checks.
-            unsafe {
-                gemv_codes::<$ty, true>(
-                    out, codes, scales, w_gate, w_up, core::ptr::null(), n_tokens as usize,
-                    n_in as usize, n_out as usize, out_stride as usize, false, block_idx_x(),
-                )
-            }
+            unsafe { gemv_codes::<$ty, true>(out, input, shape, block_idx_x()) }
         }
     )*};
 }
@@ -417,55 +417,54 @@ codes_kernels! {
 /// `A`, `n_first..n_out` for `B`), the two types' blocks taking the same `blockDim.x`, and
 /// `n_first.div_ceil(CODES_ROWS) + (n_out - n_first).div_ceil(CODES_ROWS)` blocks.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn gemv_codes_two<A: Codes, B: Codes>(
     out: *mut f32,
-    codes: *const u8,
-    scales: *const f32,
-    w: *const u8,
+    input: CodesIn,
     w_b: *const u8,
-    bias: *const f32,
-    n_tokens: usize,
-    n_in: usize,
-    n_out: usize,
-    out_stride: usize,
-    accumulate: bool,
-    n_first: usize,
+    shape: MatmulShape,
+    n_first: u32,
 ) {
-    let blocks_a = n_first.div_ceil(CODES_ROWS);
+    let CodesIn {
+        codes,
+        scales,
+        w,
+        bias,
+        ..
+    } = input;
+    let blocks_a = (n_first as usize).div_ceil(CODES_ROWS);
     let block = block_idx_x();
     // SAFETY (both): the caller's; B's rows are `out`'s and `bias`'s from n_first on.
     unsafe {
         if block < blocks_a {
-            gemv_codes::<A, false>(
-                out, codes, scales, w, w, bias, n_tokens, n_in, n_first, out_stride, accumulate,
-                block,
-            )
+            let input = CodesIn { w_up: w, ..input };
+            let shape = MatmulShape {
+                n_out: n_first,
+                ..shape
+            };
+            gemv_codes::<A, false>(out, input, shape, block)
         } else {
             let bias_b = if bias.is_null() {
                 bias
             } else {
-                bias.add(n_first)
+                bias.add(n_first as usize)
             };
-            gemv_codes::<B, false>(
-                out.add(n_first),
+            let input = CodesIn {
                 codes,
                 scales,
-                w_b,
-                w_b,
-                bias_b,
-                n_tokens,
-                n_in,
-                n_out - n_first,
-                out_stride,
-                accumulate,
-                block - blocks_a,
-            )
+                w: w_b,
+                w_up: w_b,
+                bias: bias_b,
+            };
+            let shape = MatmulShape {
+                n_out: shape.n_out - n_first,
+                ..shape
+            };
+            gemv_codes::<B, false>(out.add(n_first as usize), input, shape, block - blocks_a)
         }
     }
 }
 
-/// `gemv_<a>_<b>`: `gemv_codes_two` over the pair, its sizes as `u32`s.
+/// `gemv_<a>_<b>`: `gemv_codes_two` over the pair.
 macro_rules! two_type_kernels {
     ($($a:ident, $b:ident => $name:ident;)*) => {$(
         #[doc = concat!("`gemv_codes_two` over `", stringify!($a), "` rows, then `", stringify!($b), "` rows.")]
@@ -473,7 +472,6 @@ macro_rules! two_type_kernels {
         /// # Safety
         /// The host's launch wrapper checks `gemv_codes_two`'s preconditions.
         #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $name(
             out: *mut f32,
             codes: *const u8,
@@ -481,20 +479,13 @@ macro_rules! two_type_kernels {
             w: *const u8,
             w_b: *const u8,
             bias: *const f32,
-            n_tokens: u32,
-            n_in: u32,
-            n_out: u32,
-            out_stride: u32,
-            accumulate: u32,
+            shape: MatmulShape,
             n_first: u32,
         ) {
+            let w_up = core::ptr::null();
+            let input = CodesIn { codes, scales, w, w_up, bias };
             // SAFETY: the wrapper's checks.
-            unsafe {
-                gemv_codes_two::<$a, $b>(
-                    out, codes, scales, w, w_b, bias, n_tokens as usize, n_in as usize,
-                    n_out as usize, out_stride as usize, accumulate != 0, n_first as usize,
-                )
-            }
+            unsafe { gemv_codes_two::<$a, $b>(out, input, w_b, shape, n_first) }
         }
     )*};
 }

@@ -11,6 +11,7 @@
 //!   (`dequant_blocks`), and stamped out per type at the end of the file; a whole Q8_0
 //!   matrix takes a path of its own (`dequant_q8_0_pieces`).
 
+use crate::args::MatmulShape;
 use crate::device::{
     WARP, block_dim_x, block_idx_x, dynamic_shared, exp, f16_to_f32, funnel_shift, global_idx_x,
     ld_nc_once_v4, ld_nc_u16, ld_nc_u32, ld_nc_v4, pack_bf16x2, pack_f16x2, st_v4, store_output,
@@ -239,6 +240,7 @@ fn fp8_row(w: *const u8, row: usize, n_in: usize, n_rows: usize) -> *const u8 {
 /// - `x`: `[n_tokens, n_in]` f32
 /// - `w`: `[n_out, n_in]` e4m3; `row_scales`: `[n_out]` f32
 /// - `bias`: null or `[n_out]` f32
+/// - `shape`: `n_tokens`, `n_in`, `n_out`, `out_stride` and `accumulate` (`MatmulShape`)
 ///
 /// Thread mapping: a block of `FP8_PARTS` warps for every 16 rows (`fp8_tile_sums`); the
 /// first threads each finish one (row, token).
@@ -258,20 +260,15 @@ fn fp8_row(w: *const u8, row: usize, n_in: usize, n_rows: usize) -> *const u8 {
 /// `row_scales` holds `n_out` scales; `blockDim.x == 32 * FP8_PARTS`; the launch gives
 /// `FP8_SHARED_BYTES` of dynamic shared memory; `x` does not overlap `out`.
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
 pub unsafe extern "gpu-kernel" fn gemv_fp8(
     out: *mut f32,
     x: *const f32,
     w: *const u8,
     row_scales: *const f32,
     bias: *const f32,
-    n_tokens: u32,
-    n_in: u32,
-    n_out: u32,
-    out_stride: u32,
-    accumulate: u32,
+    shape: MatmulShape,
 ) {
-    let (n_tokens, n_in, n_out) = (n_tokens as usize, n_in as usize, n_out as usize);
+    let [n_tokens, n_in, n_out, out_stride] = shape.sizes();
     let first_row = block_idx_x() * FP8_TILE_ROWS;
     let g = thread_idx_x() % WARP / 4;
     let rows = [g, g + 8].map(|r| fp8_row(w, first_row + r, n_in, n_out));
@@ -286,8 +283,8 @@ pub unsafe extern "gpu-kernel" fn gemv_fp8(
         // SAFETY: row < n_out, token < n_tokens: inside the sums, out, the scales and bias.
         unsafe {
             let sum = fp8_sum(sums, r, token) * FP8_MMA_UNSCALE * *row_scales.add(row);
-            let o = out.add(token * out_stride as usize + row);
-            store_output(o, sum, bias, row, accumulate != 0);
+            let o = out.add(token * out_stride + row);
+            store_output(o, sum, bias, row, shape.accumulates());
         }
     }
 }
@@ -299,6 +296,8 @@ pub unsafe extern "gpu-kernel" fn gemv_fp8(
 /// - `out`: `[n_tokens, out_stride]` f32, columns `0..n_out`
 /// - `x`: `[n_tokens, n_in]` f32
 /// - `w_gate`, `w_up`: `[n_out, n_in]` e4m3; `gate_scales`, `up_scales`: `[n_out]` f32
+/// - `shape`: `n_tokens`, `n_in`, `n_out` and `out_stride` (`MatmulShape`; `accumulate`
+///   unread)
 ///
 /// Thread mapping: `gemv_fp8`'s, a block for every 8 outputs: its tile's rows 0..8 are
 /// gate's rows and 8..16 up's, so that one thread finds both sums of an output beside each
@@ -307,7 +306,6 @@ pub unsafe extern "gpu-kernel" fn gemv_fp8(
 /// # Safety
 /// `gemv_fp8`'s, for both matrices.
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
 pub unsafe extern "gpu-kernel" fn gemv_swiglu_fp8(
     out: *mut f32,
     x: *const f32,
@@ -315,12 +313,9 @@ pub unsafe extern "gpu-kernel" fn gemv_swiglu_fp8(
     w_up: *const u8,
     gate_scales: *const f32,
     up_scales: *const f32,
-    n_tokens: u32,
-    n_in: u32,
-    n_out: u32,
-    out_stride: u32,
+    shape: MatmulShape,
 ) {
-    let (n_tokens, n_in, n_out) = (n_tokens as usize, n_in as usize, n_out as usize);
+    let [n_tokens, n_in, n_out, out_stride] = shape.sizes();
     let first = block_idx_x() * (FP8_TILE_ROWS / 2);
     let row = first + thread_idx_x() % WARP / 4;
     let rows = [
@@ -339,7 +334,7 @@ pub unsafe extern "gpu-kernel" fn gemv_swiglu_fp8(
         unsafe {
             let gate = fp8_sum(sums, r, token) * FP8_MMA_UNSCALE * *gate_scales.add(o);
             let up = fp8_sum(sums, r + 8, token) * FP8_MMA_UNSCALE * *up_scales.add(o);
-            *out.add(token * out_stride as usize + o) = gate / (1.0 + exp(-gate)) * up;
+            *out.add(token * out_stride + o) = gate / (1.0 + exp(-gate)) * up;
         }
     }
 }

@@ -36,6 +36,7 @@
 //! matrices; each sum is one warp reduction, no shared memory and no barrier between warps
 //! but the one that frees a stage for the next copy.
 
+use crate::args::MatmulShape;
 use crate::block_parts::Shared;
 use crate::bulk_copy::{
     barrier_init, bulk_copy_to_shared, expect_bytes, fence_barrier_init, wait_phase,
@@ -45,7 +46,7 @@ use crate::device::{
     WARP, block_dim_x, block_idx_x, dynamic_shared, exp, grid_dim_x, ld_nc_u32, ld_nc_v4,
     store_output, sync_threads, thread_idx_x, wait_for_previous_kernel, warp_sum,
 };
-use crate::gemv_codes::span_codes;
+use crate::gemv_codes::{CodesIn, span_codes};
 use crate::mma::{ld_shared_v4, shared_addr, st_shared_u32, st_shared_v4};
 use crate::quant_blocks::{Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
 use crate::tiles::{STREAM_BARRIER_BYTES, stream_codes_bytes, stream_copies_codes};
@@ -60,6 +61,8 @@ use crate::unroll::unroll;
 /// - `codes`: `[n_tokens, n_in]` i8; `scales`: `[n_tokens, n_in / 32][2]` f32
 /// - `w`, `w_up`: `[n_out, n_in / BLOCK_LEN]` blocks each, as the file has them
 /// - `bias`: null or `[n_out]` (without `SWIGLU`)
+/// - `shape`: `n_tokens`, `n_in`, `n_out`, `out_stride` and `accumulate` (`MatmulShape`;
+///   `accumulate` unread with `SWIGLU`)
 ///
 /// Shared memory: `[stages]` barriers in the first `STREAM_BARRIER_BYTES`; then, with
 /// `COPIES`, the tokens' codes, `[n_tokens][2 * GROUPS][spans]` pieces of 16 bytes
@@ -76,21 +79,21 @@ use crate::unroll::unroll;
 /// each way is compiled apart: tested at run time inside the loop, it took Q4_K's kernel
 /// from 93 registers to 105, and an SM from five blocks to four.)
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn gemv_stream<B: Codes, const COPIES: bool, const SWIGLU: bool>(
     out: *mut f32,
-    codes: *const u8,
-    scales: *const f32,
-    w: *const u8,
-    w_up: *const u8,
-    bias: *const f32,
-    n_tokens: usize,
-    n_in: usize,
-    n_out: usize,
-    out_stride: usize,
-    accumulate: bool,
+    input: CodesIn,
+    shape: MatmulShape,
     stages: usize,
 ) {
+    let CodesIn {
+        codes,
+        scales,
+        w,
+        w_up,
+        bias,
+    } = input;
+    let [n_tokens, n_in, n_out, out_stride] = shape.sizes();
+    let accumulate = shape.accumulates();
     let warps = block_dim_x() / WARP;
     let (warp, lane) = (thread_idx_x() / WARP, thread_idx_x() % WARP);
     let row_bytes = n_in / B::BLOCK_LEN * B::BLOCK_BYTES;
@@ -304,38 +307,24 @@ unsafe fn copied_codes<B: Codes>(
 /// # Safety
 /// `gemv_stream`'s preconditions but `COPIES`'.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn gemv_stream_either<B: Codes, const SWIGLU: bool>(
     out: *mut f32,
-    codes: *const u8,
-    scales: *const f32,
-    w: *const u8,
-    w_up: *const u8,
-    bias: *const f32,
-    sizes: [u32; 4],
-    accumulate: bool,
+    input: CodesIn,
+    shape: MatmulShape,
     stages: u32,
 ) {
-    let [n_tokens, n_in, n_out, out_stride] = sizes.map(|v| v as usize);
     let stages = stages as usize;
     // SAFETY: the caller's; COPIES as the block's warps take it.
     unsafe {
         if stream_copies_codes(B::BLOCK_LEN, block_dim_x() / WARP) {
-            gemv_stream::<B, true, SWIGLU>(
-                out, codes, scales, w, w_up, bias, n_tokens, n_in, n_out, out_stride, accumulate,
-                stages,
-            )
+            gemv_stream::<B, true, SWIGLU>(out, input, shape, stages)
         } else {
-            gemv_stream::<B, false, SWIGLU>(
-                out, codes, scales, w, w_up, bias, n_tokens, n_in, n_out, out_stride, accumulate,
-                stages,
-            )
+            gemv_stream::<B, false, SWIGLU>(out, input, shape, stages)
         }
     }
 }
 
-/// `gemv_stream_<type>`: one matrix, as `gemv_<type>`, with its stages last; the sizes as
-/// `u32`s.
+/// `gemv_stream_<type>`: one matrix, as `gemv_<type>`, with its stages last.
 macro_rules! stream_kernels {
     ($($ty:ident => $gemv:ident;)*) => {$(
         #[doc = concat!("`gemv_stream` over one matrix of `", stringify!($ty), "` weights.")]
@@ -343,33 +332,24 @@ macro_rules! stream_kernels {
         /// # Safety
         /// The host's launch wrapper checks `gemv_stream`'s preconditions.
         #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $gemv(
             out: *mut f32,
             codes: *const u8,
             scales: *const f32,
             w: *const u8,
             bias: *const f32,
-            n_tokens: u32,
-            n_in: u32,
-            n_out: u32,
-            out_stride: u32,
-            accumulate: u32,
+            shape: MatmulShape,
             stages: u32,
         ) {
-            let sizes = [n_tokens, n_in, n_out, out_stride];
+            let input = CodesIn { codes, scales, w, w_up: w, bias };
             // SAFETY: the wrapper's checks.
-            unsafe {
-                gemv_stream_either::<$ty, false>(
-                    out, codes, scales, w, w, bias, sizes, accumulate != 0, stages,
-                )
-            }
+            unsafe { gemv_stream_either::<$ty, false>(out, input, shape, stages) }
         }
     )*};
 }
 
 /// `gemv_swiglu_stream_<type>`: the gate and up matrices, as `gemv_swiglu_<type>`, with
-/// its stages last; the sizes as `u32`s.
+/// its stages last.
 macro_rules! swiglu_stream_kernels {
     ($($ty:ident => $swiglu:ident;)*) => {$(
         #[doc = concat!("`gemv_stream` over the gate and up matrices of `", stringify!($ty), "` weights.")]
@@ -377,26 +357,19 @@ macro_rules! swiglu_stream_kernels {
         /// # Safety
         /// The host's launch wrapper checks `gemv_stream`'s preconditions.
         #[unsafe(no_mangle)]
-        #[allow(clippy::too_many_arguments)]
         pub unsafe extern "gpu-kernel" fn $swiglu(
             out: *mut f32,
             codes: *const u8,
             scales: *const f32,
             w_gate: *const u8,
             w_up: *const u8,
-            n_tokens: u32,
-            n_in: u32,
-            n_out: u32,
-            out_stride: u32,
+            shape: MatmulShape,
             stages: u32,
         ) {
-            let sizes = [n_tokens, n_in, n_out, out_stride];
+            let (w, bias) = (w_gate, core::ptr::null());
+            let input = CodesIn { codes, scales, w, w_up, bias };
             // SAFETY: the wrapper's checks.
-            unsafe {
-                gemv_stream_either::<$ty, true>(
-                    out, codes, scales, w_gate, w_up, core::ptr::null(), sizes, false, stages,
-                )
-            }
+            unsafe { gemv_stream_either::<$ty, true>(out, input, shape, stages) }
         }
     )*};
 }

@@ -12,17 +12,15 @@ use crate::traffic;
 impl Gpu {
     /// Many tokens through a linear layer: out `[n, n_out]`, x `[n, n_in]`,
     /// w `[n_out, n_in]` bf16, bias `[n_out]` or none.
-    #[allow(clippy::too_many_arguments)]
     pub fn gemm_step1_simt_bf16(
         &self,
         out: &mut Out<f32>,
         x: &In<f32>,
         w: &In<u16>,
         bias: Option<&In<f32>>,
-        n: usize,
         n_in: usize,
-        n_out: usize,
     ) -> Result<()> {
+        let (n, n_out) = (x.len() / n_in.max(1), w.len() / n_in.max(1));
         assert!(x.len() == n * n_in && out.len() == n * n_out && w.len() == n_out * n_in);
         assert!(bias.is_none_or(|b| b.len() == n_out));
         let cfg = LaunchConfig {

@@ -5,7 +5,7 @@
 
 use cudarc::driver::{CudaFunction, LaunchConfig};
 
-use super::gemv_quant::check_matrix;
+use super::gemv_quant::{BlocksIn, check_matrix};
 use super::table::Kernels;
 use super::{In, Out, aligned16, u32_of};
 use crate::error::Result;
@@ -16,6 +16,7 @@ use crate::gpu::tiles::{
     REDUCE_MAX_PARTS, WGMMA_BLOCKS_ROWS, WGMMA_BLOCKS_STAGE_K, WGMMA_BLOCKS_WIDTHS, WGMMA_THREADS,
     blocks_mma_shared_bytes, wgmma_blocks_shared_bytes,
 };
+use crate::kernel_args::MatmulShape;
 use crate::traffic::Traffic;
 use crate::weights::blocks::BlockType;
 
@@ -102,28 +103,24 @@ impl Gpu {
     /// `gemm_wgmma_<ty>`: as `gemm_blocks` (the same contract, `out_stride`, bias,
     /// accumulation and split parts), for more than `BLOCKS_MMA_MAX_TOKENS` tokens, on the
     /// warpgroup tensor cores with `plan`'s tile of tokens and split (`wgmma_blocks_plan`).
-    #[allow(clippy::too_many_arguments)]
     pub fn gemm_wgmma_blocks(
         &self,
-        ty: BlockType,
         out: &mut Out<f32>,
         x: &In<u16>,
-        w: &In<u8>,
+        w: &BlocksIn,
         bias: Option<&In<f32>>,
-        n: usize,
-        n_in: usize,
-        n_out: usize,
-        out_stride: usize,
-        accumulate: bool,
+        shape: MatmulShape,
         plan: GemmPlan,
     ) -> Result<()> {
+        let [n, n_in, n_out, _] = shape.sizes();
+        let ty = w.ty;
         let Some((func, name)) = self.kernels.gemm_wgmma_blocks(ty) else {
             return Err(crate::error::Error::Unsupported(format!(
                 "gemm_wgmma_{ty} needs a Hopper GPU (sm_90a) and a GGUF type (fp8 takes \
                  gemm_wgmma_fp8)"
             )));
         };
-        check_matrix(self, ty, w, None, n_out, n_in);
+        check_matrix(self, w, n_out, n_in);
         assert!(
             n_in.is_multiple_of(WGMMA_BLOCKS_STAGE_K),
             "{name} takes the reduction in stages of {WGMMA_BLOCKS_STAGE_K}: n_in {n_in}"
@@ -153,90 +150,65 @@ impl Gpu {
             block_dim: (WGMMA_THREADS as u32, 1, 1),
             shared_mem_bytes: wgmma_blocks_shared_bytes(ty.block_len(), ty.block_bytes()) as u32,
         };
-        let (sizes, tile) = ([n, n_in, n_out, out_stride], Some(tile_t as u32));
+        let traffic = self.check_blocks_gemm(out, x, w, bias, shape, splits);
+        let tile = tile_t as u32;
+        let mut b = self.launcher(func);
+        b.arg(out).arg(x).arg(&w.bytes).arg_or_null(bias);
+        b.arg(&shape).arg(&tile);
         // SAFETY: the matrix is whole aligned blocks of its type (checked), in rows of whole
-        // stages; a split past the last stage stores zeros.
-        unsafe {
-            self.launch_blocks_gemm(
-                func, name, cfg, out, x, w, bias, sizes, accumulate, splits, tile,
-            )
-        }
+        // stages; a split past the last stage stores zeros; x holds the tokens' rows 16-byte
+        // aligned, out every split's tokens' n_out columns (checked); x and out are
+        // different buffers; the weights are read-only.
+        self.timed(name, traffic, || unsafe { b.launch(cfg) })
     }
 
-    /// The launch both GEMMs over GGUF blocks share, after their own checks of the matrix
-    /// and the split: the checks of the output, input and bias, the arguments (`out, x, w,
-    /// bias, n, n_in, n_out, out_stride, accumulate`, and the warpgroup kernel's tile of
-    /// tokens, `tile`), and the bytes and products the profiler counts.
-    ///
-    /// # Safety
-    /// `func` is `name`'s kernel, whose preconditions on `w`, `n_in` and `splits` the caller
-    /// checked.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn launch_blocks_gemm(
+    /// The checks both GEMMs over GGUF blocks make of the output, input and bias, after
+    /// their own checks of the matrix and the split; and the bytes and products the
+    /// profiler counts.
+    fn check_blocks_gemm(
         &self,
-        func: &CudaFunction,
-        name: &'static str,
-        cfg: LaunchConfig,
-        out: &mut Out<f32>,
+        out: &Out<f32>,
         x: &In<u16>,
-        w: &In<u8>,
+        w: &BlocksIn,
         bias: Option<&In<f32>>,
-        [n, n_in, n_out, out_stride]: [usize; 4],
-        accumulate: bool,
+        shape: MatmulShape,
         splits: usize,
-        tile: Option<u32>,
-    ) -> Result<()> {
+    ) -> Traffic {
+        let [n, n_in, n_out, out_stride] = shape.sizes();
+        let accumulate = shape.accumulates();
         assert!(splits == 1 || (bias.is_none() && !accumulate));
         assert!(x.len() == n * n_in && aligned16(x, &self.stream));
         assert!(n_out <= out_stride);
         assert!(out.len() >= ((splits - 1) * n + n - 1) * out_stride + n_out);
         assert!(bias.is_none_or(|b| b.len() == n_out));
-        let traffic = Traffic {
-            bytes: (w.len()
+        Traffic {
+            bytes: (w.bytes.len()
                 + 2 * n * n_in
                 + 4 * n * n_out * (splits + accumulate as usize)
                 + 4 * bias.map_or(0, |b| b.len())) as u64,
             flops: (2 * n * n_in * n_out) as u64,
-        };
-        let args = [n, n_in, n_out, out_stride].map(|v| u32_of(v, "a size"));
-        let mut b = self.launcher(func);
-        b.arg(out).arg(x).arg(w).arg_or_null(bias);
-        b.arg(&args[0])
-            .arg(&args[1])
-            .arg(&args[2])
-            .arg(&args[3])
-            .arg(&(accumulate as u32));
-        if let Some(tile) = &tile {
-            b.arg(tile);
         }
-        // SAFETY: the caller's checks, and the ones above: x holds the tokens' rows 16-byte
-        // aligned, out every split's tokens' n_out columns; x and out are different buffers;
-        // the weights are read-only.
-        self.timed(name, traffic, || unsafe { b.launch(cfg) })
     }
 
     /// `gemm_<ty>`: out (`[n, out_stride]`, this matrix's columns `0..n_out`) (+)= x w^T +
-    /// bias `[n_out]`, x `[n, n_in]` bf16 (from `f32_to_bf16`), w `[n_out]` rows of `ty`.
-    /// With `splits > 1` the reduction is split that many ways (`blocks_mma_splits`) and
-    /// `out` takes the parts, `[splits, n, out_stride]` (no bias, no accumulate): the caller
-    /// adds them with `gemm_skinny_reduce_f32`, once for all the matrix's runs of rows.
-    #[allow(clippy::too_many_arguments)]
+    /// bias `[n_out]`, x `[n, n_in]` bf16 (from `f32_to_bf16`), w `[n_out]` rows of `w.ty`
+    /// (`n` is `shape.n_tokens`). With `splits > 1` the reduction is split that many ways
+    /// (`blocks_mma_splits`) and `out` takes the parts, `[splits, n, out_stride]` (no bias,
+    /// no accumulate): the caller adds them with `gemm_skinny_reduce_f32`, once for all the
+    /// matrix's runs of rows.
     pub fn gemm_blocks(
         &self,
-        ty: BlockType,
         out: &mut Out<f32>,
         x: &In<u16>,
-        w: &In<u8>,
+        w: &BlocksIn,
         bias: Option<&In<f32>>,
-        n: usize,
-        n_in: usize,
-        n_out: usize,
-        out_stride: usize,
-        accumulate: bool,
+        shape: MatmulShape,
         splits: usize,
     ) -> Result<()> {
+        let [n, n_in, n_out, _] = shape.sizes();
+        let ty = w.ty;
         assert!(ty != BlockType::Fp8, "fp8 has no gemm_<type>");
-        check_matrix(self, ty, w, None, n_out, n_in);
+        check_matrix(self, w, n_out, n_in);
         assert!(
             n_in.is_multiple_of(BLOCKS_MMA_STAGE_K),
             "gemm_{ty} takes the reduction in stages of {BLOCKS_MMA_STAGE_K}: n_in {n_in}"
@@ -261,13 +233,14 @@ impl Gpu {
             shared_mem_bytes: blocks_mma_shared_bytes(n, ty.block_len(), ty.block_bytes()) as u32,
         };
         let (func, name) = self.kernels.gemm_blocks(ty);
-        let sizes = [n, n_in, n_out, out_stride];
+        let traffic = self.check_blocks_gemm(out, x, w, bias, shape, splits);
+        let mut b = self.launcher(func);
+        b.arg(out).arg(x).arg(&w.bytes).arg_or_null(bias);
+        b.arg(&shape);
         // SAFETY: the matrix is whole aligned blocks of its type (checked), in rows of whole
-        // stages; every split has a stage; 1 to 64 tokens.
-        unsafe {
-            self.launch_blocks_gemm(
-                func, name, cfg, out, x, w, bias, sizes, accumulate, splits, None,
-            )
-        }
+        // stages; every split has a stage; 1 to 64 tokens; x holds the tokens' rows 16-byte
+        // aligned, out every split's tokens' n_out columns (checked); x and out are
+        // different buffers; the weights are read-only.
+        self.timed(name, traffic, || unsafe { b.launch(cfg) })
     }
 }

@@ -11,6 +11,24 @@ use crate::gpu::gemm_plan::{self, GemmPlan};
 use crate::gpu::tiles::{MMA_BM, MMA_SHARED_BYTES, MMA_THREADS};
 use crate::traffic::{self, Traffic};
 
+/// A bf16 tensor-core GEMM's inputs (`gemm_mma_bf16`'s, `gemm_wgmma_bf16`'s,
+/// `gemm_skinny_bf16`'s): `out = x w^T + bias`.
+pub struct Bf16Operands<'a> {
+    /// `[n, n_in]` bf16, the activations rounded by `f32_to_bf16`
+    pub x: In<'a, u16>,
+    /// `[n_out, n_in]` bf16
+    pub w: In<'a, u16>,
+    /// `[n_out]`, or none
+    pub bias: Option<In<'a, f32>>,
+}
+
+impl Bf16Operands<'_> {
+    /// `(n, n_out)`: the tokens of `x` and the rows of `w`, each `n_in` long.
+    pub(super) fn rows(&self, n_in: usize) -> (usize, usize) {
+        (self.x.len() / n_in.max(1), self.w.len() / n_in.max(1))
+    }
+}
+
 /// What the two tensor-core GEMMs' launches differ in.
 pub(super) struct TensorGemm {
     pub(super) name: &'static str,
@@ -57,59 +75,42 @@ const MMA_GEMM: TensorGemm = TensorGemm {
 
 impl Gpu {
     /// Many tokens through a linear layer on tensor cores (`mma.sync`, any GPU from sm_80):
-    /// out `[n, n_out]` f32, x `[n, n_in]` bf16 (from `f32_to_bf16`), w `[n_out, n_in]`
-    /// bf16, bias `[n_out]` or none.
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemm_mma_bf16(
-        &self,
-        out: &mut Out<f32>,
-        x: &In<u16>,
-        w: &In<u16>,
-        bias: Option<&In<f32>>,
-        n: usize,
-        n_in: usize,
-        n_out: usize,
-    ) -> Result<()> {
+    /// out `[n, n_out]` f32 = x w^T + bias, the operands' rows `n_in` long.
+    pub fn gemm_mma_bf16(&self, out: &mut Out<f32>, ops: Bf16Operands, n_in: usize) -> Result<()> {
+        let (n, n_out) = ops.rows(n_in);
         let plan = gemm_plan::mma(n, n_in, n_out, self.gemm_slots.mma);
-        self.gemm_mma_planned(plan, out, x, w, bias, n, n_in, n_out)
+        self.gemm_mma_planned(plan, out, ops, n_in)
     }
 
     /// `gemm_mma_bf16` on the plan the caller chose (`gemm_plan::mma`'s, or another to
     /// measure).
-    #[allow(clippy::too_many_arguments)]
     pub fn gemm_mma_planned(
         &self,
         plan: GemmPlan,
         out: &mut Out<f32>,
-        x: &In<u16>,
-        w: &In<u16>,
-        bias: Option<&In<f32>>,
-        n: usize,
+        ops: Bf16Operands,
         n_in: usize,
-        n_out: usize,
     ) -> Result<()> {
         let func = &self.kernels.gemm_mma_bf16;
-        self.tensor_gemm(func, &MMA_GEMM, plan, out, x, w, bias, n, n_in, n_out)
+        self.tensor_gemm(func, &MMA_GEMM, plan, out, ops, n_in)
     }
 
     /// The launch both tensor-core GEMMs share: same arguments, same checks, a grid of
     /// output tiles as `plan` says (and the tile width as a last argument to the warpgroup
     /// kernel, which takes several).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn tensor_gemm(
         &self,
         func: &CudaFunction,
         k: &TensorGemm,
         plan: GemmPlan,
         out: &mut Out<f32>,
-        x: &In<u16>,
-        w: &In<u16>,
-        bias: Option<&In<f32>>,
-        n: usize,
+        ops: Bf16Operands,
         n_in: usize,
-        n_out: usize,
     ) -> Result<()> {
         let name = k.name;
+        let (n, n_out) = ops.rows(n_in);
+        let Bf16Operands { x, w, bias } = ops;
+        let (x, w, bias) = (&x, &w, bias.as_ref());
         assert!(
             n_in.is_multiple_of(8),
             "{name} moves 8 values at a time: n_in {n_in} must be a multiple of 8"

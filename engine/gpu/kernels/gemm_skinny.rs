@@ -3,6 +3,7 @@
 
 use cudarc::driver::LaunchConfig;
 
+use super::gemm_mma::Bf16Operands;
 use super::{In, Out, aligned16, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
@@ -27,42 +28,37 @@ pub fn skinny_splits(n_in: usize, n_out: usize, sm_count: usize) -> usize {
 
 impl Gpu {
     /// A few tokens through a linear layer on tensor cores (batched decode): out `[n, n_out]`
-    /// f32, x `[n, n_in]` bf16 (from `f32_to_bf16`), w `[n_out, n_in]` bf16, bias `[n_out]`
-    /// or none; with `accumulate`, added to what `out` holds. A launch whose reduction is
-    /// split (`skinny_splits`) leaves its parts in `parts` (`[splits, n, n_out]` f32) and adds
-    /// them with `gemm_skinny_reduce_f32`.
-    #[allow(clippy::too_many_arguments)]
+    /// f32 = x w^T + bias (`ops`: x `[n, n_in]` bf16 from `f32_to_bf16`, w `[n_out, n_in]`
+    /// bf16, bias `[n_out]` or none); with `accumulate`, added to what `out` holds. A launch
+    /// whose reduction is split (`skinny_splits`) leaves its parts in `parts` (`[splits, n,
+    /// n_out]` f32) and adds them with `gemm_skinny_reduce_f32`.
     pub fn gemm_skinny_bf16(
         &self,
         out: &mut Out<f32>,
-        x: &In<u16>,
-        w: &In<u16>,
-        bias: Option<&In<f32>>,
+        ops: Bf16Operands,
         n_in: usize,
-        n_out: usize,
         accumulate: bool,
         parts: &mut Out<f32>,
     ) -> Result<()> {
+        let (_, n_out) = ops.rows(n_in);
         let splits = skinny_splits(n_in, n_out, self.sm_count);
-        self.gemm_skinny_planned(splits, out, x, w, bias, n_in, n_out, accumulate, parts)
+        self.gemm_skinny_planned(splits, out, ops, n_in, accumulate, parts)
     }
 
     /// `gemm_skinny_bf16` with the reduction split `splits` ways (1 to 8), chosen by the
     /// caller: for the tests, which hold every split to the twin.
-    #[allow(clippy::too_many_arguments)]
     pub fn gemm_skinny_planned(
         &self,
         splits: usize,
         out: &mut Out<f32>,
-        x: &In<u16>,
-        w: &In<u16>,
-        bias: Option<&In<f32>>,
+        ops: Bf16Operands,
         n_in: usize,
-        n_out: usize,
         accumulate: bool,
         parts: &mut Out<f32>,
     ) -> Result<()> {
-        let n = x.len() / n_in.max(1);
+        let (n, n_out) = ops.rows(n_in);
+        let Bf16Operands { x, w, bias } = ops;
+        let (x, w, bias) = (&x, &w, bias.as_ref());
         assert!(
             n_in.is_multiple_of(8) && n_in > 0,
             "gemm_skinny_bf16 reads 8 values at a time: n_in {n_in} must be a multiple of 8"

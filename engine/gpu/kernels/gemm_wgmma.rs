@@ -4,7 +4,7 @@
 
 use cudarc::driver::CudaFunction;
 
-use super::gemm_mma::TensorGemm;
+use super::gemm_mma::{Bf16Operands, TensorGemm};
 use super::{In, Out, aligned16, u32_of};
 use crate::error::{Error, Result};
 use crate::gpu::context::Gpu;
@@ -30,7 +30,8 @@ const WGMMA_FP8_GEMM: TensorGemm = TensorGemm {
     ..WGMMA_GEMM
 };
 
-/// `gemm_wgmma_fp8`'s inputs: e4m3 activations and weights, each with its scales.
+/// `gemm_wgmma_fp8`'s inputs: e4m3 activations and weights, each with its scales, and the
+/// bias.
 pub struct Fp8Operands<'a> {
     /// `[n, n_in]` e4m3 (`quantize_fp8_f32`)
     pub x: In<'a, u8>,
@@ -40,6 +41,8 @@ pub struct Fp8Operands<'a> {
     pub w: In<'a, u8>,
     /// `[n_out]`
     pub w_scales: In<'a, f32>,
+    /// `[n_out]`, or none
+    pub bias: Option<In<'a, f32>>,
 }
 
 /// What both warpgroup GEMMs check of a plan they are given: one of the widths and splits
@@ -75,38 +78,31 @@ impl Gpu {
     /// As `gemm_mma_bf16`, on Hopper's warpgroup tensor cores (`wgmma`): an error on a GPU
     /// without them (the kernel is in the sm_90a build only). A split plan stores its parts
     /// in `parts` (at least `wgmma_parts_len` floats) and adds them in order.
-    #[allow(clippy::too_many_arguments)]
     pub fn gemm_wgmma_bf16(
         &self,
         out: &mut Out<f32>,
-        x: &In<u16>,
-        w: &In<u16>,
-        bias: Option<&In<f32>>,
-        n: usize,
+        ops: Bf16Operands,
         n_in: usize,
-        n_out: usize,
         parts: &mut Out<f32>,
     ) -> Result<()> {
+        let (n, n_out) = ops.rows(n_in);
         let plan = self.wgmma_plan(n, n_in, n_out)?;
-        self.gemm_wgmma_planned(plan, out, x, w, bias, n, n_in, n_out, parts, false)
+        self.gemm_wgmma_planned(plan, out, ops, n_in, parts, false)
     }
 
-    /// `out += x w^T` through `gemm_wgmma_bf16`, where its plan for this shape splits the
-    /// reduction (`wgmma_parts_len > 0`): the in-order sum of the parts adds into `out`, so
-    /// the residual add costs no launch of its own.
-    #[allow(clippy::too_many_arguments)]
+    /// `out += x w^T + bias` through `gemm_wgmma_bf16`, where its plan for this shape
+    /// splits the reduction (`wgmma_parts_len > 0`): the in-order sum of the parts adds
+    /// into `out`, so the residual add costs no launch of its own.
     pub fn gemm_wgmma_add_bf16(
         &self,
         out: &mut Out<f32>,
-        x: &In<u16>,
-        w: &In<u16>,
-        n: usize,
+        ops: Bf16Operands,
         n_in: usize,
-        n_out: usize,
         parts: &mut Out<f32>,
     ) -> Result<()> {
+        let (n, n_out) = ops.rows(n_in);
         let plan = self.wgmma_plan(n, n_in, n_out)?;
-        self.gemm_wgmma_planned(plan, out, x, w, None, n, n_in, n_out, parts, true)
+        self.gemm_wgmma_planned(plan, out, ops, n_in, parts, true)
     }
 
     /// The tile width and split `gemm_wgmma_bf16` runs `n` tokens through an
@@ -131,64 +127,58 @@ impl Gpu {
     /// plans. Split, the parts go to `parts` and `gemm_skinny_reduce_f32` adds them, in
     /// order, and the bias into `out` (onto what it holds when `accumulate`, which only a
     /// split plan takes): the same sums whatever order the blocks ran in.
-    #[allow(clippy::too_many_arguments)]
     pub fn gemm_wgmma_planned(
         &self,
         plan: GemmPlan,
         out: &mut Out<f32>,
-        x: &In<u16>,
-        w: &In<u16>,
-        bias: Option<&In<f32>>,
-        n: usize,
+        ops: Bf16Operands,
         n_in: usize,
-        n_out: usize,
         parts: &mut Out<f32>,
         accumulate: bool,
     ) -> Result<()> {
+        let (n, n_out) = ops.rows(n_in);
         let len = check_plan("gemm_wgmma_bf16", plan, accumulate, parts, n, n_out);
         let func = self.wgmma_kernel()?;
         if plan.k_splits == 1 {
-            return self.tensor_gemm(func, &WGMMA_GEMM, plan, out, x, w, bias, n, n_in, n_out);
+            return self.tensor_gemm(func, &WGMMA_GEMM, plan, out, ops, n_in);
         }
+        // The parts unbiased; their in-order sum adds the bias.
+        let Bf16Operands { x, w, bias } = ops;
         let parts = &mut parts.slice_mut(..len);
-        self.tensor_gemm(func, &WGMMA_GEMM, plan, parts, x, w, None, n, n_in, n_out)?;
-        self.gemm_skinny_reduce_f32(out, &parts.as_view(), bias, n_out, accumulate)
+        let ops = Bf16Operands { x, w, bias: None };
+        self.tensor_gemm(func, &WGMMA_GEMM, plan, parts, ops, n_in)?;
+        self.gemm_skinny_reduce_f32(out, &parts.as_view(), bias.as_ref(), n_out, accumulate)
     }
 
     /// `gemm_wgmma_fp8`: `out (+)= x_scales[t] w_scales[o] (x w^T)[t, o] + bias[o]` on the
     /// plan `gemm_wgmma_bf16` takes for the shape (`parts` as it says). It adds into `out`
     /// only through a split plan's sum, as `gemm_wgmma_add_bf16`: `accumulate` needs
     /// `wgmma_parts_len(n, n_in, n_out) > 0`. An error on a GPU without it.
-    #[allow(clippy::too_many_arguments)]
     pub fn gemm_wgmma_fp8(
         &self,
         out: &mut Out<f32>,
         ops: Fp8Operands,
-        bias: Option<&In<f32>>,
-        n: usize,
         n_in: usize,
-        n_out: usize,
         parts: &mut Out<f32>,
         accumulate: bool,
     ) -> Result<()> {
+        let (n, n_out) = (ops.x_scales.len(), ops.w_scales.len());
         let plan = self.wgmma_plan(n, n_in, n_out)?;
-        self.gemm_wgmma_fp8_planned(plan, out, ops, bias, n, n_in, n_out, parts, accumulate)
+        self.gemm_wgmma_fp8_planned(plan, out, ops, n_in, parts, accumulate)
     }
 
     /// `gemm_wgmma_fp8` on the plan the caller chose, as `gemm_wgmma_planned`.
-    #[allow(clippy::too_many_arguments)]
     pub fn gemm_wgmma_fp8_planned(
         &self,
         plan: GemmPlan,
         out: &mut Out<f32>,
         ops: Fp8Operands,
-        bias: Option<&In<f32>>,
-        n: usize,
         n_in: usize,
-        n_out: usize,
         parts: &mut Out<f32>,
         accumulate: bool,
     ) -> Result<()> {
+        // A scale a token and a scale a row.
+        let (n, n_out) = (ops.x_scales.len(), ops.w_scales.len());
         let len = check_plan("gemm_wgmma_fp8", plan, accumulate, parts, n, n_out);
         let func = self.hopper_kernel(&self.kernels.gemm_wgmma_fp8, "gemm_wgmma_fp8")?;
         let Fp8Operands {
@@ -196,7 +186,9 @@ impl Gpu {
             x_scales,
             w,
             w_scales,
+            bias,
         } = ops;
+        let bias = bias.as_ref();
         assert!(
             n_in.is_multiple_of(16),
             "gemm_wgmma_fp8 moves 16 values at a time: n_in {n_in} must be a multiple of 16"
@@ -265,22 +257,17 @@ impl Gpu {
 
     /// The prefill's matmul: `gemm_wgmma_bf16` where the GPU has it (`parts` as it says),
     /// else `gemm_mma_bf16`.
-    #[allow(clippy::too_many_arguments)]
     pub fn prefill_gemm(
         &self,
         out: &mut Out<f32>,
-        x: &In<u16>,
-        w: &In<u16>,
-        bias: Option<&In<f32>>,
-        n: usize,
+        ops: Bf16Operands,
         n_in: usize,
-        n_out: usize,
         parts: &mut Out<f32>,
     ) -> Result<()> {
         if self.has_wgmma() {
-            self.gemm_wgmma_bf16(out, x, w, bias, n, n_in, n_out, parts)
+            self.gemm_wgmma_bf16(out, ops, n_in, parts)
         } else {
-            self.gemm_mma_bf16(out, x, w, bias, n, n_in, n_out)
+            self.gemm_mma_bf16(out, ops, n_in)
         }
     }
 }

@@ -40,7 +40,6 @@ pub(super) fn gemv_launch(
 impl Gpu {
     /// One token through a linear layer: out `[n_out]`, x `[n_in]`, w `[n_out, n_in]` bf16,
     /// bias `[n_out]` or none; with `accumulate`, added to what `out` holds (a fused residual).
-    #[allow(clippy::too_many_arguments)]
     pub fn gemv_bf16(
         &self,
         out: &mut Out<f32>,
@@ -48,14 +47,14 @@ impl Gpu {
         w: &In<u16>,
         bias: Option<&In<f32>>,
         n_in: usize,
-        n_out: usize,
         accumulate: bool,
     ) -> Result<()> {
+        let n_out = out.len();
         assert!(
             n_in.is_multiple_of(8),
             "gemv_bf16 reads 8 weights at a time: n_in {n_in} must be a multiple of 8"
         );
-        assert!(x.len() == n_in && out.len() == n_out && w.len() == n_out * n_in);
+        assert!(x.len() == n_in && w.len() == n_out * n_in);
         assert!(bias.is_none_or(|b| b.len() == n_out));
         assert!(
             aligned16(w, &self.stream) && aligned16(x, &self.stream),

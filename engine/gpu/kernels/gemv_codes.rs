@@ -3,7 +3,7 @@
 
 use cudarc::driver::{CudaFunction, LaunchConfig};
 
-use super::gemv_quant::{check_matrix, check_tokens_out};
+use super::gemv_quant::{BlocksIn, check_matrix, check_tokens_out};
 use super::table::Kernels;
 use super::{In, Out, aligned16, linear, u32_of};
 use crate::error::Result;
@@ -12,6 +12,7 @@ use crate::gpu::tiles::{
     CODES_MAX_WARPS, CODES_ROWS, STREAM_BARRIER_BYTES, STREAM_MAX_SHARED_BYTES, STREAM_MAX_STAGES,
     codes_shared_bytes, stream_codes_bytes, stream_shared_bytes,
 };
+use crate::kernel_args::MatmulShape;
 use crate::traffic::Traffic;
 use crate::weights::blocks::BlockType;
 
@@ -43,31 +44,27 @@ impl Gpu {
 
     /// `gemv_<ty>` for the GGUF types: out (`[n_tokens, out_stride]`, this matrix's columns
     /// `0..n_out`) (+)= x w^T + bias `[n_out]`, x as `quantize_q8_f32` left it (`codes`
-    /// `[n_tokens, n_in]`, `scales` `[n_tokens, n_in / 32][2]`), w `[n_out]` rows of `ty`.
-    /// A matrix of `stream_min_rows` rows or more (a decode step's output head) streams
-    /// through shared memory (`gemv_stream_<ty>`) where its type has that kernel (the
-    /// k-quants) and `stream_plan` finds a launch for it.
-    #[allow(clippy::too_many_arguments)]
+    /// `[n_tokens, n_in]`, `scales` `[n_tokens, n_in / 32][2]`), w `[n_out]` rows of
+    /// `w.ty`. A matrix of `stream_min_rows` rows or more (a decode step's output head)
+    /// streams through shared memory (`gemv_stream_<ty>`) where its type has that kernel
+    /// (the k-quants) and `stream_plan` finds a launch for it.
     pub fn gemv_codes(
         &self,
-        ty: BlockType,
         out: &mut Out<f32>,
         codes: &In<u8>,
         scales: &In<f32>,
-        w: &In<u8>,
+        w: &BlocksIn,
         bias: Option<&In<f32>>,
-        n_tokens: usize,
-        n_in: usize,
-        n_out: usize,
-        out_stride: usize,
-        accumulate: bool,
+        shape: MatmulShape,
     ) -> Result<()> {
+        let [n_tokens, n_in, n_out, _] = shape.sizes();
+        let ty = w.ty;
         assert!(
             ty != BlockType::Fp8,
             "fp8 multiplies its activations as they are: gemv_fp8 (Gpu::gemv_blocks)"
         );
-        check_matrix(self, ty, w, None, n_out, n_in);
-        self.check_codes(codes, scales, out, n_tokens, n_in, n_out, out_stride);
+        check_matrix(self, w, n_out, n_in);
+        self.check_codes(codes, scales, out, shape);
         assert!(bias.is_none_or(|b| b.len() == n_out));
         let stream = (n_out >= self.stream_min_rows)
             .then(|| self.stream_plan(ty, n_tokens, n_in, n_out, false))
@@ -80,16 +77,14 @@ impl Gpu {
                 (func, name, cfg)
             }
         };
-        let traffic = codes_traffic(w.len(), bias, n_tokens, n_in, n_out, accumulate);
-        let args = [n_tokens, n_in, n_out, out_stride].map(|v| u32_of(v, "a size"));
-        let acc = accumulate as u32;
+        let traffic = codes_traffic(w.bytes.len(), bias, shape);
         let mut b = self.launcher(func);
-        b.arg(out).arg(codes).arg(scales).arg(w).arg_or_null(bias);
-        b.arg(&args[0])
-            .arg(&args[1])
-            .arg(&args[2])
-            .arg(&args[3])
-            .arg(&acc);
+        b.arg(out)
+            .arg(codes)
+            .arg(scales)
+            .arg(&w.bytes)
+            .arg_or_null(bias);
+        b.arg(&shape);
         let stages = stream.map(|(.., stages)| stages);
         if let Some(stages) = &stages {
             b.arg(stages);
@@ -102,31 +97,28 @@ impl Gpu {
     }
 
     /// `gemv_<a>_<b>`, where this pair has one (`Kernels::two_types`): `gemv_codes` over a
-    /// matrix whose first `n_first` rows are `w_a`, of type `a`, and the rest `w_b`, of type
-    /// `b`, in one launch.
-    #[allow(clippy::too_many_arguments)]
+    /// matrix whose first rows are `w_a`, of type `a`, and the rest (to `n_out` in all)
+    /// `w_b`, of type `b`, in one launch. The kernel's `n_first` is `w_a`'s rows.
     pub fn gemv_codes_two(
         &self,
-        (a, b): (BlockType, BlockType),
         out: &mut Out<f32>,
         codes: &In<u8>,
         scales: &In<f32>,
-        (w_a, w_b): (&In<u8>, &In<u8>),
+        (w_a, w_b): (&BlocksIn, &BlocksIn),
         bias: Option<&In<f32>>,
-        n_tokens: usize,
-        n_in: usize,
-        (n_first, n_out): (usize, usize),
-        out_stride: usize,
-        accumulate: bool,
+        shape: MatmulShape,
     ) -> Result<()> {
+        let [_, n_in, n_out, _] = shape.sizes();
+        let (a, b) = (w_a.ty, w_b.ty);
         let (func, name) = self
             .kernels
             .two_types(a, b)
             .unwrap_or_else(|| panic!("no GEMV takes {a} rows and {b} rows in one launch"));
+        let n_first = w_a.bytes.len() / a.row_bytes(n_in).max(1);
         assert!(0 < n_first && n_first < n_out, "rows of both types");
-        check_matrix(self, a, w_a, None, n_first, n_in);
-        check_matrix(self, b, w_b, None, n_out - n_first, n_in);
-        self.check_codes(codes, scales, out, n_tokens, n_in, n_out, out_stride);
+        check_matrix(self, w_a, n_first, n_in);
+        check_matrix(self, w_b, n_out - n_first, n_in);
+        self.check_codes(codes, scales, out, shape);
         assert!(bias.is_none_or(|b| b.len() == n_out));
         let blocks = n_first.div_ceil(CODES_ROWS) + (n_out - n_first).div_ceil(CODES_ROWS);
         let cfg = codes_launch(a, n_in, blocks);
@@ -135,23 +127,16 @@ impl Gpu {
             codes_launch(b, n_in, blocks).block_dim,
             "both types' blocks the same size"
         );
-        let weights = w_a.len() + w_b.len();
-        let traffic = codes_traffic(weights, bias, n_tokens, n_in, n_out, accumulate);
-        let args = [n_tokens, n_in, n_out, out_stride].map(|v| u32_of(v, "a size"));
-        let (acc, first) = (accumulate as u32, u32_of(n_first, "rows"));
+        let traffic = codes_traffic(w_a.bytes.len() + w_b.bytes.len(), bias, shape);
+        let first = u32_of(n_first, "rows");
         let mut l = self.launcher(func);
         l.arg(out)
             .arg(codes)
             .arg(scales)
-            .arg(w_a)
-            .arg(w_b)
+            .arg(&w_a.bytes)
+            .arg(&w_b.bytes)
             .arg_or_null(bias);
-        l.arg(&args[0])
-            .arg(&args[1])
-            .arg(&args[2])
-            .arg(&args[3])
-            .arg(&acc)
-            .arg(&first);
+        l.arg(&shape).arg(&first);
         // SAFETY: both parts are whole aligned blocks of their types (checked), their blocks
         // the same size (checked); codes and scales hold the tokens' groups 16-byte
         // aligned, out every token's n_out columns and no input; the weights are read-only.
@@ -160,25 +145,28 @@ impl Gpu {
 
     /// `gemv_swiglu_<ty>`: out (`[n_tokens, out_stride]`, columns `0..n_out`) = silu(x
     /// w_gate^T) * (x w_up^T), x as `quantize_q8_f32` left it, both matrices `[n_out]` rows
-    /// of `ty`.
-    #[allow(clippy::too_many_arguments)]
+    /// of one type; `shape` does not accumulate.
     pub fn gemv_swiglu_codes(
         &self,
-        ty: BlockType,
         out: &mut Out<f32>,
         codes: &In<u8>,
         scales: &In<f32>,
-        w_gate: &In<u8>,
-        w_up: &In<u8>,
-        n_tokens: usize,
-        n_in: usize,
-        n_out: usize,
-        out_stride: usize,
+        w_gate: &BlocksIn,
+        w_up: &BlocksIn,
+        shape: MatmulShape,
     ) -> Result<()> {
+        let [n_tokens, n_in, n_out, _] = shape.sizes();
+        let ty = w_gate.ty;
+        assert!(
+            w_up.ty == ty,
+            "gate {ty} and up {} rows in one launch",
+            w_up.ty
+        );
         for w in [w_gate, w_up] {
-            check_matrix(self, ty, w, None, n_out, n_in);
+            check_matrix(self, w, n_out, n_in);
         }
-        self.check_codes(codes, scales, out, n_tokens, n_in, n_out, out_stride);
+        assert!(!shape.accumulates(), "the SwiGLU overwrites its output");
+        self.check_codes(codes, scales, out, shape);
         let stream = self.stream_plan(ty, n_tokens, n_in, n_out, true);
         let (func, name, cfg) = match stream {
             Some((func, name, cfg, _)) => (func, name, cfg),
@@ -188,16 +176,19 @@ impl Gpu {
             }
         };
         let traffic = Traffic {
-            bytes: (2 * w_gate.len()
+            bytes: (2 * w_gate.bytes.len()
                 + n_tokens * n_in
                 + 8 * n_tokens * n_in / 32
                 + 4 * n_tokens * n_out) as u64,
             flops: (4 * n_tokens * n_in * n_out) as u64,
         };
-        let args = [n_tokens, n_in, n_out, out_stride].map(|v| u32_of(v, "a size"));
         let mut b = self.launcher(func);
-        b.arg(out).arg(codes).arg(scales).arg(w_gate).arg(w_up);
-        b.arg(&args[0]).arg(&args[1]).arg(&args[2]).arg(&args[3]);
+        b.arg(out)
+            .arg(codes)
+            .arg(scales)
+            .arg(&w_gate.bytes)
+            .arg(&w_up.bytes);
+        b.arg(&shape);
         let stages = stream.map(|(.., stages)| stages);
         if let Some(stages) = &stages {
             b.arg(stages);
@@ -264,18 +255,9 @@ impl Gpu {
     }
 
     /// The checks of the activations' codes and the output that every integer GEMV needs.
-    #[allow(clippy::too_many_arguments)]
-    fn check_codes(
-        &self,
-        codes: &In<u8>,
-        scales: &In<f32>,
-        out: &Out<f32>,
-        n_tokens: usize,
-        n_in: usize,
-        n_out: usize,
-        out_stride: usize,
-    ) {
-        check_tokens_out(out, n_tokens, n_out, out_stride);
+    fn check_codes(&self, codes: &In<u8>, scales: &In<f32>, out: &Out<f32>, shape: MatmulShape) {
+        let [n_tokens, n_in, ..] = shape.sizes();
+        check_tokens_out(out, shape);
         assert!(codes.len() >= n_tokens * n_in && aligned16(codes, &self.stream));
         assert!(scales.len() >= n_tokens * n_in / 16 && aligned16(scales, &self.stream));
     }
@@ -283,14 +265,9 @@ impl Gpu {
 
 /// What an integer GEMV of one matrix (`weights` bytes) moves and computes: the weights,
 /// the tokens' codes and their scales, the output (read too where it accumulates), the bias.
-fn codes_traffic(
-    weights: usize,
-    bias: Option<&In<f32>>,
-    n_tokens: usize,
-    n_in: usize,
-    n_out: usize,
-    accumulate: bool,
-) -> Traffic {
+fn codes_traffic(weights: usize, bias: Option<&In<f32>>, shape: MatmulShape) -> Traffic {
+    let [n_tokens, n_in, n_out, _] = shape.sizes();
+    let accumulate = shape.accumulates();
     Traffic {
         bytes: (weights
             + n_tokens * n_in

@@ -21,17 +21,8 @@ impl Gpu {
         n_out: usize,
     ) -> Result<()> {
         let func = &self.kernels.gemv_step1_thread_per_row_bf16;
-        let cfg = linear(n_out);
-        self.gemv_step(
-            func,
-            "gemv_step1_thread_per_row_bf16",
-            cfg,
-            out,
-            x,
-            w,
-            n_in,
-            n_out,
-        )
+        let kernel = (func, "gemv_step1_thread_per_row_bf16", linear(n_out));
+        self.gemv_step(kernel, out, x, w, n_in, n_out)
     }
 
     /// Lesson step 2: as step 1, a warp per row.
@@ -44,26 +35,15 @@ impl Gpu {
         n_out: usize,
     ) -> Result<()> {
         let func = &self.kernels.gemv_step2_warp_per_row_bf16;
-        let cfg = linear(32 * n_out);
-        self.gemv_step(
-            func,
-            "gemv_step2_warp_per_row_bf16",
-            cfg,
-            out,
-            x,
-            w,
-            n_in,
-            n_out,
-        )
+        let kernel = (func, "gemv_step2_warp_per_row_bf16", linear(32 * n_out));
+        self.gemv_step(kernel, out, x, w, n_in, n_out)
     }
 
-    /// The launch both steps share: same arguments, same checks.
-    #[allow(clippy::too_many_arguments)]
+    /// The launch both steps share: the kernel, its name and its grid, then the same
+    /// arguments, the same checks.
     fn gemv_step(
         &self,
-        func: &CudaFunction,
-        name: &'static str,
-        cfg: LaunchConfig,
+        (func, name, cfg): (&CudaFunction, &'static str, LaunchConfig),
         out: &mut Out<f32>,
         x: &In<f32>,
         w: &In<u16>,
