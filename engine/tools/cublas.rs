@@ -24,16 +24,13 @@ pub fn load(gpu: &Gpu) -> Result<Option<CudaBlas>> {
 /// `out = x W^T` through cuBLAS, `n` tokens: W `[n_out, n_in]` row-major bf16 is
 /// column-major `[n_in, n_out]`, so out^T = op(A) x^T with A transposed; x `[n, n_in]` bf16,
 /// out `[n, n_out]` f32, f32 accumulation. With `n == 1`, the decode's GEMV.
-#[allow(clippy::too_many_arguments)]
 pub fn linear(
     gpu: &Gpu,
     blas: &CudaBlas,
     out: &mut CudaSlice<f32>,
     w: &CudaSlice<u16>,
     x: &CudaSlice<u16>,
-    n: usize,
-    n_in: usize,
-    n_out: usize,
+    (n, n_in, n_out): (usize, usize, usize),
 ) -> Result<()> {
     let (alpha, beta) = (1.0f32, 0.0f32);
     let (a, _ra) = w.device_ptr(&gpu.stream);

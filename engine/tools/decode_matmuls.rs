@@ -100,7 +100,7 @@ pub fn run(gpu: &Gpu, c: &Config) -> Result<Vec<GemvResult>> {
                     for _ in 0..BATCH {
                         turn = (turn + 1) % k;
                         for w in &weights[turn * mats..(turn + 1) * mats] {
-                            cublas::linear(gpu, blas, &mut out, w, &x, 1, n_in, n_out)?;
+                            cublas::linear(gpu, blas, &mut out, w, &x, (1, n_in, n_out))?;
                         }
                     }
                     Ok(())

@@ -199,7 +199,7 @@ fn gemv_steps(gpu: &Gpu, c: &Config) -> Result<Vec<LessonRow>> {
                 let mut turn = 0;
                 Some(time_us(gpu, BATCH, &mut || {
                     turn = (turn + 1) % k;
-                    cublas::linear(gpu, blas, &mut out, &weights[turn], &x, 1, n_in, n_out)
+                    cublas::linear(gpu, blas, &mut out, &weights[turn], &x, (1, n_in, n_out))
                 })?)
             }
         };

@@ -120,7 +120,7 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmR
         let cublas_us = match &blas {
             None => None,
             Some(blas) => Some(time_us(&mut || {
-                cublas::linear(gpu, blas, &mut out, &w, &x, n, n_in, n_out)
+                cublas::linear(gpu, blas, &mut out, &w, &x, (n, n_in, n_out))
             })?),
         };
         let wgmma_plan = match gpu.has_wgmma() {
