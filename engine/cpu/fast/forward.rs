@@ -78,7 +78,6 @@ impl Scratch {
 /// Runs `batch` through the model: writes its keys and values into `kv`, and returns the
 /// logits of the rows `batch.logit_rows` names, `[rows, vocab]`. Call it inside the pool
 /// whose threads should share the work. `rec` times each step while a profile is recorded.
-#[allow(clippy::too_many_arguments)]
 pub fn forward<'s>(
     c: &Config,
     w: &FastWeights,

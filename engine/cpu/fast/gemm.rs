@@ -53,24 +53,24 @@ pub fn pack_row(tile: &mut [u32], r: usize, row: &[f32]) {
 /// first `rows` rows.
 ///
 /// - `tile`: `[pairs, 32]` u32 bf16 pairs
-/// - `x`: `[n, x_stride]` u32 bf16 pairs, the first `pairs` of each row used
+/// - `x`: `[n, pairs]` u32 bf16 pairs
 /// - `out`: `[n, out_stride]`, written at columns `0..rows` of each row
 ///
 /// # Safety
 /// The CPU must have AVX-512 F and BF16; the pointers must span the shapes above.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16")]
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn tile_matmul(
     tile: *const u32,
     pairs: usize,
     x: *const u32,
-    x_stride: usize,
     n: usize,
     out: *mut f32,
     out_stride: usize,
     rows: usize,
 ) {
+    // A token's row of `x` is its pairs.
+    let x_stride = pairs;
     let mut t = 0;
     // SAFETY (every call): token groups stay below n; the caller's spans hold them.
     unsafe {

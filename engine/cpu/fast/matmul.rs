@@ -117,12 +117,14 @@ pub fn matmul_with(f: Features, jobs: &mut [Job], x: &[f32], n_in: usize, input:
                     ptr: out.0,
                     stride: n_out,
                     n,
+                    lo,
+                    hi,
                 };
                 if gemm {
-                    gemm_rows(f, s, j.w, &input.bf16, &out, lo, hi);
+                    gemm_rows(f, s, j.w, &input.bf16, &out);
                 }
                 if dots {
-                    decode_rows(f, s, j.w, x, &input.q8, &out, lo, hi, only);
+                    decode_rows(f, s, j.w, x, &input.q8, &out, only);
                 }
                 if let Some(b) = j.bias {
                     for t in 0..n {
@@ -150,11 +152,14 @@ struct SendPtr(*mut f32);
 unsafe impl Send for SendPtr {}
 unsafe impl Sync for SendPtr {}
 
-/// `[n, stride]` outputs of one job.
+/// `[n, stride]` outputs of one job, of which a part writes columns `lo..hi` (rows `lo..hi`
+/// of the job's matrix).
 struct OutRows {
     ptr: *mut f32,
     stride: usize,
     n: usize,
+    lo: usize,
+    hi: usize,
 }
 
 /// A thread's scratch, grown to the widest row it has seen, then reused.
@@ -189,9 +194,8 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// Rows `lo..hi` of `w` against each token (each token `only` marks, where given): unpack a
-/// row once, then one dot product per token.
-#[allow(clippy::too_many_arguments)]
+/// Rows `out.lo..out.hi` of `w` against each token (each token `only` marks, where given):
+/// unpack a row once, then one dot product per token.
 fn decode_rows(
     f: Features,
     s: &mut Scratch,
@@ -199,10 +203,9 @@ fn decode_rows(
     x: &[f32],
     q8: &Q8Rows,
     out: &OutRows,
-    lo: usize,
-    hi: usize,
     only: Option<&[bool]>,
 ) {
+    let (lo, hi) = (out.lo, out.hi);
     let n_in = w.cols;
     s.fit(n_in);
     let (u, scale, offset) = (
@@ -301,17 +304,9 @@ fn dot(
     dot_codes(u, scale, offset, xq, xd, xs)
 }
 
-/// Rows `lo..hi` of `w` against every token in bf16 tiles of 32 rows.
-#[allow(clippy::too_many_arguments)]
-fn gemm_rows(
-    f: Features,
-    s: &mut Scratch,
-    w: &Matrix,
-    xb: &[u32],
-    out: &OutRows,
-    lo: usize,
-    hi: usize,
-) {
+/// Rows `out.lo..out.hi` of `w` against every token in bf16 tiles of 32 rows.
+fn gemm_rows(f: Features, s: &mut Scratch, w: &Matrix, xb: &[u32], out: &OutRows) {
+    let (lo, hi) = (out.lo, out.hi);
     // The tiles' multiply is AVX-512 BF16's: `use_gemm` never picks them elsewhere.
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (xb, out);
@@ -345,7 +340,6 @@ fn gemm_rows(
                     s.tile.as_ptr(),
                     pairs,
                     xb.as_ptr(),
-                    pairs,
                     out.n,
                     out.ptr.add(r0),
                     out.stride,
@@ -382,7 +376,6 @@ fn gemm_rows(
                 s.tile.as_ptr(),
                 pairs,
                 xb.as_ptr(),
-                pairs,
                 out.n,
                 out.ptr.add(r0),
                 out.stride,
