@@ -21,7 +21,7 @@ use super::engine_loop::{EngineHandle, Submission};
 use super::errors::ApiError;
 use super::metrics::Metrics;
 use super::openai::{self, Choice, Endpoint, Input, Plan};
-use super::request::{QueueSlot, Running};
+use super::request::{QueueSlot, Running, ServerHandles};
 use super::sse;
 use crate::chat;
 use crate::error::Error;
@@ -192,12 +192,15 @@ async fn generate(
         let at = tokio::time::Instant::from_std(arrived) + std::time::Duration::from_secs_f64(secs);
         (at, secs)
     });
+    let server = ServerHandles {
+        engine: s.engine.clone(),
+        tokenizer: s.tokenizer.clone(),
+        metrics: s.metrics.clone(),
+    };
     let running = Running::new(
-        s.engine.clone(),
+        server,
         ids,
         events_rx,
-        s.tokenizer.clone(),
-        s.metrics.clone(),
         plan.stop.clone(),
         slot,
         deadline,

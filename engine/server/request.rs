@@ -50,6 +50,14 @@ pub struct Delta {
     pub finish: Option<&'static str>,
 }
 
+/// What a request keeps of the server: the engine (to abort its sequences), the tokenizer
+/// (to turn its tokens into text) and the metrics (to count it when its time runs out).
+pub struct ServerHandles {
+    pub engine: EngineHandle,
+    pub tokenizer: Arc<Tokenizer>,
+    pub metrics: Arc<Metrics>,
+}
+
 struct ChoiceState {
     id: RequestId,
     text: TextStream,
@@ -71,18 +79,20 @@ pub struct Running {
 }
 
 impl Running {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        engine: EngineHandle,
+        server: ServerHandles,
         ids: Vec<RequestId>,
         events: UnboundedReceiver<Event>,
-        tokenizer: Arc<Tokenizer>,
-        metrics: Arc<Metrics>,
         stop: Vec<String>,
         slot: QueueSlot,
         deadline: Option<(Instant, f64)>,
         prompt_tokens: usize,
     ) -> Running {
+        let ServerHandles {
+            engine,
+            tokenizer,
+            metrics,
+        } = server;
         let choices = ids
             .into_iter()
             .map(|id| ChoiceState {
