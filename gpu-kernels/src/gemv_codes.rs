@@ -424,13 +424,7 @@ unsafe fn gemv_codes_two<A: Codes, B: Codes>(
     shape: MatmulShape,
     n_first: u32,
 ) {
-    let CodesIn {
-        codes,
-        scales,
-        w,
-        bias,
-        ..
-    } = input;
+    let (w, bias) = (input.w, input.bias);
     let blocks_a = (n_first as usize).div_ceil(CODES_ROWS);
     let block = block_idx_x();
     // SAFETY (both): the caller's; B's rows are `out`'s and `bias`'s from n_first on.
@@ -449,11 +443,10 @@ unsafe fn gemv_codes_two<A: Codes, B: Codes>(
                 bias.add(n_first as usize)
             };
             let input = CodesIn {
-                codes,
-                scales,
                 w: w_b,
                 w_up: w_b,
                 bias: bias_b,
+                ..input
             };
             let shape = MatmulShape {
                 n_out: shape.n_out - n_first,
