@@ -9,6 +9,10 @@
 //! The one thing the Rust source cannot say, a kernel's most registers a thread (CUDA C++'s
 //! `__launch_bounds__`), this script writes into the PTX (`REGISTER_CAPS` in
 //! `gpu-kernels/src/tiles.rs`).
+//!
+//! The host's `probes` feature (`CARGO_FEATURE_PROBES`) turns on the kernels' own, which
+//! adds the measurement experiments `rustle bench --boundaries` runs; a default build's PTX
+//! holds none of them.
 
 use std::env;
 use std::fs;
@@ -51,10 +55,11 @@ fn main() {
         println!("cargo:rerun-if-changed={}", kernels.join(p).display());
     }
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    let probes = env::var_os("CARGO_FEATURE_PROBES").is_some();
     let toolchain = pinned_toolchain(&kernels);
     ensure_toolchain(&kernels, &toolchain, &out_dir);
     for cpu in TARGET_CPUS {
-        let ptx = build_ptx(&kernels, &out_dir, &toolchain, cpu);
+        let ptx = build_ptx(&kernels, &out_dir, &toolchain, cpu, probes);
         let mut text = fs::read_to_string(&ptx)
             .unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", ptx.display())));
         if cpu.starts_with("sm_90") {
@@ -139,12 +144,19 @@ fn ensure_toolchain(kernels: &Path, toolchain: &str, out_dir: &Path) {
     println!("cargo:rerun-if-changed={}", marker.display());
 }
 
-fn build_ptx(kernels: &Path, out_dir: &Path, toolchain: &str, cpu: &str) -> PathBuf {
+/// The kernels' PTX for `cpu`, with the `probes` feature where asked.
+fn build_ptx(kernels: &Path, out_dir: &Path, toolchain: &str, cpu: &str, probes: bool) -> PathBuf {
     let target_dir = out_dir.join(format!("gpu-kernels-target-{cpu}"));
+    let features: &[&str] = if probes {
+        &["--features", "probes"]
+    } else {
+        &[]
+    };
     let output = rustup()
         .current_dir(kernels)
         .args(["run", toolchain, "cargo", "rustc", "--release"])
         .args(["--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
+        .args(features)
         .args(["--", "--emit=asm", "-Zno-link"])
         .env("CARGO_TARGET_DIR", &target_dir)
         .env("RUSTFLAGS", format!("-C target-cpu={cpu}"))

@@ -326,6 +326,24 @@ fn bad_flags() {
     );
 }
 
+/// `bench --boundaries` is a measurement experiment: a default build leaves it out of
+/// `--help` and refuses it with one line that says how to build it.
+#[cfg(not(feature = "probes"))]
+#[test]
+fn boundaries_needs_the_probes_feature() {
+    fails_with_line(
+        &["bench", "--boundaries"],
+        "rustle: error: bench --boundaries is a measurement experiment, built only with \
+         `cargo build --release --features probes`",
+    );
+    let help = rustle(&["bench", "--help"]);
+    assert!(
+        help.ok && !help.stdout.contains("--boundaries"),
+        "{}",
+        help.stdout
+    );
+}
+
 #[test]
 fn help_explains() {
     let out = rustle(&["--help"]);
