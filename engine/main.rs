@@ -362,6 +362,12 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => usage_error(e),
     };
+    // Every environment knob is checked before any command starts: a bad value is one line,
+    // GPU or not, rather than a default taken in silence (`rustle::knobs`).
+    if let Err(e) = rustle::knobs::Knobs::from_env() {
+        eprintln!("rustle: error: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         // Every bench but `--serve --cpu` is the GPU's.
         Some(Command::Bench(ref b)) => bench(b).map_err(|e| {
