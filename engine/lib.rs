@@ -20,11 +20,16 @@
 //! - `batch`: one forward pass's tokens, from any number of sequences, flattened
 //! - `runner`: one forward pass over a `Batch`, on either backend; `Solo` sequences for
 //!   code that drives a runner directly
+//! - `placement`: the one loader of `rustle`, `rustle serve` and the tools: `--device`'s
+//!   choice and its fallback to the CPU, the weights in the form that device wants, the
+//!   runner over them
 //! - `cpu`: the reference backend, in f32: one function per GPU kernel (`ops`, the twins the
 //!   GPU is tested against), called through `timed` so the profiler can time each
 //! - `gpu`: the GPU backend: device and loaded PTX, the kernel table and one checked launch
 //!   wrapper per kernel, GEMM plans, weights, KV cache and activations, the forward pass
 //!   (CUDA graphs for decode)
+//! - `kernel_args`: the argument structs a kernel shares with its wrapper, its CPU twin and
+//!   its test (`gpu-kernels/src/args.rs`, compiled into both)
 //! - `kv` (block manager, prefix cache), `kv_cache`: the paged KV cache, blocks of 16
 //!   tokens; `rope`: RoPE tables, computed in f64
 //! - `traffic`: the bytes and FLOPs each kernel must move and compute
@@ -49,11 +54,13 @@ pub mod default_model;
 pub mod error;
 pub mod generate;
 pub mod gpu;
+pub mod kernel_args;
 pub mod knobs;
 pub mod kv;
 pub mod kv_cache;
 pub mod loader;
 pub mod model;
+pub mod placement;
 pub mod rope;
 pub mod runner;
 pub mod sampler;

@@ -11,8 +11,8 @@ use crate::cpu::fast::weights::FastWeights;
 use crate::cpu::ops::argmax_f32;
 use crate::cpu::{CpuBackend, Scratch};
 use crate::error::{Error, Result};
-use crate::gpu::backend::GpuWeights;
-use crate::gpu::backend::MAX_SEQS;
+use crate::gpu::GpuWeights;
+use crate::gpu::batch::MAX_SEQS;
 use crate::gpu::matrix::{Synthetic, WeightFormat};
 use crate::gpu::{Gpu, GpuBackend};
 use crate::kv::block_manager::{BLOCK_SIZE, BlockManager, BlockTable, blocks_for};
@@ -258,7 +258,7 @@ impl Runner {
         let mut g = GpuBackend::new(gpu, &config, weights, opts.kv_blocks, opts.max_batch_tokens)?;
         let max_context = config
             .max_seq_len
-            .min(g.n_blocks.saturating_mul(BLOCK_SIZE));
+            .min(g.kv.n_blocks.saturating_mul(BLOCK_SIZE));
         g.set_rope(&RopeTables::new(&config, max_context, rope_freq_factors)?)?;
         Ok(Runner {
             max_context,
@@ -288,7 +288,7 @@ impl Runner {
         match &self.backend {
             Backend::Cpu(_) => KvCache::bytes_per_token(&self.config),
             Backend::Fast(_) => KvCacheBf16::bytes_per_token(&self.config),
-            Backend::Gpu(_) => crate::gpu::backend::kv_bytes_per_token(&self.config),
+            Backend::Gpu(_) => crate::gpu::kv_pool::kv_bytes_per_token(&self.config),
         }
     }
 
@@ -379,7 +379,7 @@ impl Runner {
         match &self.backend {
             Backend::Cpu(c) => c.kv.n_blocks,
             Backend::Fast(f) => f.kv.n_blocks,
-            Backend::Gpu(g) => g.n_blocks,
+            Backend::Gpu(g) => g.kv.n_blocks,
         }
     }
 
@@ -410,7 +410,7 @@ impl Runner {
     /// CPU has no graphs: there this does nothing.
     pub fn set_graphs(&mut self, on: bool) {
         if let Backend::Gpu(g) = &mut self.backend {
-            g.use_graphs = on;
+            g.graphs.on = on;
         }
     }
 
@@ -421,8 +421,8 @@ impl Runner {
         match &mut self.backend {
             Backend::Gpu(g) => {
                 let gpu = g.gpu.clone();
-                gpu.fill_random_bf16(&mut g.k_cache.as_view_mut(), 3, 1.0)?;
-                gpu.fill_random_bf16(&mut g.v_cache.as_view_mut(), 4, 1.0)?;
+                gpu.fill_random_bf16(&mut g.kv.k_cache.as_view_mut(), 3, 1.0)?;
+                gpu.fill_random_bf16(&mut g.kv.v_cache.as_view_mut(), 4, 1.0)?;
                 gpu.sync()
             }
             Backend::Cpu(c) => {

@@ -94,13 +94,13 @@ if [ -n "$gpu_tests" ]; then
 fi
 
 # The lesson's steps: the 8B shape (the book's figures), its JSON, a 2048-token prompt, and
-# the 1B shape (as round 19 ran both).
+# the 1B shape (as the notebook's first run of the GEMV steps did both).
 step "$out/lesson-llama3-8b.txt" "$bin" bench --lesson --shape llama3-8b
 step "$out/lesson-llama3-8b.json" "$bin" bench --lesson --shape llama3-8b --json
 step "$out/lesson-llama3-8b-2048.txt" "$bin" bench --lesson --shape llama3-8b --prompt-len 2048
 step "$out/lesson-llama3.2-1b.txt" "$bin" bench --lesson --shape llama3.2-1b
 
-# The saved profiles of docs/ (chapter 8, BENCHMARKS.md "Prefill against the compute roof"):
+# The saved profiles of docs/ (chapter 8; the notebook's "Prefill against the compute roof"):
 # the commands that made them.
 step "$out/profile-512.txt" "$bin" profile --shape llama3-8b --prompt-len 512 --steps 16 --out "$out/profile-512"
 step "$out/profile-2048.txt" "$bin" profile --shape llama3-8b --prompt-len 2048 --steps 16 --out "$out/profile-2048"
@@ -115,21 +115,22 @@ cp_doc "$out/profile-2048/profile.json" profile-llama3-8b-2048-h200.json
 echo "finished $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $failed commands failed" >>"$run_txt"
 
 cat >"$out/FILL.txt" <<'EOF'
-Where each figure of this run goes. The book quotes BENCHMARKS.md only (tests/docs.rs checks
-every quoted figure, command, round and date against it), so: first the figures into
-BENCHMARKS.md's round "24. The lesson ...", in place of its paragraph "The lesson's GPU
-steps: not measured yet." (date and GPU from RUN.txt, the command from the first line of
-each file), then into docs/figures.md (each row: the figure in double quotes, the date, H200,
-the command, "round 24"; the heading's date must be the figure's date) and the chapters'
-"## Measured on the H200" sections, as blockquotes naming round, date, GPU and command.
+Where each figure of this run goes. The book quotes the benchmark notebook only
+(bench/history/rounds.md; tests/docs.rs checks every quoted figure, command, round and date
+against it), so: first the figures into a new round at the end of the notebook, headed
+"### N. The lesson's steps measured again (DATE)" (date and GPU from RUN.txt, the command
+from the first line of each file), then into docs/figures.md (each row: the figure in double
+quotes, the date, the GPU, the command, "round N"; the heading's date must be the figure's
+date) and the chapters' "## Measured on the H200" sections, as blockquotes naming round,
+date, GPU and command. What the run changes in a lasting way goes to docs/lessons.md.
 
 1. lesson-llama3-8b.txt  (rustle bench --lesson --shape llama3-8b)
-   "ceilings measured in this run: ..."  -> round 24: the ceilings every share is of
-   [gemv]       -> nothing to fill (round 19's figures; a check that they still hold)
+   "ceilings measured in this run: ..."  -> the new round: the ceilings every share is of
+   [gemv]       -> nothing to fill (the GEMV steps' earlier figures; a check that they hold)
    [residual]   the 2 lines residual_add_f32, "decode: 1 x 4096" and "prompt: 512 x 4096"
                 -> docs/figures.md, chapter 2 row "the residual add, `residual_add_f32`, alone"
                 -> docs/02-first-kernel.md, "## Measured on the H200" (replace "Not measured
-                   yet" by a blockquote: "> Round 24, DATE, NVIDIA H200 ..., `rustle bench
+                   yet" by a blockquote: "> Round N, DATE, NVIDIA H200 ..., `rustle bench
                    --lesson --shape llama3-8b`: "...""
    [reduction]  the 6 lines sum_step1_warp_f32, sum_step2_block_f32, rmsnorm_f32 on both
                 cases
@@ -145,22 +146,19 @@ the command, "round 24"; the heading's date must be the figure's date) and the c
                 -> docs/figures.md, chapter 6 row "`attention_f32` beside ..."
                 -> docs/06-attention.md, "## Measured on the H200", first paragraph
 2. lesson-llama3-8b-2048.txt, lesson-llama3.2-1b.txt: the same tables for a 2048-token
-   prompt and for the 1B shape; for round 24 (optional in the chapters)
+   prompt and for the 1B shape; for the new round (optional in the chapters)
 3. lesson-llama3-8b.json: the 8B run again, unrounded (us, bytes, flops per kernel)
-4. docs/*: copy over the repository's docs/ (same names). They replace the profiles of
-   round 15's code (commit bbf22e1), so these become stale and need the new run's figures
+4. docs/*: copy over the repository's docs/ (same names). They replace the profiles saved
+   there (commit c3180ee's code), so these become stale and need the new run's figures
    from profile-512.txt / profile-2048.txt (the table rustle profile prints):
-   -> docs/08-roofline.md: "## rustle's own chart" (drop "The profile predates rounds 16
-      to 18, ..."; the prefill GEMM's and the decode GEMVs' places) and the first
-      blockquote of "## Measured on the H200", which says the round-15 run is "saved as
-      `docs/profile-llama3-8b-h200.json`"
-   -> BENCHMARKS.md "## Prefill against the compute roof": "(commit `bbf22e1`,
-      `docs/profile-llama3-8b-h200.json`)" and "(`docs/profile-llama3-8b-2048-h200.json`)"
+   -> docs/08-roofline.md: "## rustle's own chart" (the prefill GEMM's and the decode
+      GEMVs' places) and the blockquotes of "## Measured on the H200" that name the run
+      saved as `docs/profile-llama3-8b-h200.json`
+   -> the new round of the notebook: the profiles' commit, and that docs/ now holds them
    -> README.md, the paragraph under the roofline image ("`docs/` holds that run
       (2026-11-30, H200, the first command): ..."): ceilings (copy TB/s, cuBLAS, rustle's
       GEMM, mma.sync peak), decode GEMVs' TB/s, the prefill GEMM's FLOP/byte, TFLOP/s and
-      share of the roof at 512 and 2048, the attention's ms (and "the f32 KV cache it
-      reads": the cache is bf16 since round 16)
+      share of the roof at 512 and 2048, the attention's ms
 EOF
 
 echo "lesson-figures: wrote $out ($failed commands failed); see $out/RUN.txt and $out/FILL.txt"

@@ -12,7 +12,8 @@
 #   scripts/variant-ptx.sh --cfg my_experiment .device/variant.ptx
 #   scripts/bench-turns.sh - RUSTLE_PTX=.device/variant.ptx      # there
 #
-# (Round 56's `--cfg prefetch_waves` was measured this way in round 57, and removed.)
+# (`--cfg prefetch_waves`, L2 requests for a GEMV's later waves, was measured this way on the
+# H200 and removed: docs/lessons.md#tried-and-dropped.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,6 +1,7 @@
 //! The book in `docs/` against the tree it describes: a chapter that names a file, a function
-//! or a command that no longer exists fails here, and so does a figure that is not in
-//! `BENCHMARKS.md`. No GPU needed.
+//! or a command that no longer exists fails here, and so does a figure that is not in the
+//! benchmark notebook (`bench/history/rounds.md`, rounds 1-59). And `BENCHMARKS.md` against
+//! the records it is made from (`scripts/bench-tables.py --check`). No GPU needed.
 //!
 //! The book is `docs/README.md` and every page of `docs/` it links to. In each page:
 //!
@@ -20,12 +21,14 @@
 //!   that occurs in it (`--lib FILTER`: in `engine/`);
 //! - a fenced block whose first line is `// PATH` is an excerpt of that file: each of its
 //!   other lines (indentation aside; `...` lines elide) occurs in it;
-//! - a figure (a blockquote, or a table row naming a round) quotes `BENCHMARKS.md`: each
+//! - a figure (a blockquote, or a table row naming a round) quotes the notebook: each
 //!   "double-quoted" text and each backticked `rustle` command in it occurs there (line breaks
 //!   aside), each round it names is a round there, and each date it gives is in the heading
-//!   of a round it names. A figure names its GPU (the H200: every GPU round so far ran on
-//!   it), or "no GPU" for one measured without (the build); a blockquote must also name a
-//!   round and quote something.
+//!   of a round it names. A figure names its GPU (the H200 or the H100), or "no GPU" for one
+//!   measured without (the build); a blockquote must also name a round and quote something;
+//! - on the lessons page (`docs/lessons.md`), every list item names a round and a GPU, and
+//!   every number of a list item or of a table row naming rounds (`4.52`, `1,083`, `660`: a
+//!   decimal, or three digits or more) occurs in the text of the rounds it names.
 //!
 //! Numbered chapters (`docs/NN-*.md`) must each be linked from the index and end with an
 //! exercise (a `## Exercise` heading and a `cargo test` command).
@@ -34,9 +37,15 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The GPUs `BENCHMARKS.md` has measured on; a figure names one, or says "no GPU" (the
-/// kernels' build, timed on the CPU machine). (Add one here when a round runs on another.)
+/// The GPUs the notebook has measured on; a figure names one, or says "no GPU" (the kernels'
+/// build, timed on the CPU machine). (Add one here when a figure comes from another.)
 const GPUS: &[&str] = &["H200", "H100", "no GPU"];
+
+/// The round-by-round notebook the book's figures quote.
+const NOTEBOOK: &str = "bench/history/rounds.md";
+
+/// The page whose lessons are checked number by number against the rounds they name.
+const LESSONS: &str = "docs/lessons.md";
 
 /// Extensions of the files a backticked path is checked for.
 const PATH_EXTENSIONS: &[&str] = &[".rs", ".md", ".json", ".svg", ".png", ".py", ".sh", ".toml"];
@@ -359,7 +368,7 @@ struct Tree {
     /// Every word of them.
     words: HashSet<String>,
     cli: Cli,
-    bench: Benchmarks,
+    notebook: Notebook,
 }
 
 impl Tree {
@@ -369,7 +378,7 @@ impl Tree {
             words: word_set(&files),
             files,
             cli: Cli::from_binary(),
-            bench: Benchmarks::load(),
+            notebook: Notebook::load(),
         }
     }
 }
@@ -444,18 +453,92 @@ fn normalized(text: &str) -> String {
         .join(" ")
 }
 
-/// The round numbers `text` names ("round 4", "Round 16", "rounds 11, 16 and 18" counts 11).
+/// The round numbers `text` names: "round 4", "Round 16"; after "rounds", a list of numbers
+/// and ranges ("rounds 11, 16 and 18"; "rounds 27-29" counts 27, 28 and 29). A date or a
+/// decimal is not a round ("round 4, 2026-11-30" names round 4).
 fn rounds_named(text: &str) -> Vec<u32> {
     let lower = text.to_lowercase();
     let mut out = Vec::new();
     for (at, _) in lower.match_indices("round") {
-        let rest = lower[at + 5..].trim_start_matches('s').trim_start();
-        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-        if let Ok(n) = digits.parse() {
+        let after = &lower[at + 5..];
+        let plural = after.starts_with('s');
+        let Some((mut n, mut rest)) = round_number(after.trim_start_matches('s').trim_start())
+        else {
+            continue;
+        };
+        loop {
+            let range = rest.strip_prefix('-').and_then(round_number);
+            match range {
+                Some((m, r)) if plural && m > n => {
+                    out.extend(n..=m);
+                    rest = r;
+                }
+                _ => out.push(n),
+            }
+            let next = [", and ", ", ", " and "]
+                .iter()
+                .find_map(|sep| rest.strip_prefix(sep).and_then(round_number));
+            match next {
+                Some((m, r)) if plural => (n, rest) = (m, r),
+                _ => break,
+            }
+        }
+    }
+    out
+}
+
+/// A round number at the start of `s`, and what follows it: one to three digits, not the
+/// start of a longer number (a date, a decimal).
+fn round_number(s: &str) -> Option<(u32, &str)> {
+    let digits = s.chars().take_while(|c| c.is_ascii_digit()).count();
+    let rest = &s[digits..];
+    let longer =
+        rest.starts_with(['.', ',']) && rest[1..].starts_with(|c: char| c.is_ascii_digit());
+    if !(1..=3).contains(&digits) || longer || rest.starts_with(|c: char| c.is_alphanumeric()) {
+        return None;
+    }
+    Some((s[..digits].parse().ok()?, rest))
+}
+
+/// The numbers of `text` a lesson is held to, as the notebook writes them (`1,083`, `0.477`,
+/// `4224`): a decimal, or three digits or more; not inside a word (`H200`, `sm_90`).
+fn numbers(text: &str) -> Vec<&str> {
+    let b = text.as_bytes();
+    let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let in_word = i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+        if !digit(i) || in_word {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        // A thousands comma or a decimal point between two digits continues the number.
+        while digit(i) || (matches!(b.get(i), Some(b'.' | b',')) && digit(i + 1)) {
+            i += 1;
+        }
+        let n = &text[start..i];
+        if n.contains(['.', ',']) || n.len() >= 3 {
             out.push(n);
         }
     }
     out
+}
+
+/// Whether `number` stands alone in `text`: not inside a longer number.
+fn occurs_alone(number: &str, text: &str) -> bool {
+    text.match_indices(number).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = &text[at + number.len()..];
+        let mut next = after.chars();
+        let continues = match next.next() {
+            Some(c) if c.is_ascii_digit() => true,
+            Some('.' | ',') => next.next().is_some_and(|c| c.is_ascii_digit()),
+            _ => false,
+        };
+        !before.is_some_and(|c| c.is_ascii_digit() || c == '.' || c == ',') && !continues
+    })
 }
 
 /// The `YYYY-MM-DD` dates in `text`.
@@ -485,26 +568,47 @@ fn quotes(text: &str) -> Vec<&str> {
     text.split('"').skip(1).step_by(2).collect()
 }
 
-/// BENCHMARKS.md: its text (normalized) and each round's heading line by number.
-struct Benchmarks {
+/// The notebook (`bench/history/rounds.md`): its text (normalized), each round's heading line
+/// and each round's own text (its heading to the next heading of its level or above).
+struct Notebook {
     text: String,
     headings: HashMap<u32, String>,
+    rounds: HashMap<u32, String>,
 }
 
-impl Benchmarks {
-    fn load() -> Benchmarks {
-        let raw = read(&root().join("BENCHMARKS.md"));
-        let headings = raw
-            .lines()
-            .filter_map(|l| {
-                let rest = l.strip_prefix("### ")?;
-                let (n, _) = rest.split_once(". ")?;
-                Some((n.parse().ok()?, l.to_owned()))
-            })
-            .collect();
-        Benchmarks {
-            text: normalized(&raw),
+impl Notebook {
+    fn load() -> Notebook {
+        Notebook::parse(&read(&root().join(NOTEBOOK)))
+    }
+
+    fn parse(raw: &str) -> Notebook {
+        let (mut headings, mut rounds) = (HashMap::new(), HashMap::new());
+        let mut current: Option<(u32, String)> = None;
+        for line in raw.lines() {
+            let heading = line.starts_with("## ") || line.starts_with("### ");
+            if heading && let Some((n, text)) = current.take() {
+                rounds.insert(n, text);
+            }
+            let round = line
+                .strip_prefix("### ")
+                .and_then(|rest| rest.split_once(". "))
+                .and_then(|(n, _)| n.parse().ok());
+            if let Some(n) = round {
+                headings.insert(n, line.to_owned());
+                current = Some((n, String::new()));
+            }
+            if let Some((_, text)) = current.as_mut() {
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+        if let Some((n, text)) = current {
+            rounds.insert(n, text);
+        }
+        Notebook {
+            text: normalized(raw),
             headings,
+            rounds,
         }
     }
 
@@ -514,7 +618,7 @@ impl Benchmarks {
         let rounds = rounds_named(figure);
         let quoted = quotes(figure);
         if blockquote && (rounds.is_empty() || quoted.is_empty()) {
-            errors.push("a figure (blockquote) must name its round and quote BENCHMARKS.md".into());
+            errors.push("a figure (blockquote) must name its round and quote the notebook".into());
         }
         if !GPUS.iter().any(|g| figure.contains(g)) {
             errors.push(format!(
@@ -523,13 +627,13 @@ impl Benchmarks {
         }
         for q in quoted {
             if !self.text.contains(&normalized(q)) {
-                errors.push(format!("\"{q}\" is not in BENCHMARKS.md"));
+                errors.push(format!("\"{q}\" is not in {NOTEBOOK}"));
             }
         }
         for span in code_spans(figure) {
             if span.starts_with("rustle ") {
                 if !self.text.contains(&normalized(span)) {
-                    errors.push(format!("the command `{span}` is not in BENCHMARKS.md"));
+                    errors.push(format!("the command `{span}` is not in {NOTEBOOK}"));
                 }
                 for cmd in commands(span) {
                     errors.extend(check_command(&cmd, tree, &HashSet::new()));
@@ -538,7 +642,7 @@ impl Benchmarks {
         }
         for &n in &rounds {
             if !self.headings.contains_key(&n) {
-                errors.push(format!("BENCHMARKS.md has no round {n}"));
+                errors.push(format!("{NOTEBOOK} has no round {n}"));
             }
         }
         for date in dates(figure) {
@@ -590,6 +694,62 @@ fn units(prose: &[(usize, &str)]) -> Vec<(usize, Unit, String)> {
     out
 }
 
+/// The lessons page's list items and table rows, each with its first line: an item is a line
+/// starting `- ` and the indented lines after it.
+fn lessons(text: &str) -> Vec<(usize, Unit, String)> {
+    let mut out: Vec<(usize, Unit, String)> = Vec::new();
+    let mut open = false;
+    for (n, line) in parse(text).prose {
+        if let Some(item) = line.strip_prefix("- ") {
+            out.push((n, Unit::Text, item.to_owned()));
+            open = true;
+        } else if line.starts_with('|') {
+            out.push((n, Unit::Row, line.to_owned()));
+            open = false;
+        } else if open && line.starts_with("  ") {
+            let (_, _, item) = out.last_mut().unwrap();
+            item.push(' ');
+            item.push_str(line.trim());
+        } else {
+            open = false;
+        }
+    }
+    out
+}
+
+/// What is wrong with the lessons page: a list item that names no round or no GPU, a round the
+/// notebook lacks, or a number (of an item, or of a table row naming rounds) that none of the
+/// rounds it names holds.
+fn check_lessons(text: &str, notebook: &Notebook) -> Vec<(usize, String)> {
+    let mut errors = Vec::new();
+    for (n, kind, lesson) in lessons(text) {
+        let rounds = rounds_named(&lesson);
+        if kind == Unit::Row && rounds.is_empty() {
+            continue;
+        }
+        if rounds.is_empty() {
+            errors.push((n, "a lesson must name the rounds it comes from".to_owned()));
+            continue;
+        }
+        if !GPUS.iter().any(|g| lesson.contains(g)) {
+            errors.push((n, format!("a lesson must name its GPU ({GPUS:?})")));
+        }
+        let mut haystack = String::new();
+        for r in &rounds {
+            match notebook.rounds.get(r) {
+                Some(round) => haystack.push_str(round),
+                None => errors.push((n, format!("{NOTEBOOK} has no round {r}"))),
+            }
+        }
+        for number in numbers(&lesson) {
+            if !occurs_alone(number, &haystack) {
+                errors.push((n, format!("{number} is in none of rounds {rounds:?}")));
+            }
+        }
+    }
+    errors
+}
+
 /// Every problem of one page, as `page:line: what`.
 fn check_page(page: &Page, tree: &Tree) -> Vec<String> {
     let root = root();
@@ -606,16 +766,16 @@ fn check_page(page: &Page, tree: &Tree) -> Vec<String> {
 
     let parsed = parse(&page.text);
     for (n, kind, text) in units(&parsed.prose) {
-        // A figure's names are the history's, checked against BENCHMARKS.md alone.
+        // A figure's names are the history's, checked against the notebook alone.
         match kind {
             Unit::Quote => {
-                for e in tree.bench.check_figure(&text, true, tree) {
+                for e in tree.notebook.check_figure(&text, true, tree) {
                     err(n, e);
                 }
                 continue;
             }
             Unit::Row if !rounds_named(&text).is_empty() => {
-                for e in tree.bench.check_figure(&text, false, tree) {
+                for e in tree.notebook.check_figure(&text, false, tree) {
                     err(n, e);
                 }
                 continue;
@@ -677,6 +837,11 @@ fn check_page(page: &Page, tree: &Tree) -> Vec<String> {
             if !elided && !source.contains(line) {
                 err(fence + 1 + i, format!("excerpt line not in {path}: {line}"));
             }
+        }
+    }
+    if page.name == LESSONS {
+        for (n, e) in check_lessons(&page.text, &tree.notebook) {
+            err(n, e);
         }
     }
     errors
@@ -780,4 +945,264 @@ fn the_checks_catch_what_they_are_for() {
     for text in wrong {
         assert!(!problems(text).is_empty(), "not caught: {text}");
     }
+}
+
+/// The rounds a figure or a lesson names, and the numbers a lesson is held to.
+#[test]
+fn rounds_and_numbers_are_read_as_written() {
+    assert_eq!(rounds_named("Round 4, 2026-11-30, H200"), [4]);
+    assert_eq!(rounds_named("rounds 11, 16 and 18"), [11, 16, 18]);
+    assert_eq!(
+        rounds_named("(rounds 27-29; round 31's code)"),
+        [27, 28, 29, 31]
+    );
+    assert_eq!(rounds_named("round 16, 8 sequences"), [16]);
+    assert_eq!(rounds_named("rounds 33, 35, and 42."), [33, 35, 42]);
+    assert_eq!(
+        numbers("H200: 1,083 tok/s, 0.477 of copy, 660 blocks, 4 warps, sm_90, 17.3%."),
+        ["1,083", "0.477", "660", "17.3"]
+    );
+    assert!(occurs_alone("0.65", "0.65 of it"));
+    assert!(!occurs_alone("0.65", "0.654 of it"));
+    assert!(!occurs_alone("1.3", "11.3 us"));
+}
+
+/// The lessons check catches a number its rounds do not hold, a lesson with no round or no
+/// GPU, and a round the notebook lacks.
+#[test]
+fn the_lessons_check_catches_what_it_is_for() {
+    let notebook = Notebook::load();
+    let problems = |text: &str| check_lessons(text, &notebook);
+    let right = [
+        "- **Graphs.** +6% (8B) and +13% (1B), not +60% (H200, round 2).",
+        "- The ceilings: copy 4209 to 4261 GB/s and read 4463 to 4537 (H200,\n  round 2).",
+        "| a row | 0 MB 203.6 tok/s (H200) | round 8 |",
+        "| tried | measured | round |",
+    ];
+    for text in right {
+        assert_eq!(problems(text), Vec::<(usize, String)>::new(), "{text}");
+    }
+    let wrong = [
+        "- Copy measured 4209 to 4262 GB/s (H200, round 2).",
+        "- Copy measured 4209 GB/s (H200).",
+        "- Copy measured 4209 GB/s (round 2).",
+        "- Copy measured 4209 GB/s (H200, round 99).",
+        "| a row | 0 MB 203.7 tok/s (H200) | round 8 |",
+    ];
+    for text in wrong {
+        assert!(!problems(text).is_empty(), "not caught: {text}");
+    }
+}
+
+/// Code comments point at the lessons page by section (`docs/lessons.md#quantized-gemvs`):
+/// each section they name is a heading of the page.
+#[test]
+fn comments_point_at_sections_of_the_lessons_page() {
+    let page = read(&root().join(LESSONS));
+    let slugs: HashSet<String> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("## ").or_else(|| l.strip_prefix("### ")))
+        .map(|h| {
+            h.to_lowercase()
+                .chars()
+                .filter_map(|c| match c {
+                    ' ' => Some('-'),
+                    c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect();
+    let mut cited = 0;
+    for (path, text) in source_files() {
+        for (at, _) in text.match_indices("docs/lessons.md#") {
+            let rest = &text[at + "docs/lessons.md#".len()..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+                .unwrap_or(rest.len());
+            let section = &rest[..end];
+            assert!(
+                slugs.contains(section),
+                "{}: docs/lessons.md#{section} is no section of the page (sections: {slugs:?})",
+                path.display()
+            );
+            cited += 1;
+        }
+    }
+    assert!(cited > 0, "no code comment points at docs/lessons.md");
+}
+
+/// `BENCHMARKS.md` is what `scripts/bench-tables.py` makes of the records in `bench/results/`
+/// (and each transcribed figure is in the round it names).
+#[test]
+fn benchmarks_md_is_what_the_records_make() {
+    let out = Command::new("python3")
+        .arg(root().join("scripts/bench-tables.py"))
+        .arg("--check")
+        .output()
+        .expect("running python3 scripts/bench-tables.py --check");
+    assert!(
+        out.status.success(),
+        "BENCHMARKS.md is not what the records make; run scripts/bench-tables.py:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The tables script reads the reports `rustle bench --json` writes: each of the three, made
+/// by the engine's own types and serialized as `--json` does, goes into the row it should.
+#[test]
+fn the_tables_script_reads_what_rustle_bench_writes() {
+    use rustle::tools::batch_bench::BatchResult;
+    use rustle::tools::bench::{BenchReport, DecodeResult, PrefillResult};
+    use rustle::tools::ceilings::Bandwidth;
+    use rustle::tools::prefill_matmuls::GemmResult;
+    use rustle::tools::serve_bench::{Percentiles, Roofline, ServeReport};
+
+    let decode = |ctx, graph, tok_per_s: f64, ceiling: f64| DecodeResult {
+        ctx,
+        graph,
+        tok_per_s,
+        bytes_per_token: 4.68e9,
+        achieved_bytes_per_s: tok_per_s * 4.68e9,
+        share_of_copy: tok_per_s / ceiling,
+        share_of_read: tok_per_s / ceiling * 0.97,
+        ceiling_tok_per_s: ceiling,
+    };
+    let batch1 = BenchReport {
+        gpu: "NVIDIA H100 80GB HBM3".into(),
+        model: "llama3-8b (synthetic)".into(),
+        weight_bytes_per_token: 4_680_000_000,
+        bandwidth: Bandwidth {
+            copy_bytes_per_s: 3.0e12,
+            read_bytes_per_s: 3.1e12,
+        },
+        gemv: vec![],
+        gemm: vec![GemmResult {
+            name: "qkv".into(),
+            n: 512,
+            n_in: 4096,
+            n_out: 6144,
+            wgmma_us: Some(50.0),
+            mma_us: 125.0,
+            skinny_us: None,
+            cublas_us: Some(40.0),
+            wgmma_plan: None,
+            plans: vec![],
+        }],
+        decode: vec![
+            decode(512, true, 376.4, 641.0),
+            decode(8192, true, 300.0, 500.0),
+            decode(512, false, 355.1, 641.0),
+        ],
+        step_profiles: vec![],
+        prefill: PrefillResult {
+            tokens: 512,
+            seconds: 0.0231,
+            tok_per_s: 512.0 / 0.0231,
+            time_to_first_token_ms: 23.1,
+        },
+    };
+    let batched = vec![BatchResult {
+        sequences: 8,
+        prompt_len: 512,
+        steps: 32,
+        prefill_tok_per_s: 9000.0,
+        decode_tok_per_s: 1337.4,
+        ms_per_step: 5.98,
+        bytes_per_step: 5.0e9,
+        ceiling_tok_per_s: 4800.0,
+        kernels: vec![],
+    }];
+    let p = |p50, p99| Percentiles { p50, p90: p99, p99 };
+    let serve = ServeReport {
+        model: "llama3-8b (synthetic)".into(),
+        device: "NVIDIA H100 80GB HBM3".into(),
+        workload: "fixed: 512 in, 128 out".into(),
+        requests: 256,
+        seconds: 10.0,
+        prompt_tokens: 131_072,
+        output_tokens: 32_768,
+        output_tok_per_s: 3276.8,
+        total_tok_per_s: 16_384.0,
+        ttft_ms: p(3982.0, 8580.0),
+        tpot_ms: p(27.4, 30.0),
+        steps: 300,
+        peak_kv_blocks: 10_000,
+        kv_blocks: 20_000,
+        preemptions: 0,
+        prefix_hit_rate: 0.0,
+        decode_steady: None,
+        roofline: Some(Roofline {
+            bandwidth: 3.0e12,
+            matrix_flops: 7.0e14,
+            bytes: 1.0e13,
+            flops: 1.0e15,
+            memory_seconds: 3.0,
+            compute_seconds: 1.5,
+            bound_seconds: 4.0,
+            of_bound: 2.5,
+        }),
+    };
+    let dir = std::env::temp_dir().join(format!("rustle-bench-tables-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let record = |name: &str, command: &str, report: serde_json::Value| {
+        let record = serde_json::json!({
+            "kind": "rustle-bench", "commit": "abc1234", "date": "2026-12-07", "gpu": "H100",
+            "command": command, "report": report,
+            "anchor": {"engine": "llama.cpp llama-bench", "command": "llama-bench -n 128",
+                       "figures": [{"ctx": 512, "tok/s": "279.3"}]},
+        });
+        std::fs::write(dir.join(name), record.to_string()).unwrap();
+    };
+    record(
+        "a.json",
+        "rustle bench --shape llama3-8b --weights q4_k_m --ctx 512,8192 --json",
+        serde_json::to_value(&batch1).unwrap(),
+    );
+    record(
+        "b.json",
+        "rustle bench --batch 8 --prompt-len 512 --steps 32 --weights q4_k_m --json",
+        serde_json::to_value(&batched).unwrap(),
+    );
+    record(
+        "c.json",
+        "rustle bench --serve --shape llama3-8b --requests 256 --json",
+        serde_json::to_value(&serve).unwrap(),
+    );
+    let out = Command::new("python3")
+        .arg(root().join("scripts/bench-tables.py"))
+        .args(["--print", "--records"])
+        .arg(&dir)
+        .output()
+        .expect("running python3 scripts/bench-tables.py");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let command = "`rustle bench --shape llama3-8b --weights q4_k_m --ctx 512,8192 --json`";
+    let rows = [
+        format!(
+            "| H100 | llama3-8b | q4_k_m | 512 | 376.4 | 58.7% (641.0) | llama.cpp 279.3 | abc1234 | 2026-12-07 | {command} | record |"
+        ),
+        format!(
+            "| H100 | llama3-8b | q4_k_m | 8192 | 300.0 | 60.0% (500.0) | - | abc1234 | 2026-12-07 | {command} | record |"
+        ),
+        format!(
+            "| H100 | llama3-8b | q4_k_m | 512 | 23.1 | 22,165 | 0.80 | - | abc1234 | 2026-12-07 | {command} | record |"
+        ),
+        "| H100 | llama3-8b | q4_k_m | 8 | 512 + 32 | 1,337.4 | 27.9% (4,800) | 5.98 | - |".into(),
+        "| H100 | llama3-8b | bf16 | fixed: 512 in, 128 out | 256 | all at once | 3,276.8 | 3,982.0 / 8,580.0 | 27.4 | 40.0% |"
+            .into(),
+    ];
+    for row in rows {
+        assert!(text.contains(&row), "no row {row} in:\n{text}");
+    }
+    assert!(
+        !text.contains("355.1"),
+        "a decode row with graphs off is in the tables:\n{text}"
+    );
 }

@@ -16,12 +16,15 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rustle::config::{Config, HfConfig};
 use rustle::cpu::ops;
+use rustle::cpu::ops::PagedRef;
 use rustle::gpu::Gpu;
-use rustle::gpu::backend::to_bf16;
 use rustle::gpu::gemm_plan::{GemmPlan, WGMMA_SPLITS};
+use rustle::gpu::kernels::attention::PagedIn;
 use rustle::gpu::kernels::attention_split_mma::attention_split_mma_supports;
 use rustle::gpu::kernels::{In, Out};
 use rustle::gpu::matrix::WeightFormat;
+use rustle::gpu::matrix::to_bf16;
+use rustle::kernel_args::{Heads, Paged, PagedShape, Splits};
 use rustle::model::{LayerWeights, ModelWeights};
 use rustle::runner::{Device, Runner, RunnerOptions};
 use rustle::weights::blocks::BlockType;
@@ -209,6 +212,44 @@ fn up<T: cudarc::driver::DeviceRepr>(g: &Gpu, x: &[T]) -> CudaSlice<T> {
 }
 
 /// A device buffer of `n` NaNs: whatever the kernel does not write stays NaN and fails.
+/// A paged attention's host buffers (`PagedRef`, a twin's input) uploaded, to hand the
+/// kernel the same input (`view`).
+struct Uploaded<K> {
+    q: CudaSlice<f32>,
+    k_cache: CudaSlice<K>,
+    v_cache: CudaSlice<K>,
+    block_tables: CudaSlice<u32>,
+    token_seq: CudaSlice<u32>,
+    positions: CudaSlice<u32>,
+    shape: PagedShape,
+}
+
+impl<K: cudarc::driver::DeviceRepr> Uploaded<K> {
+    fn new(g: &Gpu, p: &PagedRef<K>) -> Uploaded<K> {
+        Uploaded {
+            q: up(g, p.q),
+            k_cache: up(g, p.k_cache),
+            v_cache: up(g, p.v_cache),
+            block_tables: up(g, p.block_tables),
+            token_seq: up(g, p.token_seq),
+            positions: up(g, p.positions),
+            shape: p.shape,
+        }
+    }
+
+    fn view(&self) -> PagedIn<'_, K> {
+        Paged {
+            q: self.q.as_view(),
+            k_cache: self.k_cache.as_view(),
+            v_cache: self.v_cache.as_view(),
+            block_tables: self.block_tables.as_view(),
+            token_seq: self.token_seq.as_view(),
+            positions: self.positions.as_view(),
+            shape: self.shape,
+        }
+    }
+}
+
 fn poisoned(g: &Gpu, n: usize) -> CudaSlice<f32> {
     up(g, &vec![f32::NAN; n])
 }
@@ -1723,25 +1764,25 @@ fn qkv_rope_write_bf16(g: &Gpu, rng: &mut StdRng) {
             bf16_weights(rng, n_blocks * 16 * kv_dim, 1.0),
         );
         let (mut cpu_q, mut cpu_k, mut cpu_v) = (vec![0.0; n * q_dim], kc.clone(), vc.clone());
+        let heads = Heads::new(n_heads, n_kv_heads, head_dim);
         ops::qkv_rope_write_bf16(
-            &mut cpu_q, &mut cpu_k, &mut cpu_v, &qkv, &positions, &slots, &cos, &sin, n_heads,
-            n_kv_heads, head_dim,
+            &mut cpu_q,
+            (&mut cpu_k, &mut cpu_v),
+            &qkv,
+            (&positions, &slots),
+            (&cos, &sin),
+            heads,
         );
         let (mut q, mut kd, mut vd) = (poisoned(g, n * q_dim), up(g, &kc), up(g, &vc));
         // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
         unsafe {
             g.qkv_rope_write_bf16(
                 &mut q.as_view_mut(),
-                &mut kd.as_view_mut(),
-                &mut vd.as_view_mut(),
+                (&mut kd.as_view_mut(), &mut vd.as_view_mut()),
                 &up(g, &qkv).as_view(),
-                &up(g, &positions).as_view(),
-                &up(g, &slots).as_view(),
-                &up(g, &cos).as_view(),
-                &up(g, &sin).as_view(),
-                n_heads,
-                n_kv_heads,
-                head_dim,
+                (&up(g, &positions).as_view(), &up(g, &slots).as_view()),
+                (&up(g, &cos).as_view(), &up(g, &sin).as_view()),
+                heads,
             )
         }
         .unwrap();
@@ -1828,29 +1869,22 @@ fn attention_mma_bf16(g: &Gpu, rng: &mut StdRng) {
             bf16_weights(rng, kv_len, 1.0),
         );
         let q = normal(rng, n * n_heads * head_dim, 1.0);
+        let shape = PagedShape::new(max_blocks, Heads::new(n_heads, n_kv_heads, head_dim));
+        let host = Paged {
+            q: &q[..],
+            k_cache: &k_cache[..],
+            v_cache: &v_cache[..],
+            block_tables: &tables[..],
+            token_seq: &token_seq[..],
+            positions: &positions[..],
+            shape,
+        };
         let mut cpu = vec![0.0; q.len()];
-        ops::attention_mma_bf16(
-            &mut cpu, &q, &k_cache, &v_cache, &tables, &token_seq, &positions, max_blocks, n_heads,
-            n_kv_heads, head_dim, n,
-        );
+        ops::attention_mma_bf16(&mut cpu, &host, n);
         let mut out = poisoned(g, q.len());
+        let device = Uploaded::new(g, &host);
         // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
-        unsafe {
-            g.attention_mma_bf16(
-                &mut out.as_view_mut(),
-                &up(g, &q).as_view(),
-                &up(g, &k_cache).as_view(),
-                &up(g, &v_cache).as_view(),
-                &up(g, &tables).as_view(),
-                &up(g, &token_seq).as_view(),
-                &up(g, &positions).as_view(),
-                max_blocks,
-                n_heads,
-                n_kv_heads,
-                head_dim,
-            )
-        }
-        .unwrap();
+        unsafe { g.attention_mma_bf16(&mut out.as_view_mut(), &device.view()) }.unwrap();
         let what =
             format!("head_dim {head_dim}, {n_heads} heads over {n_kv_heads}, {n} tokens from {p0}");
         assert_close(&what, &down(g, &out), &cpu, BF16_WEIGHTS);
@@ -1896,60 +1930,43 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
         let kv_len = n_blocks * 16 * n_kv_heads * head_dim;
         let (k_cache, v_cache) = (normal(rng, kv_len, 1.0), normal(rng, kv_len, 1.0));
         let q = normal(rng, n * n_heads * head_dim, 1.0);
+        let shape = PagedShape::new(max_blocks, Heads::new(n_heads, n_kv_heads, head_dim));
+        let host = Paged {
+            q: &q[..],
+            k_cache: &k_cache[..],
+            v_cache: &v_cache[..],
+            block_tables: &tables[..],
+            token_seq: &token_seq[..],
+            positions: &positions[..],
+            shape,
+        };
         let mut cpu = vec![0.0; q.len()];
-        ops::attention_f32(
-            &mut cpu, &q, &k_cache, &v_cache, &tables, &token_seq, &positions, max_blocks, n_heads,
-            n_kv_heads, head_dim,
-        );
+        ops::attention_f32(&mut cpu, &host);
         let mut out = poisoned(g, q.len());
-        let (kd, vd) = (up(g, &k_cache), up(g, &v_cache));
         // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
-        unsafe {
-            g.attention_f32(
-                &mut out.as_view_mut(),
-                &up(g, &q).as_view(),
-                &kd.as_view(),
-                &vd.as_view(),
-                &up(g, &tables).as_view(),
-                &up(g, &token_seq).as_view(),
-                &up(g, &positions).as_view(),
-                max_blocks,
-                n_heads,
-                n_kv_heads,
-                head_dim,
-            )
-        }
-        .unwrap();
+        unsafe { g.attention_f32(&mut out.as_view_mut(), &Uploaded::new(g, &host).view()) }
+            .unwrap();
         // The kernel's exp is ex2.approx (about 2 ulp).
         let what = format!("head_dim {head_dim}, {n_heads} heads over {n_kv_heads}");
         assert_close(&what, &down(g, &out), &cpu, LONG_REDUCTION);
 
         // The same over a bf16 cache (what the backend keeps), against its twin.
         let (k_cache, v_cache) = (to_bf16(&k_cache), to_bf16(&v_cache));
+        let host = Paged {
+            q: &q[..],
+            k_cache: &k_cache[..],
+            v_cache: &v_cache[..],
+            block_tables: &tables[..],
+            token_seq: &token_seq[..],
+            positions: &positions[..],
+            shape,
+        };
         let mut cpu = vec![0.0; q.len()];
-        ops::attention_bf16(
-            &mut cpu, &q, &k_cache, &v_cache, &tables, &token_seq, &positions, max_blocks, n_heads,
-            n_kv_heads, head_dim,
-        );
+        ops::attention_bf16(&mut cpu, &host);
         let mut out = poisoned(g, q.len());
-        let (kd, vd) = (up(g, &k_cache), up(g, &v_cache));
+        let device = Uploaded::new(g, &host);
         // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
-        unsafe {
-            g.attention_bf16(
-                &mut out.as_view_mut(),
-                &up(g, &q).as_view(),
-                &kd.as_view(),
-                &vd.as_view(),
-                &up(g, &tables).as_view(),
-                &up(g, &token_seq).as_view(),
-                &up(g, &positions).as_view(),
-                max_blocks,
-                n_heads,
-                n_kv_heads,
-                head_dim,
-            )
-        }
-        .unwrap();
+        unsafe { g.attention_bf16(&mut out.as_view_mut(), &device.view()) }.unwrap();
         let what = format!("{what}, bf16 cache");
         assert_close(&what, &down(g, &out), &cpu, LONG_REDUCTION);
 
@@ -1964,33 +1981,10 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
             &Gpu,
             &mut Out<f32>,
             &mut Out<f32>,
-            &In<f32>,
-            &In<u16>,
-            &In<u16>,
-            &In<u32>,
-            &In<u32>,
-            &In<u32>,
-            usize,
-            usize,
-            usize,
-            usize,
+            &PagedIn<u16>,
             usize,
         ) -> rustle::error::Result<()>;
-        type Twin = fn(
-            &mut [f32],
-            &mut [f32],
-            &[f32],
-            &[u16],
-            &[u16],
-            &[u32],
-            &[u32],
-            &[u32],
-            usize,
-            usize,
-            usize,
-            usize,
-            usize,
-        );
+        type Twin = fn(&mut [f32], &mut [f32], &PagedRef<u16>, usize);
         let mut kernels: Vec<(&str, Split, Twin, usize, f64)> = vec![];
         for split_len in [32, 8] {
             let (gpu, twin): (Split, Twin) = (Gpu::attention_split_bf16, ops::attention_split_bf16);
@@ -2013,27 +2007,8 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
             let n_splits = 704usize.div_ceil(split_len);
             let rows = n * n_heads * n_splits;
             let (mut po_cpu, mut ml_cpu) = (vec![0.0; rows * head_dim], vec![0.0; rows * 2]);
-            twin(
-                &mut po_cpu,
-                &mut ml_cpu,
-                &q,
-                &k_cache,
-                &v_cache,
-                &tables,
-                &token_seq,
-                &positions,
-                max_blocks,
-                n_heads,
-                n_kv_heads,
-                head_dim,
-                split_len,
-            );
-            let (qd, td, sd, pd) = (
-                up(g, &q),
-                up(g, &tables),
-                up(g, &token_seq),
-                up(g, &positions),
-            );
+            twin(&mut po_cpu, &mut ml_cpu, &host, split_len);
+            let pd = &device.positions;
             // The kernel into partials of `rows` rows, poisoned first.
             let run = |rows: usize| {
                 let (mut po, mut ml) = (poisoned(g, rows * head_dim), poisoned(g, rows * 2));
@@ -2043,16 +2018,7 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
                         g,
                         &mut po.as_view_mut(),
                         &mut ml.as_view_mut(),
-                        &qd.as_view(),
-                        &kd.as_view(),
-                        &vd.as_view(),
-                        &td.as_view(),
-                        &sd.as_view(),
-                        &pd.as_view(),
-                        max_blocks,
-                        n_heads,
-                        n_kv_heads,
-                        head_dim,
+                        &device.view(),
                         split_len,
                     )
                 }
@@ -2081,21 +2047,20 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
                 &keep(&ml_cpu),
                 tol,
             );
-            let combine = |po: &CudaSlice<f32>, ml: &CudaSlice<f32>| {
+            let splits = Splits::new(n_splits, split_len, head_dim);
+            let combine = |po: &CudaSlice<f32>, ml: &CudaSlice<f32>, splits: Splits| {
                 let mut combined = poisoned(g, q.len());
                 g.attention_combine_f32(
                     &mut combined.as_view_mut(),
                     &po.as_view(),
                     &ml.as_view(),
                     &pd.as_view(),
-                    split_len,
-                    n_heads,
-                    head_dim,
+                    splits,
                 )
                 .unwrap();
                 down(g, &combined)
             };
-            let combined = combine(&po, &ml);
+            let combined = combine(&po, &ml, splits);
             // The combine with a bf16 copy: the same f32 output, the copy exactly it rounded.
             let mut with_copy = poisoned(g, q.len());
             let mut copy = up(g, &vec![0x7fc1u16; q.len()]);
@@ -2105,9 +2070,7 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
                 &po.as_view(),
                 &ml.as_view(),
                 &pd.as_view(),
-                split_len,
-                n_heads,
-                head_dim,
+                splits,
             )
             .unwrap();
             let with_copy = down(g, &with_copy);
@@ -2120,15 +2083,13 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
             ops::f32_to_bf16(&mut rounded, &with_copy);
             assert!(down(g, &copy) == rounded, "{what}: the combine's bf16 copy");
             if head_dim % 32 == 0 {
-                combine_codes(g, &what, (&po, &ml), &pd, &positions, &combined, split_len);
+                combine_codes(g, &what, (&po, &ml), pd, &positions, &combined, splits);
             }
             let expected = if tol == LONG_REDUCTION {
                 cpu.clone()
             } else {
                 let mut out = vec![0.0; q.len()];
-                ops::attention_combine_f32(
-                    &mut out, &po_cpu, &ml_cpu, &positions, n_splits, split_len, head_dim,
-                );
+                ops::attention_combine_f32(&mut out, &po_cpu, &ml_cpu, &positions, splits);
                 out
             };
             assert_close(&format!("{what}: combined"), &combined, &expected, tol);
@@ -2137,8 +2098,9 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
             // sequence shares the batch: bit for bit the same result.
             let wide = 3 * n_splits + 5;
             let (po, ml) = run(n * n_heads * wide);
+            let wide_splits = Splits::new(wide, split_len, head_dim);
             assert!(
-                bits(&combine(&po, &ml)) == bits(&combined),
+                bits(&combine(&po, &ml, wide_splits)) == bits(&combined),
                 "{what}: {wide} splits per row changed a token's result"
             );
         }
@@ -2156,23 +2118,18 @@ fn combine_codes(
     pd: &CudaSlice<u32>,
     positions: &[u32],
     combined: &[f32],
-    split_len: usize,
+    splits: Splits,
 ) {
     let n = combined.len();
-    let head_dim = po.len() / (ml.len() / 2);
-    let n_heads = n / positions.len() / head_dim;
     let mut out = poisoned(g, n);
     let (mut codes, mut scales) = (up(g, &vec![0xaau8; n]), poisoned(g, n / 16));
     g.attention_combine_q8_f32(
         &mut out.as_view_mut(),
-        &mut codes.as_view_mut(),
-        &mut scales.as_view_mut(),
+        (&mut codes.as_view_mut(), &mut scales.as_view_mut()),
         &po.as_view(),
         &ml.as_view(),
         &pd.as_view(),
-        split_len,
-        n_heads,
-        head_dim,
+        splits,
     )
     .unwrap();
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -2190,17 +2147,13 @@ fn combine_codes(
 
     let (mut twin_out, mut twin_codes, mut twin_scales) =
         (vec![0.0; n], vec![0u8; n], vec![0f32; n / 16]);
-    let n_splits = ml.len() / 2 / (n / head_dim);
     rustle::cpu::quant::attention_combine_q8_f32(
         &mut twin_out,
-        &mut twin_codes,
-        &mut twin_scales,
+        (&mut twin_codes, &mut twin_scales),
         &down(g, po),
         &down(g, ml),
         positions,
-        n_splits,
-        split_len,
-        head_dim,
+        splits,
     );
     assert_close(
         &format!("{what}: combined, twin"),
@@ -2801,7 +2754,7 @@ fn prompt_on_blocks_matches_chunks(
     taken: usize,
     dequant: usize,
 ) {
-    use rustle::gpu::backend::GpuWeights;
+    use rustle::gpu::GpuWeights;
     let c = c.clone();
     let weights = GpuWeights::synthetic(g, &c, 7, kind).unwrap();
     let mut r = Runner::with_gpu_weights(c.clone(), g.clone(), weights, None, &opts()).unwrap();
@@ -2998,7 +2951,7 @@ fn quantized_batch_matches_runs_alone(g: &Gpu, rng: &mut StdRng) {
 /// The GPU is told to take every count the GEMV takes through it (`blocks_gemv_tokens`),
 /// whatever count the engine routes to `gemm_<type>` by default.
 fn few_sequences_decode_as_one(g: &Gpu, rng: &mut StdRng) {
-    use rustle::gpu::backend::GpuWeights;
+    use rustle::gpu::GpuWeights;
     use rustle::gpu::matrix::Synthetic;
     let mut g = g.clone();
     g.blocks_gemv_tokens = rustle::gpu::tiles::QUANT_MAX_TOKENS;

@@ -12,6 +12,7 @@ use timed::Ops;
 
 use crate::batch::Batch;
 use crate::config::Config;
+use crate::kernel_args::{Heads, Paged};
 use crate::kv_cache::KvCache;
 use crate::model::ModelWeights;
 use crate::rope::RopeTables;
@@ -136,20 +137,8 @@ pub fn forward<'s>(
         );
         let (k_cache, v_cache) = kv.layer_mut(l);
         o.kv_write_f32(k_cache, v_cache, k, v, &batch.slots, kv_dim);
-        let (k_cache, v_cache) = kv.layer(l);
-        o.attention_f32(
-            att,
-            q,
-            k_cache,
-            v_cache,
-            &batch.block_tables,
-            &batch.token_seq,
-            &batch.positions,
-            batch.max_blocks,
-            c.n_heads,
-            c.n_kv_heads,
-            c.head_dim,
-        );
+        let paged = Paged::of_batch(batch, q, kv.layer(l), Heads::of(c));
+        o.attention_f32(att, &paged);
         o.matmul_f32(xb, att, &lw.wo, None, q_dim);
         o.residual_add_f32(x, xb);
 

@@ -7,7 +7,12 @@
 
 use rayon::prelude::*;
 
+pub use crate::kernel_args::{Heads, Paged, PagedShape, Splits};
 use crate::kv::block_manager::BLOCK_SIZE;
+
+/// A paged attention's inputs on the host (`kernel_args::Paged`): the queries, one layer's
+/// cache of `K`, and the batch's map into it.
+pub type PagedRef<'a, K> = Paged<&'a [f32], &'a [K], &'a [u32]>;
 
 /// `out[t, :] = table[tokens[t], :]`
 ///
@@ -304,21 +309,20 @@ pub fn kv_write_f32(
 /// - `k_cache`, `v_cache`: one layer, `[n_blocks * BLOCK_SIZE, kv_dim]` bf16 bits
 /// - `qkv`: `[n, q_dim + 2 * kv_dim]`
 /// - `positions`, `slots`: `[n]`; `cos`, `sin`: `[max_pos, head_dim / 2]`
-#[allow(clippy::too_many_arguments)]
 pub fn qkv_rope_write_bf16(
     q_out: &mut [f32],
-    k_cache: &mut [u16],
-    v_cache: &mut [u16],
+    (k_cache, v_cache): (&mut [u16], &mut [u16]),
     qkv: &[f32],
-    positions: &[u32],
-    slots: &[u32],
-    cos: &[f32],
-    sin: &[f32],
-    n_heads: usize,
-    n_kv_heads: usize,
-    head_dim: usize,
+    (positions, slots): (&[u32], &[u32]),
+    (cos, sin): (&[f32], &[f32]),
+    heads: Heads,
 ) {
-    let (q_dim, kv_dim) = (n_heads * head_dim, n_kv_heads * head_dim);
+    let (q_dim, kv_dim) = (heads.q_dim(), heads.kv_dim());
+    let (n_heads, n_kv_heads, head_dim) = (
+        heads.n_heads as usize,
+        heads.n_kv_heads as usize,
+        heads.head_dim as usize,
+    );
     let width = q_dim + 2 * kv_dim;
     let mut k = vec![0.0; kv_dim];
     let bf16 = |x: f32| half::bf16::from_f32(x).to_bits();
@@ -346,24 +350,24 @@ pub fn qkv_rope_write_bf16(
 /// The softmax is computed online (one pass: a running maximum, and the sum and the weighted
 /// values rescaled whenever the maximum grows), the form the GPU kernels use.
 ///
-/// - `out`, `q`: `[n, n_heads, head_dim]`
-/// - `k_cache`, `v_cache`: one layer, `[n_blocks * BLOCK_SIZE, n_kv_heads, head_dim]`
-/// - `block_tables`: `[n_seqs, max_blocks]`
-/// - `token_seq`, `positions`: `[n]`
-#[allow(clippy::too_many_arguments)]
-pub fn attention_f32(
-    out: &mut [f32],
-    q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
-    block_tables: &[u32],
-    token_seq: &[u32],
-    positions: &[u32],
-    max_blocks: usize,
-    n_heads: usize,
-    n_kv_heads: usize,
-    head_dim: usize,
-) {
+/// - `out`: `[n, n_heads, head_dim]`
+/// - `p`: the queries, the cache and the batch's map into it (`Paged`'s shapes)
+pub fn attention_f32(out: &mut [f32], p: &PagedRef<f32>) {
+    let Paged {
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        token_seq,
+        positions,
+        shape,
+    } = *p;
+    let max_blocks = shape.max_blocks as usize;
+    let (n_heads, n_kv_heads, head_dim) = (
+        shape.heads.n_heads as usize,
+        shape.heads.n_kv_heads as usize,
+        shape.heads.head_dim as usize,
+    );
     let group = n_heads / n_kv_heads;
     let kv_dim = n_kv_heads * head_dim;
     let scale = 1.0 / (head_dim as f32).sqrt();
@@ -397,34 +401,27 @@ pub fn attention_f32(
 /// As `attention_f32`, over a bf16 cache: the twin of the GPU's `attention_bf16`.
 ///
 /// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads * head_dim]` bf16 bits
-#[allow(clippy::too_many_arguments)]
-pub fn attention_bf16(
-    out: &mut [f32],
-    q: &[f32],
-    k_cache: &[u16],
-    v_cache: &[u16],
-    block_tables: &[u32],
-    token_seq: &[u32],
-    positions: &[u32],
-    max_blocks: usize,
-    n_heads: usize,
-    n_kv_heads: usize,
-    head_dim: usize,
-) {
-    let (k, v) = (widen(k_cache), widen(v_cache));
-    attention_f32(
-        out,
+pub fn attention_bf16(out: &mut [f32], p: &PagedRef<u16>) {
+    let (k, v) = (widen(p.k_cache), widen(p.v_cache));
+    attention_f32(out, &with_cache(p, &k, &v, p.q));
+}
+
+/// `p` over the cache `k`, `v` (widened to f32) and the queries `q`.
+fn with_cache<'a, K>(
+    p: &PagedRef<'a, K>,
+    k: &'a [f32],
+    v: &'a [f32],
+    q: &'a [f32],
+) -> PagedRef<'a, f32> {
+    Paged {
         q,
-        &k,
-        &v,
-        block_tables,
-        token_seq,
-        positions,
-        max_blocks,
-        n_heads,
-        n_kv_heads,
-        head_dim,
-    );
+        k_cache: k,
+        v_cache: v,
+        block_tables: p.block_tables,
+        token_seq: p.token_seq,
+        positions: p.positions,
+        shape: p.shape,
+    }
 }
 
 /// bf16 bits to f32, every value (exact).
@@ -438,85 +435,38 @@ fn widen(bits: &[u16]) -> Vec<f32> {
 /// softmax weights before multiplying them by the values; this twin keeps them in f32, a
 /// difference of about 2^-9 per weight that the tests allow for.) `n` is the number of
 /// tokens, as the kernel takes it.
-#[allow(clippy::too_many_arguments)]
-pub fn attention_mma_bf16(
-    out: &mut [f32],
-    q: &[f32],
-    k_cache: &[u16],
-    v_cache: &[u16],
-    block_tables: &[u32],
-    token_seq: &[u32],
-    positions: &[u32],
-    max_blocks: usize,
-    n_heads: usize,
-    n_kv_heads: usize,
-    head_dim: usize,
-    n: usize,
-) {
-    assert_eq!(n, positions.len());
+pub fn attention_mma_bf16(out: &mut [f32], p: &PagedRef<u16>, n: usize) {
+    assert_eq!(n, p.positions.len());
+    let head_dim = p.shape.heads.head_dim as f32;
     let round = |x: f32| half::bf16::from_f32(x).to_f32();
-    let scale = std::f32::consts::LOG2_E / (head_dim as f32).sqrt();
-    let q: Vec<f32> = q.iter().map(|&x| round(x * scale)).collect();
-    let (k, v) = (widen(k_cache), widen(v_cache));
+    let scale = std::f32::consts::LOG2_E / head_dim.sqrt();
+    let q: Vec<f32> = p.q.iter().map(|&x| round(x * scale)).collect();
+    let (k, v) = (widen(p.k_cache), widen(p.v_cache));
     // attention_f32 scales by 1 / sqrt(head_dim) and takes powers of e: undo both, so that
     // its weights are 2^(q . k) with q as rounded here.
-    let unscale = (head_dim as f32).sqrt() * std::f32::consts::LN_2;
+    let unscale = head_dim.sqrt() * std::f32::consts::LN_2;
     let q: Vec<f32> = q.iter().map(|&x| x * unscale).collect();
-    attention_f32(
-        out,
-        &q,
-        &k,
-        &v,
-        block_tables,
-        token_seq,
-        positions,
-        max_blocks,
-        n_heads,
-        n_kv_heads,
-        head_dim,
-    );
+    attention_f32(out, &with_cache(p, &k, &v, &q));
 }
 
 /// `attention_split_bf16` as the tensor cores compute it: q, scaled by log2(e) /
 /// sqrt(head_dim), rounded to bf16 (the weights are powers of two of its products). The twin
 /// of `attention_split_mma_bf16`; its maxima come back in natural units, as the kernel's.
-#[allow(clippy::too_many_arguments)]
 pub fn attention_split_mma_bf16(
     partial_o: &mut [f32],
     partial_ml: &mut [f32],
-    q: &[f32],
-    k_cache: &[u16],
-    v_cache: &[u16],
-    block_tables: &[u32],
-    token_seq: &[u32],
-    positions: &[u32],
-    max_blocks: usize,
-    n_heads: usize,
-    n_kv_heads: usize,
-    head_dim: usize,
+    p: &PagedRef<u16>,
     split_len: usize,
 ) {
+    let head_dim = p.shape.heads.head_dim as f32;
     let round = |x: f32| half::bf16::from_f32(x).to_f32();
-    let scale = std::f32::consts::LOG2_E / (head_dim as f32).sqrt();
+    let scale = std::f32::consts::LOG2_E / head_dim.sqrt();
     // attention_split_bf16 scales by 1 / sqrt(head_dim) and takes powers of e: undo both, so
     // that its weights are 2^(q . k) with q as rounded here.
-    let unscale = (head_dim as f32).sqrt() * std::f32::consts::LN_2;
-    let q: Vec<f32> = q.iter().map(|&x| round(x * scale) * unscale).collect();
-    attention_split_bf16(
-        partial_o,
-        partial_ml,
-        &q,
-        k_cache,
-        v_cache,
-        block_tables,
-        token_seq,
-        positions,
-        max_blocks,
-        n_heads,
-        n_kv_heads,
-        head_dim,
-        split_len,
-    );
+    let unscale = head_dim.sqrt() * std::f32::consts::LN_2;
+    let q: Vec<f32> = p.q.iter().map(|&x| round(x * scale) * unscale).collect();
+    let p = Paged { q: &q[..], ..*p };
+    attention_split_bf16(partial_o, partial_ml, &p, split_len);
 }
 
 /// Flash-decoding's first half: for each token, query head and split of `split_len`
@@ -525,23 +475,28 @@ pub fn attention_split_mma_bf16(
 /// `attention_split_bf16`.
 ///
 /// - `partial_o`: `[n, n_heads, n_splits, head_dim]`; `partial_ml`: `[n, n_heads, n_splits, 2]`
-/// - the rest as in `attention_f32`
-#[allow(clippy::too_many_arguments)]
+/// - `p`: as in `attention_bf16`
 pub fn attention_split_bf16(
     partial_o: &mut [f32],
     partial_ml: &mut [f32],
-    q: &[f32],
-    k_cache: &[u16],
-    v_cache: &[u16],
-    block_tables: &[u32],
-    token_seq: &[u32],
-    positions: &[u32],
-    max_blocks: usize,
-    n_heads: usize,
-    n_kv_heads: usize,
-    head_dim: usize,
+    p: &PagedRef<u16>,
     split_len: usize,
 ) {
+    let Paged {
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        token_seq,
+        positions,
+        shape,
+    } = *p;
+    let max_blocks = shape.max_blocks as usize;
+    let (n_heads, n_kv_heads, head_dim) = (
+        shape.heads.n_heads as usize,
+        shape.heads.n_kv_heads as usize,
+        shape.heads.head_dim as usize,
+    );
     let n_splits = partial_ml.len() / (2 * positions.len() * n_heads);
     let (group, kv_dim) = (n_heads / n_kv_heads, n_kv_heads * head_dim);
     let (k_cache, v_cache) = (widen(k_cache), widen(v_cache));
@@ -584,10 +539,13 @@ pub fn attention_combine_f32(
     partial_o: &[f32],
     partial_ml: &[f32],
     positions: &[u32],
-    n_splits: usize,
-    split_len: usize,
-    head_dim: usize,
+    splits: Splits,
 ) {
+    let (n_splits, split_len, head_dim) = (
+        splits.n_splits as usize,
+        splits.split_len as usize,
+        splits.head_dim as usize,
+    );
     let n_heads = out.len() / head_dim / positions.len().max(1);
     for (th, o) in out.chunks_exact_mut(head_dim).enumerate() {
         // The token's own splits: those that hold positions 0..=pos.
@@ -608,20 +566,15 @@ pub fn attention_combine_f32(
 
 /// `attention_combine_f32`, the output also rounded to bf16 bits into `out_bf16`. The twin of
 /// `attention_combine_f32_bf16`.
-#[allow(clippy::too_many_arguments)]
 pub fn attention_combine_f32_bf16(
     out: &mut [f32],
     out_bf16: &mut [u16],
     partial_o: &[f32],
     partial_ml: &[f32],
     positions: &[u32],
-    n_splits: usize,
-    split_len: usize,
-    head_dim: usize,
+    splits: Splits,
 ) {
-    attention_combine_f32(
-        out, partial_o, partial_ml, positions, n_splits, split_len, head_dim,
-    );
+    attention_combine_f32(out, partial_o, partial_ml, positions, splits);
     f32_to_bf16(out_bf16, out);
 }
 
@@ -907,19 +860,16 @@ mod tests {
             1,
         );
         let mut out = [0.0; 2];
-        attention_f32(
-            &mut out,
-            &[1.0, 1.0],
-            &k_cache,
-            &v_cache,
-            &[1],
-            &[0, 0],
-            &[0, 1],
-            1,
-            1,
-            1,
-            1,
-        );
+        let p: PagedRef<f32> = Paged {
+            q: &[1.0, 1.0],
+            k_cache: &k_cache,
+            v_cache: &v_cache,
+            block_tables: &[1],
+            token_seq: &[0, 0],
+            positions: &[0, 1],
+            shape: PagedShape::new(1, Heads::new(1, 1, 1)),
+        };
+        attention_f32(&mut out, &p);
         assert_eq!(out[0], 10.0, "the first token sees only itself");
         // scores 0 and ln 2: weights 1/3 and 2/3.
         assert!(

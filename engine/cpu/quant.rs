@@ -78,21 +78,15 @@ pub fn rmsnorm_q8_f32(codes: &mut [u8], scales: &mut [f32], x: &[f32], weight: &
 
 /// `attention_combine_q8_f32` on the GPU: `attention_combine_f32`, then `quantize_q8_f32`
 /// of its output (`codes` `[n, n_heads * head_dim]`, `scales` two floats a group of 32).
-#[allow(clippy::too_many_arguments)]
 pub fn attention_combine_q8_f32(
     out: &mut [f32],
-    codes: &mut [u8],
-    scales: &mut [f32],
+    (codes, scales): (&mut [u8], &mut [f32]),
     partial_o: &[f32],
     partial_ml: &[f32],
     positions: &[u32],
-    n_splits: usize,
-    split_len: usize,
-    head_dim: usize,
+    splits: super::ops::Splits,
 ) {
-    super::ops::attention_combine_f32(
-        out, partial_o, partial_ml, positions, n_splits, split_len, head_dim,
-    );
+    super::ops::attention_combine_f32(out, partial_o, partial_ml, positions, splits);
     quantize_q8_f32(codes, scales, out, out.len());
 }
 

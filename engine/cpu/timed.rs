@@ -52,7 +52,6 @@ macro_rules! timed_ops {
         impl Ops {
             $(
                 $(#[$doc])*
-                #[allow(clippy::too_many_arguments)]
                 pub fn $name(&mut self, $($arg: $ty),*) {
                     self.run(stringify!($name), || $traffic, || ops::$name($($arg),*));
                 }
@@ -90,24 +89,12 @@ timed_ops! {
     ) => traffic::kv_write_f32(slots.len(), kv_dim);
 
     /// `attended`: every token's keys, position + 1 each.
-    fn attention_f32(
-        out: &mut [f32],
-        q: &[f32],
-        k_cache: &[f32],
-        v_cache: &[f32],
-        block_tables: &[u32],
-        token_seq: &[u32],
-        positions: &[u32],
-        max_blocks: usize,
-        n_heads: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
-    ) => traffic::attention_f32(
-        positions.iter().map(|&p| p as usize + 1).sum(),
-        positions.len(),
-        n_heads,
-        n_kv_heads,
-        head_dim,
+    fn attention_f32(out: &mut [f32], p: &ops::PagedRef<f32>) => traffic::attention_f32(
+        p.positions.iter().map(|&pos| pos as usize + 1).sum(),
+        p.positions.len(),
+        p.shape.heads.n_heads as usize,
+        p.shape.heads.n_kv_heads as usize,
+        p.shape.heads.head_dim as usize,
     );
 
     fn swiglu_f32(out: &mut [f32], gate: &[f32], up: &[f32])

@@ -20,8 +20,9 @@ pub struct GemmPlan {
 }
 
 /// The widths `gemm_wgmma_bf16` runs, with the time of one 64-deep step of a block relative
-/// to a 256-wide one's, measured on the H200 (`rustle bench --gemm-plans`, BENCHMARKS.md
-/// round 14): narrower tiles copy more bytes per product, so a column costs more.
+/// to a 256-wide one's, measured on the H200 (`rustle bench --gemm-plans`;
+/// docs/lessons.md#prefill-on-tensor-cores): narrower tiles copy more bytes per product, so a
+/// column costs more.
 const WGMMA_STEP_COST: [(usize, f64); 4] = [(128, 0.75), (192, 0.85), (224, 0.94), (256, 1.0)];
 
 /// The splits of the reduction `gemm_wgmma_bf16` runs. Few tokens make few tiles (4096
@@ -29,9 +30,9 @@ const WGMMA_STEP_COST: [(usize, f64); 4] = [(128, 0.75), (192, 0.85), (224, 0.94
 pub const WGMMA_SPLITS: [usize; 4] = [1, 2, 4, 8];
 
 /// What a split reduction adds to a block of 128 tokens, in steps of its width: storing its
-/// part apart and adding the parts in order after the GEMM. Measured when the parts met by
-/// zeroing and `red.add` (round 14: 20 to 27 us on 8B's o_proj and down at 512 tokens,
-/// about 30 steps); the in-order sum of round 18 was not timed apart. A block with fewer
+/// part apart and adding the parts in order after the GEMM. Measured on the H200 when the
+/// parts met by zeroing and `red.add` (20 to 27 us on 8B's o_proj and down at 512 tokens,
+/// about 30 steps); the in-order sum that replaced it was not timed apart. A block with fewer
 /// tokens stores fewer rows: the cost is taken to scale with them.
 const SPLIT_STEPS: f64 = 32.0;
 
@@ -39,7 +40,8 @@ const SPLIT_STEPS: f64 = 32.0;
 const MIN_PART_DEPTH: usize = 512;
 
 /// `gemm_mma_bf16`'s plan: its one tile width, split when even the halves fit in one wave
-/// of `slots` blocks (a second wave costs more than the idle SMs: round 13).
+/// of `slots` blocks (a second wave costs more than the idle SMs, on the H200:
+/// docs/lessons.md#prefill-on-tensor-cores).
 pub fn mma(n: usize, n_in: usize, n_out: usize, slots: usize) -> GemmPlan {
     let tiles = n_out.div_ceil(MMA_BN) * n.div_ceil(MMA_BM);
     let split = 2 * tiles <= slots && n_in >= 2 * MIN_PART_DEPTH;
@@ -139,7 +141,8 @@ mod tests {
     }
 
     /// Llama 3 8B's prefill matmuls on 512 tokens, 132 SMs: the plans `rustle bench
-    /// --gemm-plans` measured fastest of the eight on the H200 (round 14).
+    /// --gemm-plans` measured fastest of the eight on the H200
+    /// (docs/lessons.md#prefill-on-tensor-cores).
     #[test]
     fn the_measured_fastest_plans_for_a_short_prompt() {
         // qkv (6144 wide): 96 tiles of 256 leave 36 SMs idle; 128 of 192 fill all but 4.

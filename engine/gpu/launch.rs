@@ -13,15 +13,44 @@
 
 use std::ffi::c_void;
 
+use crate::kernel_args::ByValue;
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DriverError,
     LaunchConfig, sys,
 };
 
 /// A kernel argument as the 8 bytes the driver copies it from: a device buffer's address,
-/// or a scalar (a 4-byte one in the low half, which is what the driver reads for it).
+/// or a scalar (a 4-byte one in the low half, which is what the driver reads for it). A
+/// struct passed by value (`ByValue`) takes as many 8-byte words as its bytes need.
 pub trait KernelArg {
     fn slot(&self, stream: &CudaStream) -> u64;
+
+    /// Appends the argument's words to `words`.
+    fn push(&self, stream: &CudaStream, words: &mut Vec<u64>) {
+        words.push(self.slot(stream));
+    }
+}
+
+/// A `#[repr(C)]` struct of sizes (`kernel_args`), copied word by word.
+impl<T: ByValue> KernelArg for T {
+    fn slot(&self, _: &CudaStream) -> u64 {
+        unreachable!("a struct argument is pushed whole")
+    }
+
+    fn push(&self, _: &CudaStream, words: &mut Vec<u64>) {
+        let n = size_of::<T>().div_ceil(8);
+        let first = words.len();
+        words.resize(first + n, 0);
+        // SAFETY: `T` is plain data (`ByValue`); the n words just added hold its bytes, and
+        // a word's alignment (8) is at least a `u32`'s, all these structs hold.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self as *const T as *const u8,
+                words[first..].as_mut_ptr() as *mut u8,
+                size_of::<T>(),
+            )
+        };
+    }
 }
 
 impl<T> KernelArg for CudaSlice<T> {
@@ -70,7 +99,9 @@ pub struct Launch<'a> {
     /// Have the driver place every block at once, or refuse the launch (`cooperative`).
     #[cfg(feature = "probes")]
     cooperative: bool,
-    slots: Vec<u64>,
+    /// The arguments' words, and where each argument's first one is.
+    words: Vec<u64>,
+    starts: Vec<usize>,
 }
 
 impl<'a> Launch<'a> {
@@ -81,7 +112,8 @@ impl<'a> Launch<'a> {
             overlap,
             #[cfg(feature = "probes")]
             cooperative: false,
-            slots: Vec::with_capacity(16),
+            words: Vec::with_capacity(16),
+            starts: Vec::with_capacity(16),
         }
     }
 
@@ -97,13 +129,15 @@ impl<'a> Launch<'a> {
 
     /// The next kernel argument.
     pub fn arg(&mut self, a: &impl KernelArg) -> &mut Self {
-        self.slots.push(a.slot(self.stream));
+        self.starts.push(self.words.len());
+        a.push(self.stream, &mut self.words);
         self
     }
 
     /// An optional buffer argument (a bias): its address, or a null pointer for none.
     pub fn arg_or_null(&mut self, a: Option<&impl KernelArg>) -> &mut Self {
-        self.slots.push(a.map_or(0, |a| a.slot(self.stream)));
+        self.starts.push(self.words.len());
+        self.words.push(a.map_or(0, |a| a.slot(self.stream)));
         self
     }
 
@@ -114,10 +148,12 @@ impl<'a> Launch<'a> {
     /// meets the kernel's preconditions; the buffers outlive the kernel's run.
     pub unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<(), DriverError> {
         self.stream.context().bind_to_thread()?;
+        let base = self.words.as_mut_ptr();
+        // SAFETY: every start is inside `words`, which no longer grows.
         let mut params: Vec<*mut c_void> = self
-            .slots
-            .iter_mut()
-            .map(|s| s as *mut u64 as *mut c_void)
+            .starts
+            .iter()
+            .map(|&i| unsafe { base.add(i) } as *mut c_void)
             .collect();
         // SAFETY: a plain C struct; zero is a valid bit pattern for it.
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
@@ -155,8 +191,8 @@ impl<'a> Launch<'a> {
         } else {
             config
         };
-        // SAFETY: the caller's guarantee for the kernel; `params` points at one slot per
-        // argument, alive until the call returns (the driver copies them).
+        // SAFETY: the caller's guarantee for the kernel; `params` points at each argument's
+        // words, alive until the call returns (the driver copies them).
         unsafe {
             sys::cuLaunchKernelEx(
                 &config,

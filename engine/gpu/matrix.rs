@@ -31,8 +31,24 @@ pub struct BlockPart {
     pub scales: Option<CudaSlice<f32>>,
 }
 
-/// A `[n_out, n_in]` matrix.
-pub enum GpuMatrix {
+/// bf16 bits of each value, rounded to nearest even.
+pub fn to_bf16(x: &[f32]) -> Vec<u16> {
+    x.iter()
+        .map(|&v| half::bf16::from_f32(v).to_bits())
+        .collect()
+}
+
+/// A `[n_out, n_in]` matrix on the device.
+pub struct GpuMatrix {
+    /// Output features: rows.
+    pub n_out: usize,
+    /// Input features: the weights of a row.
+    pub n_in: usize,
+    pub data: MatrixData,
+}
+
+/// How a matrix's weights are held.
+pub enum MatrixData {
     /// bf16 bits.
     Bf16(CudaSlice<u16>),
     /// Runs of rows, each of one block type (a fused q/k/v whose v is stored in more bits
@@ -43,9 +59,9 @@ pub enum GpuMatrix {
 impl GpuMatrix {
     /// Bytes on the device (scales included).
     pub fn bytes(&self) -> usize {
-        match self {
-            GpuMatrix::Bf16(w) => 2 * w.len(),
-            GpuMatrix::Blocks(parts) => parts
+        match &self.data {
+            MatrixData::Bf16(w) => 2 * w.len(),
+            MatrixData::Blocks(parts) => parts
                 .iter()
                 .map(|p| p.bytes.len() + 4 * p.scales.as_ref().map_or(0, |s| s.len()))
                 .sum(),
@@ -54,22 +70,41 @@ impl GpuMatrix {
 
     /// The bf16 buffer, if the matrix is one.
     pub fn as_bf16(&self) -> Option<&CudaSlice<u16>> {
-        match self {
-            GpuMatrix::Bf16(w) => Some(w),
-            GpuMatrix::Blocks(_) => None,
+        match &self.data {
+            MatrixData::Bf16(w) => Some(w),
+            MatrixData::Blocks(_) => None,
         }
     }
 
     /// The matrix's one run of rows, if it is fp8 (`--weights fp8`) through and through.
     pub fn as_fp8(&self) -> Option<&BlockPart> {
-        match self {
-            GpuMatrix::Blocks(parts) => match parts.as_slice() {
+        match &self.data {
+            MatrixData::Blocks(parts) => match parts.as_slice() {
                 [p] if p.ty == BlockType::Fp8 => Some(p),
                 _ => None,
             },
-            GpuMatrix::Bf16(_) => None,
+            MatrixData::Bf16(_) => None,
         }
     }
+
+    /// Whether the matrix is GGUF blocks through and through (no fp8 rows, no bf16): its
+    /// GEMV reads its input as 8-bit codes alone.
+    pub fn is_gguf(&self) -> bool {
+        match &self.data {
+            MatrixData::Blocks(parts) => parts.iter().all(|p| p.ty != BlockType::Fp8),
+            MatrixData::Bf16(_) => false,
+        }
+    }
+}
+
+/// A matrix's runs of rows of one block type, each with its first row: where its outputs
+/// start in a token's row of `n_out`.
+pub fn row_runs(parts: &[BlockPart]) -> impl Iterator<Item = (usize, &BlockPart)> {
+    parts.iter().scan(0, |row, p| {
+        let first = *row;
+        *row += p.rows;
+        Some((first, p))
+    })
 }
 
 /// One piece of a stacked matrix: its tensor's name, its values as the CPU holds them, and
@@ -92,19 +127,18 @@ pub struct Uploader<'a> {
 impl Uploader<'_> {
     /// `pieces` stacked by rows into one `[sum of rows, n_in]` matrix.
     pub fn matrix(&mut self, pieces: &[Piece], n_in: usize, what: &str) -> Result<GpuMatrix> {
+        let n_out = pieces.iter().map(|p| p.values.len()).sum::<usize>() / n_in;
+        let data = self.data(pieces, n_in, what)?;
+        Ok(GpuMatrix { n_out, n_in, data })
+    }
+
+    fn data(&mut self, pieces: &[Piece], n_in: usize, what: &str) -> Result<MatrixData> {
         let bf16 = |gpu: &Gpu| {
             let all: Vec<f32> = pieces
                 .iter()
                 .flat_map(|p| p.values.iter().copied())
                 .collect();
-            Ok(GpuMatrix::Bf16(
-                gpu.upload(
-                    &all.iter()
-                        .map(|&v| half::bf16::from_f32(v).to_bits())
-                        .collect::<Vec<u16>>(),
-                    what,
-                )?,
-            ))
+            Ok(MatrixData::Bf16(gpu.upload(&to_bf16(&all), what)?))
         };
         match self.format {
             WeightFormat::Bf16 => bf16(self.gpu),
@@ -115,7 +149,7 @@ impl Uploader<'_> {
                     .collect();
                 let (bytes, scales) = quantize_fp8(&all, n_in);
                 let part = self.part(BlockType::Fp8, &bytes, Some(&scales), n_in, what)?;
-                Ok(GpuMatrix::Blocks(vec![part]))
+                Ok(MatrixData::Blocks(vec![part]))
             }
             WeightFormat::Stored => {
                 let Some(blocks) = self.stored_blocks(pieces, n_in) else {
@@ -133,7 +167,7 @@ impl Uploader<'_> {
                     .iter()
                     .map(|(ty, bytes)| self.part(*ty, bytes, None, n_in, what))
                     .collect::<Result<_>>()?;
-                Ok(GpuMatrix::Blocks(parts))
+                Ok(MatrixData::Blocks(parts))
             }
         }
     }
@@ -199,12 +233,17 @@ pub fn random_matrix(
     what: &str,
 ) -> Result<GpuMatrix> {
     let (bytes, scales) = random_blocks(ty, rows, n_in, 1.0 / (n_in as f32).sqrt(), seed);
-    Ok(GpuMatrix::Blocks(vec![BlockPart {
+    let part = BlockPart {
         ty,
         rows,
         bytes: gpu.upload(&bytes, what)?,
         scales: scales.map(|s| gpu.upload(&s, what)).transpose()?,
-    }]))
+    };
+    Ok(GpuMatrix {
+        n_out: rows,
+        n_in,
+        data: MatrixData::Blocks(vec![part]),
+    })
 }
 
 /// The matrix types of synthetic weights (`rustle bench --weights`).

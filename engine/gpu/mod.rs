@@ -8,17 +8,38 @@
 //! - `kernels`: the typed kernel table, and one checked launch wrapper per kernel, in files
 //!   named as the kernels' in `gpu-kernels/src`
 //! - `launch`: the launch itself, with programmatic dependent launch where the GPU has it
-//! - `gemm_plan`: the tile width and reduction split of a tensor-core GEMM launch
-//! - `backend`: weights, KV cache and activations on the device, and the forward pass
+//!
+//! The backend, in rooms named for their jobs:
+//! - `matrix`, `weights`: a matrix on the device (bf16 or blocks), the model's weights
+//!   (uploaded or synthetic) and what they weigh
+//! - `plan`: the matmul plan, one decision per matrix and token count (kernel, input form,
+//!   tiles, splits); `gemm_plan`: the tile width and split of a tensor-core GEMM launch
+//! - `matmul`: a linear layer run as its plan says, and its scratch
+//! - `attend`: which attention kernels a pass takes, and one layer's attention
+//! - `steps`: the embedding, the norms that make a matmul's input, the MLP's gate and up
+//! - `kv_pool`, `batch`: the KV cache, and the batch as the kernels read it
+//! - `graphs`: decode steps captured and replayed as CUDA graphs
+//! - `sampling`: penalties and the draw on the device
+//! - `backend`: the forward pass, top to bottom
 
+pub mod attend;
 pub mod backend;
+pub mod batch;
 pub mod context;
 pub mod gemm_plan;
+pub mod graphs;
 pub mod kernels;
+pub mod kv_pool;
 pub mod launch;
+pub mod matmul;
 pub mod matrix;
+pub mod plan;
 pub mod ptx;
+pub mod sampling;
+pub mod steps;
 pub mod tiles;
+pub mod weights;
 
-pub use backend::GpuBackend;
+pub use backend::{GpuBackend, check_supported};
 pub use context::Gpu;
+pub use weights::GpuWeights;

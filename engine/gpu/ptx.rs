@@ -46,6 +46,30 @@ mod tests {
         assert!(!super::PTX_SM80.contains("griddepcontrol"));
     }
 
+    /// Every struct a kernel takes by value (`kernel_args`) is a parameter of its
+    /// `#[repr(C)]` bytes, 4-byte aligned, in every build: what the launch copies into it.
+    #[test]
+    fn kernels_take_argument_structs_as_their_bytes() {
+        let sizes: Vec<usize> = crate::kernel_args::BY_VALUE.iter().map(|b| b.1).collect();
+        for ptx in [super::PTX_SM80, super::PTX_SM90, super::PTX_SM90A] {
+            let structs: Vec<&str> = ptx
+                .lines()
+                .filter(|l| l.trim_start().starts_with(".param .align"))
+                .collect();
+            assert!(!structs.is_empty(), "no kernel takes a struct");
+            for line in structs {
+                // `.param .align 4 .b8 attention_bf16_param_7[16]`
+                let size = line.rsplit('[').next().and_then(|s| s.split(']').next());
+                let size: usize = size.and_then(|s| s.parse().ok()).unwrap();
+                assert!(line.contains(".align 4 .b8"), "{line}");
+                assert!(
+                    sizes.contains(&size),
+                    "{line}: no argument struct of {size} bytes"
+                );
+            }
+        }
+    }
+
     #[test]
     fn the_hopper_builds_cap_the_registers_tiles_names() {
         use crate::gpu::tiles::REGISTER_CAPS;

@@ -2,17 +2,11 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 use crate::error::{Error, Result};
+use crate::placement::DeviceArg;
 use crate::serve::engine::DEFAULT_TOKEN_BUDGET;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum DeviceArg {
-    Auto,
-    Cpu,
-    Gpu,
-}
 
 /// Serve a model over HTTP with OpenAI's API: /v1/chat/completions, /v1/completions,
 /// /v1/models, plus /health and /metrics (Prometheus).

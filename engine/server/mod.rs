@@ -21,16 +21,15 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
-use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::gpu::Gpu;
-use crate::gpu::backend::{GpuWeights, check_supported};
+use crate::gpu::matrix::WeightFormat;
 use crate::loader;
-use crate::runner::{Device, Runner, RunnerOptions};
+use crate::placement::{Placement, synthetic_gpu_runner};
+use crate::runner::{Runner, RunnerOptions};
 use crate::serve::{Engine, EngineOptions};
 use crate::tokenizer::Tokenizer;
-use args::{DeviceArg, ServeArgs};
+use args::ServeArgs;
 
 /// Loads the model, starts the engine thread, and serves until Ctrl-C or SIGTERM; then
 /// finishes the requests in flight and returns.
@@ -102,104 +101,54 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
 /// The model as a serving engine (on the engine thread), with its tokenizer and the
 /// device's name.
 fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, String))> {
-    // Open the GPU before the (possibly long) model load, so a missing one fails fast.
-    let gpu = match args.device {
-        DeviceArg::Cpu => None,
-        DeviceArg::Gpu => Some(Gpu::new()?),
-        DeviceArg::Auto => Gpu::new()
-            .inspect_err(|e| eprintln!("rustle serve: device auto: running on the CPU ({e})"))
-            .ok(),
+    let place = Placement {
+        prefix: "rustle serve",
+        device: args.device,
+        // A shape's weights are made in bf16, whatever --weights says.
+        weights: match args.shape {
+            Some(_) => WeightFormat::Stored,
+            None => args.weights,
+        },
     };
-    if gpu.is_none() && args.shape.is_none() {
-        // On the CPU whatever the model: before it is read.
-        crate::runner::check_cpu_weights(args.weights)?;
-    }
-    let t = Instant::now();
-    let model = loader::open(path)?;
-    if let Some(shape) = &args.shape {
-        let gpu = gpu.ok_or_else(|| {
-            Error::Usage("--shape makes its weights on the GPU: there is none here".into())
-        })?;
-        return synthetic(args, shape, gpu, model.tokenizer);
-    }
-    let device = match gpu {
-        None => Device::Cpu,
-        Some(gpu) => match (check_supported(&model.config), args.device) {
-            (Ok(()), _) => Device::Gpu(Box::new(gpu)),
-            (Err(e), DeviceArg::Gpu) => return Err(e),
-            (Err(e), _) => {
-                eprintln!("rustle serve: device auto: running on the CPU ({e})");
-                Device::Cpu
+    let gpu = place.open_gpu()?;
+    let opts = RunnerOptions {
+        kv_blocks: args.kv_blocks,
+        max_batch_tokens: args.token_budget,
+        weights: place.weights,
+        ..Default::default()
+    };
+    let (runner, tokenizer, device_name) = match &args.shape {
+        Some(shape) => {
+            let gpu = gpu.ok_or_else(|| {
+                Error::Usage("--shape makes its weights on the GPU: there is none here".into())
+            })?;
+            // The tokenizer is the model's, and so is the vocabulary's size.
+            let tokenizer = loader::open(path)?.tokenizer;
+            let mut config = crate::shapes::shape_config(shape)?;
+            config.vocab_size = tokenizer.vocab_size();
+            eprintln!("rustle serve: making {shape} weights on the GPU (random, bf16)");
+            let runner = synthetic_gpu_runner(gpu, config, &opts)?;
+            let device_name = format!("{} ({shape}, random weights)", runner.device_name());
+            (runner, tokenizer, device_name)
+        }
+        None => {
+            let model = place.load(gpu, path)?;
+            let (description, started) = (model.description().to_owned(), model.started);
+            let (mut runner, tokenizer) = model.into_runner(&opts)?;
+            if runner.gpu().is_none() {
+                // A seeded request must repeat whatever else is served, and the prefix cache
+                // changes how a prompt is chunked: the server keeps the CPU batch-invariant.
+                runner.set_batch_invariant(true);
             }
-        },
-    };
-    if let Device::Cpu = device {
-        // A model the GPU cannot run: before its weights are read, not after.
-        crate::runner::check_cpu_weights(args.weights)?;
-    }
-    let opts = RunnerOptions {
-        kv_blocks: args.kv_blocks,
-        max_batch_tokens: args.token_budget,
-        weights: args.weights,
-        ..Default::default()
-    };
-    // The GPU uploads from the f32 weights (or the stored blocks, `--weights`); the CPU keeps
-    // them as the files store them.
-    let (runner, tokenizer, description) = match device {
-        Device::Gpu(_) => {
-            let m = model.into_f32()?;
-            (
-                Runner::new(m.config, m.weights, &opts, device)?,
-                m.tokenizer,
-                m.description,
-            )
-        }
-        Device::Cpu => {
-            let m = model.into_fast()?;
-            let mut runner = Runner::with_fast_cpu(m.config, m.weights, &opts)?;
-            // A seeded request must repeat whatever else is served, and the prefix cache
-            // changes how a prompt is chunked: the server keeps the CPU batch-invariant.
-            runner.set_batch_invariant(true);
-            (runner, m.tokenizer, m.description)
+            eprintln!(
+                "rustle serve: loaded {description} in {:.1} s; {}",
+                started.elapsed().as_secs_f64(),
+                runner.weights_held()
+            );
+            let device_name = runner.device_name();
+            (runner, tokenizer, device_name)
         }
     };
-    eprintln!(
-        "rustle serve: loaded {description} in {:.1} s; {}",
-        t.elapsed().as_secs_f64(),
-        runner.weights_held()
-    );
-    let device_name = runner.device_name();
-    let engine = Engine::new(
-        runner,
-        EngineOptions {
-            token_budget: args.token_budget,
-            max_seqs: args.max_seqs,
-            prefix_cache: !args.no_prefix_cache,
-            eos: tokenizer.eos_tokens.clone(),
-        },
-    )?;
-    Ok((engine, (tokenizer, device_name)))
-}
-
-/// An engine over random weights of `shape` on `gpu`, its vocabulary the tokenizer's.
-fn synthetic(
-    args: &ServeArgs,
-    shape: &str,
-    gpu: Gpu,
-    tokenizer: Tokenizer,
-) -> Result<(Engine<Runner>, (Tokenizer, String))> {
-    let mut config = crate::shapes::shape_config(shape)?;
-    config.vocab_size = tokenizer.vocab_size();
-    check_supported(&config)?;
-    eprintln!("rustle serve: making {shape} weights on the GPU (random, bf16)");
-    let weights = GpuWeights::synthetic(&gpu, &config, 1, Default::default())?;
-    let opts = RunnerOptions {
-        kv_blocks: args.kv_blocks,
-        max_batch_tokens: args.token_budget,
-        ..Default::default()
-    };
-    let runner = Runner::with_gpu_weights(config, gpu, weights, None, &opts)?;
-    let device_name = format!("{} ({shape}, random weights)", runner.device_name());
     let engine = Engine::new(
         runner,
         EngineOptions {

@@ -24,6 +24,7 @@ use crate::config::Config;
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::gpu::tiles::BLOCK_SIZE;
+use crate::kernel_args::{Heads, Paged, PagedShape};
 use crate::traffic::{self, Traffic};
 
 #[derive(Serialize)]
@@ -397,6 +398,7 @@ fn attention(gpu: &Gpu, c: &Config, n: usize, steps: &mut Vec<StepTime>) -> Resu
     let mut out = gpu.zeros::<f32>(n * nh * hd, "the lesson benchmark")?;
     let case = format!("prompt {n}: {nh} heads ({nkv} KV) of {hd}");
     let (tv, sv, pv) = (tables.as_view(), token_seq.as_view(), pos.as_view());
+    let shape = PagedShape::new(max_blocks, Heads::of(c));
     let attended = traffic::attended(&positions);
     let mut kernels = vec![
         (
@@ -417,53 +419,35 @@ fn attention(gpu: &Gpu, c: &Config, n: usize, steps: &mut Vec<StepTime>) -> Resu
             traffic::attention_mma_bf16(&positions, nh, nkv, hd),
         ));
     }
+    // One sequence whose block table row names blocks 0.. of the caches.
+    let f32_cache = Paged {
+        q: as_f32(&q),
+        k_cache: as_f32(&k32),
+        v_cache: as_f32(&v32),
+        block_tables: tv.slice(..),
+        token_seq: sv.slice(..),
+        positions: pv.slice(..),
+        shape,
+    };
+    let bf16 = Paged {
+        q: as_f32(&q),
+        k_cache: k16.as_view(),
+        v_cache: v16.as_view(),
+        block_tables: tv.slice(..),
+        token_seq: sv.slice(..),
+        positions: pv.slice(..),
+        shape,
+    };
     for (kernel, role, t) in kernels {
         let us = time_us(gpu, 3, &mut || {
             let o = &mut out.as_view_mut();
-            let q = &as_f32(&q);
-            // SAFETY: one sequence whose block table row names blocks 0.. of the caches,
-            // enough for every position; every key and value is written (random).
+            // SAFETY: the block table covers every position; every key and value is
+            // written (random).
             unsafe {
                 match kernel {
-                    "attention_f32" => gpu.attention_f32(
-                        o,
-                        q,
-                        &as_f32(&k32),
-                        &as_f32(&v32),
-                        &tv,
-                        &sv,
-                        &pv,
-                        max_blocks,
-                        nh,
-                        nkv,
-                        hd,
-                    ),
-                    "attention_bf16" => gpu.attention_bf16(
-                        o,
-                        q,
-                        &k16.as_view(),
-                        &v16.as_view(),
-                        &tv,
-                        &sv,
-                        &pv,
-                        max_blocks,
-                        nh,
-                        nkv,
-                        hd,
-                    ),
-                    _ => gpu.attention_mma_bf16(
-                        o,
-                        q,
-                        &k16.as_view(),
-                        &v16.as_view(),
-                        &tv,
-                        &sv,
-                        &pv,
-                        max_blocks,
-                        nh,
-                        nkv,
-                        hd,
-                    ),
+                    "attention_f32" => gpu.attention_f32(o, &f32_cache),
+                    "attention_bf16" => gpu.attention_bf16(o, &bf16),
+                    _ => gpu.attention_mma_bf16(o, &bf16),
                 }
             }
         })?;

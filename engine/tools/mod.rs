@@ -1,7 +1,7 @@
 //! The measuring tools: `rustle bench` and `rustle profile`. They observe the engine from
 //! outside, through the runner's public API (`Runner::set_graphs`, `solo_at`,
 //! `profile_start` / `profile_stop`, ...), and nothing in the engine imports them: only
-//! `main.rs` and the tests do (`tests/imports.rs` checks it).
+//! the binary (`main.rs`, its `cli::measure`) and the tests do (`tests/imports.rs` checks it).
 //!
 //! - `bench`: decode and prefill speed at batch 1, beside the bandwidth ceiling
 //! - `batch_bench`: batched decode, as llama.cpp's `llama-batched-bench` measures it
@@ -15,7 +15,8 @@
 //!   (these two are measurement experiments, in `--features probes` builds only)
 //! - `ceilings`: bandwidth, matrix throughput and the tensor instruction's peak, measured
 //! - `cublas`: the reference matmuls; `timing`: event timing, launches summed by kernel
-//! - `setup`: a runner over a real model or a named shape's synthetic weights
+//! - `setup`: a runner over a real model (through `placement`, the engine's one loader) or a
+//!   named shape's synthetic weights
 
 pub mod batch_bench;
 pub mod bench;

@@ -1,18 +1,28 @@
-//! What every tool starts from: a runner over a real model or over synthetic weights of a
-//! named shape (`shapes.rs`), and a synthetic prompt.
+//! What every tool starts from: a runner over a real model (through `placement`, the loader
+//! `rustle` and `rustle serve` use) or over synthetic weights of a named shape (`shapes.rs`),
+//! and a synthetic prompt.
 
 use std::path::Path;
 
 use crate::error::Result;
 use crate::gpu::Gpu;
-use crate::gpu::backend::GpuWeights;
 use crate::loader;
 use crate::model::ModelWeights;
+use crate::placement::{DeviceArg, Placement, load_reference, synthetic_gpu_runner};
 use crate::runner::{Device, Runner, RunnerOptions};
 use crate::shapes::shape_config;
 
 fn progress(msg: &str) {
     eprintln!("rustle: {msg}");
+}
+
+/// The loader as the tools ask for it: on `device`, the weights as `opts` says.
+fn placement(device: DeviceArg, opts: &RunnerOptions) -> Placement<'static> {
+    Placement {
+        prefix: "rustle",
+        device,
+        weights: opts.weights,
+    }
 }
 
 /// A GPU runner over `model` (a folder or file) or, without one, random weights of `shape`
@@ -26,10 +36,9 @@ pub fn gpu_runner(
     match model {
         Some(path) => {
             progress(&format!("loading {}", path.display()));
-            let m = loader::load(path)?;
-            let name = m.description.clone();
-            let device = Device::Gpu(Box::new(gpu.clone()));
-            Ok((Runner::new(m.config, m.weights, opts, device)?, name))
+            let m = placement(DeviceArg::Gpu, opts).load(Some(gpu.clone()), path)?;
+            let name = m.description().to_owned();
+            Ok((m.into_runner(opts)?.0, name))
         }
         None => {
             let config = shape_config(shape)?;
@@ -38,24 +47,23 @@ pub fn gpu_runner(
                 k => format!("{}, made on the host", k.name()),
             };
             progress(&format!("building {shape} weights (synthetic, {kind})"));
-            let weights = GpuWeights::synthetic(gpu, &config, 1, opts.synthetic)?;
             Ok((
-                Runner::with_gpu_weights(config, gpu.clone(), weights, None, opts)?,
+                synthetic_gpu_runner(gpu.clone(), config, opts)?,
                 format!("{shape} (synthetic)"),
             ))
         }
     }
 }
 
-/// A CPU runner over `model` (a folder or file) or, with `shape`, random f32 weights of that
-/// shape made in host memory (refused if they would not fit); with neither, the default
-/// model. The model's name for reports comes with it.
+/// A CPU reference runner over `model` (a folder or file) or, with `shape`, random f32
+/// weights of that shape made in host memory (refused if they would not fit); with neither,
+/// the default model. The model's name for reports comes with it.
 pub fn cpu_runner(
     shape: Option<&str>,
     model: Option<&Path>,
     opts: &RunnerOptions,
 ) -> Result<(Runner, String)> {
-    let (config, weights, name) = match (model, shape) {
+    match (model, shape) {
         (None, Some(shape)) => {
             let config = shape_config(shape)?;
             loader::check_params_fit(&config)?;
@@ -63,17 +71,17 @@ pub fn cpu_runner(
                 "building {shape} weights in host memory (synthetic, f32)"
             ));
             let w = ModelWeights::synthetic(&config, 1);
-            (config, w, format!("{shape} (synthetic)"))
+            let runner = Runner::new(config, w, opts, Device::Cpu)?;
+            Ok((runner, format!("{shape} (synthetic)")))
         }
         (model, _) => {
             let path = loader::resolve_model_path(model.map(Path::to_owned))?;
             progress(&format!("loading {}", path.display()));
-            let m = loader::load(&path)?;
-            let name = m.description.clone();
-            (m.config, m.weights, name)
+            let m = load_reference(&path)?;
+            let name = m.description().to_owned();
+            Ok((m.into_runner(opts)?.0, name))
         }
-    };
-    Ok((Runner::new(config, weights, opts, Device::Cpu)?, name))
+    }
 }
 
 /// A runner on the fast CPU backend over `model` (a folder or file; the default model without
@@ -81,13 +89,12 @@ pub fn cpu_runner(
 pub fn fast_cpu_runner(model: Option<&Path>, opts: &RunnerOptions) -> Result<(Runner, String)> {
     let path = loader::resolve_model_path(model.map(Path::to_owned))?;
     progress(&format!("loading {}", path.display()));
-    let m = loader::open(&path)?.into_fast()?;
-    progress(&format!(
-        "the CPU holds the weights as stored ({})",
-        m.held_summary()
-    ));
-    let name = m.description.clone();
-    Ok((Runner::with_fast_cpu(m.config, m.weights, opts)?, name))
+    let m = placement(DeviceArg::Cpu, opts).load(None, &path)?;
+    if let Some(held) = m.held_summary() {
+        progress(&format!("the CPU holds the weights as stored ({held})"));
+    }
+    let name = m.description().to_owned();
+    Ok((m.into_runner(opts)?.0, name))
 }
 
 /// A prompt of `n` token ids spread over a vocabulary of `vocab`, for timing runs.

@@ -1,5 +1,6 @@
 //! Causal grouped-query attention over the paged KV cache.
 
+use crate::args::{Heads, PagedShape, Splits};
 use crate::device::{
     WARP, bf16_to_f32, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp, sqrt,
     sync_threads, thread_idx_x, warp_sum,
@@ -23,6 +24,7 @@ const MAX_PER_LANE: usize = MAX_HEAD_DIM / 32;
 /// - `out`, `q`: `[n, n_heads, head_dim]` f32
 /// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads, head_dim]` f32
 /// - `block_tables`: `[n_seqs, max_blocks]` u32; `token_seq`, `positions`: `[n]` u32
+/// - `shape`: the heads and the block tables' stride
 ///
 /// Thread mapping: one block per (head, token). Its warps take keys in turn (warp `w` takes
 /// positions `w, w + n_warps, ...`); within a warp, lane `l` holds dimensions
@@ -46,27 +48,18 @@ pub unsafe extern "gpu-kernel" fn attention_f32(
     block_tables: *const u32,
     token_seq: *const u32,
     positions: *const u32,
-    max_blocks: u32,
-    n_heads: u32,
-    n_kv_heads: u32,
-    head_dim: u32,
+    shape: PagedShape,
 ) {
+    let input = PagedIn {
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        token_seq,
+        positions,
+    };
     // SAFETY: the preconditions, passed on.
-    unsafe {
-        per_head(
-            out,
-            q,
-            k_cache,
-            v_cache,
-            block_tables,
-            token_seq,
-            positions,
-            max_blocks,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-        )
-    }
+    unsafe { per_head(out, input, shape) }
 }
 
 /// As `attention_f32`, over a bf16 cache (`k_cache`, `v_cache`: `[n_blocks * 16, n_kv_heads,
@@ -83,27 +76,18 @@ pub unsafe extern "gpu-kernel" fn attention_bf16(
     block_tables: *const u32,
     token_seq: *const u32,
     positions: *const u32,
-    max_blocks: u32,
-    n_heads: u32,
-    n_kv_heads: u32,
-    head_dim: u32,
+    shape: PagedShape,
 ) {
+    let input = PagedIn {
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        token_seq,
+        positions,
+    };
     // SAFETY: the preconditions, passed on.
-    unsafe {
-        per_head(
-            out,
-            q,
-            k_cache,
-            v_cache,
-            block_tables,
-            token_seq,
-            positions,
-            max_blocks,
-            n_heads,
-            n_kv_heads,
-            head_dim,
-        )
-    }
+    unsafe { per_head(out, input, shape) }
 }
 
 /// A cache element: f32, or bf16 bits.
@@ -131,26 +115,39 @@ impl KvElem for u16 {
     }
 }
 
-/// The body of `attention_f32` and `attention_bf16`.
-///
-/// # Safety
-/// Their preconditions.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn per_head<T: KvElem>(
-    out: *mut f32,
+/// A paged attention's input pointers, as its entry point was given them: the queries, one
+/// layer's cache, and the batch's map into it (shapes as `attention_f32` lists them).
+#[derive(Clone, Copy)]
+struct PagedIn<T> {
     q: *const f32,
     k_cache: *const T,
     v_cache: *const T,
     block_tables: *const u32,
     token_seq: *const u32,
     positions: *const u32,
-    max_blocks: u32,
-    n_heads: u32,
-    n_kv_heads: u32,
-    head_dim: u32,
-) {
+}
+
+/// The body of `attention_f32` and `attention_bf16`.
+///
+/// # Safety
+/// Their preconditions.
+#[inline(always)]
+unsafe fn per_head<T: KvElem>(out: *mut f32, input: PagedIn<T>, shape: PagedShape) {
     crate::device::wait_for_previous_kernel();
+    let PagedIn {
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        token_seq,
+        positions,
+    } = input;
+    let max_blocks = shape.max_blocks;
+    let Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    } = shape.heads;
     let (n_heads, n_kv_heads, head_dim) =
         (n_heads as usize, n_kv_heads as usize, head_dim as usize);
     let (h, t) = (block_idx_x(), block_idx_y());
@@ -252,8 +249,8 @@ unsafe fn per_head<T: KvElem>(
 ///
 /// - `partial_o`: `[n, n_heads, n_splits, head_dim]` f32
 /// - `partial_ml`: `[n, n_heads, n_splits, 2]` f32 (m, l)
-/// - `q`: `[n, n_heads, head_dim]` f32; caches bf16, tables, `token_seq`, `positions` as in
-///   `attention_bf16`
+/// - `q`: `[n, n_heads, head_dim]` f32; caches bf16, tables, `token_seq`, `positions` and
+///   `shape` as in `attention_bf16`; `split_len`: positions a split
 ///
 /// Thread mapping: grid `(n_kv_heads, n_splits, n)`; block `32 * group` threads. First the
 /// whole block copies the split's keys and values into shared memory with asynchronous
@@ -280,15 +277,18 @@ pub unsafe extern "gpu-kernel" fn attention_split_bf16(
     block_tables: *const u32,
     token_seq: *const u32,
     positions: *const u32,
-    max_blocks: u32,
-    n_heads: u32,
-    n_kv_heads: u32,
-    head_dim: u32,
+    shape: PagedShape,
     split_len: u32,
 ) {
     crate::device::wait_for_previous_kernel();
     use crate::device::{block_idx_z, grid_dim_y};
     use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, shared_addr};
+    let max_blocks = shape.max_blocks;
+    let Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    } = shape.heads;
     let (n_heads, n_kv_heads, head_dim) =
         (n_heads as usize, n_kv_heads as usize, head_dim as usize);
     let split_len = split_len as usize;
@@ -434,6 +434,7 @@ pub unsafe extern "gpu-kernel" fn attention_split_bf16(
 /// - `out`: `[n, n_heads, head_dim]` f32
 /// - `partial_o`, `partial_ml`: as `attention_split_f32` wrote them, `n_splits` per row
 /// - `positions`: `[n]` u32
+/// - `splits`: each row's split count, the positions a split, `head_dim`
 ///
 /// Thread mapping: one block per (head, token) (`blockIdx.x`, `blockIdx.y`); `groups`
 /// groups of `head_dim` threads, `own.div_ceil(COMBINE_IN_FLIGHT)` for the token's `own`
@@ -444,7 +445,8 @@ pub unsafe extern "gpu-kernel" fn attention_split_bf16(
 /// groups' sums meet in shared memory. Up to 8 * 1024 / head_dim splits (2048 positions of
 /// a 128-wide head) cost one wait for memory; the kernel this replaced found `M`, then the
 /// weights, then walked the values four loads at a time, and waited for memory about five
-/// times at 18 splits (BENCHMARKS.md round 47).
+/// times at 18 splits; this one ran 9-12% faster a launch on the H200
+/// (docs/lessons.md#attention).
 ///
 /// The order of every sum depends on the token's own split count alone, never on
 /// `n_splits` or the block size (which follow the longest sequence in the batch): a token's
@@ -462,25 +464,11 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32(
     partial_o: *const f32,
     partial_ml: *const f32,
     positions: *const u32,
-    n_splits: u32,
-    split_len: u32,
-    head_dim: u32,
+    splits: Splits,
 ) {
+    let out = CombineOut::f32(out);
     // SAFETY: the same preconditions; no second output.
-    unsafe {
-        combine(
-            out,
-            core::ptr::null_mut(),
-            core::ptr::null_mut(),
-            core::ptr::null_mut(),
-            partial_o,
-            partial_ml,
-            positions,
-            n_splits,
-            split_len,
-            head_dim,
-        )
-    }
+    unsafe { combine(out, partial_o, partial_ml, positions, splits) }
 }
 
 /// `attention_combine_f32`, each output also rounded to bf16 into `out_bf16` (`[n, n_heads,
@@ -492,25 +480,20 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32(
 /// # Safety
 /// As `attention_combine_f32`; `out_bf16` holds as many values as `out`.
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
 pub unsafe extern "gpu-kernel" fn attention_combine_f32_bf16(
     out: *mut f32,
     out_bf16: *mut u16,
     partial_o: *const f32,
     partial_ml: *const f32,
     positions: *const u32,
-    n_splits: u32,
-    split_len: u32,
-    head_dim: u32,
+    splits: Splits,
 ) {
-    let (codes, scales) = (core::ptr::null_mut(), core::ptr::null_mut());
+    let out = CombineOut {
+        out_bf16,
+        ..CombineOut::f32(out)
+    };
     // SAFETY: the preconditions, passed on.
-    unsafe {
-        combine(
-            out, out_bf16, codes, scales, partial_o, partial_ml, positions, n_splits, split_len,
-            head_dim,
-        )
-    }
+    unsafe { combine(out, partial_o, partial_ml, positions, splits) }
 }
 
 /// `attention_combine_f32`, the output also made 8-bit codes as `quantize_q8_f32` makes
@@ -523,7 +506,6 @@ pub unsafe extern "gpu-kernel" fn attention_combine_f32_bf16(
 /// # Safety
 /// As `attention_combine_f32`; `codes` and `scales` hold what is listed above.
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
 pub unsafe extern "gpu-kernel" fn attention_combine_q8_f32(
     out: *mut f32,
     codes: *mut u8,
@@ -531,47 +513,63 @@ pub unsafe extern "gpu-kernel" fn attention_combine_q8_f32(
     partial_o: *const f32,
     partial_ml: *const f32,
     positions: *const u32,
-    n_splits: u32,
-    split_len: u32,
-    head_dim: u32,
+    splits: Splits,
 ) {
+    let out = CombineOut {
+        codes,
+        scales,
+        ..CombineOut::f32(out)
+    };
     // SAFETY: the preconditions, passed on.
-    unsafe {
-        combine(
-            out,
-            core::ptr::null_mut(),
-            codes,
-            scales,
-            partial_o,
-            partial_ml,
-            positions,
-            n_splits,
-            split_len,
-            head_dim,
-        )
-    }
+    unsafe { combine(out, partial_o, partial_ml, positions, splits) }
 }
 
-/// The body of the three combine kernels: `out_bf16` null for no bf16 copy, `codes` (and
-/// `scales`) null for no codes.
-///
-/// # Safety
-/// As `attention_combine_f32`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn combine(
+/// Where the combine kernels write: `out`, and a copy in bf16 (`out_bf16`) or as 8-bit
+/// codes (`codes`, `scales`) where not null.
+#[derive(Clone, Copy)]
+struct CombineOut {
     out: *mut f32,
     out_bf16: *mut u16,
     codes: *mut u8,
     scales: *mut f32,
+}
+
+impl CombineOut {
+    /// `out` alone.
+    fn f32(out: *mut f32) -> CombineOut {
+        CombineOut {
+            out,
+            out_bf16: core::ptr::null_mut(),
+            codes: core::ptr::null_mut(),
+            scales: core::ptr::null_mut(),
+        }
+    }
+}
+
+/// The body of the three combine kernels.
+///
+/// # Safety
+/// As `attention_combine_f32`.
+#[inline(always)]
+unsafe fn combine(
+    dst: CombineOut,
     partial_o: *const f32,
     partial_ml: *const f32,
     positions: *const u32,
-    n_splits: u32,
-    split_len: u32,
-    head_dim: u32,
+    splits: Splits,
 ) {
     use crate::device::warp_max;
+    let CombineOut {
+        out,
+        out_bf16,
+        codes,
+        scales,
+    } = dst;
+    let Splits {
+        n_splits,
+        split_len,
+        head_dim,
+    } = splits;
     let (n_splits, head_dim) = (n_splits as usize, head_dim as usize);
     let (h, t) = (block_idx_x(), block_idx_y());
     let n_heads = crate::device::grid_dim_x();

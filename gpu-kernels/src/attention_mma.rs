@@ -11,6 +11,7 @@
 //! the weights by the values (`O += P V`), the weights going from the first product's output
 //! registers straight into the second's input registers.
 
+use crate::args::{Heads, PagedShape};
 use crate::device::{
     WARP, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp2_approx, pack_bf16x2,
     shfl_xor, shfl_xor_u32, sqrt, sync_threads, thread_idx_x,
@@ -31,6 +32,7 @@ use crate::unroll::unroll;
 /// - `out`, `q`: `[n, n_heads, head_dim]` f32
 /// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads, head_dim]` bf16
 /// - `block_tables`: `[n_seqs, max_blocks]` u32; `token_seq`, `positions`: `[n]` u32
+/// - `shape`: the heads and the block tables' stride; `n`: the tokens
 ///
 /// Thread mapping: block `(128)` = 4 warps; grid `(ceil(n * group / 64), n_kv_heads)` with
 /// `group = n_heads / n_kv_heads`. Block `(x, y)` takes rows `64 x .. 64 x + 64` of KV head
@@ -55,13 +57,15 @@ pub unsafe extern "gpu-kernel" fn attention_mma_bf16(
     block_tables: *const u32,
     token_seq: *const u32,
     positions: *const u32,
-    max_blocks: u32,
-    n_heads: u32,
-    n_kv_heads: u32,
-    head_dim: u32,
+    shape: PagedShape,
     n: u32,
 ) {
     crate::device::wait_for_previous_kernel();
+    let Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    } = shape.heads;
     let args = Args {
         out,
         q,
@@ -70,7 +74,7 @@ pub unsafe extern "gpu-kernel" fn attention_mma_bf16(
         block_tables,
         token_seq,
         positions,
-        max_blocks: max_blocks as usize,
+        max_blocks: shape.max_blocks as usize,
         n_heads: n_heads as usize,
         n_kv_heads: n_kv_heads as usize,
         n: n as usize,

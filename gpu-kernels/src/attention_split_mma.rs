@@ -1,13 +1,15 @@
 //! Flash-decoding's first half on tensor cores: the split kernel for many sequences at once.
 //!
 //! `attention_split_bf16` scores a key with a warp's shuffles and multiplies its value with
-//! each lane's own multiply-adds: at 128 sequences of 512-640 positions it moved 1.5 TB/s,
-//! bound by instructions, not bytes (BENCHMARKS.md rounds 11, 16 and 18). Here the query heads that share a KV head are the rows of one
+//! each lane's own multiply-adds: at 128 sequences of 512-640 positions it moved 1.5 TB/s on
+//! the H200, bound by instructions, not bytes (docs/lessons.md#attention). Here the query
+//! heads that share a KV head are the rows of one
 //! `mma.sync` (up to 8 of its 16; the rest are zeros), so a split of 32 keys costs a warp 32
 //! products for `S = Q K^T` and 32 for `O = P V`, where the shuffles and multiply-adds cost
 //! it a few thousand instructions. The layouts are `attention_mma_bf16`'s: the same
 //! fragments, one warp, one tile of keys at a time.
 
+use crate::args::{Heads, PagedShape};
 use crate::device::{
     WARP, block_idx_x, block_idx_y, block_idx_z, dynamic_shared, exp2_approx, grid_dim_y,
     pack_bf16x2, shfl_xor, sqrt, sync_warp, thread_idx_x,
@@ -29,6 +31,7 @@ use crate::unroll::unroll;
 /// - `q`: `[n, n_heads, head_dim]` f32
 /// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads, head_dim]` bf16
 /// - `block_tables`: `[n_seqs, max_blocks]` u32; `token_seq`, `positions`: `[n]` u32
+/// - `shape`: the heads and the block tables' stride; `split_len`: positions a split
 ///
 /// Thread mapping: grid `(n_kv_heads, n_splits, n)`; block `(32)`: one warp per (KV head,
 /// split, token). Row `r < group` of its `mma` is query head `kv_head * group + r`; in the
@@ -57,13 +60,15 @@ pub unsafe extern "gpu-kernel" fn attention_split_mma_bf16(
     block_tables: *const u32,
     token_seq: *const u32,
     positions: *const u32,
-    max_blocks: u32,
-    n_heads: u32,
-    n_kv_heads: u32,
-    head_dim: u32,
+    shape: PagedShape,
     split_len: u32,
 ) {
     crate::device::wait_for_previous_kernel();
+    let Heads {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    } = shape.heads;
     let args = Args {
         partial_o,
         partial_ml,
@@ -73,7 +78,7 @@ pub unsafe extern "gpu-kernel" fn attention_split_mma_bf16(
         block_tables,
         token_seq,
         positions,
-        max_blocks: max_blocks as usize,
+        max_blocks: shape.max_blocks as usize,
         n_heads: n_heads as usize,
         n_kv_heads: n_kv_heads as usize,
         split_len: split_len as usize,

@@ -14,7 +14,8 @@
 //! most, and Q8_0 make the bf16 pairs directly: each value placed under the exponent of 128 becomes the bf16
 //! `128 + q` with two integer instructions a pair, and two `fma.rn.bf16x2` take it to `(q -
 //! 128 + 128) * scale - min`, rounded once, where the float path spent about five
-//! instructions a weight and the GEMM was bound by them (BENCHMARKS.md round 31). The
+//! instructions a weight and the GEMM was bound by them (on the H200:
+//! docs/lessons.md#batched-decode-and-the-gemm). The
 //! scale and min are rounded to bf16 first: a weight can differ from the dequantizer's by
 //! one bf16 step; the CPU twin computes the same rounding.
 

@@ -25,7 +25,8 @@ pub trait Codes: Blocks {
     /// Groups of 32 weights in a span: 1 for the 32-weight types, 2 for the k-quants.
     const GROUPS: usize;
     /// Whether `gemv_codes` loads a thread's first span of its rows before the wait for
-    /// the kernel before. BENCHMARKS.md round 44, batch 1 on Llama 3 8B's shape: 3-7% more
+    /// the kernel before. On the H200 (docs/lessons.md#quantized-gemvs), batch 1 on Llama 3
+    /// 8B's shape: 3-7% more
     /// tokens a second for the 32-weight types and Q6_K; Q4_K and Q5_K lost up to 2% (Q4_K's
     /// GEMV at 64 registers a thread either way), so those two wait first.
     const LOADS_AHEAD: bool = true;
@@ -33,8 +34,8 @@ pub trait Codes: Blocks {
     /// their sums, neighbours in memory) in one 16-byte load rather than four. Q4_K: its
     /// warps' loads of them touched 4 cache lines each, and `gemv_q4_k` went 3-6% faster
     /// (held at 64 registers, `REGISTER_CAPS`). Q5_K's GEMV went from 72 registers to 76
-    /// with it and its step 2.5% slower; Q6_K's groups are not neighbours. BENCHMARKS.md
-    /// round 48.
+    /// with it and its step 2.5% slower; Q6_K's groups are not neighbours. Measured on the
+    /// H200: docs/lessons.md#quantized-gemvs.
     const SCALES_AT_ONCE: bool = false;
     /// A span's bytes, loaded into registers.
     type Span: Copy;

@@ -439,8 +439,8 @@ pub fn sqrt(x: f32) -> f32 {
 /// out of L1 the activations that every warp on the SM reads again. On an H100 it made the
 /// 8B shape's fp8 batch 1 3-5% faster. The GGUF types lost by it: 28-51% with every load of
 /// their spans so (neighbouring threads read a block's scales from the same lines), 2% with
-/// only their 16-byte loads (BENCHMARKS.md round 59). The sm_80 build loads as `ld_nc_v4`
-/// does: its PTX (ISA 7.0) has no `.L1::no_allocate`, which needs 7.4.
+/// only their 16-byte loads (H100: docs/lessons.md#decode-gemvs). The sm_80 build loads
+/// as `ld_nc_v4` does: its PTX (ISA 7.0) has no `.L1::no_allocate`, which needs 7.4.
 ///
 /// # Safety
 /// As `ld_nc_v4`.

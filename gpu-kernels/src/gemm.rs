@@ -2,8 +2,8 @@
 //! each weight loaded from memory serves 64 tokens. The first step of the lesson, in plain
 //! SIMT arithmetic (16 TFLOP/s on an H200); the prefill runs `gemm_mma_bf16`, its
 //! tensor-core successor, about fifteen times faster, or on Hopper `gemm_wgmma_bf16`.
-//! Nothing in the forward pass launches this one (`BENCHMARKS.md` calls it `gemm_bf16` up to
-//! round 21).
+//! Nothing in the forward pass launches this one (the early rounds of the benchmark notebook,
+//! `bench/history/rounds.md`, call it `gemm_bf16`).
 
 use crate::device::{
     bf16_to_f32, block_idx_x, block_idx_y, dynamic_shared, sync_threads, thread_idx_x, thread_idx_y,

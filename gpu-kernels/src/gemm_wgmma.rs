@@ -1,5 +1,6 @@
 //! GEMM on Hopper's warpgroup tensor cores: the prefill matmuls near cuBLAS's speed (0.87 to
-//! 0.93 of it on a 2048-token prompt of Llama 3 8B; BENCHMARKS.md, round 14).
+//! 0.93 of it on a 2048-token prompt of Llama 3 8B on the H200;
+//! docs/lessons.md#prefill-on-tensor-cores).
 //!
 //! `gemm_mma_bf16` is the Ampere shape: every warp loads its operands from shared memory into
 //! registers (`ldmatrix`) and multiplies them (`mma.sync`), and those loads compete with the
@@ -33,7 +34,7 @@ const X_BYTES: usize = WGMMA_BM * ROW_BYTES;
 const STAGE_BYTES: usize = X_BYTES + WGMMA_MAX_BN * ROW_BYTES;
 /// Batches of products (steps) a warpgroup leaves running when it reaches the next step's
 /// barrier: with 1, the tensor cores never wait for the barrier; with 0, one more buffer is
-/// free for the copies (measured slower: BENCHMARKS.md, round 13).
+/// free for the copies (3-10% slower on the H200: docs/lessons.md#tried-and-dropped).
 const LAG: usize = 1;
 /// Steps requested ahead of the one being multiplied: every buffer but that one's and the
 /// LAG ones still being read.

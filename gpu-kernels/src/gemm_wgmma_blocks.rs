@@ -3,10 +3,10 @@
 //!
 //! Before this kernel a prompt dequantized each matrix to bf16 (`dequant_<type>`) and ran
 //! `gemm_wgmma_bf16` on it: for Q8_0 two bytes written and read again for every byte of
-//! blocks, 6.4 of the 23.9 ms a 512-token prompt of the 8B shape took (BENCHMARKS.md round
-//! 35). Round 32 decoded the blocks into the bf16 tile the tensor cores read from shared
-//! memory, and the decoding's instructions (a swizzled store of every pair, then the
-//! warpgroup's reads) left the GEMM at 307 TFLOP/s.
+//! blocks, 6.4 of the 23.9 ms a 512-token prompt of the 8B shape took on the H200
+//! (docs/lessons.md#prefill-on-tensor-cores). A first try decoded the blocks into the bf16
+//! tile the tensor cores read from shared memory, and the decoding's instructions (a swizzled
+//! store of every pair, then the warpgroup's reads) left the GEMM at 307 TFLOP/s.
 //!
 //! Here the weights are the product's first operand, which `wgmma` also takes from
 //! registers (`Accumulators::mma_bf16_rs`): a warpgroup owns 64 output features, each thread

@@ -10,8 +10,8 @@
 //! its SMs have a handful of instructions per weight to spend before the GEMV stops being
 //! bound by memory. Decoding each weight to a float and multiplying it by a float
 //! activation took an extract, the exponent trick and two fused multiply-adds a weight
-//! (BENCHMARKS.md round 23); the integer dot takes a mask and a quarter of a `dp4a` a
-//! weight, and the block's scales once per group of 32.
+//! (on the H200: docs/lessons.md#quantized-gemvs); the integer dot takes a mask and a
+//! quarter of a `dp4a` a weight, and the block's scales once per group of 32.
 
 use crate::codes::Codes;
 use crate::device::{
@@ -91,9 +91,9 @@ pub(crate) unsafe fn write_code(codes: *mut u8, scales: *mut f32, i: usize, v: f
 /// warp order (the same sums every run). Splitting a row between a block's warps, rather
 /// than giving a warp rows of its own, puts the loads of a whole short row in flight at
 /// once. (A block that walked groups of rows one after the other, loading the next group
-/// while it multiplied the last, was slower: round 27 of BENCHMARKS.md.) A thread's first
-/// spans are loaded before the wait for the kernel before, where the type gains by it
-/// (`Codes::LOADS_AHEAD`, round 44).
+/// while it multiplied the last, was slower: Q4_K_M 224.2 against 305.7 tok/s on the H200,
+/// docs/lessons.md#tried-and-dropped.) A thread's first spans are loaded before the wait for
+/// the kernel before, where the type gains by it (`Codes::LOADS_AHEAD`).
 ///
 /// With `SWIGLU`, the MLP's first half instead: `out[t, o] = silu(g) * u` with `g` and
 /// `u` row o of `w` (the gate) and of `w_up` times the token; a block takes row o of each
@@ -124,7 +124,7 @@ unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
     block: usize,
 ) {
     // A type that loads nothing ahead waits before anything else, as it always did (the
-    // code it was measured with in round 44).
+    // code it was measured with on the H200: docs/lessons.md#quantized-gemvs).
     if !B::LOADS_AHEAD {
         wait_for_previous_kernel();
     }
@@ -409,7 +409,8 @@ codes_kernels! {
 /// `n_first.div_ceil(CODES_ROWS)` blocks, over `B` in the others. Q4_K_M and Q5_K_M files
 /// keep some layers' v projection in Q6_K beside their q and k: the fused q, k and v
 /// matrix took two launches there, the second a grid of a few hundred blocks that paid a
-/// launch's ramp and tail for 3 MB (BENCHMARKS.md round 49).
+/// launch's ramp and tail for 3 MB; one launch made Q4_K_M's batch 1 1.008-1.016x as fast on
+/// the H200 (docs/lessons.md#quantized-gemvs).
 ///
 /// # Safety
 /// `gemv_codes`'s preconditions for each part (rows `0..n_first` of `out` and `bias` for

@@ -57,7 +57,7 @@ const FP8_MMA_UNSCALE: f32 = if cfg!(target_feature = "sm_90") {
 const FP8_X_SCALE: f32 = 1.0 / 256.0;
 
 /// Accumulators of the fp8 GEMV's `mma`s a lane keeps (`fp8_tile_sums`): two measured
-/// faster than one, and than four (BENCHMARKS.md round 45).
+/// faster than one, and than four (H200: docs/lessons.md#quantized-gemvs).
 const FP8_SUMS: usize = 2;
 
 /// e4m3 bytes `2 h` and `2 h + 1` of `word` as an f16 pair (byte `2 h` the low half):
@@ -119,7 +119,8 @@ unsafe fn fp8_tile_sums(
     let (mut c, end) = (warp * chunks / FP8_PARTS, (warp + 1) * chunks / FP8_PARTS);
     // The weights never change, so the first chunks' loads go ahead of the wait for the
     // kernel before (whose output is `x`): the blocks placed while it drains have their
-    // first weights on the way (BENCHMARKS.md round 45).
+    // first weights on the way (with Hopper's e4m3 conversion, 1.3-2.1% on the H200:
+    // docs/lessons.md#quantized-gemvs).
     // SAFETY: the rows as the preconditions list.
     let mut words = unsafe { fp8_chunk_words(rows, c, end, t, n_in) };
     wait_for_previous_kernel();
@@ -242,15 +243,15 @@ fn fp8_row(w: *const u8, row: usize, n_in: usize, n_rows: usize) -> *const u8 {
 /// Thread mapping: a block of `FP8_PARTS` warps for every 16 rows (`fp8_tile_sums`); the
 /// first threads each finish one (row, token).
 ///
-/// Measured (BENCHMARKS.md round 33): the GEMV before this, one warp a row, decoded each
+/// Measured on the H200: the GEMV before this, one warp a row, decoded each
 /// weight to f32 by three integer instructions and multiplied it by an f32 activation read
 /// through L1 (four bytes of activations for each byte of weight), and held the fp8 decode
 /// to 0.36 of the copy bandwidth (203 tok/s on the 8B shape). Here a chunk of 1024 weights
 /// takes a warp about 80 instructions (48 of them the weights' decoding; 16 on Hopper,
 /// which converts a pair in one) and brings 256 bytes of activations a token: 0.52 of the
-/// copy bandwidth (293 tok/s), with `gemv_swiglu_fp8`; 0.54-0.55 (305-308 tok/s, round 45)
+/// copy bandwidth (293 tok/s), with `gemv_swiglu_fp8`; 0.54-0.55 (305-308 tok/s)
 /// with Hopper's conversion, the first loads ahead of the wait, two accumulators and two
-/// chunks in flight.
+/// chunks in flight (docs/lessons.md#quantized-gemvs).
 ///
 /// # Safety
 /// `n_in % 16 == 0`; `w` and `x` 16-byte aligned; `1 <= n_tokens <= QUANT_MAX_TOKENS`;
@@ -441,8 +442,9 @@ unsafe fn dequant_blocks<B: Blocks>(
 /// two bytes after them and a funnel shift find them. Every load is issued before the first
 /// store, so a
 /// thread keeps four pieces on their way, and before the wait for the kernel before, so
-/// that they start while it drains (BENCHMARKS.md round 43: 3556-3585 GB/s read plus
-/// written, against 3301 for `dequant_blocks`'s groups staged through shared memory).
+/// that they start while it drains (on the H200, docs/lessons.md#prefill-on-tensor-cores:
+/// 3556-3585 GB/s read plus written, against 3301 for `dequant_blocks`'s groups staged
+/// through shared memory).
 ///
 /// # Safety
 /// `w` is `groups` whole Q8_0 blocks, 2-byte aligned; `out_bf16` holds `32 * groups`

@@ -4,7 +4,7 @@
 //! `gemv_stream_<type>`, streamed the same way, the same sums as `gemv_<type>`.
 //!
 //! `gemv_codes`'s blocks each load two rows, wait, multiply and exit: the memory works in
-//! bursts (BENCHMARKS.md rounds 27-28). Here a grid that fits on the GPU at once walks the
+//! bursts (`ncu` on the H200). Here a grid that fits on the GPU at once walks the
 //! two matrices in tiles of a row of each per warp. One thread of each block keeps `stages`
 //! tiles on their way into shared memory, two bulk copies a tile (`bulk_copy.rs`: one
 //! instruction for some kilobytes, no registers held), so that the memory does not wait for
@@ -13,19 +13,19 @@
 //!
 //! The gate and up GEMV streams: it is the longest grid of a decode step (two matrices of
 //! 14336 rows on Llama 3 8B). So does the output head (128256 rows) where it is a k-quant,
-//! whose `gemv_<type>` reads a long matrix at about 1.4 times its bytes' time (round 50):
-//! Q4_K_M's Q6_K head in 111 us where `gemv_q6_k` took 145 (round 51). Q8_0's
+//! whose `gemv_<type>` reads a long matrix at about 1.4 times its bytes' time (H200):
+//! Q4_K_M's Q6_K head in 111 us where `gemv_q6_k` took 145. Q8_0's
 //! `gemv_q8_0`, near the read bandwidth already, gained nothing by it. The same streaming
 //! on the other matrices (q, k, v, o, down) measured as fast as `gemv_<type>` or slower: a
 //! block's share of a small matrix is one or two tiles, and nothing is left to overlap
-//! (BENCHMARKS.md rounds 40 and 51). The down projection alone, its long rows split
+//! (docs/lessons.md#quantized-gemvs). The down projection alone, its long rows split
 //! between a block's 8 warps, read no faster than `gemv_<type>` either, and Q4_K_M's and
-//! Q8_0's steps lost by it (round 49).
+//! Q8_0's steps lost by it (H200).
 //!
 //! The activations' codes are read by every warp for every row, and a k-quant lane's span
 //! of them is 64 bytes from its neighbour's: from global memory each 16-byte load of the
 //! warp touched 16 cache lines, and the warps waited on those loads more than on anything
-//! else (`ncu`, BENCHMARKS.md round 48). So a k-quant block of 4 warps or more first copies
+//! else (`ncu` on the H200). So a k-quant block of 4 warps or more first copies
 //! its tokens' codes into shared memory, each span's 16-byte pieces apart (piece p of every
 //! span together), and its scales span by span: a warp's 32 consecutive spans then read 512
 //! consecutive bytes with each load. (Smaller blocks, and the 32-weight types, whose lanes

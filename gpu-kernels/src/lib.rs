@@ -22,12 +22,19 @@
     core_intrinsics
 )]
 #![allow(internal_features)]
+// Kernels take the `#[repr(C)]` structs of `args.rs` by value, as CUDA C kernels take structs:
+// rustc's "gpu-kernel" ABI passes an aggregate directly on nvptx, as a `.param .align 4 .b8
+// [size]` the driver fills from the struct's bytes. The lint warns that this is not promised
+// across targets and toolchains; the host's `kernels_take_argument_structs_as_their_bytes`
+// checks the PTX of the pinned toolchain.
+#![allow(improper_gpu_kernel_arg)]
 // Per-lane register arrays (`q_reg[e]`, `acc[i][j]`) are indexed by the same counter that
 // computes each element's address and bounds check: an index loop says that best, and
 // fixed-size loops over them unroll into registers.
 #![allow(clippy::needless_range_loop)]
 
 pub mod argmax;
+pub mod args;
 pub mod attention;
 pub mod attention_mma;
 pub mod attention_split_mma;

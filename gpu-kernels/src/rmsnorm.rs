@@ -68,8 +68,8 @@ pub unsafe extern "gpu-kernel" fn rmsnorm_f32_bf16(
 /// (b + 1) * blockDim`, a warp a group of 32. The norm needs the whole row's sum of squares
 /// first, and a grid has no barrier, so every block of the row sums all of it: a decode
 /// step's row is 16 KB, read from L2 by a handful of blocks. (One block doing the whole row,
-/// its norm and then every group, took longer than the two launches it replaced: round 28
-/// of BENCHMARKS.md.)
+/// its norm and then every group, took longer than the two launches it replaced on the
+/// H200: docs/lessons.md#tried-and-dropped.)
 ///
 /// PRECONDITIONS: `dim % 32 == 0`; `blockDim.x` a multiple of 32, at most 1024; a grid of
 /// `(dim.div_ceil(blockDim.x), n_rows)`; 32 floats (128 bytes) of dynamic shared memory;

@@ -1,5 +1,6 @@
 //! Rotary position embedding, rotate-half layout, in place.
 
+use crate::args::Heads;
 use crate::device::{f32_to_bf16, global_idx_x};
 
 /// In each head of each token, the pair `(x[i], x[i + d/2])` turns by the angle whose cos and
@@ -57,6 +58,7 @@ pub unsafe extern "gpu-kernel" fn rope_f32(
 /// - `qkv`: `[n, q_dim + 2 * kv_dim]` f32, each row `[q | k | v]` as the fused matmul wrote it
 /// - `positions`, `slots`: `[n]` u32
 /// - `cos`, `sin`: `[max_pos, head_dim / 2]` f32
+/// - `heads`: the query and KV heads; `n`: the tokens
 ///
 /// Thread mapping: one thread per unit of work in a row: `q_dim / 2` query pairs, then
 /// `kv_dim / 2` key pairs, then `kv_dim` values; `n` rows of them. A thread reads its
@@ -80,13 +82,14 @@ pub unsafe extern "gpu-kernel" fn qkv_rope_write_bf16(
     slots: *const u32,
     cos: *const f32,
     sin: *const f32,
-    n_heads: u32,
-    n_kv_heads: u32,
-    head_dim: u32,
+    heads: Heads,
     n: u32,
 ) {
-    let (head_dim, half) = (head_dim as usize, head_dim as usize / 2);
-    let (q_dim, kv_dim) = (n_heads as usize * head_dim, n_kv_heads as usize * head_dim);
+    let (head_dim, half) = (heads.head_dim as usize, heads.head_dim as usize / 2);
+    let (q_dim, kv_dim) = (
+        heads.n_heads as usize * head_dim,
+        heads.n_kv_heads as usize * head_dim,
+    );
     let units = q_dim / 2 + kv_dim / 2 + kv_dim;
     let idx = global_idx_x();
     if idx >= n as usize * units {

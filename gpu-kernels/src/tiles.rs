@@ -222,7 +222,7 @@ pub const COMBINE_IN_FLIGHT: usize = 8;
 pub const QUANT_MAX_TOKENS: usize = 8;
 /// fp8 GEMV (`gemv_quant.rs`): chunks of 64 columns whose loads a warp issues before it
 /// uses any (two 16-byte loads a lane each). Two took 64 registers a thread and ran faster
-/// than four (80) or eight (120): four blocks an SM (BENCHMARKS.md round 45).
+/// than four (80) or eight (120): four blocks an SM (H200: docs/lessons.md#quantized-gemvs).
 pub const FP8_UNROLL: usize = 2;
 /// fp8 GEMV: rows of a block, the 16 of an `mma`'s first operand.
 pub const FP8_TILE_ROWS: usize = 16;
@@ -235,12 +235,13 @@ pub const FP8_SHARED_BYTES: usize = FP8_PARTS * FP8_TILE_ROWS * QUANT_MAX_TOKENS
 /// sm_90a): a `.maxnreg` in the kernel's PTX entry, as CUDA C++'s `__launch_bounds__` asks
 /// for, where fewer registers a thread, and so more warps an SM, measured faster and `ptxas`
 /// spills nothing. `gemv_q8_0` 56 -> 48: ten blocks of 4 warps an SM where nine fitted,
-/// Q8_0's batch 1 1.3-1.7% faster on the H200 (BENCHMARKS.md round 46, where caps that made
+/// Q8_0's batch 1 1.3-1.7% faster on the H200 (where caps that made
 /// `ptxas` spill, even 20 bytes, lost up to 21%). `gemv_q4_k` 66 -> 64, where its scales
 /// read at once (`Codes::SCALES_AT_ONCE`) had taken it: 32 warps an SM where 28 fitted;
-/// uncapped that change lost 4% of Q4_K_M's batch 1, capped it gained 1.2-2% (round 48). The
+/// uncapped that change lost 4% of Q4_K_M's batch 1, capped it gained 1.2-2% (H200). The
 /// sm_80 build keeps its registers: the same caps spill there. `gemv_q5_k_q6_k` 86 -> 72,
 /// `gemv_q5_k`'s own, so that a Q5_K_M layer's q, k and v in one launch keep its occupancy.
+/// Measured: docs/lessons.md#quantized-gemvs.
 pub const REGISTER_CAPS: [(&str, usize); 3] =
     [("gemv_q8_0", 48), ("gemv_q4_k", 64), ("gemv_q5_k_q6_k", 72)];
 
@@ -261,7 +262,8 @@ pub const STREAM_BARRIER_BYTES: usize = 128;
 pub const STREAM_MAX_STAGES: usize = 4;
 /// Streamed gate-and-up GEMV: shared memory a block's stages may take by default (the host
 /// may be told another: `RUSTLE_STREAM_BYTES`). Small blocks, several an SM, each waiting at
-/// its own barrier, kept the memory busier than a few large ones (BENCHMARKS.md round 40).
+/// its own barrier, kept the memory busier than a few large ones (H200:
+/// docs/lessons.md#quantized-gemvs).
 pub const STREAM_BLOCK_BYTES: usize = 50 * 1024;
 /// Streamed GEMV of one matrix (`gemv_stream_<type>`): shared memory a block's stages may
 /// take by default (`RUSTLE_STREAM_ONE_BYTES`).
@@ -269,7 +271,7 @@ pub const STREAM_ONE_BLOCK_BYTES: usize = 50 * 1024;
 /// Streamed GEMV of one matrix: the fewest rows for which it streams, so that of a decode
 /// step's matrices only the output head does (32000 to 152064 rows on Llama-family
 /// vocabularies). Smaller matrices keep `gemv_<type>`: a block's share of them is a tile or
-/// two, too little to overlap (BENCHMARKS.md rounds 40 and 49).
+/// two, too little to overlap (H200: docs/lessons.md#quantized-gemvs).
 pub const STREAM_MIN_ROWS: usize = 16384;
 /// Streamed gate-and-up GEMV: the most shared memory a block may ask for (an SM's 228 KiB
 /// less the 1 KiB the system keeps a block).
@@ -281,7 +283,7 @@ pub const STREAM_MAX_SHARED_BYTES: usize = 227 * 1024;
 /// the copy's shared memory costs an SM more of its warps (with 2 warps a block it gained
 /// in two of seven measurements and lost up to 4.5% in the others, Q6_K at every budget);
 /// the 32-weight types read them from global memory (32 bytes apart; Q8_0 lost 1.3% by
-/// the copy). BENCHMARKS.md round 48.
+/// the copy). Measured on the H200: docs/lessons.md#quantized-gemvs.
 pub const fn stream_copies_codes(block_len: usize, warps: usize) -> bool {
     block_len == 256 && warps >= 4
 }

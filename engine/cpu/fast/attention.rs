@@ -7,6 +7,7 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
+use crate::cpu::ops::{Paged, PagedRef};
 use crate::kv::block_manager::BLOCK_SIZE;
 
 use super::cpu_features::features;
@@ -48,20 +49,22 @@ pub fn kv_write_bf16(
 /// - `out`, `q`: `[n, n_heads, head_dim]`
 /// - `k_cache`, `v_cache`: one layer, `[n_blocks * BLOCK_SIZE, n_kv_heads * head_dim]` bf16
 /// - `block_tables`: `[n_seqs, max_blocks]`; `token_seq`, `positions`: `[n]`
-#[allow(clippy::too_many_arguments)]
-pub fn attention_bf16(
-    out: &mut [f32],
-    q: &[f32],
-    k_cache: &[u16],
-    v_cache: &[u16],
-    block_tables: &[u32],
-    token_seq: &[u32],
-    positions: &[u32],
-    max_blocks: usize,
-    n_heads: usize,
-    n_kv_heads: usize,
-    head_dim: usize,
-) {
+pub fn attention_bf16(out: &mut [f32], p: &PagedRef<u16>) {
+    let Paged {
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        token_seq,
+        positions,
+        shape,
+    } = *p;
+    let max_blocks = shape.max_blocks as usize;
+    let (n_heads, n_kv_heads, head_dim) = (
+        shape.heads.n_heads as usize,
+        shape.heads.n_kv_heads as usize,
+        shape.heads.head_dim as usize,
+    );
     let a = Args {
         k_cache,
         v_cache,
@@ -183,7 +186,7 @@ fn group_heads(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::ops;
+    use crate::cpu::ops::{self, Heads, PagedShape};
     use rand::{Rng, SeedableRng, rngs::StdRng};
 
     /// Two sequences through scattered blocks, a prompt's tokens and a decode token, GQA of
@@ -203,7 +206,7 @@ mod tests {
         let v = bits(n_blocks * BLOCK_SIZE * kv_dim);
         // Sequence 0 in blocks 5, 2, 7 (40 tokens, its last 20 in this batch); sequence 1 in
         // block 3, one decode token at position 9.
-        let tables = vec![5, 2, 7, 3, 0, 0];
+        let tables = [5, 2, 7, 3, 0, 0];
         let mut positions: Vec<u32> = (20..40).collect();
         positions.push(9);
         let mut token_seq = vec![0u32; 20];
@@ -213,13 +216,18 @@ mod tests {
             .map(|_| rng.random_range(-2.0..2.0))
             .collect();
         let mut want = vec![0f32; q.len()];
-        ops::attention_bf16(
-            &mut want, &q, &k, &v, &tables, &token_seq, &positions, 3, n_heads, n_kv, hd,
-        );
+        let p = Paged {
+            q: &q[..],
+            k_cache: &k[..],
+            v_cache: &v[..],
+            block_tables: &tables[..],
+            token_seq: &token_seq[..],
+            positions: &positions[..],
+            shape: PagedShape::new(3, Heads::new(n_heads, n_kv, hd)),
+        };
+        ops::attention_bf16(&mut want, &p);
         let mut out = vec![f32::NAN; q.len()];
-        attention_bf16(
-            &mut out, &q, &k, &v, &tables, &token_seq, &positions, 3, n_heads, n_kv, hd,
-        );
+        attention_bf16(&mut out, &p);
         let worst = out
             .iter()
             .zip(&want)

@@ -13,7 +13,7 @@ use super::unpack::row_f32;
 use super::weights::FastWeights;
 use crate::batch::Batch;
 use crate::config::Config;
-use crate::cpu::ops::{residual_add_f32, rmsnorm_f32, rope_f32};
+use crate::cpu::ops::{Heads, Paged, residual_add_f32, rmsnorm_f32, rope_f32};
 use crate::rope::RopeTables;
 use crate::traffic;
 
@@ -152,26 +152,12 @@ pub fn forward<'s>(
             || timed::kv_write_bf16(n, kv_dim),
             || kv_write_bf16(k_cache, v_cache, k, v, &batch.slots, kv_dim),
         );
-        let (k_cache, v_cache) = kv.layer(l);
+        let paged = Paged::of_batch(batch, q, kv.layer(l), Heads::new(hq, hk, hd));
         let attended = || pos.iter().map(|&p| p as usize + 1).sum();
         rec.time(
             "attention_bf16",
             || traffic::attention_per_head(attended(), n, hq, hk, hd, 2),
-            || {
-                attention_bf16(
-                    att,
-                    q,
-                    k_cache,
-                    v_cache,
-                    &batch.block_tables,
-                    &batch.token_seq,
-                    pos,
-                    batch.max_blocks,
-                    hq,
-                    hk,
-                    hd,
-                )
-            },
+            || attention_bf16(att, &paged),
         );
         timed_matmul(
             rec,

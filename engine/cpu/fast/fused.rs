@@ -2,7 +2,8 @@
 //! hold (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K): each block's codes are made in a register
 //! and go straight into `vpdpbusd`, never through memory as in the general path (`unpack`
 //! then `dot::dot_codes_vnni`), which took the default model's decode 2 to 2.5 times as long
-//! (BENCHMARKS.md round 22). Same arithmetic as there:
+//! on this project's 2-core CPU (docs/lessons.md#the-cpu-fast-path). Same arithmetic as
+//! there:
 //!
 //!   w . x = sum over runs of 16 j of scale[j] * xd[j] * (u . xq over run j)
 //!         + sum over runs j of offset[j] * xs[j]

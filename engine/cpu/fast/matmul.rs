@@ -215,8 +215,9 @@ fn decode_rows(
     if f.vnni && super::fused::has_kernel(w.dtype) {
         use super::fused::dot_rows_vnni;
         // One row at a time: four side by side, which share their activation loads, ran
-        // faster with the weights in cache but slower from memory (10.6 against 7.9 ms a
-        // token, the default model, one thread): BENCHMARKS.md round 22.
+        // faster with the weights in cache but slower from memory (7.8 -> 10.6-16.5 ms a
+        // token, the default model, one thread of this project's 2-core CPU):
+        // docs/lessons.md#the-cpu-fast-path.
         for r in lo..hi {
             for t in (0..out.n).filter(|&t| only.is_none_or(|m| m[t])) {
                 let (xq, xd, xs) = q8.row(t);

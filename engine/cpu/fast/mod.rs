@@ -82,7 +82,8 @@ impl FastBackend {
     /// same whatever shares its pass (prompt chunking, the prefix cache, other requests). With
     /// the rows marked (`set_generated`, as the serving engine does) a prompt's tokens take
     /// the bf16 tiles and generated ones the 8-bit dot products; unmarked, every token takes
-    /// the tiles (decode steps about five times slower: BENCHMARKS.md round 22).
+    /// the tiles (decode steps about five times slower on this project's 2-core CPU:
+    /// docs/lessons.md#the-cpu-fast-path).
     pub fn set_batch_invariant(&mut self, on: bool) {
         self.scratch.input.invariant = on;
     }

@@ -8,6 +8,7 @@ use super::{In, Out, aligned16, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
 use crate::gpu::tiles::{BLOCK_SIZE, COMBINE_IN_FLIGHT, MAX_HEAD_DIM};
+use crate::kernel_args::{Paged, Splits};
 use crate::traffic;
 
 const ATTENTION_THREADS: u32 = 128;
@@ -22,133 +23,80 @@ pub(super) struct SplitKernel<'a> {
     pub(super) shared: usize,
 }
 
+/// A paged attention's inputs on the device (`kernel_args::Paged`): the queries, one layer's
+/// cache of `K`, and the batch's map into it.
+pub type PagedIn<'a, K> = Paged<In<'a, f32>, In<'a, K>, In<'a, u32>>;
+
 impl Gpu {
     /// Causal GQA attention over the paged cache; see the kernel's header for the shapes.
     ///
     /// # Safety
     /// Every token's sequence has a row of `block_tables`, whose entries up to the token's
     /// position name blocks of the caches, and its own key and value are written.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn attention_f32(
-        &self,
-        out: &mut Out<f32>,
-        q: &In<f32>,
-        k_cache: &In<f32>,
-        v_cache: &In<f32>,
-        block_tables: &In<u32>,
-        token_seq: &In<u32>,
-        positions: &In<u32>,
-        max_blocks: usize,
-        n_heads: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
-    ) -> Result<()> {
-        let f = (&self.kernels.attention_f32, "attention_f32", 4);
-        let dims = (max_blocks, n_heads, n_kv_heads, head_dim);
-        self.per_head(
-            f,
-            out,
-            q,
-            k_cache,
-            v_cache,
-            block_tables,
-            token_seq,
-            positions,
-            dims,
-        )
+    pub unsafe fn attention_f32(&self, out: &mut Out<f32>, p: &PagedIn<f32>) -> Result<()> {
+        self.per_head((&self.kernels.attention_f32, "attention_f32", 4), out, p)
     }
 
     /// As `attention_f32`, over a bf16 cache.
     ///
     /// # Safety
     /// As `attention_f32`.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn attention_bf16(
-        &self,
-        out: &mut Out<f32>,
-        q: &In<f32>,
-        k_cache: &In<u16>,
-        v_cache: &In<u16>,
-        block_tables: &In<u32>,
-        token_seq: &In<u32>,
-        positions: &In<u32>,
-        max_blocks: usize,
-        n_heads: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
-    ) -> Result<()> {
-        let f = (&self.kernels.attention_bf16, "attention_bf16", 2);
-        let dims = (max_blocks, n_heads, n_kv_heads, head_dim);
-        self.per_head(
-            f,
-            out,
-            q,
-            k_cache,
-            v_cache,
-            block_tables,
-            token_seq,
-            positions,
-            dims,
-        )
+    pub unsafe fn attention_bf16(&self, out: &mut Out<f32>, p: &PagedIn<u16>) -> Result<()> {
+        self.per_head((&self.kernels.attention_bf16, "attention_bf16", 2), out, p)
     }
 
     /// The launch `attention_f32` and `attention_bf16` share: the kernel, its name and the
     /// bytes of a cache element `T`, then the kernel's arguments.
-    #[allow(clippy::too_many_arguments)]
     fn per_head<T: DeviceRepr>(
         &self,
         (func, name, cache_bytes): (&CudaFunction, &'static str, usize),
         out: &mut Out<f32>,
-        q: &In<f32>,
-        k_cache: &In<T>,
-        v_cache: &In<T>,
-        block_tables: &In<u32>,
-        token_seq: &In<u32>,
-        positions: &In<u32>,
-        (max_blocks, n_heads, n_kv_heads, head_dim): (usize, usize, usize, usize),
+        p: &PagedIn<T>,
     ) -> Result<()> {
-        let n = positions.len();
+        let n = p.positions.len();
+        let heads = p.shape.heads;
+        let (n_heads, n_kv_heads, head_dim) = (
+            heads.n_heads as usize,
+            heads.n_kv_heads as usize,
+            heads.head_dim as usize,
+        );
         assert!(
             head_dim <= MAX_HEAD_DIM,
             "{} holds at most 128 dimensions per head (got {head_dim})",
             name
         );
         assert!(
-            n_heads.is_multiple_of(n_kv_heads)
-                && q.len() == n * n_heads * head_dim
-                && out.len() == q.len()
+            n_kv_heads > 0
+                && n_heads.is_multiple_of(n_kv_heads)
+                && p.q.len() == n * heads.q_dim()
+                && out.len() == p.q.len()
         );
         assert!(
-            token_seq.len() == n
-                && k_cache.len() == v_cache.len()
-                && k_cache.len() % (BLOCK_SIZE * n_kv_heads * head_dim) == 0
+            p.token_seq.len() == n
+                && p.k_cache.len() == p.v_cache.len()
+                && p.k_cache.len() % (BLOCK_SIZE * heads.kv_dim()) == 0
         );
-        assert!(max_blocks > 0 && block_tables.len() % max_blocks == 0);
+        let max_blocks = p.shape.max_blocks as usize;
+        assert!(max_blocks > 0 && p.block_tables.len() % max_blocks == 0);
         let n_warps = ATTENTION_THREADS / 32;
         let cfg = LaunchConfig {
-            grid_dim: (u32_of(n_heads, "n_heads"), u32_of(n, "n"), 1),
+            grid_dim: (heads.n_heads, u32_of(n, "n"), 1),
             block_dim: (ATTENTION_THREADS, 1, 1),
-            shared_mem_bytes: n_warps * (head_dim as u32 + 2) * 4,
+            shared_mem_bytes: n_warps * (heads.head_dim + 2) * 4,
         };
-        let (mb, nh, nkv, hd) = (
-            u32_of(max_blocks, "max_blocks"),
-            n_heads as u32,
-            n_kv_heads as u32,
-            head_dim as u32,
-        );
         let traffic = move |positions: &[u32]| {
             let attended = traffic::attended(positions);
             traffic::attention_per_head(attended, n, n_heads, n_kv_heads, head_dim, cache_bytes)
         };
         let mut b = self.launcher(func);
         b.arg(out)
-            .arg(q)
-            .arg(k_cache)
-            .arg(v_cache)
-            .arg(block_tables)
-            .arg(token_seq)
-            .arg(positions);
-        b.arg(&mb).arg(&nh).arg(&nkv).arg(&hd);
+            .arg(&p.q)
+            .arg(&p.k_cache)
+            .arg(&p.v_cache)
+            .arg(&p.block_tables)
+            .arg(&p.token_seq)
+            .arg(&p.positions)
+            .arg(&p.shape);
         // SAFETY: shapes checked; the batch was built from block tables that cover every
         // position up to each token's own, whose key and value were written before.
         self.timed_batch(name, traffic, || unsafe { b.launch(cfg) })
@@ -159,30 +107,21 @@ impl Gpu {
     ///
     /// # Safety
     /// As `attention_f32`, and `n_splits * split_len` is past every token's position.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn attention_split_bf16(
         &self,
         partial_o: &mut Out<f32>,
         partial_ml: &mut Out<f32>,
-        q: &In<f32>,
-        k_cache: &In<u16>,
-        v_cache: &In<u16>,
-        block_tables: &In<u32>,
-        token_seq: &In<u32>,
-        positions: &In<u32>,
-        max_blocks: usize,
-        n_heads: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
+        p: &PagedIn<u16>,
         split_len: usize,
     ) -> Result<()> {
-        let group = n_heads / n_kv_heads.max(1);
+        let heads = p.shape.heads;
+        let head_dim = heads.head_dim as usize;
         assert!(
             head_dim <= MAX_HEAD_DIM
                 && head_dim.is_multiple_of(8)
-                && n_kv_heads > 0
-                && n_heads.is_multiple_of(n_kv_heads)
-                && group <= 32
+                && heads.n_kv_heads > 0
+                && heads.n_heads.is_multiple_of(heads.n_kv_heads)
+                && heads.group() <= 32
         );
         // The split's keys and values in shared memory, within the default 48 KiB.
         let shared = 2 * split_len * head_dim * 2;
@@ -193,29 +132,12 @@ impl Gpu {
         let kernel = SplitKernel {
             func: &self.kernels.attention_split_bf16,
             name: "attention_split_bf16",
-            threads: 32 * group as u32,
+            threads: 32 * heads.group() as u32,
             shared,
         };
         // SAFETY: the caller's guarantee, passed on; the block and shared memory the
         // kernel's header asks for.
-        unsafe {
-            self.attention_split(
-                kernel,
-                partial_o,
-                partial_ml,
-                q,
-                k_cache,
-                v_cache,
-                block_tables,
-                token_seq,
-                positions,
-                max_blocks,
-                n_heads,
-                n_kv_heads,
-                head_dim,
-                split_len,
-            )
-        }
+        unsafe { self.attention_split(kernel, partial_o, partial_ml, p, split_len) }
     }
 
     /// The launch both split kernels share (`attention_split_bf16`,
@@ -225,29 +147,25 @@ impl Gpu {
     /// # Safety
     /// As `attention_split_bf16`; `kernel` names a split kernel with its block size and
     /// shared memory.
-    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn attention_split(
         &self,
         kernel: SplitKernel,
         partial_o: &mut Out<f32>,
         partial_ml: &mut Out<f32>,
-        q: &In<f32>,
-        k_cache: &In<u16>,
-        v_cache: &In<u16>,
-        block_tables: &In<u32>,
-        token_seq: &In<u32>,
-        positions: &In<u32>,
-        max_blocks: usize,
-        n_heads: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
+        p: &PagedIn<u16>,
         split_len: usize,
     ) -> Result<()> {
         let name = kernel.name;
-        let n = positions.len();
+        let n = p.positions.len();
+        let heads = p.shape.heads;
+        let (n_heads, n_kv_heads, head_dim) = (
+            heads.n_heads as usize,
+            heads.n_kv_heads as usize,
+            heads.head_dim as usize,
+        );
         let n_splits = partial_ml.len() / (2 * n * n_heads);
         assert!(
-            aligned16(k_cache, &self.stream) && aligned16(v_cache, &self.stream),
+            aligned16(&p.k_cache, &self.stream) && aligned16(&p.v_cache, &self.stream),
             "{name} copies the cache 16 bytes at a time"
         );
         assert!(
@@ -255,28 +173,23 @@ impl Gpu {
                 && partial_ml.len() == 2 * n * n_heads * n_splits
                 && partial_o.len() == n * n_heads * n_splits * head_dim
         );
-        assert!(q.len() == n * n_heads * head_dim && token_seq.len() == n && split_len > 0);
+        assert!(p.q.len() == n * heads.q_dim() && p.token_seq.len() == n && split_len > 0);
+        let max_blocks = p.shape.max_blocks as usize;
         assert!(
-            k_cache.len() == v_cache.len()
+            p.k_cache.len() == p.v_cache.len()
                 && max_blocks > 0
-                && block_tables.len().is_multiple_of(max_blocks)
+                && p.block_tables.len().is_multiple_of(max_blocks)
         );
         let cfg = LaunchConfig {
             grid_dim: (
-                u32_of(n_kv_heads, "n_kv_heads"),
+                heads.n_kv_heads,
                 u32_of(n_splits, "n_splits"),
                 u32_of(n, "n"),
             ),
             block_dim: (kernel.threads, 1, 1),
             shared_mem_bytes: kernel.shared as u32,
         };
-        let (mb, nh, nkv, hd, sl) = (
-            max_blocks as u32,
-            n_heads as u32,
-            n_kv_heads as u32,
-            head_dim as u32,
-            u32_of(split_len, "split_len"),
-        );
+        let sl = u32_of(split_len, "split_len");
         let traffic = move |positions: &[u32]| {
             let attended = traffic::attended(positions);
             traffic::attention_split_bf16(attended, n, n_heads, n_kv_heads, head_dim, n_splits)
@@ -284,46 +197,35 @@ impl Gpu {
         let mut b = self.launcher(kernel.func);
         b.arg(partial_o)
             .arg(partial_ml)
-            .arg(q)
-            .arg(k_cache)
-            .arg(v_cache)
-            .arg(block_tables)
-            .arg(token_seq)
-            .arg(positions);
-        b.arg(&mb).arg(&nh).arg(&nkv).arg(&hd).arg(&sl);
+            .arg(&p.q)
+            .arg(&p.k_cache)
+            .arg(&p.v_cache)
+            .arg(&p.block_tables)
+            .arg(&p.token_seq)
+            .arg(&p.positions)
+            .arg(&p.shape)
+            .arg(&sl);
         // SAFETY: shapes checked; the caller sizes n_splits * split_len past every position
         // (the runner computes it from the batch), and the block tables cover each context;
         // the block and shared memory are the kernel's own (the caller's guarantee).
         self.timed_batch(name, traffic, || unsafe { b.launch(cfg) })
     }
 
-    /// Merges flash-decoding's splits: out `[n, n_heads, head_dim]`.
-    #[allow(clippy::too_many_arguments)]
+    /// Merges flash-decoding's splits: out `[n, n_heads, head_dim]`, from `splits.n_splits`
+    /// partial results a row.
     pub fn attention_combine_f32(
         &self,
         out: &mut Out<f32>,
         partial_o: &In<f32>,
         partial_ml: &In<f32>,
         positions: &In<u32>,
-        split_len: usize,
-        n_heads: usize,
-        head_dim: usize,
+        splits: Splits,
     ) -> Result<()> {
-        self.combine(
-            Copy::None,
-            out,
-            partial_o,
-            partial_ml,
-            positions,
-            split_len,
-            n_heads,
-            head_dim,
-        )
+        self.combine(Copy::None, out, partial_o, partial_ml, positions, splits)
     }
 
     /// `attention_combine_f32`, also writing the output rounded to bf16 into `out_bf16`:
     /// o_proj's tensor-core input without a rounding launch of its own.
-    #[allow(clippy::too_many_arguments)]
     pub fn attention_combine_f32_bf16(
         &self,
         out: &mut Out<f32>,
@@ -331,47 +233,37 @@ impl Gpu {
         partial_o: &In<f32>,
         partial_ml: &In<f32>,
         positions: &In<u32>,
-        split_len: usize,
-        n_heads: usize,
-        head_dim: usize,
+        splits: Splits,
     ) -> Result<()> {
         assert_eq!(out_bf16.len(), out.len());
         let bf16 = Copy::Bf16(out_bf16);
-        self.combine(
-            bf16, out, partial_o, partial_ml, positions, split_len, n_heads, head_dim,
-        )
+        self.combine(bf16, out, partial_o, partial_ml, positions, splits)
     }
 
     /// `attention_combine_f32`, also making the output 8-bit codes as `quantize_q8_f32`
     /// makes them (`codes` `[n, n_heads * head_dim]`, `scales` `[n, n_heads * head_dim /
     /// 32][2]`): o_proj's input for its GEMV over GGUF blocks without a launch of its own.
     /// `head_dim` must be whole groups of 32.
-    #[allow(clippy::too_many_arguments)]
     pub fn attention_combine_q8_f32(
         &self,
         out: &mut Out<f32>,
-        codes: &mut Out<u8>,
-        scales: &mut Out<f32>,
+        (codes, scales): (&mut Out<u8>, &mut Out<f32>),
         partial_o: &In<f32>,
         partial_ml: &In<f32>,
         positions: &In<u32>,
-        split_len: usize,
-        n_heads: usize,
-        head_dim: usize,
+        splits: Splits,
     ) -> Result<()> {
+        let head_dim = splits.head_dim;
         assert!(
             head_dim.is_multiple_of(32),
             "head_dim {head_dim}: whole groups of 32"
         );
         assert!(codes.len() >= out.len() && scales.len() >= out.len() / 16);
         let q8 = Copy::Codes(codes, scales);
-        self.combine(
-            q8, out, partial_o, partial_ml, positions, split_len, n_heads, head_dim,
-        )
+        self.combine(q8, out, partial_o, partial_ml, positions, splits)
     }
 
     /// The three combine kernels' launch: with the output's copy `copy` asks for.
-    #[allow(clippy::too_many_arguments)]
     fn combine(
         &self,
         copy: Copy<'_, '_, '_>,
@@ -379,14 +271,18 @@ impl Gpu {
         partial_o: &In<f32>,
         partial_ml: &In<f32>,
         positions: &In<u32>,
-        split_len: usize,
-        n_heads: usize,
-        head_dim: usize,
+        splits: Splits,
     ) -> Result<()> {
-        let n = out.len() / (n_heads * head_dim);
-        assert!(n > 0 && out.len() == n * n_heads * head_dim && positions.len() == n);
-        let n_splits = partial_ml.len() / (2 * n * n_heads);
-        assert!(n_splits > 0 && partial_o.len() == n * n_heads * n_splits * head_dim);
+        let (n_splits, head_dim) = (splits.n_splits as usize, splits.head_dim as usize);
+        let n = positions.len();
+        assert!(n > 0 && head_dim > 0 && out.len().is_multiple_of(n * head_dim));
+        let n_heads = out.len() / (n * head_dim);
+        assert!(
+            n_splits > 0
+                && splits.split_len > 0
+                && partial_ml.len() == 2 * n * n_heads * n_splits
+                && partial_o.len() == n * n_heads * n_splits * head_dim
+        );
         assert!(
             n_splits <= 8192,
             "attention_combine_f32 keeps at most 8192 split weights in shared memory"
@@ -407,8 +303,6 @@ impl Gpu {
             block_dim: (threads as u32, 1, 1),
             shared_mem_bytes: (32 + u32_of(n_splits, "n_splits") + threads as u32) * 4,
         };
-        let (ns, hd) = (u32_of(n_splits, "n_splits"), u32_of(head_dim, "head_dim"));
-        let sl = u32_of(split_len, "split_len");
         let mut traffic = traffic::attention_combine_f32(n, n_heads, head_dim, n_splits);
         let (func, name) = match &copy {
             Copy::None => (&self.kernels.attention_combine_f32, "attention_combine_f32"),
@@ -435,8 +329,7 @@ impl Gpu {
                 b.arg(codes).arg(scales);
             }
         }
-        b.arg(partial_o).arg(partial_ml).arg(positions);
-        b.arg(&ns).arg(&sl).arg(&hd);
+        b.arg(partial_o).arg(partial_ml).arg(positions).arg(&splits);
         // SAFETY: shapes checked; a multiple of 32 threads, at least head_dim times the
         // groups a token of n_splits splits uses, and 32 + n_splits + threads floats of
         // shared memory; the caller's positions are those the split kernel ran with (split

@@ -2,7 +2,8 @@
 
 use cudarc::driver::LaunchConfig;
 
-use super::{In, Out, u32_of};
+use super::attention::PagedIn;
+use super::{Out, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
 use crate::gpu::tiles::{ATTN_MMA_ROWS, ATTN_MMA_THREADS, BLOCK_SIZE, attn_mma_shared_bytes};
@@ -20,38 +21,32 @@ impl Gpu {
     ///
     /// # Safety
     /// As `attention_f32`, and every token of the batch is of one sequence.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn attention_mma_bf16(
-        &self,
-        out: &mut Out<f32>,
-        q: &In<f32>,
-        k_cache: &In<u16>,
-        v_cache: &In<u16>,
-        block_tables: &In<u32>,
-        token_seq: &In<u32>,
-        positions: &In<u32>,
-        max_blocks: usize,
-        n_heads: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
-    ) -> Result<()> {
-        let n = positions.len();
+    pub unsafe fn attention_mma_bf16(&self, out: &mut Out<f32>, p: &PagedIn<u16>) -> Result<()> {
+        let n = p.positions.len();
+        let heads = p.shape.heads;
+        let (n_heads, n_kv_heads, head_dim) = (
+            heads.n_heads as usize,
+            heads.n_kv_heads as usize,
+            heads.head_dim as usize,
+        );
         assert!(
             attention_mma_supports(head_dim),
             "attention_mma_bf16 takes heads of 64 or 128 (got {head_dim})"
         );
         assert!(
             n > 0
+                && n_kv_heads > 0
                 && n_heads.is_multiple_of(n_kv_heads)
-                && q.len() == n * n_heads * head_dim
-                && out.len() == q.len()
+                && p.q.len() == n * heads.q_dim()
+                && out.len() == p.q.len()
         );
         assert!(
-            token_seq.len() == n
-                && k_cache.len() == v_cache.len()
-                && k_cache.len() % (BLOCK_SIZE * n_kv_heads * head_dim) == 0
+            p.token_seq.len() == n
+                && p.k_cache.len() == p.v_cache.len()
+                && p.k_cache.len() % (BLOCK_SIZE * heads.kv_dim()) == 0
         );
-        assert!(max_blocks > 0 && block_tables.len() % max_blocks == 0);
+        let max_blocks = p.shape.max_blocks as usize;
+        assert!(max_blocks > 0 && p.block_tables.len() % max_blocks == 0);
         let rows = n * (n_heads / n_kv_heads);
         let cfg = LaunchConfig {
             grid_dim: (
@@ -70,22 +65,17 @@ impl Gpu {
                 head_dim,
             )
         };
-        let (mb, nh, nkv, hd, nn) = (
-            u32_of(max_blocks, "max_blocks"),
-            n_heads as u32,
-            n_kv_heads as u32,
-            head_dim as u32,
-            u32_of(n, "n"),
-        );
+        let nn = u32_of(n, "n");
         let mut b = self.launcher(&self.kernels.attention_mma_bf16);
         b.arg(out)
-            .arg(q)
-            .arg(k_cache)
-            .arg(v_cache)
-            .arg(block_tables)
-            .arg(token_seq)
-            .arg(positions);
-        b.arg(&mb).arg(&nh).arg(&nkv).arg(&hd).arg(&nn);
+            .arg(&p.q)
+            .arg(&p.k_cache)
+            .arg(&p.v_cache)
+            .arg(&p.block_tables)
+            .arg(&p.token_seq)
+            .arg(&p.positions)
+            .arg(&p.shape)
+            .arg(&nn);
         // SAFETY: shapes checked; 128 threads and the shared memory the kernel documents (its
         // limit raised to the most it takes when the module loaded); the caller's batch is one sequence whose block tables cover every position
         // up to each token's own, whose key and value were written before.

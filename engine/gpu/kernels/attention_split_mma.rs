@@ -1,8 +1,8 @@
 //! `attention_split_mma_bf16`: flash-decoding's first half on tensor cores, for the query
 //! heads of a KV head together.
 
-use super::attention::SplitKernel;
-use super::{In, Out};
+use super::Out;
+use super::attention::{PagedIn, SplitKernel};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
 use crate::gpu::tiles::{
@@ -32,23 +32,19 @@ impl Gpu {
     ///
     /// # Safety
     /// As `attention_split_bf16`.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn attention_split_mma_bf16(
         &self,
         partial_o: &mut Out<f32>,
         partial_ml: &mut Out<f32>,
-        q: &In<f32>,
-        k_cache: &In<u16>,
-        v_cache: &In<u16>,
-        block_tables: &In<u32>,
-        token_seq: &In<u32>,
-        positions: &In<u32>,
-        max_blocks: usize,
-        n_heads: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
+        p: &PagedIn<u16>,
         split_len: usize,
     ) -> Result<()> {
+        let h = p.shape.heads;
+        let (n_heads, n_kv_heads, head_dim) = (
+            h.n_heads as usize,
+            h.n_kv_heads as usize,
+            h.head_dim as usize,
+        );
         assert!(
             attention_split_mma_supports(head_dim, n_heads, n_kv_heads, split_len),
             "attention_split_mma_bf16: heads of {head_dim}, {n_heads} over {n_kv_heads}, splits of {split_len}"
@@ -61,23 +57,6 @@ impl Gpu {
         };
         // SAFETY: the caller's guarantee, passed on; one warp a block and the shared memory
         // the kernel's header asks for (under the default 48 KiB).
-        unsafe {
-            self.attention_split(
-                kernel,
-                partial_o,
-                partial_ml,
-                q,
-                k_cache,
-                v_cache,
-                block_tables,
-                token_seq,
-                positions,
-                max_blocks,
-                n_heads,
-                n_kv_heads,
-                head_dim,
-                split_len,
-            )
-        }
+        unsafe { self.attention_split(kernel, partial_o, partial_ml, p, split_len) }
     }
 }

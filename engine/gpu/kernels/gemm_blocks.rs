@@ -72,13 +72,24 @@ impl Kernels {
     }
 }
 
+/// Whether `gemm_wgmma_<ty>` takes rows of `n_in` weights: whole stages of the reduction,
+/// and rows of whole 16-byte pieces (Q6_K: `n_in` a multiple of 2048).
+pub fn wgmma_blocks_fit(ty: BlockType, n_in: usize) -> bool {
+    n_in.is_multiple_of(WGMMA_BLOCKS_STAGE_K) && ty.row_bytes(n_in).is_multiple_of(16)
+}
+
 impl Gpu {
-    /// Whether `gemm_wgmma_<ty>` runs here for rows of `n_in` weights: whole stages of
-    /// the reduction, and rows of whole 16-byte pieces (Q6_K: `n_in` a multiple of 2048).
+    /// Whether `gemm_wgmma_<ty>` runs here for rows of `n_in` weights (`wgmma_blocks_fit`).
     pub fn has_wgmma_blocks(&self, ty: BlockType, n_in: usize) -> bool {
-        self.kernels.gemm_wgmma_blocks(ty).is_some()
-            && n_in.is_multiple_of(WGMMA_BLOCKS_STAGE_K)
-            && ty.row_bytes(n_in).is_multiple_of(16)
+        self.kernels.gemm_wgmma_blocks(ty).is_some() && wgmma_blocks_fit(ty, n_in)
+    }
+
+    /// The block types whose `gemm_wgmma_<type>` this GPU's build has.
+    pub fn wgmma_block_types(&self) -> Vec<BlockType> {
+        BlockType::ALL
+            .into_iter()
+            .filter(|&ty| self.kernels.gemm_wgmma_blocks(ty).is_some())
+            .collect()
     }
 
     /// The tokens' tile width and the split `gemm_wgmma_<type>` runs `n` tokens through an

@@ -70,8 +70,25 @@ impl Gpu {
         n_in: usize,
         n_out: usize,
     ) -> Result<()> {
-        let func = &self.kernels.gemm_mma_bf16;
         let plan = gemm_plan::mma(n, n_in, n_out, self.gemm_slots.mma);
+        self.gemm_mma_planned(plan, out, x, w, bias, n, n_in, n_out)
+    }
+
+    /// `gemm_mma_bf16` on the plan the caller chose (`gemm_plan::mma`'s, or another to
+    /// measure).
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm_mma_planned(
+        &self,
+        plan: GemmPlan,
+        out: &mut Out<f32>,
+        x: &In<u16>,
+        w: &In<u16>,
+        bias: Option<&In<f32>>,
+        n: usize,
+        n_in: usize,
+        n_out: usize,
+    ) -> Result<()> {
+        let func = &self.kernels.gemm_mma_bf16;
         self.tensor_gemm(func, &MMA_GEMM, plan, out, x, w, bias, n, n_in, n_out)
     }
 

@@ -61,11 +61,7 @@ fn linear(n: usize) -> LaunchConfig {
     }
 }
 
-/// A size as a kernel's `u32` argument; one that does not fit is a bug in the caller (the
-/// model's sizes are bounded when its config is read).
-fn u32_of(n: usize, what: &str) -> u32 {
-    u32::try_from(n).unwrap_or_else(|_| panic!("{what} = {n} does not fit a kernel's u32 argument"))
-}
+pub(crate) use crate::kernel_args::u32_of;
 
 impl Gpu {
     /// A launch of `func` on the stream, overlapping the kernel before it where the GPU

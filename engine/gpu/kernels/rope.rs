@@ -4,6 +4,7 @@ use super::{In, Out, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
 use crate::gpu::tiles::BLOCK_SIZE;
+use crate::kernel_args::Heads;
 use crate::traffic;
 
 impl Gpu {
@@ -49,39 +50,33 @@ impl Gpu {
     }
 
     /// RoPE on q and k and the cache write, from the fused projection's rows: q_out
-    /// `[n, n_heads, head_dim]`, caches one layer, qkv `[n, q_dim + 2 kv_dim]`, positions and
-    /// slots `[n]`, cos and sin `[max_pos, head_dim / 2]`.
+    /// `[n, n_heads, head_dim]`, the caches one layer's, qkv `[n, q_dim + 2 kv_dim]`,
+    /// positions and slots `[n]`, the tables cos and sin `[max_pos, head_dim / 2]`.
     ///
     /// # Safety
     /// Every position is below the tables' row count, and every slot inside the caches and
     /// distinct (tokens that share one write the same values): the block manager's.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn qkv_rope_write_bf16(
         &self,
         q_out: &mut Out<f32>,
-        k_cache: &mut Out<u16>,
-        v_cache: &mut Out<u16>,
+        (k_cache, v_cache): (&mut Out<u16>, &mut Out<u16>),
         qkv: &In<f32>,
-        positions: &In<u32>,
-        slots: &In<u32>,
-        cos: &In<f32>,
-        sin: &In<f32>,
-        n_heads: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
+        (positions, slots): (&In<u32>, &In<u32>),
+        (cos, sin): (&In<f32>, &In<f32>),
+        heads: Heads,
     ) -> Result<()> {
         let n = positions.len();
-        let (q_dim, kv_dim) = (n_heads * head_dim, n_kv_heads * head_dim);
+        let (q_dim, kv_dim) = (heads.q_dim(), heads.kv_dim());
+        let (n_heads, n_kv_heads, head_dim) = (
+            heads.n_heads as usize,
+            heads.n_kv_heads as usize,
+            heads.head_dim as usize,
+        );
         assert!(head_dim.is_multiple_of(2) && slots.len() == n && q_out.len() == n * q_dim);
         assert!(qkv.len() == n * (q_dim + 2 * kv_dim) && k_cache.len() == v_cache.len());
         assert!(k_cache.len().is_multiple_of(BLOCK_SIZE * kv_dim) && cos.len() == sin.len());
         let cfg = linear(n * (q_dim / 2 + kv_dim / 2 + kv_dim));
-        let (nh, nkv, hd, nn) = (
-            u32_of(n_heads, "n_heads"),
-            u32_of(n_kv_heads, "n_kv_heads"),
-            u32_of(head_dim, "head_dim"),
-            u32_of(n, "n"),
-        );
+        let nn = u32_of(n, "n");
         let traffic = traffic::qkv_rope_write_bf16(n, n_heads, n_kv_heads, head_dim);
         let mut b = self.launcher(&self.kernels.qkv_rope_write_bf16);
         b.arg(q_out)
@@ -91,8 +86,9 @@ impl Gpu {
             .arg(positions)
             .arg(slots)
             .arg(cos)
-            .arg(sin);
-        b.arg(&nh).arg(&nkv).arg(&hd).arg(&nn);
+            .arg(sin)
+            .arg(&heads)
+            .arg(&nn);
         // SAFETY: shapes checked; positions are inside the tables and slots come from the
         // block manager (inside the pool, distinct; a decode graph's padding rows share the
         // spare block's first slot and write the same values there).

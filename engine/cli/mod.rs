@@ -1,0 +1,5 @@
+//! The binary's own modules: `rustle`'s flags, and the commands that are not the library's.
+
+pub mod args;
+pub mod generate;
+pub mod measure;

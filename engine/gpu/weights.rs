@@ -1,0 +1,306 @@
+//! The model's weights on the device: uploaded from a loaded model (matrices as
+//! `WeightFormat` says, norms and biases in f32) or made at random in a named shape for the
+//! benchmarks, and what they weigh.
+
+use cudarc::driver::CudaSlice;
+
+use super::context::Gpu;
+use super::matrix::{
+    GpuMatrix, MatrixData, Piece, Synthetic, Uploader, WeightFormat, random_matrix,
+};
+use crate::config::Config;
+use crate::error::Result;
+use crate::model::ModelWeights;
+use crate::weights::blocks::BlockType;
+
+/// One decoder layer's weights.
+pub struct GpuLayer {
+    pub attn_norm: CudaSlice<f32>,    // [dim]
+    pub wqkv: GpuMatrix,              // [q_dim + 2 kv_dim, dim]: q, k, v stacked, one matmul
+    pub bqkv: Option<CudaSlice<f32>>, // [q_dim + 2 kv_dim] (Qwen2)
+    pub wo: GpuMatrix,                // [dim, q_dim]
+    pub ffn_norm: CudaSlice<f32>,     // [dim]
+    pub w_gate: GpuMatrix,            // [ffn_dim, dim]
+    pub w_up: GpuMatrix,              // [ffn_dim, dim]
+    pub w_down: GpuMatrix,            // [dim, ffn_dim]
+}
+
+impl GpuLayer {
+    fn matrices(&self) -> [&GpuMatrix; 5] {
+        [&self.wqkv, &self.wo, &self.w_gate, &self.w_up, &self.w_down]
+    }
+
+    /// Bytes of the layer's matrices, norms and bias on the device.
+    fn bytes(&self) -> usize {
+        let vectors =
+            self.attn_norm.len() + self.ffn_norm.len() + self.bqkv.as_ref().map_or(0, |b| b.len());
+        self.matrices().iter().map(|m| m.bytes()).sum::<usize>() + 4 * vectors
+    }
+}
+
+/// A matrix of one tensor, as `Uploader::matrix` takes it.
+fn one(name: String, values: &[f32]) -> [Piece<'_>; 1] {
+    [Piece {
+        name,
+        values,
+        heads: None,
+    }]
+}
+
+/// The weights on the device.
+pub struct GpuWeights {
+    pub embed: GpuMatrix, // [vocab, dim]
+    pub layers: Vec<GpuLayer>,
+    pub final_norm: CudaSlice<f32>, // [dim]
+    pub lm_head: Option<GpuMatrix>, // [vocab, dim]; None: tied to `embed`
+    /// Quantized tensors held in bf16 because no kernel reads their blocks: "name (type)".
+    pub fallbacks: Vec<String>,
+}
+
+impl GpuWeights {
+    /// Uploads a loaded model's weights, the matrices as `format` says (norms and biases
+    /// in f32).
+    pub fn upload(
+        gpu: &Gpu,
+        c: &Config,
+        w: &ModelWeights,
+        format: WeightFormat,
+    ) -> Result<GpuWeights> {
+        let f32s = |x: &[f32], what: &str| gpu.upload(x, what);
+        let mut up = Uploader {
+            gpu,
+            format,
+            stored: w.stored.as_deref(),
+            fallbacks: vec![],
+        };
+        let (dim, q_dim, ffn) = (c.dim, c.q_dim(), c.ffn_dim);
+        let mut layers = vec![];
+        for (l, lw) in w.layers.iter().enumerate() {
+            let what = |s: &str| format!("layer {l} {s}");
+            let name = |s: &str| format!("model.layers.{l}.{s}.weight");
+            let bqkv = match (&lw.bq, &lw.bk, &lw.bv) {
+                (Some(q), Some(k), Some(v)) => {
+                    Some(f32s(&[q.as_slice(), k, v].concat(), &what("qkv bias"))?)
+                }
+                _ => None,
+            };
+            let qkv = [
+                Piece {
+                    name: name("self_attn.q_proj"),
+                    values: &lw.wq,
+                    heads: Some((c.n_heads, c.head_dim)),
+                },
+                Piece {
+                    name: name("self_attn.k_proj"),
+                    values: &lw.wk,
+                    heads: Some((c.n_kv_heads, c.head_dim)),
+                },
+                Piece {
+                    name: name("self_attn.v_proj"),
+                    values: &lw.wv,
+                    heads: None,
+                },
+            ];
+            layers.push(GpuLayer {
+                attn_norm: f32s(&lw.attn_norm, &what("attn_norm"))?,
+                wqkv: up.matrix(&qkv, dim, &what("qkv_proj"))?,
+                bqkv,
+                wo: up.matrix(
+                    &one(name("self_attn.o_proj"), &lw.wo),
+                    q_dim,
+                    &what("o_proj"),
+                )?,
+                ffn_norm: f32s(&lw.ffn_norm, &what("ffn_norm"))?,
+                w_gate: up.matrix(&one(name("mlp.gate_proj"), &lw.w_gate), dim, &what("gate"))?,
+                w_up: up.matrix(&one(name("mlp.up_proj"), &lw.w_up), dim, &what("up_proj"))?,
+                w_down: up.matrix(&one(name("mlp.down_proj"), &lw.w_down), ffn, &what("down"))?,
+            });
+        }
+        let embed_name = "model.embed_tokens.weight".to_owned();
+        let embed = up.matrix(&one(embed_name, &w.embed), dim, "the embedding")?;
+        let lm_head = w
+            .lm_head
+            .as_deref()
+            .map(|h| up.matrix(&one("lm_head.weight".into(), h), dim, "the output head"))
+            .transpose()?;
+        Ok(GpuWeights {
+            layers,
+            embed,
+            lm_head,
+            final_norm: f32s(&w.final_norm, "the final norm")?,
+            fallbacks: up.fallbacks,
+        })
+    }
+
+    /// Random weights of `c`'s shape made on the device (for benchmarks: no download):
+    /// matrices about ±1/sqrt(fan_in) in `kind`'s types, norms 1, biases 0. bf16 matrices
+    /// are filled on the device, block types on the host.
+    pub fn synthetic(gpu: &Gpu, c: &Config, seed: u32, kind: Synthetic) -> Result<GpuWeights> {
+        let mut next_seed = seed;
+        let mut matrix = |ty: Option<BlockType>,
+                          rows: usize,
+                          cols: usize,
+                          what: &str|
+         -> Result<GpuMatrix> {
+            next_seed = next_seed.wrapping_add(1);
+            let Some(ty) = ty else {
+                let mut m = gpu.zeros::<u16>(rows * cols, what)?;
+                gpu.fill_random_bf16(&mut m.as_view_mut(), next_seed, 1.0 / (cols as f32).sqrt())?;
+                return Ok(GpuMatrix {
+                    n_out: rows,
+                    n_in: cols,
+                    data: MatrixData::Bf16(m),
+                });
+            };
+            random_matrix(gpu, ty, rows, cols, next_seed, what)
+        };
+        let (dim, q, kv, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let ones = vec![1.0f32; dim];
+        let mut layers = vec![];
+        for l in 0..c.n_layers {
+            let what = format!("layer {l}");
+            let (ty, wider) = (kind.ty(), kind.wider(l, c.n_layers));
+            let wqkv = if wider == ty {
+                matrix(ty, q + 2 * kv, dim, &what)?
+            } else {
+                // q and k in the common type, v in the wider one: two runs of rows.
+                let mut parts = vec![];
+                for (t, rows) in [(ty, q + kv), (wider, kv)] {
+                    let MatrixData::Blocks(p) = matrix(t, rows, dim, &what)?.data else {
+                        unreachable!("mixed types are all blocks")
+                    };
+                    parts.extend(p);
+                }
+                GpuMatrix {
+                    n_out: q + 2 * kv,
+                    n_in: dim,
+                    data: MatrixData::Blocks(parts),
+                }
+            };
+            layers.push(GpuLayer {
+                attn_norm: gpu.upload(&ones, &what)?,
+                wqkv,
+                bqkv: if c.qkv_bias {
+                    Some(gpu.zeros(q + 2 * kv, &what)?)
+                } else {
+                    None
+                },
+                wo: matrix(ty, dim, q, &what)?,
+                ffn_norm: gpu.upload(&ones, &what)?,
+                w_gate: matrix(ty, ffn, dim, &what)?,
+                w_up: matrix(ty, ffn, dim, &what)?,
+                w_down: matrix(wider, dim, ffn, &what)?,
+            });
+        }
+        Ok(GpuWeights {
+            embed: matrix(kind.ty(), c.vocab_size, dim, "the embedding")?,
+            lm_head: if c.tie_embeddings {
+                None
+            } else {
+                Some(matrix(kind.head(), c.vocab_size, dim, "the output head")?)
+            },
+            final_norm: gpu.upload(&ones, "the final norm")?,
+            layers,
+            fallbacks: vec![],
+        })
+    }
+
+    /// Bytes one decode step must read from the weights: every matrix and norm once, the
+    /// embedding only for its one row (unless it doubles as the head).
+    pub fn bytes_per_token(&self, c: &Config) -> usize {
+        let layer: usize = self.layers.iter().map(GpuLayer::bytes).sum();
+        let head = self.head().bytes();
+        let embed_row = match &self.lm_head {
+            Some(_) => self.embed.bytes() / c.vocab_size,
+            None => 0,
+        };
+        layer + head + embed_row + 4 * c.dim
+    }
+
+    /// Bytes of every matrix and vector on the device.
+    pub fn bytes(&self) -> usize {
+        let layers: usize = self.layers.iter().map(GpuLayer::bytes).sum();
+        layers
+            + self.embed.bytes()
+            + self.lm_head.as_ref().map_or(0, |h| h.bytes())
+            + 4 * self.final_norm.len()
+    }
+
+    /// What the device holds, by type: "q4_k 4.17 GB, q6_k 0.81 GB, f32 0.3 MB".
+    pub fn summary(&self) -> String {
+        let mut by: Vec<(String, usize)> = vec![];
+        let mut add = |name: String, bytes: usize| match by.iter_mut().find(|b| b.0 == name) {
+            Some(b) => b.1 += bytes,
+            None => by.push((name, bytes)),
+        };
+        let matrices = self
+            .layers
+            .iter()
+            .flat_map(|l| l.matrices())
+            .chain([&self.embed])
+            .chain(self.lm_head.as_ref());
+        for m in matrices {
+            match &m.data {
+                MatrixData::Bf16(w) => add("bf16".into(), 2 * w.len()),
+                MatrixData::Blocks(parts) => {
+                    for p in parts {
+                        let scales = 4 * p.scales.as_ref().map_or(0, |s| s.len());
+                        add(p.ty.to_string(), p.bytes.len() + scales);
+                    }
+                }
+            }
+        }
+        by.sort_by_key(|b| std::cmp::Reverse(b.1));
+        let parts: Vec<String> = by
+            .iter()
+            .map(|(n, b)| format!("{n} {}", crate::loader::bytes_text(*b)))
+            .collect();
+        parts.join(", ")
+    }
+
+    /// Whether some layer matrix is fp8 (`--weights fp8`).
+    pub fn has_fp8(&self) -> bool {
+        self.layers
+            .iter()
+            .flat_map(|l| l.matrices())
+            .any(|m| m.as_fp8().is_some())
+    }
+
+    /// The largest layer matrix held in blocks, in elements (0 if none): the size of the
+    /// bf16 scratch a prompt's matmul dequantizes it into. With `fp8_cores` (the GPU has
+    /// `gemm_wgmma_fp8`) fp8 matrices need none: they go to the tensor cores as they are.
+    pub fn largest_blocks_matrix(&self, fp8_cores: bool) -> usize {
+        self.layers
+            .iter()
+            .flat_map(|l| l.matrices())
+            .filter(|m| m.as_bf16().is_none() && !(fp8_cores && m.as_fp8().is_some()))
+            .map(|m| m.n_out * m.n_in)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Whether every layer matrix and the output head are GGUF blocks (no fp8 rows, no bf16
+    /// fallback), whose GEMV reads its input as 8-bit codes alone.
+    pub fn all_codes(&self) -> bool {
+        self.head().is_gguf()
+            && self
+                .layers
+                .iter()
+                .flat_map(|l| l.matrices())
+                .all(GpuMatrix::is_gguf)
+    }
+
+    /// Whether some layer matrix is held in GGUF blocks (fp8 rows aside: they take neither
+    /// `gemm_<type>` nor `gemm_wgmma_<type>`).
+    pub fn has_blocks(&self) -> bool {
+        self.layers
+            .iter()
+            .flat_map(|l| l.matrices())
+            .any(GpuMatrix::is_gguf)
+    }
+
+    /// The output head: its own matrix, or the embedding it is tied to.
+    pub fn head(&self) -> &GpuMatrix {
+        self.lm_head.as_ref().unwrap_or(&self.embed)
+    }
+}

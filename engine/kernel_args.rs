@@ -1,0 +1,126 @@
+//! Argument structs a kernel shares with its launch wrapper, its CPU twin and its test:
+//! `gpu-kernels/src/args.rs`, the same file, compiled into both (`include!`); and the
+//! host's groupings of the buffers that travel with them.
+
+#![allow(dead_code)]
+include!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/gpu-kernels/src/args.rs"
+));
+
+use crate::batch::Batch;
+use crate::config::Config;
+
+/// A struct a kernel takes by value: its bytes are the parameter (`gpu::launch`).
+///
+/// # Safety
+/// `#[repr(C)]` plain data, defined once for both sides (`gpu-kernels/src/args.rs`).
+pub unsafe trait ByValue: Copy {}
+
+// SAFETY: plain `#[repr(C)]` structs of `u32`s, whose definitions are the kernels' own.
+unsafe impl ByValue for PagedShape {}
+unsafe impl ByValue for Heads {}
+unsafe impl ByValue for Splits {}
+
+/// Every `ByValue` struct and its size: what a kernel's parameter of that type must take in
+/// the PTX (`gpu::ptx`'s test).
+pub const BY_VALUE: &[(&str, usize)] = &[
+    ("PagedShape", size_of::<PagedShape>()),
+    ("Heads", size_of::<Heads>()),
+    ("Splits", size_of::<Splits>()),
+];
+
+/// A size as a kernel's `u32`; one that does not fit is a bug in the caller (the model's
+/// sizes are bounded when its config is read).
+pub fn u32_of(n: usize, what: &str) -> u32 {
+    u32::try_from(n).unwrap_or_else(|_| panic!("{what} = {n} does not fit a kernel's u32 argument"))
+}
+
+impl Heads {
+    pub fn new(n_heads: usize, n_kv_heads: usize, head_dim: usize) -> Heads {
+        Heads {
+            n_heads: u32_of(n_heads, "n_heads"),
+            n_kv_heads: u32_of(n_kv_heads, "n_kv_heads"),
+            head_dim: u32_of(head_dim, "head_dim"),
+        }
+    }
+
+    /// The model's heads.
+    pub fn of(c: &Config) -> Heads {
+        Heads::new(c.n_heads, c.n_kv_heads, c.head_dim)
+    }
+
+    /// `n_heads * head_dim`: a token's queries.
+    pub fn q_dim(&self) -> usize {
+        (self.n_heads * self.head_dim) as usize
+    }
+
+    /// `n_kv_heads * head_dim`: a token's keys (or values).
+    pub fn kv_dim(&self) -> usize {
+        (self.n_kv_heads * self.head_dim) as usize
+    }
+
+    /// Query heads per KV head.
+    pub fn group(&self) -> usize {
+        (self.n_heads / self.n_kv_heads) as usize
+    }
+}
+
+impl PagedShape {
+    pub fn new(max_blocks: usize, heads: Heads) -> PagedShape {
+        PagedShape {
+            max_blocks: u32_of(max_blocks, "max_blocks"),
+            heads,
+        }
+    }
+}
+
+impl Splits {
+    pub fn new(n_splits: usize, split_len: usize, head_dim: usize) -> Splits {
+        Splits {
+            n_splits: u32_of(n_splits, "n_splits"),
+            split_len: u32_of(split_len, "split_len"),
+            head_dim: u32_of(head_dim, "head_dim"),
+        }
+    }
+}
+
+/// What every paged-attention kernel reads: the queries, one layer's KV cache, and where
+/// each token's sequence lives in it. `F`, `K` and `I` are how the f32 queries, the cache's
+/// elements and the u32 indices are held: device views for a kernel's wrapper
+/// (`gpu::kernels::attention::PagedIn`), host slices for its CPU twin (`cpu::ops::PagedRef`).
+#[derive(Clone, Copy)]
+pub struct Paged<F, K, I> {
+    /// `[n, n_heads, head_dim]`
+    pub q: F,
+    /// One layer's keys and values, `[n_blocks * BLOCK_SIZE, n_kv_heads, head_dim]` each
+    pub k_cache: K,
+    pub v_cache: K,
+    /// `[n_seqs, max_blocks]` each sequence's blocks
+    pub block_tables: I,
+    /// `[n]` each token's sequence: its row of `block_tables`
+    pub token_seq: I,
+    /// `[n]` each token's position in its sequence
+    pub positions: I,
+    pub shape: PagedShape,
+}
+
+impl<'a, K> Paged<&'a [f32], &'a [K], &'a [u32]> {
+    /// The queries `q` over one layer's cache, for the tokens of `batch` (on the host).
+    pub fn of_batch(
+        batch: &'a Batch,
+        q: &'a [f32],
+        (k_cache, v_cache): (&'a [K], &'a [K]),
+        heads: Heads,
+    ) -> Self {
+        Paged {
+            q,
+            k_cache,
+            v_cache,
+            block_tables: &batch.block_tables,
+            token_seq: &batch.token_seq,
+            positions: &batch.positions,
+            shape: PagedShape::new(batch.max_blocks, heads),
+        }
+    }
+}
