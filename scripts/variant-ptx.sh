@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
     --cpu) cpu=$2; shift 2 ;;
     --cfg) args+=("--cfg" "$2"); shift 2 ;;
     --probes) probes=1; shift ;;
-    -h|--help) sed -n '2,15p' "$0" | cut -c3-; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | cut -c3-; exit 0 ;;
     -*) echo "variant-ptx: unknown flag $1" >&2; exit 2 ;;
     *) break ;;
   esac

@@ -1,8 +1,8 @@
 //! A measurement experiment, built only with the `probes` feature (`rustle bench
 //! --boundaries`): the read probe of `fill.rs` in phases, a barrier for the whole grid
 //! (`grid_barrier`) between them, as a persistent decode kernel would separate its
-//! matrices. Round 53 (BENCHMARKS.md) found such a barrier no cheaper than a kernel
-//! boundary in a CUDA graph.
+//! matrices. Such a barrier measured no cheaper than a kernel boundary in a CUDA graph
+//! (docs/lessons.md#launches-graphs-and-pdl).
 
 use crate::device::{block_dim_x, global_idx_x, grid_dim_x};
 use crate::fill::{store_block_sum, sum_vectors};
