@@ -9,6 +9,15 @@
 //! The one thing the Rust source cannot say, a kernel's most registers a thread (CUDA C++'s
 //! `__launch_bounds__`), this script writes into the PTX (`REGISTER_CAPS` in
 //! `gpu-kernels/src/tiles.rs`).
+//!
+//! The host's `probes` feature (`CARGO_FEATURE_PROBES`) turns on the kernels' own, which
+//! adds the measurement experiments `rustle bench --boundaries` runs; a default build's PTX
+//! holds none of them.
+//!
+//! Cargo runs this script with no arguments. Run by hand, it builds a variant of the kernels
+//! (`scripts/variant-ptx.sh` compiles it with `rustc` and runs it so): `--cpu TARGET` builds
+//! that target alone, and each `--cfg NAME` adds `--cfg NAME` to the kernels' build, into
+//! `$OUT_DIR/kernels_TARGET.ptx`, register caps written in as here.
 
 use std::env;
 use std::fs;
@@ -51,10 +60,12 @@ fn main() {
         println!("cargo:rerun-if-changed={}", kernels.join(p).display());
     }
     let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    let variant = Variant::from_args(env::args().skip(1));
+    let probes = env::var_os("CARGO_FEATURE_PROBES").is_some();
     let toolchain = pinned_toolchain(&kernels);
     ensure_toolchain(&kernels, &toolchain, &out_dir);
-    for cpu in TARGET_CPUS {
-        let ptx = build_ptx(&kernels, &out_dir, &toolchain, cpu);
+    for cpu in &variant.cpus {
+        let ptx = build_ptx(&kernels, &out_dir, &toolchain, cpu, probes, &variant.cfgs);
         let mut text = fs::read_to_string(&ptx)
             .unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", ptx.display())));
         if cpu.starts_with("sm_90") {
@@ -67,6 +78,50 @@ fn main() {
             fail(&format!("cannot write {}: {e}", dest.display()));
         });
     }
+}
+
+/// What to build: every target with no extra `--cfg` (cargo's run), or what the command line
+/// asks for (a variant, `scripts/variant-ptx.sh`).
+struct Variant {
+    cpus: Vec<&'static str>,
+    cfgs: Vec<String>,
+}
+
+impl Variant {
+    fn from_args(mut args: impl Iterator<Item = String>) -> Variant {
+        let mut v = Variant {
+            cpus: vec![],
+            cfgs: vec![],
+        };
+        while let Some(arg) = args.next() {
+            let value = args
+                .next()
+                .unwrap_or_else(|| fail(&format!("{arg} wants a value")));
+            match arg.as_str() {
+                "--cpu" => match TARGET_CPUS.iter().find(|&&c| c == value) {
+                    Some(cpu) => v.cpus.push(cpu),
+                    None => fail(&format!("--cpu {value}: want one of {TARGET_CPUS:?}")),
+                },
+                "--cfg" if is_identifier(&value) => v.cfgs.push(value),
+                "--cfg" => fail(&format!("--cfg {value}: want a name (letters, digits, _)")),
+                _ => fail(&format!(
+                    "unknown argument {arg}: want --cpu TARGET and --cfg NAME, or none"
+                )),
+            }
+        }
+        if v.cpus.is_empty() {
+            v.cpus = TARGET_CPUS.to_vec();
+        }
+        v
+    }
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// `ptx` with `.maxnreg registers` after `kernel`'s parameter list: `ptxas` then keeps the
@@ -139,15 +194,34 @@ fn ensure_toolchain(kernels: &Path, toolchain: &str, out_dir: &Path) {
     println!("cargo:rerun-if-changed={}", marker.display());
 }
 
-fn build_ptx(kernels: &Path, out_dir: &Path, toolchain: &str, cpu: &str) -> PathBuf {
+/// The kernels' PTX for `cpu`, with the `probes` feature where asked and `--cfg` for each of
+/// `cfgs`.
+fn build_ptx(
+    kernels: &Path,
+    out_dir: &Path,
+    toolchain: &str,
+    cpu: &str,
+    probes: bool,
+    cfgs: &[String],
+) -> PathBuf {
     let target_dir = out_dir.join(format!("gpu-kernels-target-{cpu}"));
+    let mut rustflags = format!("-C target-cpu={cpu}");
+    for cfg in cfgs {
+        rustflags += &format!(" --cfg {cfg}");
+    }
+    let features: &[&str] = if probes {
+        &["--features", "probes"]
+    } else {
+        &[]
+    };
     let output = rustup()
         .current_dir(kernels)
         .args(["run", toolchain, "cargo", "rustc", "--release"])
         .args(["--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
+        .args(features)
         .args(["--", "--emit=asm", "-Zno-link"])
         .env("CARGO_TARGET_DIR", &target_dir)
-        .env("RUSTFLAGS", format!("-C target-cpu={cpu}"))
+        .env("RUSTFLAGS", rustflags)
         .output()
         .unwrap_or_else(|e| fail(&format!("cannot run cargo for the kernels: {e}")));
     if !output.status.success() {

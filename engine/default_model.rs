@@ -22,8 +22,8 @@ const FILE_SIZE: u64 = 98_362_432;
 
 /// `$XDG_CACHE_HOME/rustle`, else `~/.cache/rustle`.
 pub fn cache_dir() -> Result<PathBuf> {
-    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|x| !x.is_empty()) {
-        return Ok(PathBuf::from(x).join("rustle"));
+    if let Some(x) = crate::knobs::Knobs::from_env()?.cache_home {
+        return Ok(x.join("rustle"));
     }
     dirs::home_dir()
         .map(|h| h.join(".cache").join("rustle"))
@@ -139,21 +139,20 @@ fn fetch(dir: &Path, dest: &Path, recipe: &Recipe) -> std::result::Result<(), St
 
 /// The command that runs pip: `$RUSTLE_PIP` split on spaces (say, another interpreter, or a
 /// stand-in for tests), else `python3 -m pip`, then `python -m pip`.
-fn pip_commands() -> Vec<Vec<String>> {
-    match std::env::var("RUSTLE_PIP") {
-        Ok(cmd) if !cmd.trim().is_empty() => {
-            vec![cmd.split_whitespace().map(str::to_owned).collect()]
-        }
-        _ => ["python3", "python"]
+fn pip_commands() -> std::result::Result<Vec<Vec<String>>, String> {
+    let knobs = crate::knobs::Knobs::from_env().map_err(|e| e.to_string())?;
+    Ok(match knobs.pip {
+        Some(cmd) => vec![cmd],
+        None => ["python3", "python"]
             .iter()
             .map(|py| vec![py.to_string(), "-m".into(), "pip".into()])
             .collect(),
-    }
+    })
 }
 
 fn pip_download(tmp: &Path, package: &str) -> std::result::Result<PathBuf, String> {
     let mut last_err = String::new();
-    for pip in pip_commands() {
+    for pip in pip_commands()? {
         let shown = pip.join(" ");
         // pip's own progress goes to our stderr, so a slow download shows.
         let status = Command::new(&pip[0])

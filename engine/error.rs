@@ -112,6 +112,14 @@ pub enum Error {
     #[error("{0}")]
     Usage(String),
 
+    /// An environment variable set to a value it does not take (`knobs`).
+    #[error("{name}={value}: want {want}")]
+    Knob {
+        name: &'static str,
+        value: String,
+        want: String,
+    },
+
     #[error(
         "prompt is {bytes} bytes, more than the model's context of {context} tokens can hold (at most {per_token} bytes a token)"
     )]

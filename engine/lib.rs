@@ -4,6 +4,10 @@
 //! Arrows point one way: serve -> runner -> backends (cpu, gpu) -> kernels; loading is
 //! config -> weights -> model. Nothing in the engine imports `tools`.
 //!
+//! Settings:
+//! - `knobs`: every environment variable the engine reads, each checked against the values
+//!   it takes
+//!
 //! Loading a model:
 //! - `config`: `config.json` (or GGUF metadata) to a validated `Config`
 //! - `weights`: safetensors and GGUF readers, dtypes, dequantization; tensors taken by
@@ -51,6 +55,7 @@ pub mod error;
 pub mod generate;
 pub mod gpu;
 pub mod kernel_args;
+pub mod knobs;
 pub mod kv;
 pub mod kv_cache;
 pub mod loader;

@@ -448,8 +448,8 @@ pub fn resolve_model_path(arg: Option<PathBuf>) -> Result<PathBuf> {
     if let Some(p) = arg {
         return Ok(p);
     }
-    if let Some(p) = std::env::var_os("RUSTLE_MODEL").filter(|p| !p.is_empty()) {
-        return Ok(PathBuf::from(p));
+    if let Some(p) = crate::knobs::Knobs::from_env()?.model {
+        return Ok(p);
     }
     crate::default_model::ensure()
 }

@@ -20,6 +20,12 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => usage_error(e),
     };
+    // Every environment knob is checked before any command starts: a bad value is one line,
+    // GPU or not, rather than a default taken in silence (`rustle::knobs`).
+    if let Err(e) = rustle::knobs::Knobs::from_env() {
+        eprintln!("rustle: error: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Some(Command::Bench(b)) => measure::bench(&b),
         Some(Command::Profile(p)) => measure::profile(&p),

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds the kernels' PTX for one GPU target as build.rs does (`cargo rustc --emit=asm`
-# with the pinned nightly, then `.maxnreg` for each kernel `REGISTER_CAPS` in tiles.rs
-# names), with `--cfg NAME` for each --cfg given: a variant of the kernels that a binary
-# built from the same tree loads with RUSTLE_PTX=FILE, so that variants are measured side
-# by side without rebuilding the engine (scripts/bench-turns.sh). With no --cfg, the PTX is
-# the one the engine embeds, byte for byte.
+# Builds the kernels' PTX for one GPU target with `--cfg NAME` for each --cfg given: a
+# variant of the kernels that a binary built from the same tree loads with RUSTLE_PTX=FILE,
+# so that variants are measured side by side without rebuilding the engine
+# (scripts/bench-turns.sh). The build is build.rs's own (compiled here with rustc and run
+# with these arguments), register caps and all; with no --cfg, the PTX is the one the
+# engine embeds, byte for byte. --probes builds it as `--features probes` does (for a
+# binary built so: its kernel table wants the probes' kernels).
 #
-#   scripts/variant-ptx.sh [--cpu sm_90a] [--cfg NAME]... OUT.ptx
+#   scripts/variant-ptx.sh [--cpu sm_90a] [--cfg NAME]... [--probes] OUT.ptx
 #
 #   scripts/variant-ptx.sh --cfg my_experiment .device/variant.ptx
 #   scripts/bench-turns.sh - RUSTLE_PTX=.device/variant.ptx      # there
@@ -17,12 +18,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cpu=sm_90a
-cfgs=()
+args=()
+probes=
 while [ $# -gt 0 ]; do
   case $1 in
     --cpu) cpu=$2; shift 2 ;;
-    --cfg) cfgs+=("--cfg" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0" | cut -c3-; exit 0 ;;
+    --cfg) args+=("--cfg" "$2"); shift 2 ;;
+    --probes) probes=1; shift ;;
+    -h|--help) sed -n '2,16p' "$0" | cut -c3-; exit 0 ;;
     -*) echo "variant-ptx: unknown flag $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -32,29 +35,12 @@ if [ $# -ne 1 ]; then
   exit 2
 fi
 out=$1
-toolchain=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' gpu-kernels/rust-toolchain.toml)
-target_dir=target/gpu-kernels-variant-$cpu
-(
-  cd gpu-kernels
-  env -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS RUSTFLAGS="-C target-cpu=$cpu ${cfgs[*]:-}" \
-    CARGO_TARGET_DIR="../$target_dir" \
-    rustup run "$toolchain" cargo rustc --release --target nvptx64-nvidia-cuda -Zbuild-std=core \
-    -- --emit=asm -Zno-link
-)
-# The register caps, written as build.rs writes them (Hopper's targets only).
-python3 - "$target_dir/nvptx64-nvidia-cuda/release/deps/gpu_kernels.s" "$out" "$cpu" <<'EOF'
-import re, sys
-src, out, cpu = sys.argv[1:]
-ptx = open(src).read()
-if cpu.startswith("sm_90"):
-    tiles = open("gpu-kernels/src/tiles.rs").read()
-    table = re.search(r"REGISTER_CAPS[^=]*=\s*\[(.*?)\];", tiles, re.S).group(1)
-    for kernel, regs in re.findall(r'\("(\w+)",\s*(\d+)\)', table):
-        start = ptx.find(f".visible .entry {kernel}(")
-        end = ptx.find("\n)\n", start) + 3
-        if start < 0 or end < 3:
-            sys.exit(f"variant-ptx: REGISTER_CAPS names {kernel}, which the PTX has no entry for")
-        ptx = f"{ptx[:end]}.maxnreg {regs}\n{ptx[end:]}"
-open(out, "w").write(ptx)
-EOF
-echo "variant-ptx: $out ($cpu${cfgs[*]:+, ${cfgs[*]}})"
+dir=$PWD/target/variant-ptx
+mkdir -p "$dir"
+rustc --edition 2024 --crate-name build_ptx -o "$dir/build-ptx" build.rs
+# build.rs speaks to cargo on stdout: its warnings (a kernel's compile errors) go to stderr
+# here, the rest nowhere.
+env CARGO_MANIFEST_DIR="$PWD" OUT_DIR="$dir" ${probes:+CARGO_FEATURE_PROBES=1} \
+  "$dir/build-ptx" --cpu "$cpu" ${args[@]+"${args[@]}"} | { sed -n 's/^cargo:warning=//p' >&2; }
+cp "$dir/kernels_$cpu.ptx" "$out"
+echo "variant-ptx: $out ($cpu${args[*]:+, ${args[*]}}${probes:+, probes})"

@@ -19,8 +19,17 @@ struct Out {
 /// The binary cargo built, or `$RUSTLE_BIN` when the tests run from a copy elsewhere (the
 /// GPU machine runs the same test executables without cargo).
 fn rustle(args: &[&str]) -> Out {
+    rustle_with(args, &[])
+}
+
+/// `rustle` with these environment variables set.
+fn rustle_with(args: &[&str], vars: &[(&str, &str)]) -> Out {
     let bin = std::env::var("RUSTLE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_rustle").into());
-    let out = Command::new(bin).args(args).output().unwrap();
+    let out = Command::new(bin)
+        .args(args)
+        .envs(vars.iter().copied())
+        .output()
+        .unwrap();
     Out {
         ok: out.status.success(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -323,6 +332,72 @@ fn bad_flags() {
     fails_with_line(
         &["-m", tiny],
         "rustle: error: the following required arguments were not provided: --prompt <PROMPT>",
+    );
+}
+
+/// An environment knob's bad value is one line naming it, its value and what it wants, and a
+/// non-zero exit, before any command starts: before a model is read or a GPU asked for, so
+/// on a machine without one too (once such values were the default, in silence).
+#[test]
+fn a_bad_knob_is_one_line() {
+    let tiny = "tests/golden/tiny-llama3";
+    let cases = [
+        (
+            ("RUSTLE_GEMV_TOKENS", "abc"),
+            "want a whole number from 1 to 8",
+        ),
+        (
+            ("RUSTLE_GEMV_TOKENS", "9"),
+            "want a whole number from 1 to 8",
+        ),
+        (("RUSTLE_PDL", "off"), "want 0 (off) or 1 (on)"),
+        (("RUSTLE_CPU_PORTABLE", "yes"), "want 0 (off) or 1 (on)"),
+        (
+            ("RUSTLE_STREAM_BYTES", "50K"),
+            "want a whole number from 1 to 232320",
+        ),
+    ];
+    let commands: [&[&str]; 4] = [
+        &["-m", tiny, "-p", "hi", "--device", "cpu"],
+        &["bench"],
+        &["profile", "--device", "cpu-reference", "-m", tiny],
+        &["serve", "--port", "0", "-m", tiny, "--device", "cpu"],
+    ];
+    for ((name, value), want) in cases {
+        for args in commands {
+            let out = rustle_with(args, &[(name, value)]);
+            assert!(!out.ok, "{name}={value} {args:?} succeeded");
+            assert_eq!(
+                out.stderr.trim_end(),
+                format!("rustle: error: {name}={value}: {want}"),
+                "{name}={value} {args:?}"
+            );
+            assert!(out.stdout.is_empty(), "{args:?}: {}", out.stdout);
+        }
+    }
+    // Empty is unset: the run goes on.
+    let out = rustle_with(
+        &["-m", tiny, "-p", "hi", "-n", "2", "--device", "cpu"],
+        &[("RUSTLE_GEMV_TOKENS", ""), ("RUSTLE_PDL", "")],
+    );
+    assert!(out.ok, "{}", out.stderr);
+}
+
+/// `bench --boundaries` is a measurement experiment: a default build leaves it out of
+/// `--help` and refuses it with one line that says how to build it.
+#[cfg(not(feature = "probes"))]
+#[test]
+fn boundaries_needs_the_probes_feature() {
+    fails_with_line(
+        &["bench", "--boundaries"],
+        "rustle: error: bench --boundaries is a measurement experiment, built only with \
+         `cargo build --release --features probes`",
+    );
+    let help = rustle(&["bench", "--help"]);
+    assert!(
+        help.ok && !help.stdout.contains("--boundaries"),
+        "{}",
+        help.stdout
     );
 }
 

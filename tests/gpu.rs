@@ -97,10 +97,12 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::sample_f32, penalize_f32", sample_f32),
     ("kernel::fill_random_bf16", fill_random_bf16),
     ("kernel::read_probe_u32", read_probe_u32),
+    #[cfg(feature = "probes")]
     (
         "kernel::read_phases_u32 (a grid barrier between phases)",
         read_phases_u32,
     ),
+    #[cfg(feature = "probes")]
     (
         "kernel::read_phases_staged_u32 (bulk copies across grid barriers; Hopper)",
         read_phases_staged_u32,
@@ -2227,6 +2229,7 @@ fn read_probe_u32(g: &Gpu, rng: &mut StdRng) {
 /// GPU holds at once (where a barrier that let a block through early, or never, would show:
 /// a wrong count, or a hang); phases apart and touching, partial phases of a grid stride,
 /// with and without the L2 requests ahead. Outputs poisoned; the barrier's counter checked.
+#[cfg(feature = "probes")]
 fn read_phases_u32(g: &Gpu, rng: &mut StdRng) {
     let full = g.read_phases_grid().unwrap();
     assert!(
@@ -2285,6 +2288,7 @@ fn read_phases_u32(g: &Gpu, rng: &mut StdRng) {
 /// thread 0 (which also arrives at the grid barrier) and by others. A barrier that let
 /// a block through early shows as a neighbour's sum not yet stored. Outputs poisoned; the
 /// sums and the barrier's counter checked.
+#[cfg(feature = "probes")]
 fn read_phases_staged_u32(g: &Gpu, rng: &mut StdRng) {
     let uneven = vec![0, 3, 0, 1, 2000, 0, 0, 517, 64];
     let cases = [

@@ -120,6 +120,7 @@ fn without_a_gpu_the_bench_says_what_runs() {
         &["bench"][..],
         &["bench", "--batch", "2"],
         &["bench", "--lesson"],
+        #[cfg(feature = "probes")]
         &["bench", "--boundaries"],
     ] {
         let line = no_gpu_error(args);

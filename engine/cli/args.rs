@@ -242,8 +242,10 @@ pub struct BenchCli {
     /// barrier for the whole grid between phases, against one launch over all their bytes;
     /// on Hopper also streamed into shared memory across the barriers; and four Llama 3 8B
     /// layers' reads in Q4_K_M, Q8_0 and fp8 each way, in ten kernels a layer (as the
-    /// forward launches) and in five, beside the read and copy bandwidths.
+    /// forward launches) and in five, beside the read and copy bandwidths. A measurement
+    /// experiment, in `--features probes` builds only.
     #[arg(long)]
+    #[cfg_attr(not(feature = "probes"), arg(hide = true))]
     pub boundaries: bool,
 
     /// Batched decode instead, for each of these numbers of sequences (comma-separated):
@@ -318,7 +320,10 @@ const EXAMPLES: &str = "Examples:
   rustle bench --shape llama3-8b --ctx 512,8192
   rustle bench --batch 1,8,32,64,128 --prompt-len 512 --steps 128
   rustle bench --lesson --shape llama3-8b
-  rustle bench --boundaries
   rustle bench --serve --shape llama3-8b --requests 64 --prompt-len 512 --output-len 128
   rustle profile --shape llama3-8b --out profile
-  rustle serve --port 8000";
+  rustle serve --port 8000
+
+Environment: RUSTLE_MODEL, RUSTLE_API_KEY, RUSTLE_PTX and the GPU's tuning knobs
+(RUSTLE_PDL, RUSTLE_GEMV_STREAM, RUSTLE_STREAM_*, RUSTLE_GEMV_TOKENS, ...): README.md's
+\"Environment\" lists each, its default and its values; a bad value is an error.";

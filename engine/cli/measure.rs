@@ -65,11 +65,21 @@ fn bench_lesson(b: &BenchCli) -> Result<()> {
     Ok(())
 }
 
+#[cfg(feature = "probes")]
 fn bench_boundaries(b: &BenchCli) -> Result<()> {
     let gpu = Gpu::new()?;
     let report = rustle::tools::boundaries::run(&gpu)?;
     print_report(b.json, &report, rustle::tools::boundaries::print);
     Ok(())
+}
+
+#[cfg(not(feature = "probes"))]
+fn bench_boundaries(_: &BenchCli) -> Result<()> {
+    Err(Error::Usage(
+        "bench --boundaries is a measurement experiment, built only with `cargo build \
+         --release --features probes`"
+            .into(),
+    ))
 }
 
 fn bench_batch(b: &BenchCli, sizes: &[usize]) -> Result<()> {

@@ -612,7 +612,8 @@ pub fn read_probe_u32(partial: &mut [u32], data: &[u32]) {
 /// all of them, phase `p` the `phase_vec4` vectors from vector `p * phase_stride`, read as
 /// `read_probe_u32` reads its data; `arrived`, the barriers' counter, ends at `(n_phases - 1)
 /// * grid`. (`ahead` only asks L2 for lines early: no value depends on it.) The twin of
-/// `read_phases_u32`.
+/// `read_phases_u32` (`--features probes`).
+#[cfg(feature = "probes")]
 #[allow(clippy::too_many_arguments)]
 pub fn read_phases_u32(
     partial: &mut [u32],
@@ -642,7 +643,8 @@ pub fn read_phases_u32(
 /// block b reads after the barrier that ends phase p). `arrived` ends at `(n_phases - 1) *
 /// grid`. (`stages` and `producer` only say how many copies a block keeps on their way and
 /// which thread asks for them: no value depends on them.) The twin of
-/// `read_phases_staged_u32`.
+/// `read_phases_staged_u32` (`--features probes`).
+#[cfg(feature = "probes")]
 #[allow(clippy::too_many_arguments)]
 pub fn read_phases_staged_u32(
     partial: &mut [u32],
@@ -748,6 +750,7 @@ mod tests {
 
     /// The phases' sums are the probe's over each phase's words, whatever lies between
     /// the phases; every word is some block's, once.
+    #[cfg(feature = "probes")]
     #[test]
     fn read_phases_sums_each_phase_as_the_probe_does() {
         let data: Vec<u32> = (0..4 * 3000)
@@ -783,6 +786,7 @@ mod tests {
     /// The staged probe: every word is some block's once, an empty phase is nobody's, and
     /// with a grid of at most 256 every block reads every block's sum of every phase but
     /// the last.
+    #[cfg(feature = "probes")]
     #[test]
     fn staged_phases_read_every_word_and_every_sum() {
         let (tile_bytes, n_phases, grid) = (64, 3, 3);

@@ -10,9 +10,7 @@ use cudarc::nvrtc::Ptx;
 
 use super::kernels::table::{GemmSlots, Kernels};
 use crate::error::{Error, Result};
-use crate::gpu::tiles::{
-    QUANT_MAX_TOKENS, STREAM_BLOCK_BYTES, STREAM_MIN_ROWS, STREAM_ONE_BLOCK_BYTES,
-};
+use crate::gpu::tiles::{STREAM_BLOCK_BYTES, STREAM_MIN_ROWS, STREAM_ONE_BLOCK_BYTES};
 
 /// Cloning shares the context, stream and module.
 #[derive(Clone)]
@@ -136,19 +134,20 @@ impl Gpu {
             .compute_capability()
             .map_err(Error::driver("compute capability"))?;
         let (built_in, target) = super::ptx::ptx_for(major, minor);
+        // The tuning knobs (`knobs`: each unset is its default here).
+        let knobs = crate::knobs::Knobs::from_env()?;
         // RUSTLE_PTX=FILE loads the kernels from that PTX instead: a kernel change measured
         // without rebuilding the engine. The file must hold every kernel of the table, with
         // the arguments this build passes.
-        let ptx = match std::env::var_os("RUSTLE_PTX").filter(|p| !p.is_empty()) {
-            Some(path) => std::fs::read_to_string(&path).map_err(|source| Error::Io {
-                path: path.into(),
-                source,
-            })?,
+        let ptx = match knobs.ptx {
+            Some(path) => {
+                std::fs::read_to_string(&path).map_err(|source| Error::Io { path, source })?
+            }
             None => built_in.to_owned(),
         };
         // Programmatic dependent launch (Hopper and later): each kernel may start while the
         // one before it drains. RUSTLE_PDL=0 turns it off, to measure what it brings.
-        let pdl = major >= 9 && std::env::var("RUSTLE_PDL").map_or(true, |v| v != "0");
+        let pdl = major >= 9 && knobs.pdl.unwrap_or(true);
         let module = ctx
             .load_module(Ptx::from_src(ptx))
             .map_err(|source| Error::Driver {
@@ -164,25 +163,12 @@ impl Gpu {
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(Error::driver("multiprocessor count"))? as usize;
         let gemm_slots = kernels.gemm_slots(sm_count)?;
-        let gemv_stream = kernels.gemv_swiglu_stream_q4_k.is_some()
-            && std::env::var("RUSTLE_GEMV_STREAM").map_or(true, |v| v != "0");
-        let stream_bytes = std::env::var("RUSTLE_STREAM_BYTES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(STREAM_BLOCK_BYTES);
-        let stream_one_bytes = std::env::var("RUSTLE_STREAM_ONE_BYTES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(STREAM_ONE_BLOCK_BYTES);
-        let stream_min_rows = std::env::var("RUSTLE_STREAM_MIN_ROWS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(STREAM_MIN_ROWS);
-        let blocks_gemv_tokens = std::env::var("RUSTLE_GEMV_TOKENS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(BLOCKS_GEMV_MAX_TOKENS)
-            .clamp(1, QUANT_MAX_TOKENS);
+        let gemv_stream =
+            kernels.gemv_swiglu_stream_q4_k.is_some() && knobs.gemv_stream.unwrap_or(true);
+        let stream_bytes = knobs.stream_bytes.unwrap_or(STREAM_BLOCK_BYTES);
+        let stream_one_bytes = knobs.stream_one_bytes.unwrap_or(STREAM_ONE_BLOCK_BYTES);
+        let stream_min_rows = knobs.stream_min_rows.unwrap_or(STREAM_MIN_ROWS);
+        let blocks_gemv_tokens = knobs.gemv_tokens.unwrap_or(BLOCKS_GEMV_MAX_TOKENS);
         Ok(Gpu {
             profile: Arc::new(Mutex::new(None)),
             description: format!(

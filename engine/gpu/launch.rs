@@ -4,9 +4,9 @@
 //! kernel before it drains. Every rustle kernel's first line waits for that kernel
 //! (`wait_for_previous_kernel` in `gpu-kernels/src/device.rs`), so what each computes is
 //! unchanged; what goes away is the gap between one kernel's last block and the next one's
-//! first, paid hundreds of times per decode step. The other attribute used is the
-//! cooperative launch, for the one kernel whose blocks wait for each other
-//! (`read_phases_u32`).
+//! first, paid hundreds of times per decode step. The other attribute used, in `--features
+//! probes` builds only, is the cooperative launch, for the measurement experiments whose
+//! blocks wait for each other (`read_phases_u32`, `read_phases_staged_u32`).
 //!
 //! The builder has the shape of cudarc's: `.arg(&x)` per kernel argument, in order, then
 //! `launch(cfg)`.
@@ -97,6 +97,7 @@ pub struct Launch<'a> {
     /// Allow the launch to overlap the previous kernel (programmatic dependent launch).
     overlap: bool,
     /// Have the driver place every block at once, or refuse the launch (`cooperative`).
+    #[cfg(feature = "probes")]
     cooperative: bool,
     /// The arguments' words, and where each argument's first one is.
     words: Vec<u64>,
@@ -109,6 +110,7 @@ impl<'a> Launch<'a> {
             stream,
             func,
             overlap,
+            #[cfg(feature = "probes")]
             cooperative: false,
             words: Vec::with_capacity(16),
             starts: Vec::with_capacity(16),
@@ -118,6 +120,7 @@ impl<'a> Launch<'a> {
     /// A cooperative launch: the driver places all of the grid's blocks on the GPU at once
     /// or refuses the launch, so that blocks may wait for each other (`grid_barrier`), and
     /// the launch does not overlap the kernel before it.
+    #[cfg(feature = "probes")]
     pub fn cooperative(&mut self) -> &mut Self {
         self.cooperative = true;
         self.overlap = false;
@@ -156,7 +159,7 @@ impl<'a> Launch<'a> {
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
         attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr.value.programmaticStreamSerializationAllowed = 1;
-        let mut config = sys::CUlaunchConfig {
+        let config = sys::CUlaunchConfig {
             gridDimX: cfg.grid_dim.0,
             gridDimY: cfg.grid_dim.1,
             gridDimZ: cfg.grid_dim.2,
@@ -174,13 +177,20 @@ impl<'a> Launch<'a> {
         };
         // A cooperative launch passes its own attribute instead (it never overlaps).
         // SAFETY: as `attr`.
+        #[cfg(feature = "probes")]
         let mut together: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        if self.cooperative {
+        #[cfg(feature = "probes")]
+        let config = if self.cooperative {
             together.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
             together.value.cooperative = 1;
-            config.attrs = &mut together;
-            config.numAttrs = 1;
-        }
+            sys::CUlaunchConfig {
+                attrs: &mut together,
+                numAttrs: 1,
+                ..config
+            }
+        } else {
+            config
+        };
         // SAFETY: the caller's guarantee for the kernel; `params` points at each argument's
         // words, alive until the call returns (the driver copies them).
         unsafe {

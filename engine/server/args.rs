@@ -105,9 +105,7 @@ impl ServeArgs {
             ));
         }
         if self.api_key.is_none() {
-            self.api_key = std::env::var("RUSTLE_API_KEY")
-                .ok()
-                .filter(|k| !k.is_empty());
+            self.api_key = crate::knobs::Knobs::from_env()?.api_key;
         }
         if self.api_key.as_deref() == Some("") {
             return Err(Error::Usage("--api-key must not be empty".into()));

@@ -11,6 +11,8 @@
 //! - `boundaries`: a kernel boundary's cost against a grid barrier's, on reads alone
 //! - `staged`: reads streamed through shared memory across grid barriers, and a few
 //!   layers' reads, as a persistent decode kernel would make them
+//!
+//!   (these two are measurement experiments, in `--features probes` builds only)
 //! - `ceilings`: bandwidth, matrix throughput and the tensor instruction's peak, measured
 //! - `cublas`: the reference matmuls; `timing`: event timing, launches summed by kernel
 //! - `setup`: a runner over a real model (through `placement`, the engine's one loader) or a
@@ -18,6 +20,7 @@
 
 pub mod batch_bench;
 pub mod bench;
+#[cfg(feature = "probes")]
 pub mod boundaries;
 pub mod ceilings;
 pub mod cublas;
@@ -27,5 +30,6 @@ pub mod prefill_matmuls;
 pub mod profile;
 pub mod serve_bench;
 pub mod setup;
+#[cfg(feature = "probes")]
 pub mod staged;
 pub mod timing;

@@ -6,7 +6,6 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::gpu::context::capture_graph;
 use crate::traffic::KernelTime;
 
 /// Median milliseconds of `reps` runs of `f`, timed with CUDA events after one warm-up.
@@ -30,13 +29,16 @@ pub fn time_ms(gpu: &Gpu, reps: usize, f: &mut dyn FnMut() -> Result<()>) -> Res
 }
 
 /// Median milliseconds of `reps` replays of `launches` captured once as a CUDA graph
-/// (`what` names it in errors): launches as a decode step replays them.
+/// (`what` names it in errors): launches as a decode step replays them. Used by the
+/// probes alone (`--features probes`).
+#[cfg(feature = "probes")]
 pub fn time_graph_ms(
     gpu: &Gpu,
     reps: usize,
     what: &str,
     launches: &mut dyn FnMut() -> Result<()>,
 ) -> Result<f64> {
+    use crate::gpu::context::capture_graph;
     let graph = capture_graph(&gpu.stream, what, launches)?;
     time_ms(gpu, reps, &mut || {
         graph

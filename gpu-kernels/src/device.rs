@@ -298,6 +298,7 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
 ///
 /// # Safety
 /// `p` points to global memory.
+#[cfg(feature = "probes")]
 #[inline(always)]
 pub unsafe fn prefetch_l2<T>(p: *const T) {
     // SAFETY: the caller guarantees a global address; a prefetch changes no value.

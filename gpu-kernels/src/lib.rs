@@ -7,6 +7,10 @@
 //!
 //! Every kernel has a CPU twin of the same name and argument order in the host's reference
 //! backend (`engine/cpu/ops.rs`); the tests hold one against the other.
+//!
+//! The `probes` feature (the host's, passed on by `build.rs`) adds the measurement
+//! experiments `rustle bench --boundaries` runs: `grid_barrier`, `read_phases` and
+//! `read_staged`. No default build compiles them, so the engine's PTX holds none.
 
 #![no_std]
 #![feature(
@@ -55,13 +59,16 @@ pub mod gemv_quant;
 pub mod gemv_steps;
 #[cfg(target_feature = "sm_90a")]
 pub mod gemv_stream;
+#[cfg(feature = "probes")]
 pub mod grid_barrier;
 pub mod kv_cache;
 pub mod mma;
 pub mod quant_blocks;
 #[cfg(target_feature = "sm_90a")]
 pub mod quantize_fp8;
-#[cfg(target_feature = "sm_90a")]
+#[cfg(feature = "probes")]
+pub mod read_phases;
+#[cfg(all(feature = "probes", target_feature = "sm_90a"))]
 pub mod read_staged;
 pub mod residual;
 pub mod rmsnorm;

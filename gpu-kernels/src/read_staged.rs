@@ -2,7 +2,7 @@
 //! block's tiles copied into shared memory by the copy engine (`bulk_copy.rs`), `stages` of
 //! them on their way at once, and on their way across the grid barriers between phases.
 //! `rustle bench --boundaries` prices a barrier this way against `read_phases_u32`'s
-//! (BENCHMARKS.md round 57).
+//! (BENCHMARKS.md round 57). A measurement experiment: built only with the `probes` feature.
 //!
 //! Round 53 found a grid barrier no cheaper than a kernel boundary where each thread loads
 //! its own words: the memory idles while the grid drains into the barrier and until the

@@ -309,13 +309,16 @@ pub const fn stream_shared_bytes(stages: usize, slot_bytes: usize, codes_bytes: 
     STREAM_BARRIER_BYTES + codes_bytes + stages * slot_bytes
 }
 
-/// The staged read probe (`read_staged.rs`): threads a block.
+/// The staged read probe (`read_staged.rs`, the `probes` feature): threads a block.
+#[cfg(feature = "probes")]
 pub const STAGED_THREADS: usize = 256;
 /// The staged read probe: bytes before the stages for their barriers (8 bytes each: at most
 /// 16 stages), keeping the stages 128-byte aligned.
+#[cfg(feature = "probes")]
 pub const STAGED_BARRIER_BYTES: usize = 128;
 /// The staged read probe: dynamic shared memory for `stages` slots of `tile_bytes` and a
 /// word a warp.
+#[cfg(feature = "probes")]
 pub const fn staged_shared_bytes(stages: usize, tile_bytes: usize) -> usize {
     STAGED_BARRIER_BYTES + stages * tile_bytes + 4 * (STAGED_THREADS / 32)
 }

@@ -25,15 +25,17 @@ pub struct Features {
 }
 
 impl Features {
-    /// What this CPU has, unless `RUSTLE_CPU_PORTABLE` is set (to anything but 0): then
-    /// nothing, and every kernel runs its plain-Rust form.
+    /// What this CPU has, unless `RUSTLE_CPU_PORTABLE=1`: then nothing, and every kernel
+    /// runs its plain-Rust form. (`rustle` refuses a bad value of any knob before it runs a
+    /// command, so only a library caller can meet the panic here.)
     pub fn detect() -> Features {
-        Features::detect_unless(std::env::var("RUSTLE_CPU_PORTABLE").ok().as_deref())
+        let knobs = crate::knobs::Knobs::from_env().unwrap_or_else(|e| panic!("{e}"));
+        Features::detect_unless(knobs.cpu_portable)
     }
 
     /// `detect` with `RUSTLE_CPU_PORTABLE`'s value given (tests set none in the process).
-    fn detect_unless(portable: Option<&str>) -> Features {
-        if portable.is_some_and(|v| v != "0") {
+    fn detect_unless(portable: bool) -> Features {
+        if portable {
             return Features::default();
         }
         #[cfg(target_arch = "x86_64")]
@@ -92,16 +94,12 @@ pub fn features() -> Features {
 mod tests {
     use super::*;
 
-    /// `RUSTLE_CPU_PORTABLE` turns every form off, on either architecture; "0" does not.
+    /// `RUSTLE_CPU_PORTABLE=1` turns every form off, on either architecture.
     #[test]
     fn portable_turns_everything_off_and_says_so() {
-        let f = Features::detect_unless(Some("1"));
+        let f = Features::detect_unless(true);
         assert_eq!(f, Features::default());
         assert_eq!(f.describe(), "portable Rust");
-        assert_eq!(
-            Features::detect_unless(Some("0")),
-            Features::detect_unless(None)
-        );
         let arm = Features {
             neon: true,
             dotprod: true,

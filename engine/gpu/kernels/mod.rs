@@ -3,6 +3,8 @@
 //! its kernel's doc header lists, then launches under a `// SAFETY:` note. A wrapper has its
 //! kernel's name and argument order; lengths a view carries are checked against each other
 //! rather than passed twice. The kernels themselves are looked up once, by name, in `table`.
+//! `read_phases` and `read_staged` are measurement experiments, in `--features probes`
+//! builds only.
 
 pub mod argmax;
 pub mod attention;
@@ -21,6 +23,10 @@ pub mod gemv_quant;
 pub mod gemv_steps;
 pub mod kv_cache;
 pub mod quantize_fp8;
+#[cfg(feature = "probes")]
+pub mod read_phases;
+#[cfg(feature = "probes")]
+pub mod read_staged;
 pub mod residual;
 pub mod rmsnorm;
 pub mod rope;

@@ -1,5 +1,6 @@
 //! The kernel table: every kernel of the PTX module, looked up by name once, when the module
-//! loads, so that launch sites name a field, never a string.
+//! loads, so that launch sites name a field, never a string. The measurement experiments'
+//! kernels are in the table (and the PTX) of `--features probes` builds only.
 
 use std::sync::Arc;
 
@@ -14,25 +15,25 @@ use crate::gpu::tiles::{
 use crate::weights::blocks::BlockType;
 
 macro_rules! kernel_table {
-    ($($name:ident),* $(,)?; optional: $($opt:ident),* $(,)?) => {
+    ($($(#[$m:meta])* $name:ident),* $(,)?; optional: $($(#[$om:meta])* $opt:ident),* $(,)?) => {
         /// Every kernel of the PTX module, looked up by name once, when the module loads;
         /// the optional ones are in some builds only (see `ptx_for`).
         #[derive(Clone)]
         pub struct Kernels {
-            $(pub $name: CudaFunction,)*
-            $(pub $opt: Option<CudaFunction>,)*
+            $($(#[$m])* pub $name: CudaFunction,)*
+            $($(#[$om])* pub $opt: Option<CudaFunction>,)*
         }
 
         impl Kernels {
             /// The kernels every build has.
-            pub const NAMES: &[&str] = &[$(stringify!($name)),*];
+            pub const NAMES: &[&str] = &[$($(#[$m])* stringify!($name)),*];
 
             pub fn load(module: &Arc<CudaModule>) -> Result<Kernels> {
                 let kernels = Kernels {
-                    $($name: module.load_function(stringify!($name)).map_err(|e| {
+                    $($(#[$m])* $name: module.load_function(stringify!($name)).map_err(|e| {
                         Error::Driver { what: format!("kernel {} is not in the PTX", stringify!($name)), source: e }
                     })?,)*
-                    $($opt: module.load_function(stringify!($opt)).ok(),)*
+                    $($(#[$om])* $opt: module.load_function(stringify!($opt)).ok(),)*
                 };
                 kernels.raise_limits()?;
                 Ok(kernels)
@@ -74,6 +75,7 @@ kernel_table!(
     penalize_f32,
     fill_random_bf16,
     read_probe_u32,
+    #[cfg(feature = "probes")]
     read_phases_u32,
     quantize_q8_f32,
     rmsnorm_q8_f32,
@@ -121,7 +123,9 @@ kernel_table!(
         gemm_wgmma_q5_k, gemm_wgmma_q6_k, gemv_swiglu_stream_q4_0, gemv_swiglu_stream_q4_1, gemv_swiglu_stream_q5_0,
         gemv_swiglu_stream_q5_1, gemv_swiglu_stream_q8_0, gemv_swiglu_stream_q4_k,
         gemv_swiglu_stream_q5_k, gemv_swiglu_stream_q6_k, gemv_stream_q4_k, gemv_stream_q5_k,
-        gemv_stream_q6_k, read_phases_staged_u32,
+        gemv_stream_q6_k,
+        #[cfg(feature = "probes")]
+        read_phases_staged_u32,
 );
 
 impl Kernels {
@@ -148,11 +152,6 @@ impl Kernels {
                 self.gemm_wgmma_fp8.as_ref(),
                 "gemm_wgmma_fp8",
                 WGMMA_SHARED_BYTES,
-            ),
-            (
-                self.read_phases_staged_u32.as_ref(),
-                "read_phases_staged_u32",
-                STREAM_MAX_SHARED_BYTES,
             ),
             (
                 Some(&self.attention_mma_bf16),
@@ -186,8 +185,18 @@ impl Kernels {
                 .flatten()
                 .map(|(func, name)| (Some(func), name, STREAM_MAX_SHARED_BYTES))
         });
+        // And the staged read probe (`--features probes`).
+        #[cfg(feature = "probes")]
+        let probes = [(
+            self.read_phases_staged_u32.as_ref(),
+            "read_phases_staged_u32",
+            STREAM_MAX_SHARED_BYTES,
+        )];
+        #[cfg(not(feature = "probes"))]
+        let probes = [];
         for (func, name, bytes) in big
             .into_iter()
+            .chain(probes)
             .chain(blocks)
             .chain(wgmma_blocks)
             .chain(streams)
