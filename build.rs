@@ -1,4 +1,6 @@
-//! Compiles `gpu-kernels/` to PTX and hands it to the engine as `$OUT_DIR/kernels.ptx`.
+//! Compiles `gpu-kernels/` to PTX and hands it to the engine as `$OUT_DIR/kernels_TARGET.ptx`,
+//! with the list of the kernels it holds (`$OUT_DIR/kernel_table.rs`, the engine's kernel
+//! table: `write_kernel_table`).
 //!
 //! The kernels need a pinned nightly (named in `gpu-kernels/rust-toolchain.toml`) with
 //! `rust-src`, because the `nvptx64-nvidia-cuda` target has no prebuilt `core` and needs
@@ -64,6 +66,7 @@ fn main() {
     let probes = env::var_os("CARGO_FEATURE_PROBES").is_some();
     let toolchain = pinned_toolchain(&kernels);
     ensure_toolchain(&kernels, &toolchain, &out_dir);
+    let mut built = vec![];
     for cpu in &variant.cpus {
         let ptx = build_ptx(&kernels, &out_dir, &toolchain, cpu, probes, &variant.cfgs);
         let mut text = fs::read_to_string(&ptx)
@@ -74,10 +77,65 @@ fn main() {
             }
         }
         let dest = out_dir.join(format!("kernels_{cpu}.ptx"));
-        fs::write(&dest, text).unwrap_or_else(|e| {
+        fs::write(&dest, &text).unwrap_or_else(|e| {
             fail(&format!("cannot write {}: {e}", dest.display()));
         });
+        built.push((*cpu, text));
     }
+    if variant.cpus == TARGET_CPUS {
+        write_kernel_table(&out_dir, &built);
+    }
+}
+
+/// The kernels a PTX file holds: its `.entry` names, in order.
+fn entries(ptx: &str) -> Vec<&str> {
+    ptx.lines()
+        .filter_map(|l| l.strip_prefix(".visible .entry "))
+        .filter_map(|rest| rest.split('(').next())
+        .map(str::trim)
+        .collect()
+}
+
+/// `$OUT_DIR/kernel_table.rs`, the list the engine's kernel table is made of
+/// (`engine/gpu/kernels/table.rs`): a field for every kernel of the sm_80 build, which
+/// every build has, and an optional one for each kernel the Hopper builds add. A new kernel
+/// is in the table once it is in the PTX.
+fn write_kernel_table(out_dir: &Path, built: &[(&str, String)]) {
+    let (_, sm80) = built
+        .iter()
+        .find(|b| b.0 == "sm_80")
+        .expect("the sm_80 build");
+    let every = entries(sm80);
+    let mut optional: Vec<&str> = vec![];
+    for (cpu, ptx) in built {
+        let names = entries(ptx);
+        if let Some(missing) = every.iter().find(|k| !names.contains(k)) {
+            fail(&format!(
+                "kernel {missing} is in the sm_80 PTX but not the {cpu} one"
+            ));
+        }
+        for k in names {
+            if !every.contains(&k) && !optional.contains(&k) {
+                optional.push(k);
+            }
+        }
+    }
+    let mut text = String::from(
+        "// Made by build.rs from the kernels' PTX (`write_kernel_table`): every kernel of the\n\
+         // sm_80 build, then those the Hopper builds add. Edit the kernels, not this file.\n\
+         kernel_table!(\n",
+    );
+    for k in &every {
+        text.push_str(&format!("    {k},\n"));
+    }
+    text.push_str("    ;\n    optional:\n");
+    for k in &optional {
+        text.push_str(&format!("    {k},\n"));
+    }
+    text.push_str(");\n");
+    let dest = out_dir.join("kernel_table.rs");
+    fs::write(&dest, text)
+        .unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", dest.display())));
 }
 
 /// What to build: every target with no extra `--cfg` (cargo's run), or what the command line

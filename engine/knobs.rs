@@ -13,7 +13,7 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
 use crate::error::{Error, Result};
-use crate::gpu::tiles::{QUANT_MAX_TOKENS, STREAM_BARRIER_BYTES, STREAM_MAX_SHARED_BYTES};
+use crate::tiles::{QUANT_MAX_TOKENS, STREAM_BARRIER_BYTES, STREAM_MAX_SHARED_BYTES};
 
 /// Every variable `Knobs` reads (README.md lists each).
 pub const NAMES: [&str; 12] = [

@@ -67,6 +67,7 @@ pub mod sampler;
 pub mod serve;
 pub mod server;
 pub mod shapes;
+pub mod tiles;
 pub mod tokenizer;
 pub mod tools;
 pub mod traffic;

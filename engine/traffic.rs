@@ -255,7 +255,7 @@ pub fn attention_mma_bf16(
     head_dim: usize,
 ) -> Traffic {
     let (n, group) = (positions.len(), n_heads / n_kv_heads);
-    let rows_per_block = crate::gpu::tiles::ATTN_MMA_ROWS;
+    let rows_per_block = crate::tiles::ATTN_MMA_ROWS;
     let keys_read: u64 = (0..(n * group).div_ceil(rows_per_block))
         .map(|b| {
             let first = b * rows_per_block / group;

@@ -2823,7 +2823,7 @@ fn few_sequences_decode_as_one(g: &Gpu, rng: &mut StdRng) {
     use rustle::gpu::GpuWeights;
     use rustle::gpu::matrix::Synthetic;
     let mut g = g.clone();
-    g.blocks_gemv_tokens = rustle::gpu::tiles::QUANT_MAX_TOKENS;
+    g.blocks_gemv_tokens = rustle::tiles::QUANT_MAX_TOKENS;
     let g = &g;
     let (c, _) = synthetic_llama3(rng);
     let weights = GpuWeights::synthetic(g, &c, 7, Synthetic::KMix(BlockType::Q4K)).unwrap();

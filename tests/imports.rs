@@ -426,14 +426,14 @@ fn the_parser_finds_what_a_file_names() {
         ]
     );
     let code = code_only(
-        "use super::x::Y; // crate::not::this\nfn f() { let s = \"crate::nor::this\"; crate::gpu::tiles::Z; }\nmod tests { use super::*; }",
+        "use super::x::Y; // crate::not::this\nfn f() { let s = \"crate::nor::this\"; crate::tiles::Z; }\nmod tests { use super::*; }",
     );
     let found = paths_of(&m("gpu::kernels::gemv"), &code);
     assert_eq!(
         found,
         vec![
             (m("gpu::kernels::gemv"), m("super::x::Y")),
-            (m("gpu::kernels::gemv"), m("crate::gpu::tiles::Z")),
+            (m("gpu::kernels::gemv"), m("crate::tiles::Z")),
             (m("gpu::kernels::gemv::tests"), m("super")),
         ]
     );

@@ -20,7 +20,6 @@ use super::matmul::{Held, Input, MatmulScratch};
 use super::plan::{Caps, Rules};
 use super::sampling::DeviceSampler;
 use super::steps::{GateUp, Mlp, copy_for, embed, rmsnorm, swiglu};
-use super::tiles::{BLOCKS_MMA_MAX_TOKENS, MAX_HEAD_DIM, QUANT_MAX_TOKENS};
 use super::weights::GpuWeights;
 use crate::batch::Batch;
 use crate::config::Config;
@@ -28,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::kernel_args::Heads;
 use crate::kv::block_manager::blocks_for;
 use crate::rope::RopeTables;
+use crate::tiles::{BLOCKS_MMA_MAX_TOKENS, MAX_HEAD_DIM, QUANT_MAX_TOKENS};
 
 /// Whether the GPU kernels can run this model: the GEMV reads 8 weights at a time, so every
 /// matrix's input width must be a multiple of 8, and a head must fit the attention kernels.

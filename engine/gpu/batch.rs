@@ -8,10 +8,10 @@ use cudarc::driver::CudaSlice;
 use super::context::Gpu;
 use super::kernels::In;
 use super::kernels::attention::PagedIn;
-use super::tiles::BLOCK_SIZE;
 use crate::batch::Batch;
 use crate::error::{Error, Result};
 use crate::kernel_args::{Heads, PagedShape};
+use crate::tiles::BLOCK_SIZE;
 
 /// Most sequences one forward pass may mix (the block-table buffer is sized for them).
 pub const MAX_SEQS: usize = 256;

@@ -10,7 +10,7 @@ use cudarc::nvrtc::Ptx;
 
 use super::kernels::table::{GemmSlots, Kernels};
 use crate::error::{Error, Result};
-use crate::gpu::tiles::{STREAM_BLOCK_BYTES, STREAM_MIN_ROWS, STREAM_ONE_BLOCK_BYTES};
+use crate::tiles::{STREAM_BLOCK_BYTES, STREAM_MIN_ROWS, STREAM_ONE_BLOCK_BYTES};
 
 /// Cloning shares the context, stream and module.
 #[derive(Clone)]
@@ -56,8 +56,8 @@ pub struct Gpu {
 /// Most tokens of a decode step a matmul over GGUF blocks takes through the integer GEMV
 /// (`gemv_<type>`, whose weights are decoded again for each token), past which
 /// `gemm_<type>` (the tensor cores, eight tokens a product whatever their number) costs
-/// less. On the H200 (Llama 3 8B's shape, `rustle bench --batch 2,4,8`, BENCHMARKS.md
-/// round 41), tok/s at 2, 4 and 8 sequences with the GEMV up to 8 tokens / 2 / 1: Q4_K_M
+/// less. On the H200 (Llama 3 8B's shape, `rustle bench --batch 2,4,8`;
+/// docs/lessons.md#batched-decode-and-the-gemm), tok/s at 2, 4 and 8 sequences with the GEMV up to 8 tokens / 2 / 1: Q4_K_M
 /// 506.3, 565.7, 622.9 / 510.1, 697.1, 1342.9 / 353.7, 698.5, 1337.4; Q8_0 447.1, 497.0,
 /// 541.1 / 445.9, 700.8, 1345.3 / 359.7, 695.0, 1343.3.
 pub const BLOCKS_GEMV_MAX_TOKENS: usize = 2;

@@ -7,7 +7,7 @@
 //! do more arithmetic per byte they copy, so each step of theirs is cheaper per column.
 //! The plan is the cheapest by that count.
 
-use super::tiles::{MMA_BM, MMA_BN, WGMMA_BLOCKS_ROWS, WGMMA_BLOCKS_WIDTHS, WGMMA_BM};
+use crate::tiles::{MMA_BM, MMA_BN, WGMMA_BLOCKS_ROWS, WGMMA_BLOCKS_WIDTHS, WGMMA_BM};
 
 /// Tile and split of one tensor-core GEMM launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -113,7 +113,7 @@ fn cheapest(n_in: usize, slots: usize, rows: f64, blocks: impl Fn(usize) -> usiz
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::tiles::WGMMA_WIDTHS;
+    use crate::tiles::WGMMA_WIDTHS;
 
     fn plan(tile_n: usize, k_splits: usize) -> GemmPlan {
         GemmPlan { tile_n, k_splits }

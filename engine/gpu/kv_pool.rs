@@ -6,10 +6,10 @@ use cudarc::driver::CudaSlice;
 
 use super::context::Gpu;
 use super::kernels::{In, Out};
-use super::tiles::BLOCK_SIZE;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::kv::block_manager::blocks_for;
+use crate::tiles::BLOCK_SIZE;
 
 /// Share of the free device memory the KV pool may take by default.
 const KV_SHARE_OF_FREE: f64 = 0.9;

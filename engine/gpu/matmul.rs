@@ -10,10 +10,10 @@ use super::kernels::gemm_wgmma::Fp8Operands;
 use super::kernels::{In, Out};
 use super::matrix::{BlockPart, GpuMatrix, MatrixData, row_runs};
 use super::plan::{Form, Kernel, Plan};
-use super::tiles::QUANT_MAX_TOKENS;
 use crate::error::Result;
 use crate::gpu::kernels::gemm_skinny::SKINNY_MAX_TOKENS;
 use crate::kernel_args::MatmulShape;
+use crate::tiles::QUANT_MAX_TOKENS;
 use crate::weights::blocks::BlockType;
 
 /// What the scratch holds of a matmul's input besides, or instead of, its f32 rows: the

@@ -37,7 +37,6 @@ pub mod plan;
 pub mod ptx;
 pub mod sampling;
 pub mod steps;
-pub mod tiles;
 pub mod weights;
 
 pub use backend::{GpuBackend, check_supported};

@@ -23,7 +23,7 @@ use super::kernels::gemm_blocks::{blocks_mma_splits, wgmma_blocks_fit};
 use super::kernels::gemm_skinny::{SKINNY_MAX_TOKENS, skinny_splits};
 use super::kernels::table::GemmSlots;
 use super::matrix::{GpuMatrix, MatrixData};
-use super::tiles::{BLOCKS_MMA_MAX_TOKENS, BLOCKS_MMA_STAGE_K, QUANT_MAX_TOKENS};
+use crate::tiles::{BLOCKS_MMA_MAX_TOKENS, BLOCKS_MMA_STAGE_K, QUANT_MAX_TOKENS};
 use crate::weights::blocks::BlockType;
 
 /// Most tokens a matmul over GGUF blocks takes through `gemm_wgmma_<type>` (where the type

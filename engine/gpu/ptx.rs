@@ -72,7 +72,7 @@ mod tests {
 
     #[test]
     fn the_hopper_builds_cap_the_registers_tiles_names() {
-        use crate::gpu::tiles::REGISTER_CAPS;
+        use crate::tiles::REGISTER_CAPS;
         let builds = [
             (super::PTX_SM80, false),
             (super::PTX_SM90, true),

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 
 /// Tokens per KV-cache block: the kernels' constant (`gpu-kernels/src/tiles.rs`), the one
 /// place it is set.
-pub use crate::gpu::tiles::BLOCK_SIZE;
+pub use crate::tiles::BLOCK_SIZE;
 
 pub struct BlockManager {
     /// Never-cached free blocks; the next allocation pops from the end.

@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use crate::gpu::tiles::BLOCK_SIZE;
+use crate::tiles::BLOCK_SIZE;
 
 /// A full block's place in a prefix chain: the chained hash (the map's key) and the id of the
 /// cache entry holding that content (which names the whole prefix up to this block).

@@ -4,7 +4,7 @@
 //! A decode step at batch 1 reads each matrix once, a few megabytes to a few tens, one
 //! kernel after another: some 320 kernels a step on Llama 3 8B. Between two of them the
 //! memory goes idle while the last blocks of one drain and the first loads of the next
-//! start, and BENCHMARKS.md rounds 47-52 found those boundaries, not the GEMVs' own pace,
+//! start, and measurements on the H200 found those boundaries, not the GEMVs' own pace,
 //! holding a Q4_K_M step near half the copy bandwidth. A persistent kernel (one launch that
 //! runs what were many, its phases separated by `grid_barrier`) could have the next phase's
 //! loads on their way before the barrier, since weights depend on no phase. This measures

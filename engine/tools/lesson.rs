@@ -23,8 +23,8 @@ use super::{ceilings, cublas, prefill_matmuls};
 use crate::config::Config;
 use crate::error::Result;
 use crate::gpu::Gpu;
-use crate::gpu::tiles::BLOCK_SIZE;
 use crate::kernel_args::{Heads, Paged, PagedShape};
+use crate::tiles::BLOCK_SIZE;
 use crate::traffic::{self, Traffic};
 
 #[derive(Serialize)]

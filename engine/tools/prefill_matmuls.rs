@@ -11,7 +11,7 @@ use crate::gpu::Gpu;
 use crate::gpu::gemm_plan::{GemmPlan, WGMMA_SPLITS};
 use crate::gpu::kernels::gemm_mma::Bf16Operands;
 use crate::gpu::kernels::gemm_skinny::{SKINNY_MAX_TOKENS, skinny_splits};
-use crate::gpu::tiles::WGMMA_WIDTHS;
+use crate::tiles::WGMMA_WIDTHS;
 
 #[derive(Serialize)]
 pub struct GemmResult {

@@ -4,13 +4,14 @@
 //! today (a kernel a phase, in a graph), as that shape with every kernel that reads
 //! nothing fused away, and as the persistent one.
 //!
-//! Round 53 priced a grid barrier at 2.3-3.2 us where each thread loads its own words, no
+//! On the H200 a grid barrier cost 2.3-3.2 us where each thread loads its own words, no
 //! cheaper than a kernel boundary. What a persistent kernel would have that the probe had
 //! not is copies in flight through the barrier: the next phases' weights, which depend on
 //! nothing, on their way into shared memory while the grid waits for the vector the phase
 //! before made. That is what these ways measure.
 //!
-//! What they found (BENCHMARKS.md round 57): the copies in flight do not make a barrier
+//! What they found (H200 and H100; docs/lessons.md#launches-graphs-and-pdl): the copies in
+//! flight do not make a barrier
 //! free, and a Llama 3 8B layer's reads in Q4_K_M, with no arithmetic at all, reach on the
 //! H200 0.68 of the copy bandwidth as the forward's ten kernels a layer, 0.76 as five, and
 //! less as the persistent kernel: issue 13's 0.80 is beyond a kernel or a barrier a matrix

@@ -1,7 +1,8 @@
 //! A barrier for the whole grid: the building block of a persistent kernel, one launch that
 //! runs what would be many kernels, its phases separated by this wait where a decode step
 //! has a kernel boundary. `read_phases_u32` (`read_phases.rs`) uses it, and `rustle bench
-//! --boundaries` prices the two ways against each other (BENCHMARKS.md round 53). A
+//! --boundaries` prices the two ways against each other (H200:
+//! docs/lessons.md#launches-graphs-and-pdl). A
 //! measurement experiment: built only with the `probes` feature.
 //!
 //! Each block's thread 0 adds one to a counter in global memory and reads it until it

@@ -2,9 +2,9 @@
 //! block's tiles copied into shared memory by the copy engine (`bulk_copy.rs`), `stages` of
 //! them on their way at once, and on their way across the grid barriers between phases.
 //! `rustle bench --boundaries` prices a barrier this way against `read_phases_u32`'s
-//! (BENCHMARKS.md round 57). A measurement experiment: built only with the `probes` feature.
+//! (docs/lessons.md#launches-graphs-and-pdl). A measurement experiment: built only with the `probes` feature.
 //!
-//! Round 53 found a grid barrier no cheaper than a kernel boundary where each thread loads
+//! On the H200 a grid barrier was found no cheaper than a kernel boundary where each thread loads
 //! its own words: the memory idles while the grid drains into the barrier and until the
 //! first loads after it come back, and asking L2 for those first loads early did not help.
 //! Here the copies of a phase's first tiles leave before the barrier that precedes it (the
@@ -13,7 +13,8 @@
 //! the next phase reads, as a decode step's next matrix reads the vector the last one made:
 //! each block stores its phase's sum, and after the barrier reads its neighbours'.
 //!
-//! Measured (round 57, H200 and H100), the wait was not free. With 192 KiB an SM on its
+//! Measured on the H200 and the H100 (docs/lessons.md#launches-graphs-and-pdl), the wait was
+//! not free. With 192 KiB an SM on its
 //! way through every barrier, a barrier still cost 2.3-2.9 us over the same tiles read in
 //! one phase, about what it costs with nothing to read, and more than a kernel boundary in
 //! a CUDA graph; whichever thread asked for the copies.
@@ -50,8 +51,8 @@ use crate::tiles::{STAGED_BARRIER_BYTES, STAGED_THREADS};
 /// (fill i is the block's i-th tile, counted through the phases, `Tiles`); every thread
 /// sums the 16-byte vectors `t, t + 256, ...` of each landed tile, and the block frees its
 /// slot together. Thread 0 also makes the block's arrivals at the grid barrier, whose
-/// fences might wait for the copies it has in flight: round 57 measured a producer of 0
-/// against one in another warp, and they cost the same.
+/// fences might wait for the copies it has in flight: on an H100, a producer of 0 and one in
+/// another warp cost the same (within 0.14 us).
 ///
 /// PRECONDITIONS: `blockDim.x == STAGED_THREADS`; `producer < STAGED_THREADS`; `tile_bytes`
 /// a multiple of 16 below 2^20; `1 <= stages <= STAGED_BARRIER_BYTES / 8`; the launch's

@@ -7,8 +7,8 @@ use cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig};
 use super::{In, Out, aligned16, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::gpu::tiles::{BLOCK_SIZE, COMBINE_IN_FLIGHT, MAX_HEAD_DIM};
 use crate::kernel_args::{Paged, Splits};
+use crate::tiles::{BLOCK_SIZE, COMBINE_IN_FLIGHT, MAX_HEAD_DIM};
 use crate::traffic;
 
 const ATTENTION_THREADS: u32 = 128;

@@ -6,7 +6,7 @@ use super::attention::PagedIn;
 use super::{Out, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::gpu::tiles::{ATTN_MMA_ROWS, ATTN_MMA_THREADS, BLOCK_SIZE, attn_mma_shared_bytes};
+use crate::tiles::{ATTN_MMA_ROWS, ATTN_MMA_THREADS, BLOCK_SIZE, attn_mma_shared_bytes};
 use crate::traffic;
 
 /// Whether `attention_mma_bf16` takes heads of this width.

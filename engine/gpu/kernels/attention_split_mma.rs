@@ -5,9 +5,7 @@ use super::Out;
 use super::attention::{PagedIn, SplitKernel};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::gpu::tiles::{
-    ATTN_SPLIT_MMA_KEYS, ATTN_SPLIT_MMA_MAX_GROUP, attn_split_mma_shared_bytes,
-};
+use crate::tiles::{ATTN_SPLIT_MMA_KEYS, ATTN_SPLIT_MMA_MAX_GROUP, attn_split_mma_shared_bytes};
 
 /// Whether `attention_split_mma_bf16` takes this model's heads and splits of `split_len`:
 /// heads 64 or 128 wide, at most 8 query heads per KV head (the rows of its `mma` that are

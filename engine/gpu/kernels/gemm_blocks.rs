@@ -11,12 +11,12 @@ use super::{In, Out, aligned16, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
 use crate::gpu::gemm_plan::{self, GemmPlan};
-use crate::gpu::tiles::{
+use crate::kernel_args::MatmulShape;
+use crate::tiles::{
     BLOCKS_MMA_MAX_TOKENS, BLOCKS_MMA_ROWS, BLOCKS_MMA_STAGE_K, BLOCKS_MMA_THREADS,
     REDUCE_MAX_PARTS, WGMMA_BLOCKS_ROWS, WGMMA_BLOCKS_STAGE_K, WGMMA_BLOCKS_WIDTHS, WGMMA_THREADS,
     blocks_mma_shared_bytes, wgmma_blocks_shared_bytes,
 };
-use crate::kernel_args::MatmulShape;
 use crate::traffic::Traffic;
 use crate::weights::blocks::BlockType;
 

@@ -8,7 +8,7 @@ use super::{In, Out, aligned16, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
 use crate::gpu::gemm_plan::{self, GemmPlan};
-use crate::gpu::tiles::{MMA_BM, MMA_SHARED_BYTES, MMA_THREADS};
+use crate::tiles::{MMA_BM, MMA_SHARED_BYTES, MMA_THREADS};
 use crate::traffic::{self, Traffic};
 
 /// A bf16 tensor-core GEMM's inputs (`gemm_mma_bf16`'s, `gemm_wgmma_bf16`'s,

@@ -7,7 +7,7 @@ use super::gemm_mma::Bf16Operands;
 use super::{In, Out, aligned16, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::gpu::tiles::{
+use crate::tiles::{
     REDUCE_MAX_PARTS, SKINNY_FEATURES, SKINNY_KC, SKINNY_MAX_TILES, SKINNY_THREADS,
     skinny_shared_bytes,
 };

@@ -9,7 +9,7 @@ use super::{In, Out, aligned16, u32_of};
 use crate::error::{Error, Result};
 use crate::gpu::context::Gpu;
 use crate::gpu::gemm_plan::{self, GemmPlan, WGMMA_SPLITS};
-use crate::gpu::tiles::{WGMMA_BM, WGMMA_SHARED_BYTES, WGMMA_THREADS, WGMMA_WIDTHS};
+use crate::tiles::{WGMMA_BM, WGMMA_SHARED_BYTES, WGMMA_THREADS, WGMMA_WIDTHS};
 use crate::traffic;
 
 /// `gemm_wgmma_bf16`.

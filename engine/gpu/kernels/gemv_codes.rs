@@ -8,11 +8,11 @@ use super::table::Kernels;
 use super::{In, Out, aligned16, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::gpu::tiles::{
+use crate::kernel_args::MatmulShape;
+use crate::tiles::{
     CODES_MAX_WARPS, CODES_ROWS, STREAM_BARRIER_BYTES, STREAM_MAX_SHARED_BYTES, STREAM_MAX_STAGES,
     codes_shared_bytes, stream_codes_bytes, stream_shared_bytes,
 };
-use crate::kernel_args::MatmulShape;
 use crate::traffic::Traffic;
 use crate::weights::blocks::BlockType;
 

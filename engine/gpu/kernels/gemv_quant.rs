@@ -10,11 +10,11 @@ use super::table::Kernels;
 use super::{In, Out, aligned16, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::gpu::tiles::{
+use crate::kernel_args::{Blocks, MatmulShape};
+use crate::tiles::{
     FP8_PARTS, FP8_SHARED_BYTES, FP8_TILE_ROWS, QUANT_MAX_TOKENS, dequant_in_pieces,
     dequant_shared_bytes,
 };
-use crate::kernel_args::{Blocks, MatmulShape};
 use crate::traffic::Traffic;
 use crate::weights::blocks::BlockType;
 

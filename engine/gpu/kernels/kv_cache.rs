@@ -4,7 +4,7 @@
 use super::{In, Out, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::gpu::tiles::BLOCK_SIZE;
+use crate::tiles::BLOCK_SIZE;
 use crate::traffic;
 
 impl Gpu {

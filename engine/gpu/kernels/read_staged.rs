@@ -7,7 +7,7 @@ use cudarc::driver::LaunchConfig;
 use super::{In, Out, aligned16, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::gpu::tiles::{STAGED_BARRIER_BYTES, STAGED_THREADS, staged_shared_bytes};
+use crate::tiles::{STAGED_BARRIER_BYTES, STAGED_THREADS, staged_shared_bytes};
 use crate::traffic;
 
 impl Gpu {

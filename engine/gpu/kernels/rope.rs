@@ -3,8 +3,8 @@
 use super::{In, Out, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::gpu::tiles::BLOCK_SIZE;
 use crate::kernel_args::Heads;
+use crate::tiles::BLOCK_SIZE;
 use crate::traffic;
 
 impl Gpu {

@@ -1,5 +1,6 @@
 //! The kernel table: every kernel of the PTX module, looked up by name once, when the module
-//! loads, so that launch sites name a field, never a string. The measurement experiments'
+//! loads, so that launch sites name a field, never a string. build.rs lists the kernels
+//! from the PTX it built, so a new kernel needs no line here; the measurement experiments'
 //! kernels are in the table (and the PTX) of `--features probes` builds only.
 
 use std::sync::Arc;
@@ -7,7 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaModule};
 
 use crate::error::{Error, Result};
-use crate::gpu::tiles::{
+use crate::tiles::{
     MMA_SHARED_BYTES, MMA_THREADS, SKINNY_MAX_TILES, STREAM_MAX_SHARED_BYTES, WGMMA_SHARED_BYTES,
     WGMMA_THREADS, attn_mma_shared_bytes, blocks_mma_shared_bytes, skinny_shared_bytes,
     wgmma_blocks_shared_bytes,
@@ -15,25 +16,25 @@ use crate::gpu::tiles::{
 use crate::weights::blocks::BlockType;
 
 macro_rules! kernel_table {
-    ($($(#[$m:meta])* $name:ident),* $(,)?; optional: $($(#[$om:meta])* $opt:ident),* $(,)?) => {
+    ($($name:ident),* $(,)?; optional: $($opt:ident),* $(,)?) => {
         /// Every kernel of the PTX module, looked up by name once, when the module loads;
         /// the optional ones are in some builds only (see `ptx_for`).
         #[derive(Clone)]
         pub struct Kernels {
-            $($(#[$m])* pub $name: CudaFunction,)*
-            $($(#[$om])* pub $opt: Option<CudaFunction>,)*
+            $(pub $name: CudaFunction,)*
+            $(pub $opt: Option<CudaFunction>,)*
         }
 
         impl Kernels {
             /// The kernels every build has.
-            pub const NAMES: &[&str] = &[$($(#[$m])* stringify!($name)),*];
+            pub const NAMES: &[&str] = &[$(stringify!($name)),*];
 
             pub fn load(module: &Arc<CudaModule>) -> Result<Kernels> {
                 let kernels = Kernels {
-                    $($(#[$m])* $name: module.load_function(stringify!($name)).map_err(|e| {
+                    $($name: module.load_function(stringify!($name)).map_err(|e| {
                         Error::Driver { what: format!("kernel {} is not in the PTX", stringify!($name)), source: e }
                     })?,)*
-                    $($(#[$om])* $opt: module.load_function(stringify!($opt)).ok(),)*
+                    $($opt: module.load_function(stringify!($opt)).ok(),)*
                 };
                 kernels.raise_limits()?;
                 Ok(kernels)
@@ -42,91 +43,9 @@ macro_rules! kernel_table {
     };
 }
 
-kernel_table!(
-    embedding_bf16,
-    rmsnorm_f32,
-    rmsnorm_f32_bf16,
-    gemv_bf16,
-    gemv_swiglu_bf16,
-    gemv_step1_thread_per_row_bf16,
-    gemv_step2_warp_per_row_bf16,
-    gemm_step1_simt_bf16,
-    gemm_mma_bf16,
-    gemm_skinny_bf16,
-    gemm_skinny_reduce_f32,
-    f32_to_bf16,
-    mma_probe_bf16,
-    rope_f32,
-    qkv_rope_write_bf16,
-    kv_write_f32,
-    attention_f32,
-    attention_bf16,
-    attention_mma_bf16,
-    attention_split_bf16,
-    attention_split_mma_bf16,
-    attention_combine_f32,
-    attention_combine_f32_bf16,
-    attention_combine_q8_f32,
-    swiglu_f32,
-    swiglu_f32_bf16,
-    residual_add_f32,
-    argmax_f32,
-    sample_f32,
-    penalize_f32,
-    fill_random_bf16,
-    read_probe_u32,
-    #[cfg(feature = "probes")]
-    read_phases_u32,
-    quantize_q8_f32,
-    rmsnorm_q8_f32,
-    gemv_q4_0,
-    dequant_q4_0,
-    gemv_q4_1,
-    dequant_q4_1,
-    gemv_q5_0,
-    dequant_q5_0,
-    gemv_q5_1,
-    dequant_q5_1,
-    gemv_q8_0,
-    dequant_q8_0,
-    gemv_q4_k,
-    dequant_q4_k,
-    gemv_q5_k,
-    dequant_q5_k,
-    gemv_q6_k,
-    gemv_swiglu_q4_0,
-    gemv_swiglu_q4_1,
-    gemv_swiglu_q5_0,
-    gemv_swiglu_q5_1,
-    gemv_swiglu_q8_0,
-    gemv_swiglu_q4_k,
-    gemv_swiglu_q5_k,
-    gemv_swiglu_q6_k,
-    gemv_q4_k_q6_k,
-    gemv_q5_k_q6_k,
-    dequant_q6_k,
-    gemv_fp8,
-    gemv_swiglu_fp8,
-    dequant_fp8,
-    gemm_q4_0,
-    gemm_q4_1,
-    gemm_q5_0,
-    gemm_q5_1,
-    gemm_q8_0,
-    gemm_q4_k,
-    gemm_q5_k,
-    gemm_q6_k,
-    sum_step1_warp_f32,
-    sum_step2_block_f32;
-    optional: gemm_wgmma_bf16, gemm_wgmma_fp8, quantize_fp8_f32, gemm_wgmma_q4_0,
-        gemm_wgmma_q4_1, gemm_wgmma_q5_0, gemm_wgmma_q5_1, gemm_wgmma_q8_0, gemm_wgmma_q4_k,
-        gemm_wgmma_q5_k, gemm_wgmma_q6_k, gemv_swiglu_stream_q4_0, gemv_swiglu_stream_q4_1, gemv_swiglu_stream_q5_0,
-        gemv_swiglu_stream_q5_1, gemv_swiglu_stream_q8_0, gemv_swiglu_stream_q4_k,
-        gemv_swiglu_stream_q5_k, gemv_swiglu_stream_q6_k, gemv_stream_q4_k, gemv_stream_q5_k,
-        gemv_stream_q6_k,
-        #[cfg(feature = "probes")]
-        read_phases_staged_u32,
-);
+// Every kernel of the PTX, as build.rs lists them from the build (`write_kernel_table`):
+// a kernel added to `gpu-kernels/` is a field here once it compiles.
+include!(concat!(env!("OUT_DIR"), "/kernel_table.rs"));
 
 impl Kernels {
     /// Kernels that need more than the default 48 KiB of dynamic shared memory ask for it
