@@ -414,6 +414,23 @@ impl Runner {
         }
     }
 
+    /// From now on (or no longer), each GPU pass's span on the GPU's own clock, for the time
+    /// between passes (`gpu::step_clock`); the CPU has no such clock: there this does nothing.
+    pub fn clock_steps(&mut self, on: bool) -> Result<()> {
+        match &mut self.backend {
+            Backend::Gpu(g) => g.clock_steps(on),
+            Backend::Cpu(_) | Backend::Fast(_) => Ok(()),
+        }
+    }
+
+    /// The last pass's span, in milliseconds since `clock_steps(true)` (GPU only).
+    pub fn last_step_span(&self) -> Option<crate::gpu::step_clock::Span> {
+        match &self.backend {
+            Backend::Gpu(g) => g.last_step_span(),
+            Backend::Cpu(_) | Backend::Fast(_) => None,
+        }
+    }
+
     /// Fills the whole KV pool with random values (the GPU: bf16 of unit scale, made on the
     /// device; the CPU: a fixed pseudo-random pattern), so that attention over positions
     /// taken by `solo_at` reads real-looking data.

@@ -66,14 +66,16 @@ TABLES = {
     "batched": ("Batched decode", ["sequences", "prompt + steps"],
                 ["decode tok/s", "of ceiling (ceiling tok/s)", "ms a step",
                  "anchor"]),
-    "serve": ("Serving (the engine alone)", ["workload", "requests", "rate (req/s)"],
-              ["output tok/s", "TTFT p50 / p99 (ms)", "TPOT p50 (ms)", "of roofline"]),
+    "serve": ("Serving (the engine alone)", ["workload", "requests", "rate (req/s)",
+                                              "token budget"],
+              ["output tok/s", "TTFT p50 / p99 (ms)", "TPOT p50 (ms)", "of roofline",
+               "GPU passes of roofline", "host gaps (share of run)"]),
 }
 TAIL = ["commit", "date", "command", "source"]
 # The key cells of a row as a record's rows and anchors name them.
 KEY_NAMES = {"context": "ctx", "prompt tokens": "tokens", "sequences": "sequences",
              "prompt + steps": "prompt + steps", "workload": "workload",
-             "requests": "requests", "rate (req/s)": "rate"}
+             "requests": "requests", "rate (req/s)": "rate", "token budget": "token budget"}
 
 
 class RecordError(Exception):
@@ -156,14 +158,20 @@ def rows_of_batch_report(results):
 
 def rows_of_serve_report(r, args):
     """`--serve`: one row."""
-    roof = r.get("roofline")
+    roof, gaps = r.get("roofline"), r.get("gaps")
     return [{
         "table": "serve", "workload": r["workload"], "requests": r["requests"],
         "rate": flag(args, "--rate", "all at once"),
+        "token budget": flag(args, "--token-budget", "512"),
         "output tok/s": num(r["output_tok_per_s"], 1),
         "TTFT p50 / p99 (ms)": f"{num(r['ttft_ms']['p50'], 1)} / {num(r['ttft_ms']['p99'], 1)}",
         "TPOT p50 (ms)": f"{r['tpot_ms']['p50']:.1f}",
         "of roofline": f"{100 / roof['of_bound']:.1f}%" if roof and roof["of_bound"] else "-",
+        # Runs before the step clock (issue 54) have no "gaps".
+        "GPU passes of roofline": (f"{100 / gaps['gpu_of_bound']:.1f}%"
+                                   if gaps and gaps.get("gpu_of_bound") else "-"),
+        "host gaps (share of run)": (f"{gaps['gap_seconds']:.2f} s ({100 * gaps['gap_seconds'] / r['seconds']:.0f}%)"
+                                     if gaps else "-"),
     }]
 
 

@@ -1057,7 +1057,7 @@ fn the_tables_script_reads_what_rustle_bench_writes() {
     use rustle::tools::bench::{BenchReport, DecodeResult, PrefillResult};
     use rustle::tools::ceilings::Bandwidth;
     use rustle::tools::prefill_matmuls::GemmResult;
-    use rustle::tools::serve_bench::{Percentiles, Roofline, ServeReport};
+    use rustle::tools::serve_bench::{Percentiles, Roofline, ServeReport, StepGaps};
 
     let decode = |ctx, graph, tok_per_s: f64, ceiling: f64| DecodeResult {
         ctx,
@@ -1143,6 +1143,12 @@ fn the_tables_script_reads_what_rustle_bench_writes() {
             bound_seconds: 4.0,
             of_bound: 2.5,
         }),
+        gaps: Some(StepGaps {
+            gpu_seconds: 8.0,
+            gap_seconds: 1.5,
+            gap_ms: p(5.0, 6.0),
+            gpu_of_bound: Some(2.0),
+        }),
     };
     let dir = std::env::temp_dir().join(format!("rustle-bench-tables-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -1195,7 +1201,7 @@ fn the_tables_script_reads_what_rustle_bench_writes() {
             "| H100 | llama3-8b | q4_k_m | 512 | 23.1 | 22,165 | 0.80 | - | abc1234 | 2026-12-07 | {command} | record |"
         ),
         "| H100 | llama3-8b | q4_k_m | 8 | 512 + 32 | 1,337.4 | 27.9% (4,800) | 5.98 | - |".into(),
-        "| H100 | llama3-8b | bf16 | fixed: 512 in, 128 out | 256 | all at once | 3,276.8 | 3,982.0 / 8,580.0 | 27.4 | 40.0% |"
+        "| H100 | llama3-8b | bf16 | fixed: 512 in, 128 out | 256 | all at once | 512 | 3,276.8 | 3,982.0 / 8,580.0 | 27.4 | 40.0% | 50.0% | 1.50 s (15%) |"
             .into(),
     ];
     for row in rows {

@@ -19,6 +19,7 @@ use super::kv_pool::KvPool;
 use super::matmul::{Held, Input, MatmulScratch};
 use super::plan::{Caps, Rules};
 use super::sampling::DeviceSampler;
+use super::step_clock::{Span, StepClock};
 use super::steps::{GateUp, Mlp, copy_for, embed, rmsnorm, swiglu};
 use super::weights::GpuWeights;
 use crate::batch::Batch;
@@ -127,6 +128,8 @@ pub struct GpuBackend {
     all_codes: bool,
     logits_host: Vec<f32>,
     ids_host: Vec<u32>,
+    /// Each pass's span on the GPU's clock, while asked for (`clock_steps`).
+    clock: Option<StepClock>,
 }
 
 impl GpuBackend {
@@ -165,6 +168,7 @@ impl GpuBackend {
             all_codes: weights.all_codes(),
             logits_host: vec![],
             ids_host: vec![],
+            clock: None,
             caps,
             kv,
             weights,
@@ -190,17 +194,34 @@ impl GpuBackend {
         Ok(())
     }
 
+    /// From now on (or no longer), each pass's span on the GPU's clock (`step_clock.rs`),
+    /// read by `last_step_span`.
+    pub fn clock_steps(&mut self, on: bool) -> Result<()> {
+        self.clock = match on {
+            true => Some(StepClock::new(&self.gpu)?),
+            false => None,
+        };
+        Ok(())
+    }
+
+    /// The last pass's span, in milliseconds since `clock_steps(true)`.
+    pub fn last_step_span(&self) -> Option<Span> {
+        self.clock.as_ref().and_then(StepClock::last)
+    }
+
     /// Runs `batch` and returns the logits of its `logit_rows`, `[rows, vocab]`, copied to the
     /// host. A decode step replays a CUDA graph (`run`).
     pub fn forward(&mut self, c: &Config, batch: &Batch) -> Result<&[f32]> {
         let rows = self.run(c, batch, false)?;
         let n = rows * c.vocab_size;
         self.logits_host.resize(n, 0.0);
+        self.clock_end()?;
         self.gpu
             .stream
             .memcpy_dtoh(&self.act.logits.slice(..n), &mut self.logits_host)
             .map_err(Error::driver("the forward pass failed"))?;
         self.gpu.sync()?;
+        self.clock_read()?;
         Ok(&self.logits_host)
     }
 
@@ -233,18 +254,39 @@ impl GpuBackend {
     /// The first `rows` chosen ids, copied to the host.
     fn ids_back(&mut self, rows: usize) -> Result<&[u32]> {
         self.ids_host.resize(rows, 0);
+        self.clock_end()?;
         self.gpu
             .stream
             .memcpy_dtoh(&self.act.next_ids.slice(..rows), &mut self.ids_host)
             .map_err(Error::driver("the forward pass failed"))?;
         self.gpu.sync()?;
+        self.clock_read()?;
         Ok(&self.ids_host)
+    }
+
+    /// The pass's last work is on the stream (`clock_steps`).
+    fn clock_end(&self) -> Result<()> {
+        match &self.clock {
+            Some(clock) => clock.end(&self.gpu),
+            None => Ok(()),
+        }
+    }
+
+    /// The pass has drained: its span can be read (`clock_steps`).
+    fn clock_read(&mut self) -> Result<()> {
+        match &mut self.clock {
+            Some(clock) => clock.read(),
+            None => Ok(()),
+        }
     }
 
     /// Uploads `batch` and launches its forward pass, with the argmax when `greedy`; returns
     /// its rows of logits. A decode step (one token of each of at most `GRAPH_MAX_BATCH`
     /// sequences, every row wanting logits) replays a CUDA graph of the whole pass.
     fn run(&mut self, c: &Config, batch: &Batch, greedy: bool) -> Result<usize> {
+        if let Some(clock) = &mut self.clock {
+            clock.start(&self.gpu)?;
+        }
         let decode = is_decode_step(batch);
         let bucket = self.graphs.bucket(batch, decode);
         let rules = Rules {

@@ -36,6 +36,7 @@ pub mod matrix;
 pub mod plan;
 pub mod ptx;
 pub mod sampling;
+pub mod step_clock;
 pub mod steps;
 pub mod weights;
 

@@ -16,6 +16,7 @@ use super::ceilings::{gpu_bandwidth, gpu_matrix_flops};
 use super::setup::{fast_cpu_runner, gpu_runner};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::gpu::step_clock::Span;
 use crate::runner::{Runner, RunnerOptions};
 use crate::sampler::SamplingParams;
 use crate::serve::engine::{Engine, EngineOptions, RequestParams};
@@ -110,6 +111,21 @@ pub struct DecodeSteady {
     pub ceiling_tok_per_s: Option<f64>,
 }
 
+/// Where the run's steps spent their time: on the GPU (each pass's first work to its last,
+/// on the GPU's clock, `gpu::step_clock`) or between passes, with the GPU idle while the
+/// host scheduled, built the next batch and handled the outputs (the gaps SGLang's overlap
+/// scheduler hides). Gaps after a wait for arrivals are left out.
+#[derive(Clone, Debug, Serialize)]
+pub struct StepGaps {
+    pub gpu_seconds: f64,
+    pub gap_seconds: f64,
+    /// One per pair of consecutive steps.
+    pub gap_ms: Percentiles,
+    /// `gpu_seconds` over the roofline's `bound_seconds`: the kernels' own distance from the
+    /// ceilings, with the host's share taken out.
+    pub gpu_of_bound: Option<f64>,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct ServeReport {
     pub model: String,
@@ -130,6 +146,8 @@ pub struct ServeReport {
     pub prefix_hit_rate: f64,
     pub decode_steady: Option<DecodeSteady>,
     pub roofline: Option<Roofline>,
+    /// GPU runs only.
+    pub gaps: Option<StepGaps>,
 }
 
 /// One request of the workload: its prompt, how many tokens it wants, when it arrives.
@@ -213,6 +231,10 @@ fn progress(msg: &str) {
 /// What one step ran, for the roofline: its tokens, and the KV positions its sequences hold.
 struct StepShape {
     seconds: f64,
+    /// Its pass on the GPU's clock (GPU runs), and whether the loop waited for arrivals
+    /// before it.
+    span: Option<Span>,
+    after_wait: bool,
     tokens: usize,
     /// Sum over the step's sequences of their context (positions in the cache).
     kv_positions: usize,
@@ -232,13 +254,15 @@ pub fn run(a: &ServeBenchArgs) -> Result<ServeReport> {
         weights: a.weights.0,
         synthetic: a.weights.1,
     };
-    let (runner, model, gpu) = if a.device_cpu {
+    let (runner, model, ceilings) = if a.device_cpu {
         let (r, name) = fast_cpu_runner(a.model.as_deref(), &opts)?;
         (r, name, None)
     } else {
         let gpu = Gpu::new()?;
+        // First, while the memory the KV pool will take is free for the 2 GiB copies.
+        let ceilings = Ceilings::measure(&gpu)?;
         let (r, name) = gpu_runner(&gpu, &a.shape, a.model.as_deref(), &opts)?;
-        (r, name, Some(gpu))
+        (r, name, Some(ceilings))
     };
     let device = runner.device_name();
     let config = runner.config.clone();
@@ -269,6 +293,7 @@ pub fn run(a: &ServeBenchArgs) -> Result<ServeReport> {
     // One request through the engine first, so that module loading and graph capture stay
     // out of the figures.
     warm_up(&mut engine, config.vocab_size)?;
+    engine.model_mut().clock_steps(true)?;
     let base = engine.stats();
 
     let n = specs.len();
@@ -281,6 +306,7 @@ pub fn run(a: &ServeBenchArgs) -> Result<ServeReport> {
     let mut steps = vec![];
     let start = Instant::now();
     let mut last_report = Instant::now();
+    let mut waited = false;
     while next < n || engine.has_work() {
         let now = start.elapsed();
         while next < n && specs[next].arrival <= now {
@@ -299,13 +325,17 @@ pub fn run(a: &ServeBenchArgs) -> Result<ServeReport> {
         if !engine.has_work() {
             // Nothing to run until the next arrival.
             std::thread::sleep(specs[next].arrival.saturating_sub(now));
+            waited = true;
             continue;
         }
         let t = Instant::now();
         let outputs = engine.step()?;
         let seconds = t.elapsed().as_secs_f64();
         let done_at = start.elapsed();
-        steps.push(step_shape(engine.last_batch(), seconds));
+        let mut shape = step_shape(engine.last_batch(), seconds);
+        shape.span = engine.model().last_step_span();
+        shape.after_wait = std::mem::take(&mut waited);
+        steps.push(shape);
         for o in outputs {
             let i = ids[&o.id];
             if o.token.is_some() {
@@ -340,18 +370,11 @@ pub fn run(a: &ServeBenchArgs) -> Result<ServeReport> {
     let prompt_tokens: u64 = specs.iter().map(|s| s.prompt.len() as u64).sum();
     let output_tokens: u64 = generated.iter().map(|&g| g as u64).sum();
 
-    let roofline = match &gpu {
-        Some(gpu) => Some(roofline(
-            gpu,
-            &config,
-            &steps,
-            weight_bytes,
-            kv_bytes_per_token,
-        )?),
-        None => None,
-    };
+    let roofline =
+        ceilings.map(|at| roofline(at, &config, &steps, weight_bytes, kv_bytes_per_token));
     let bandwidth = roofline.as_ref().map(|r| r.bandwidth);
     let decode_steady = decode_steady(&steps, weight_bytes, kv_bytes_per_token, bandwidth);
+    let gaps = step_gaps(&steps, roofline.as_ref());
     Ok(ServeReport {
         model,
         device,
@@ -379,6 +402,7 @@ pub fn run(a: &ServeBenchArgs) -> Result<ServeReport> {
         },
         decode_steady,
         roofline,
+        gaps,
     })
 }
 
@@ -412,12 +436,32 @@ fn step_shape(b: &crate::batch::Batch, seconds: f64) -> StepShape {
     }
     StepShape {
         seconds,
+        span: None,
+        after_wait: false,
         tokens: n,
         kv_positions: ctx.iter().sum(),
         attended: b.positions.iter().map(|&p| p as usize + 1).sum(),
         decode_only: n == n_seqs && b.logit_rows.len() == n,
         sequences: n_seqs,
     }
+}
+
+/// The run's GPU time and the gaps between its passes, where every step has a span.
+fn step_gaps(steps: &[StepShape], roofline: Option<&Roofline>) -> Option<StepGaps> {
+    let spans: Vec<Span> = steps.iter().map(|s| s.span).collect::<Option<_>>()?;
+    let gpu_ms: f64 = spans.iter().map(|s| s.end_ms - s.start_ms).sum();
+    let gaps: Vec<f64> = spans
+        .windows(2)
+        .zip(&steps[1..])
+        .filter(|(_, s)| !s.after_wait)
+        .map(|(w, _)| w[1].start_ms - w[0].end_ms)
+        .collect();
+    Some(StepGaps {
+        gpu_seconds: gpu_ms / 1e3,
+        gap_seconds: gaps.iter().sum::<f64>() / 1e3,
+        gap_ms: Percentiles::of(gaps),
+        gpu_of_bound: roofline.map(|r| gpu_ms / 1e3 / r.bound_seconds.max(1e-12)),
+    })
 }
 
 /// The decode-only steps that hold the most sequences of the run, if there are a few, with
@@ -453,16 +497,35 @@ fn decode_steady(
     })
 }
 
+/// The GPU's ceilings, measured in the run: a device copy's bytes per second (read + write)
+/// and the fastest matrix product's FLOP per second.
+#[derive(Clone, Copy, Debug)]
+struct Ceilings {
+    bandwidth: f64,
+    matrix_flops: f64,
+}
+
+impl Ceilings {
+    fn measure(gpu: &Gpu) -> Result<Ceilings> {
+        progress("measuring the ceilings: memory bandwidth (2 GiB copies), matrix throughput");
+        Ok(Ceilings {
+            bandwidth: gpu_bandwidth(gpu)?.copy_bytes_per_s,
+            matrix_flops: gpu_matrix_flops(gpu, 8192)?,
+        })
+    }
+}
+
 fn roofline(
-    gpu: &Gpu,
+    at: Ceilings,
     c: &crate::config::Config,
     steps: &[StepShape],
     weight_bytes: f64,
     kv_bytes_per_token: f64,
-) -> Result<Roofline> {
-    progress("measuring the ceilings: memory bandwidth (2 GiB copies), matrix throughput");
-    let bandwidth = gpu_bandwidth(gpu)?.copy_bytes_per_s;
-    let matrix_flops = gpu_matrix_flops(gpu, 8192)?;
+) -> Roofline {
+    let Ceilings {
+        bandwidth,
+        matrix_flops,
+    } = at;
     // Parameters a token multiplies: every matrix but the embedding (the head included).
     let params = (c.n_layers * (c.dim * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.dim)
         + c.n_layers * 3 * c.dim * c.ffn_dim
@@ -480,7 +543,7 @@ fn roofline(
         bound_s += (b / bandwidth).max(f / matrix_flops);
         measured += s.seconds;
     }
-    Ok(Roofline {
+    Roofline {
         bandwidth,
         matrix_flops,
         bytes,
@@ -489,7 +552,7 @@ fn roofline(
         compute_seconds: comp_s,
         bound_seconds: bound_s,
         of_bound: measured / bound_s.max(1e-12),
-    })
+    }
 }
 
 pub fn print(r: &ServeReport) {
@@ -539,5 +602,70 @@ pub fn print(r: &ServeReport) {
             f.bound_seconds,
             f.of_bound
         );
+    }
+    if let Some(g) = &r.gaps {
+        let bound = match g.gpu_of_bound {
+            Some(b) => format!(" ({b:.2}x the bound above)"),
+            None => String::new(),
+        };
+        println!(
+            "host      the GPU ran passes for {:.2} s{bound}; between passes it waited {:.2} s on the host ({:.0}% of the run), p50 {:.2}  p90 {:.2}  p99 {:.2} ms a gap",
+            g.gpu_seconds,
+            g.gap_seconds,
+            100.0 * g.gap_seconds / r.seconds.max(1e-12),
+            g.gap_ms.p50,
+            g.gap_ms.p90,
+            g.gap_ms.p99
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(start_ms: f64, end_ms: f64, after_wait: bool) -> StepShape {
+        StepShape {
+            seconds: 0.0,
+            span: Some(Span { start_ms, end_ms }),
+            after_wait,
+            tokens: 1,
+            kv_positions: 1,
+            attended: 1,
+            decode_only: true,
+            sequences: 1,
+        }
+    }
+
+    /// GPU time sums every span; a gap is one pass's end to the next one's start, except
+    /// after a wait for arrivals; the bound divides the GPU time.
+    #[test]
+    fn gaps_are_between_spans_and_skip_waits() {
+        let steps = [
+            step(0.0, 10.0, false),
+            step(12.0, 20.0, false),
+            step(50.0, 55.0, true),
+            step(56.0, 60.0, false),
+        ];
+        let roof = Roofline {
+            bandwidth: 1.0,
+            matrix_flops: 1.0,
+            bytes: 0.0,
+            flops: 0.0,
+            memory_seconds: 0.0,
+            compute_seconds: 0.0,
+            bound_seconds: 0.0135,
+            of_bound: 1.0,
+        };
+        let g = step_gaps(&steps, Some(&roof)).unwrap();
+        assert!((g.gpu_seconds - 0.027).abs() < 1e-12, "{g:?}");
+        assert!((g.gap_seconds - 0.003).abs() < 1e-12, "{g:?}");
+        assert_eq!(g.gap_ms.p50, 2.0);
+        assert_eq!(g.gap_ms.p99, 2.0);
+        assert!((g.gpu_of_bound.unwrap() - 2.0).abs() < 1e-9);
+        // A step without a span (the CPU) gives no gaps at all.
+        let mut cpu = step(0.0, 1.0, false);
+        cpu.span = None;
+        assert!(step_gaps(&[step(0.0, 1.0, false), cpu], None).is_none());
     }
 }
