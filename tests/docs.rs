@@ -1149,6 +1149,7 @@ fn the_tables_script_reads_what_rustle_bench_writes() {
             gap_ms: p(5.0, 6.0),
             gpu_of_bound: Some(2.0),
         }),
+        kernels: vec![],
     };
     let dir = std::env::temp_dir().join(format!("rustle-bench-tables-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -304,6 +304,12 @@ pub struct BenchCli {
     /// roofline).
     #[arg(long, help_heading = "Serving (--serve)")]
     pub cpu: bool,
+
+    /// With --serve: time every launch of the run and print the kernels by their share of
+    /// it. The decode steps then run without CUDA graphs, so the run's own figures are a
+    /// little slower than without this flag.
+    #[arg(long, help_heading = "Serving (--serve)")]
+    pub kernels: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

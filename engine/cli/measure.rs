@@ -149,6 +149,7 @@ fn bench_serve(b: &BenchCli) -> Result<()> {
         prefix_cache: !b.no_prefix_cache,
         kv_blocks: b.kv_blocks.map(|n| n as usize),
         weights: weights_choice(&b.weights, b.model.is_some())?,
+        kernels: b.kernels,
     })?;
     print_report(b.json, &report, rustle::tools::serve_bench::print);
     Ok(())

@@ -14,6 +14,7 @@ use serde::Serialize;
 
 use super::ceilings::{gpu_bandwidth, gpu_matrix_flops};
 use super::setup::{fast_cpu_runner, gpu_runner};
+use super::timing::{KernelRow, by_kernel};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::gpu::step_clock::Span;
@@ -54,6 +55,8 @@ pub struct ServeBenchArgs {
     pub max_seqs: usize,
     pub prefix_cache: bool,
     pub kv_blocks: Option<usize>,
+    /// Time every launch (graphs off) and report the kernels (`--kernels`).
+    pub kernels: bool,
 }
 
 /// Percentiles of a latency, in milliseconds.
@@ -148,6 +151,8 @@ pub struct ServeReport {
     pub roofline: Option<Roofline>,
     /// GPU runs only.
     pub gaps: Option<StepGaps>,
+    /// With `--kernels`: every launch of the run summed by kernel, the most time first.
+    pub kernels: Vec<KernelRow>,
 }
 
 /// One request of the workload: its prompt, how many tokens it wants, when it arrives.
@@ -294,6 +299,11 @@ pub fn run(a: &ServeBenchArgs) -> Result<ServeReport> {
     // out of the figures.
     warm_up(&mut engine, config.vocab_size)?;
     engine.model_mut().clock_steps(true)?;
+    if a.kernels {
+        // Events cannot be recorded inside a replayed graph.
+        engine.model_mut().set_graphs(false);
+        engine.model_mut().profile_start();
+    }
     let base = engine.stats();
 
     let n = specs.len();
@@ -356,6 +366,10 @@ pub fn run(a: &ServeBenchArgs) -> Result<ServeReport> {
     }
     let seconds = start.elapsed().as_secs_f64();
     let stats = engine.stats();
+    let kernels = match a.kernels {
+        true => by_kernel(engine.model_mut().profile_stop()?),
+        false => vec![],
+    };
 
     let ttft: Vec<f64> = (0..n)
         .filter_map(|i| first_token[i].map(|f| (f - specs[i].arrival).as_secs_f64() * 1e3))
@@ -403,6 +417,7 @@ pub fn run(a: &ServeBenchArgs) -> Result<ServeReport> {
         decode_steady,
         roofline,
         gaps,
+        kernels,
     })
 }
 
@@ -617,6 +632,21 @@ pub fn print(r: &ServeReport) {
             g.gap_ms.p90,
             g.gap_ms.p99
         );
+    }
+    if !r.kernels.is_empty() {
+        let total: f64 = r.kernels.iter().map(|k| k.us).sum();
+        println!("kernels   every launch of the run timed (graphs off), the most time first:");
+        for k in r.kernels.iter().take(16) {
+            println!(
+                "  {:<28} {:>7} calls {:>9.1} ms {:>5.1}% {:>6.0} GB/s {:>6.1} TFLOP/s",
+                k.kernel,
+                k.calls,
+                k.us / 1e3,
+                100.0 * k.us / total.max(1e-12),
+                k.bytes as f64 / (k.us * 1e-6) / 1e9,
+                k.flops as f64 / (k.us * 1e-6) / 1e12
+            );
+        }
     }
 }
 
