@@ -16,8 +16,15 @@ use crate::config::Config;
 use crate::error::Result;
 use crate::kernel_args::Splits;
 
-/// Positions per flash-decoding split.
+/// Positions per flash-decoding split, at the least: a pass with few (token, KV head) pairs
+/// needs many splits to fill the GPU (docs/lessons.md#attention).
 pub const SPLIT_LEN: usize = 32;
+/// Longest split a pass takes (`splits_needed`).
+const MAX_SPLIT_LEN: usize = 1024;
+/// Split warps a pass keeps per SM before its splits grow longer: a warp is a block of
+/// `attention_split_mma_bf16`, and past a few waves of them more splits only add partial
+/// results for the combine to write and read (measured: docs/lessons.md#attention).
+pub const SPLIT_WARPS_PER_SM: usize = 16;
 /// Decode steps of up to this many sequences replay CUDA graphs (one per power of two);
 /// the splits' scratch holds such a step at the model's full context.
 pub const GRAPH_MAX_BATCH: usize = 128;
@@ -38,8 +45,8 @@ const MAX_SPLITS: usize = 8192;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Attention {
     /// `attention_split_mma_bf16` (or `attention_split_bf16` for heads it does not take) +
-    /// `attention_combine_f32`, with this many splits.
-    Split(usize),
+    /// `attention_combine_f32`, with these splits.
+    Split(SplitPlan),
     /// `attention_mma_bf16`: one sequence's prompt chunk, a head of 64 or 128.
     TensorCores,
     /// `attention_bf16`: one block per token and head.
@@ -50,7 +57,7 @@ impl Attention {
     /// The kernels for `batch`: the tensor cores for a long enough chunk of one prompt,
     /// else the splits while their scratch holds them (`splits`, from `splits_needed`),
     /// else a block per token and head.
-    pub fn of(c: &Config, batch: &Batch, splits: Option<usize>) -> Attention {
+    pub fn of(c: &Config, batch: &Batch, splits: Option<SplitPlan>) -> Attention {
         let one_sequence = batch.token_seq.windows(2).all(|w| w[0] == w[1]);
         let prompt = one_sequence && batch.tokens.len() >= MIN_TENSOR_CORE_ROWS;
         match splits {
@@ -61,15 +68,47 @@ impl Attention {
     }
 }
 
-/// Flash-decoding's split count for this batch, or `None` when its scratch (of
-/// `partial_rows`) cannot hold every (token, head, split) (a long prompt): then the prompt
-/// attention walks the whole context (`Attention::of`).
-pub fn splits_needed(c: &Config, batch: &Batch, partial_rows: usize) -> Option<usize> {
+/// Flash-decoding's splits for one pass: `count` of them (covering the longest position),
+/// `len` positions each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SplitPlan {
+    pub count: usize,
+    pub len: usize,
+}
+
+/// Flash-decoding's splits for this batch on a GPU of `sm_count` SMs, or `None` when the
+/// scratch (of `partial_rows`) cannot hold every (token, head, split) (a long prompt): then
+/// the prompt attention walks the whole context (`Attention::of`). Splits are `SPLIT_LEN`
+/// positions long while the pass has few (token, KV head) pairs, and twice as long for each
+/// doubling that still leaves `SPLIT_WARPS_PER_SM` warps an SM of non-empty splits; only
+/// `attention_split_mma_bf16` takes them longer than `SPLIT_LEN` (the per-lane kernel
+/// stages a whole split in shared memory).
+pub fn splits_needed(
+    c: &Config,
+    batch: &Batch,
+    partial_rows: usize,
+    sm_count: usize,
+) -> Option<SplitPlan> {
     let longest = batch.positions.iter().max().map_or(1, |&p| p as usize + 1);
-    let n_splits = longest.div_ceil(SPLIT_LEN);
-    let bucket = n_splits.next_power_of_two();
+    let warps = |len: usize| -> usize {
+        let per_head: usize = batch
+            .positions
+            .iter()
+            .map(|&p| (p as usize + 1).div_ceil(len))
+            .sum();
+        per_head * c.n_kv_heads
+    };
+    let mut len = SPLIT_LEN;
+    if attention_split_mma_supports(c.head_dim, c.n_heads, c.n_kv_heads, MAX_SPLIT_LEN) {
+        while len < MAX_SPLIT_LEN && warps(2 * len) >= SPLIT_WARPS_PER_SM * sm_count {
+            len *= 2;
+        }
+    }
+    let count = longest.div_ceil(len);
+    let bucket = count.next_power_of_two();
     let rows = batch.tokens.len().next_power_of_two();
-    (rows * c.n_heads * bucket <= partial_rows && bucket <= MAX_SPLITS).then_some(n_splits)
+    (rows * c.n_heads * bucket <= partial_rows && bucket <= MAX_SPLITS)
+        .then_some(SplitPlan { count, len })
 }
 
 /// Flash-decoding's partial results, sized once for the model.
@@ -121,8 +160,8 @@ impl SplitScratch {
         // covers the longest position (`splits_needed`); the tensor-core kernel is chosen
         // for one sequence's chunk only (`Attention::of`, the graphs' padding rows never take
         // it).
-        let n_splits = match attention {
-            Attention::Split(n_splits) => n_splits,
+        let plan = match attention {
+            Attention::Split(plan) => plan,
             Attention::TensorCores => {
                 unsafe { g.attention_mma_bf16(att, p) }?;
                 return Ok(Held::ROWS);
@@ -132,21 +171,21 @@ impl SplitScratch {
                 return Ok(Held::ROWS);
             }
         };
-        let rows = n * nh * n_splits;
+        let rows = n * nh * plan.count;
         let (partial_o, partial_ml) = (
             &mut self.partial_o.slice_mut(..rows * head_dim),
             &mut self.partial_ml.slice_mut(..rows * 2),
         );
         // The query heads of a KV head as the rows of one `mma` where it takes the model's
         // heads; the per-lane kernel otherwise.
-        if attention_split_mma_supports(head_dim, nh, nkv, SPLIT_LEN) {
-            unsafe { g.attention_split_mma_bf16(partial_o, partial_ml, p, SPLIT_LEN) }?;
+        if attention_split_mma_supports(head_dim, nh, nkv, plan.len) {
+            unsafe { g.attention_split_mma_bf16(partial_o, partial_ml, p, plan.len) }?;
         } else {
-            unsafe { g.attention_split_bf16(partial_o, partial_ml, p, SPLIT_LEN) }?;
+            unsafe { g.attention_split_bf16(partial_o, partial_ml, p, plan.len) }?;
         }
         let (po, ml) = (&partial_o.as_view(), &partial_ml.as_view());
         let (positions, len) = (&p.positions, n * heads.q_dim());
-        let splits = Splits::new(n_splits, SPLIT_LEN, head_dim);
+        let splits = Splits::new(plan.count, plan.len, head_dim);
         match copy {
             Some(Form::Bf16) => {
                 let out_bf16 = &mut mm.x_bf16.slice_mut(..len);
@@ -205,7 +244,11 @@ mod tests {
         c.n_heads = 8;
         c.n_kv_heads = 2;
         let of = |c: &Config, b: &Batch| {
-            kind(Attention::of(c, b, splits_needed(c, b, MIN_PARTIAL_ROWS)))
+            kind(Attention::of(
+                c,
+                b,
+                splits_needed(c, b, MIN_PARTIAL_ROWS, 132),
+            ))
         };
         // One decode token deep in the context; 33 sequences' decode tokens.
         assert_eq!(of(&c, &batch(1299, 1, &[0])), "split");
@@ -216,12 +259,51 @@ mod tests {
         assert_eq!(of(&c, &batch(1024, 256, &[0])), "tensor cores");
         // A short chunk of one prompt: the split kernels.
         assert_eq!(of(&c, &batch(40, 5, &[0])), "split");
-        // Chunks of two sequences: the split kernels while their scratch holds them, else
-        // the per-head kernel.
+        // Chunks of two sequences: the split kernels while their scratch holds them (deep
+        // in the context, with splits grown long), else the per-head kernel (heads only the
+        // per-lane split kernel takes, whose splits stay short).
         assert_eq!(of(&c, &batch(0, 128, &[0, 1])), "split");
-        assert_eq!(of(&c, &batch(1024, 128, &[0, 1])), "per head");
+        assert_eq!(of(&c, &batch(1024, 128, &[0, 1])), "split");
         // Heads the tensor-core kernel does not take.
         c.head_dim = 96;
         assert_eq!(of(&c, &batch(1024, 256, &[0])), "per head");
+        assert_eq!(of(&c, &batch(1024, 128, &[0, 1])), "per head");
+    }
+
+    /// Llama 3 8B's heads (8 KV heads of 128) on 132 SMs: a batch-1 or 8-sequence decode
+    /// keeps splits of 32 positions; 64 and 256 sequences at 576 positions, and a mixed
+    /// step's prompt chunk, take longer ones while 16 warps an SM remain; heads only the
+    /// per-lane kernel takes stay at 32.
+    #[test]
+    fn splits_grow_longer_only_when_the_gpu_stays_full() {
+        let mut c = crate::shapes::shape_config("llama3-8b").unwrap();
+        let plan = |c: &Config, b: &Batch| splits_needed(c, b, MAX_PARTIAL_ROWS, 132).unwrap();
+        let decode = |n: u32, pos: u32| batch(pos, 1, &(0..n).collect::<Vec<_>>());
+        assert_eq!(
+            plan(&c, &decode(1, 8191)),
+            SplitPlan {
+                count: 256,
+                len: 32
+            }
+        );
+        assert_eq!(plan(&c, &decode(8, 575)), SplitPlan { count: 18, len: 32 });
+        // 64 x 8 x ceil(576 / len) warps: 2,560 at 128 (>= 16 x 132 = 2,112), 1,536 at 256.
+        assert_eq!(plan(&c, &decode(64, 575)), SplitPlan { count: 5, len: 128 });
+        // 256 x 8 x ceil(576 / 512) = 4,096; at 1024, 2,048.
+        assert_eq!(
+            plan(&c, &decode(256, 575)),
+            SplitPlan { count: 2, len: 512 }
+        );
+        // Every split still covers the longest position.
+        let p = plan(&c, &decode(200, 1999));
+        assert!(p.count * p.len >= 2000 && p.len <= MAX_SPLIT_LEN, "{p:?}");
+        // A prompt chunk of 300 tokens from 700 with 100 decode tokens.
+        let mut mixed = batch(700, 300, &[0]);
+        mixed.positions.extend(std::iter::repeat_n(400, 100));
+        mixed.token_seq.extend(1..=100);
+        mixed.tokens.extend([1; 100]);
+        assert!(plan(&c, &mixed).len > SPLIT_LEN);
+        c.head_dim = 96;
+        assert_eq!(plan(&c, &decode(256, 575)).len, SPLIT_LEN);
     }
 }

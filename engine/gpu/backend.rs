@@ -9,7 +9,7 @@
 
 use cudarc::driver::{CudaGraph, CudaSlice};
 
-use super::attend::{Attention, SplitScratch, splits_needed};
+use super::attend::{Attention, SplitPlan, SplitScratch, splits_needed};
 use super::batch::{DeviceBatch, MAX_SEQS};
 use super::context::{Gpu, capture_graph};
 use super::graphs::{GraphKey, Graphs, is_decode_step};
@@ -301,7 +301,7 @@ impl GpuBackend {
         };
         self.batch
             .upload(&self.gpu, batch, bucket.unwrap_or(batch.tokens.len()))?;
-        let splits = splits_needed(c, batch, self.splits.rows);
+        let splits = splits_needed(c, batch, self.splits.rows, self.gpu.sm_count);
         let attention = match self.batch_invariant {
             true => Attention::PerHead,
             false => Attention::of(c, batch, splits),
@@ -316,7 +316,11 @@ impl GpuBackend {
             self.launch(c, batch.tokens.len(), &batch.logit_rows, &pass)?;
             return Ok(rows);
         };
-        let key = (n, splits.next_power_of_two(), greedy);
+        let bucket = SplitPlan {
+            count: splits.count.next_power_of_two(),
+            len: splits.len,
+        };
+        let key = (n, bucket, greedy);
         if !self.graphs.contains(&key) {
             let graph = self.capture(c, key, rules)?;
             self.graphs.insert(key, graph);
@@ -329,10 +333,10 @@ impl GpuBackend {
     /// splits, ending in the argmax if `greedy`, as a CUDA graph: the ordinary forward pass
     /// (`launch`), recorded instead of run.
     fn capture(&mut self, c: &Config, key: GraphKey, rules: Rules) -> Result<CudaGraph> {
-        let (n, n_splits, greedy) = key;
+        let (n, splits, greedy) = key;
         let attention = match self.batch_invariant {
             true => Attention::PerHead,
-            false => Attention::Split(n_splits),
+            false => Attention::Split(splits),
         };
         let pass = Pass {
             rules,

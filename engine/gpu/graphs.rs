@@ -8,13 +8,13 @@ use std::collections::HashMap;
 
 use cudarc::driver::CudaGraph;
 
-use super::attend::GRAPH_MAX_BATCH;
+use super::attend::{GRAPH_MAX_BATCH, SplitPlan};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
 
-/// A captured decode step: rows (a power of two), attention splits (a power of two), and
-/// whether it ends in the argmax.
-pub type GraphKey = (usize, usize, bool);
+/// A captured decode step: rows (a power of two), attention splits (their count a power of
+/// two, and their length), and whether it ends in the argmax.
+pub type GraphKey = (usize, SplitPlan, bool);
 
 /// The captured decode steps.
 pub struct Graphs {
