@@ -53,6 +53,15 @@ impl Heads {
         Heads::new(c.n_heads, c.n_kv_heads, c.head_dim)
     }
 
+    /// `(n_heads, n_kv_heads, head_dim)` as sizes.
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        (
+            self.n_heads as usize,
+            self.n_kv_heads as usize,
+            self.head_dim as usize,
+        )
+    }
+
     /// `n_heads * head_dim`: a token's queries.
     pub fn q_dim(&self) -> usize {
         (self.n_heads * self.head_dim) as usize

@@ -318,11 +318,7 @@ pub fn qkv_rope_write_bf16(
     heads: Heads,
 ) {
     let (q_dim, kv_dim) = (heads.q_dim(), heads.kv_dim());
-    let (n_heads, n_kv_heads, head_dim) = (
-        heads.n_heads as usize,
-        heads.n_kv_heads as usize,
-        heads.head_dim as usize,
-    );
+    let (n_heads, n_kv_heads, head_dim) = heads.sizes();
     let width = q_dim + 2 * kv_dim;
     let mut k = vec![0.0; kv_dim];
     let bf16 = |x: f32| half::bf16::from_f32(x).to_bits();
@@ -363,11 +359,7 @@ pub fn attention_f32(out: &mut [f32], p: &PagedRef<f32>) {
         shape,
     } = *p;
     let max_blocks = shape.max_blocks as usize;
-    let (n_heads, n_kv_heads, head_dim) = (
-        shape.heads.n_heads as usize,
-        shape.heads.n_kv_heads as usize,
-        shape.heads.head_dim as usize,
-    );
+    let (n_heads, n_kv_heads, head_dim) = shape.heads.sizes();
     let group = n_heads / n_kv_heads;
     let kv_dim = n_kv_heads * head_dim;
     let scale = 1.0 / (head_dim as f32).sqrt();
@@ -492,11 +484,7 @@ pub fn attention_split_bf16(
         shape,
     } = *p;
     let max_blocks = shape.max_blocks as usize;
-    let (n_heads, n_kv_heads, head_dim) = (
-        shape.heads.n_heads as usize,
-        shape.heads.n_kv_heads as usize,
-        shape.heads.head_dim as usize,
-    );
+    let (n_heads, n_kv_heads, head_dim) = shape.heads.sizes();
     let n_splits = partial_ml.len() / (2 * positions.len() * n_heads);
     let (group, kv_dim) = (n_heads / n_kv_heads, n_kv_heads * head_dim);
     let (k_cache, v_cache) = (widen(k_cache), widen(v_cache));

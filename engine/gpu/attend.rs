@@ -148,11 +148,7 @@ impl SplitScratch {
         copy: Option<Form>,
     ) -> Result<Held> {
         let heads = p.shape.heads;
-        let (nh, nkv, head_dim) = (
-            heads.n_heads as usize,
-            heads.n_kv_heads as usize,
-            heads.head_dim as usize,
-        );
+        let (nh, nkv, head_dim) = heads.sizes();
         let n = p.positions.len();
         // SAFETY (the three attention launches): the batch was built from the block
         // manager's tables, which cover every position up to each token's own; this layer's

@@ -60,11 +60,7 @@ pub fn attention_bf16(out: &mut [f32], p: &PagedRef<u16>) {
         shape,
     } = *p;
     let max_blocks = shape.max_blocks as usize;
-    let (n_heads, n_kv_heads, head_dim) = (
-        shape.heads.n_heads as usize,
-        shape.heads.n_kv_heads as usize,
-        shape.heads.head_dim as usize,
-    );
+    let (n_heads, n_kv_heads, head_dim) = shape.heads.sizes();
     let a = Args {
         k_cache,
         v_cache,

@@ -55,11 +55,7 @@ impl Gpu {
     ) -> Result<()> {
         let n = p.positions.len();
         let heads = p.shape.heads;
-        let (n_heads, n_kv_heads, head_dim) = (
-            heads.n_heads as usize,
-            heads.n_kv_heads as usize,
-            heads.head_dim as usize,
-        );
+        let (n_heads, n_kv_heads, head_dim) = heads.sizes();
         assert!(
             head_dim <= MAX_HEAD_DIM,
             "{} holds at most 128 dimensions per head (got {head_dim})",
@@ -158,11 +154,7 @@ impl Gpu {
         let name = kernel.name;
         let n = p.positions.len();
         let heads = p.shape.heads;
-        let (n_heads, n_kv_heads, head_dim) = (
-            heads.n_heads as usize,
-            heads.n_kv_heads as usize,
-            heads.head_dim as usize,
-        );
+        let (n_heads, n_kv_heads, head_dim) = heads.sizes();
         let n_splits = partial_ml.len() / (2 * n * n_heads);
         assert!(
             aligned16(&p.k_cache, &self.stream) && aligned16(&p.v_cache, &self.stream),

@@ -24,11 +24,7 @@ impl Gpu {
     pub unsafe fn attention_mma_bf16(&self, out: &mut Out<f32>, p: &PagedIn<u16>) -> Result<()> {
         let n = p.positions.len();
         let heads = p.shape.heads;
-        let (n_heads, n_kv_heads, head_dim) = (
-            heads.n_heads as usize,
-            heads.n_kv_heads as usize,
-            heads.head_dim as usize,
-        );
+        let (n_heads, n_kv_heads, head_dim) = heads.sizes();
         assert!(
             attention_mma_supports(head_dim),
             "attention_mma_bf16 takes heads of 64 or 128 (got {head_dim})"

@@ -67,11 +67,7 @@ impl Gpu {
     ) -> Result<()> {
         let n = positions.len();
         let (q_dim, kv_dim) = (heads.q_dim(), heads.kv_dim());
-        let (n_heads, n_kv_heads, head_dim) = (
-            heads.n_heads as usize,
-            heads.n_kv_heads as usize,
-            heads.head_dim as usize,
-        );
+        let (n_heads, n_kv_heads, head_dim) = heads.sizes();
         assert!(head_dim.is_multiple_of(2) && slots.len() == n && q_out.len() == n * q_dim);
         assert!(qkv.len() == n * (q_dim + 2 * kv_dim) && k_cache.len() == v_cache.len());
         assert!(k_cache.len().is_multiple_of(BLOCK_SIZE * kv_dim) && cos.len() == sin.len());
