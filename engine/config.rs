@@ -16,13 +16,17 @@ pub enum Arch {
     Mistral,
     /// Qwen2 / 2.5: bias on the q, k and v projections.
     Qwen2,
+    /// Qwen3 (dense): each query and key head RMSNormed before RoPE (`q_norm`, `k_norm`),
+    /// no projection bias, `head_dim` from the configuration (128 where hidden / heads is not).
+    Qwen3,
 }
 
-pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM";
+pub const SUPPORTED: &str =
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
 
 /// The GGUF `general.architecture` names rustle reads, and the `model_type` each stands for
 /// (llama.cpp's converter writes `llama` for Llama, Mistral, SmolLM and TinyLlama).
-const GGUF_ARCHS: &[(&str, &str)] = &[("llama", "llama"), ("qwen2", "qwen2")];
+const GGUF_ARCHS: &[(&str, &str)] = &[("llama", "llama"), ("qwen2", "qwen2"), ("qwen3", "qwen3")];
 
 impl Arch {
     /// The `model_type` a GGUF file's `general.architecture` stands for, or the error that
@@ -34,7 +38,7 @@ impl Arch {
             .ok_or_else(|| Error::UnsupportedArchitecture {
                 field: "general.architecture",
                 found: arch.to_owned(),
-                supported: "llama (Llama, Mistral, SmolLM, TinyLlama), qwen2",
+                supported: "llama (Llama, Mistral, SmolLM, TinyLlama), qwen2, qwen3",
             })
     }
 
@@ -44,6 +48,7 @@ impl Arch {
                 "LlamaForCausalLM" => Ok(Arch::Llama),
                 "MistralForCausalLM" => Ok(Arch::Mistral),
                 "Qwen2ForCausalLM" => Ok(Arch::Qwen2),
+                "Qwen3ForCausalLM" => Ok(Arch::Qwen3),
                 other => Err(Error::UnsupportedArchitecture {
                     field: "architectures",
                     found: other.to_owned(),
@@ -55,6 +60,7 @@ impl Arch {
             Some("llama") => Ok(Arch::Llama),
             Some("mistral") => Ok(Arch::Mistral),
             Some("qwen2") => Ok(Arch::Qwen2),
+            Some("qwen3") => Ok(Arch::Qwen3),
             Some(other) => Err(Error::UnsupportedArchitecture {
                 field: "model_type",
                 found: other.to_owned(),
@@ -152,6 +158,9 @@ pub struct Config {
     pub tie_embeddings: bool,
     /// Bias on the q, k and v projections (Qwen2, or `attention_bias`).
     pub qkv_bias: bool,
+    /// Each query and key head RMSNormed over `head_dim` before RoPE, with weights of its
+    /// own (`q_norm`, `k_norm`: Qwen3).
+    pub qk_norm: bool,
     pub bos_token: Option<u32>,
     pub eos_tokens: Vec<u32>,
 }
@@ -371,6 +380,7 @@ impl Config {
             rope_scaling,
             tie_embeddings: hf.tie_word_embeddings.unwrap_or(false),
             qkv_bias: arch == Arch::Qwen2 || hf.attention_bias.unwrap_or(false),
+            qk_norm: arch == Arch::Qwen3,
             bos_token: hf.bos_token_id,
             eos_tokens,
         })
@@ -501,6 +511,24 @@ mod tests {
         )
         .unwrap();
         assert_eq!((m.arch, m.max_seq_len), (Arch::Mistral, 4096));
+    }
+
+    #[test]
+    fn qwen3_norms_its_heads_and_takes_head_dim_as_given() {
+        // Qwen3-0.6B's widths: 16 heads of 128 over a residual of 1024.
+        let q = parse(
+            &SMOLLM2
+                .replace("LlamaForCausalLM", "Qwen3ForCausalLM")
+                .replace("\"vocab_size\"", "\"head_dim\": 128, \"vocab_size\"")
+                .replace("\"num_attention_heads\": 9", "\"num_attention_heads\": 16")
+                .replace("\"num_key_value_heads\": 3", "\"num_key_value_heads\": 8")
+                .replace("576", "1024"),
+        )
+        .unwrap();
+        assert_eq!(q.arch, Arch::Qwen3);
+        assert!(q.qk_norm && !q.qkv_bias);
+        assert_eq!((q.head_dim, q.q_dim(), q.kv_dim()), (128, 2048, 1024));
+        assert!(!parse(SMOLLM2).unwrap().qk_norm);
     }
 
     #[test]

@@ -97,6 +97,19 @@ impl Splits {
     }
 }
 
+/// The fused projection's rows and the norms of their query and key heads (Qwen3), as
+/// `qkv_norm_rope_write_bf16` takes them: `V` is a device view for the kernel's wrapper and
+/// a host slice for its CPU twin.
+#[derive(Clone, Copy)]
+pub struct NormedQkv<V> {
+    /// `[n, q_dim + 2 * kv_dim]`, each row `[q | k | v]`
+    pub qkv: V,
+    /// `[head_dim]` each: the norm of every query head, of every key head
+    pub q_norm: V,
+    pub k_norm: V,
+    pub eps: f32,
+}
+
 /// What every paged-attention kernel reads: the queries, one layer's KV cache, and where
 /// each token's sequence lives in it. `F`, `K` and `I` are how the f32 queries, the cache's
 /// elements and the u32 indices are held: device views for a kernel's wrapper

@@ -404,6 +404,8 @@ pub fn hf_name(gguf: &str) -> String {
         "attn_k" => "self_attn.k_proj",
         "attn_v" => "self_attn.v_proj",
         "attn_output" => "self_attn.o_proj",
+        "attn_q_norm" => "self_attn.q_norm",
+        "attn_k_norm" => "self_attn.k_norm",
         "ffn_gate" => "mlp.gate_proj",
         "ffn_up" => "mlp.up_proj",
         "ffn_down" => "mlp.down_proj",
@@ -480,6 +482,10 @@ mod tests {
         assert_eq!(
             hf_name("blk.3.attn_norm.weight"),
             "model.layers.3.input_layernorm.weight"
+        );
+        assert_eq!(
+            hf_name("blk.5.attn_k_norm.weight"),
+            "model.layers.5.self_attn.k_norm.weight"
         );
         assert_eq!(hf_name("rope_freqs.weight"), "rope_freqs.weight");
     }

@@ -25,6 +25,9 @@ pub struct LayerWeights<M = Vec<f32>> {
     pub bq: Option<Vec<f32>>,
     pub bk: Option<Vec<f32>>,
     pub bv: Option<Vec<f32>>,
+    /// `[head_dim]`, `[head_dim]`: Qwen3's norms of each query and key head.
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
     /// `[dim, q_dim]`
     pub wo: M,
     /// `[dim]`
@@ -51,7 +54,7 @@ impl<M> LayerWeights<M> {
         ]
     }
 
-    /// The layer's vectors: the norms, and the biases it has.
+    /// The layer's vectors: the norms, and the biases and head norms it has.
     pub fn vectors(&self) -> impl Iterator<Item = &Vec<f32>> {
         [
             Some(&self.attn_norm),
@@ -59,6 +62,8 @@ impl<M> LayerWeights<M> {
             self.bq.as_ref(),
             self.bk.as_ref(),
             self.bv.as_ref(),
+            self.q_norm.as_ref(),
+            self.k_norm.as_ref(),
         ]
         .into_iter()
         .flatten()
@@ -170,6 +175,8 @@ impl ModelWeights {
                 bq: c.qkv_bias.then(|| vec![0.0; q]),
                 bk: c.qkv_bias.then(|| vec![0.0; kv]),
                 bv: c.qkv_bias.then(|| vec![0.0; kv]),
+                q_norm: c.qk_norm.then(|| vec![1.0; c.head_dim]),
+                k_norm: c.qk_norm.then(|| vec![1.0; c.head_dim]),
                 wo: matrix(dim, q),
                 ffn_norm: vec![1.0; dim],
                 w_gate: matrix(ffn, dim),
@@ -242,6 +249,11 @@ impl ModelWeights {
                     w.check(&name(s), &[n], true)?;
                 }
             }
+            if c.qk_norm {
+                for s in ["self_attn.q_norm.weight", "self_attn.k_norm.weight"] {
+                    w.check(&name(s), &[c.head_dim], true)?;
+                }
+            }
         }
         w.check("model.embed_tokens.weight", &[c.vocab_size, dim], true)?;
         w.check("model.norm.weight", &[dim], true)?;
@@ -269,6 +281,12 @@ impl<M: MatrixFormat> ModelWeights<M> {
                         Ok(None)
                     }
                 };
+                let head_norm = |s: &str| -> Result<Option<Vec<f32>>> {
+                    match c.qk_norm {
+                        true => vector(s, c.head_dim).map(Some),
+                        false => Ok(None),
+                    }
+                };
                 let mut wq = take("self_attn.q_proj.weight", q_dim, dim)?;
                 let mut wk = take("self_attn.k_proj.weight", kv_dim, dim)?;
                 let mut bq = bias("self_attn.q_proj.bias", q_dim)?;
@@ -287,6 +305,8 @@ impl<M: MatrixFormat> ModelWeights<M> {
                     bq,
                     bk,
                     bv: bias("self_attn.v_proj.bias", kv_dim)?,
+                    q_norm: head_norm("self_attn.q_norm.weight")?,
+                    k_norm: head_norm("self_attn.k_norm.weight")?,
                     wo: take("self_attn.o_proj.weight", dim, q_dim)?,
                     ffn_norm: vector("post_attention_layernorm.weight", dim)?,
                     w_gate: take("mlp.gate_proj.weight", ffn, dim)?,

@@ -1,4 +1,4 @@
-//! Named model shapes (llama3-8b, llama3.2-1b, qwen2.5-7b, smollm2-135m), as their
+//! Named model shapes (llama3-8b, llama3.2-1b, qwen2.5-7b, qwen3-8b, smollm2-135m), as their
 //! `config.json` files give them: benchmarks and profiles build synthetic weights of one, so
 //! that they need no download, and tests size their problems by them.
 
@@ -29,6 +29,13 @@ pub const SHAPES: &[(&str, &str)] = &[
             "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
             "vocab_size": 152064, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
             "rope_theta": 1000000.0, "tie_word_embeddings": false}"#,
+    ),
+    (
+        "qwen3-8b",
+        r#"{"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "intermediate_size": 12288,
+            "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+            "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": false}"#,
     ),
     (
         "smollm2-135m",

@@ -328,16 +328,20 @@ fn folder_chat_template(dir: &Path, tokenizer_config: &Value) -> Result<Option<S
 const CONTROL: i64 = 3;
 /// GGUF token type 4: a user-defined token, matched whole but printed as text.
 const USER_DEFINED: i64 = 4;
+/// GGUF token type 5: an unused id, such as the `[PAD151700]` entries converters add to fill
+/// a vocabulary out to the embedding's rows. transformers' tokenizer has no such ids and
+/// decodes them as nothing; as special tokens they are skipped the same way.
+const UNUSED: i64 = 5;
 
 fn added_tokens(tokens: &[String], types: &[i64]) -> Vec<Value> {
     tokens
         .iter()
         .zip(types)
         .enumerate()
-        .filter(|(_, (_, t))| **t == CONTROL || **t == USER_DEFINED)
+        .filter(|(_, (_, t))| [CONTROL, USER_DEFINED, UNUSED].contains(t))
         .map(|(i, (tok, t))| {
             json!({"id": i, "content": tok, "single_word": false, "lstrip": false,
-                   "rstrip": false, "normalized": false, "special": *t == CONTROL})
+                   "rstrip": false, "normalized": false, "special": *t != USER_DEFINED})
         })
         .collect()
 }
@@ -490,7 +494,7 @@ mod tests {
     fn gpt2_style_bpe_from_metadata_round_trips() {
         // Byte-level alphabet: 'Ġ' stands for a space.
         let tokens = [
-            "<|end|>", "a", "b", "c", "Ġ", "1", "2", "ab", "Ġa", "Ġab", "abc",
+            "<|end|>", "a", "b", "c", "Ġ", "1", "2", "ab", "Ġa", "Ġab", "abc", "[PAD11]",
         ];
         let mut w = Writer::new();
         w.meta_str("tokenizer.ggml.model", "gpt2")
@@ -498,7 +502,7 @@ mod tests {
             .meta_strs("tokenizer.ggml.tokens", &tokens)
             .meta_i32s(
                 "tokenizer.ggml.token_type",
-                &[3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+                &[3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 5],
             )
             .meta_strs("tokenizer.ggml.merges", &["Ġ a", "Ġa b", "a b", "ab c"])
             .meta_u32("tokenizer.ggml.eos_token_id", 0)
@@ -508,6 +512,8 @@ mod tests {
         // "abc" | " ab" | "1" | "2" (digits split one by one) | the control token whole.
         assert_eq!(ids, vec![10, 9, 5, 6, 0]);
         assert_eq!(t.decode(&ids).unwrap(), "abc ab12");
+        // An unused id (a converter's padding of the vocabulary) decodes as nothing.
+        assert_eq!(t.decode(&[7, 11, 3]).unwrap(), "abc");
         assert_eq!(t.eos_tokens, vec![0]);
         assert_eq!(t.eos_text, "<|end|>");
     }

@@ -201,6 +201,22 @@ pub fn qkv_rope_write_bf16(
     )
 }
 
+/// `qkv_rope_write_bf16`'s, with the two norms' weights read and a square-add and two
+/// multiplies more for each query and key element.
+pub fn qkv_norm_rope_write_bf16(
+    n: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+) -> Traffic {
+    let rope = qkv_rope_write_bf16(n, n_heads, n_kv_heads, head_dim);
+    let normed = (n * (n_heads + n_kv_heads) * head_dim) as u64;
+    t(
+        rope.bytes + 2 * head_dim as u64 * F32,
+        rope.flops + 3 * normed,
+    )
+}
+
 /// Keys and values read and written, the slots.
 pub fn kv_write_f32(n: usize, kv_dim: usize) -> Traffic {
     let (n, kv_dim) = (n as u64, kv_dim as u64);

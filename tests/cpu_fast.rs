@@ -128,6 +128,16 @@ fn tiny_qwen2_fast_matches_transformers() {
     check_model(Some("tests/golden/tiny-qwen2"), "tiny-qwen2", 256);
 }
 
+#[test]
+fn tiny_qwen3_fast_matches_transformers() {
+    check_model(Some("tests/golden/tiny-qwen3"), "tiny-qwen3", 256);
+}
+
+#[test]
+fn tiny_qwen3_gguf_fast_matches_transformers() {
+    check_model(Some("tests/golden/tiny-qwen3.gguf"), "tiny-qwen3", 256);
+}
+
 /// The weights held are the file's tensor bytes, within the 5% the issue allows (the f32
 /// copies of norms are the only growth).
 #[test]

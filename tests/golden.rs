@@ -4,7 +4,9 @@
 //! (Llama 3 with llama3 RoPE scaling and an untied head in bf16; Qwen2 with q/k/v bias, tied,
 //! f16, sharded) from tests/golden/make_tiny.py; a tiny Llama GGUF whose matrices mix Q4_K,
 //! Q5_0, Q6_K and Q8_0 from tests/golden/make_tiny_quant.py (transformers ran on what the
-//! `gguf` package dequantizes).
+//! `gguf` package dequantizes); a tiny Qwen3 (q and k normed by head, head_dim not hidden /
+//! heads) from make_tiny.py, as its folder and as llama.cpp's converter writes it in GGUF
+//! (make_tiny_gguf.py).
 
 mod common;
 
@@ -30,6 +32,17 @@ fn tiny_llama3_matches_transformers() {
 #[test]
 fn tiny_qwen2_matches_transformers() {
     check_model(Some("tests/golden/tiny-qwen2"), "tiny-qwen2");
+}
+
+#[test]
+fn tiny_qwen3_matches_transformers() {
+    check_model(Some("tests/golden/tiny-qwen3"), "tiny-qwen3");
+}
+
+/// The same weights through llama.cpp's converter (bf16, so the folder's golden outputs hold).
+#[test]
+fn tiny_qwen3_gguf_matches_transformers() {
+    check_model(Some("tests/golden/tiny-qwen3.gguf"), "tiny-qwen3");
 }
 
 #[test]

@@ -27,7 +27,7 @@ use rustle::gpu::kernels::gemv_quant::BlocksIn;
 use rustle::gpu::kernels::{In, Out};
 use rustle::gpu::matrix::WeightFormat;
 use rustle::gpu::matrix::to_bf16;
-use rustle::kernel_args::{Blocks, Heads, MatmulShape, Paged, PagedShape, Splits};
+use rustle::kernel_args::{Blocks, Heads, MatmulShape, NormedQkv, Paged, PagedShape, Splits};
 use rustle::model::{LayerWeights, ModelWeights};
 use rustle::runner::{Device, Runner, RunnerOptions};
 use rustle::weights::blocks::BlockType;
@@ -85,6 +85,7 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::mma_probe_bf16", mma_probe_bf16),
     ("kernel::rope_f32", rope_f32),
     ("kernel::qkv_rope_write_bf16", qkv_rope_write_bf16),
+    ("kernel::qkv_norm_rope_write_bf16", qkv_norm_rope_write_bf16),
     ("kernel::kv_write_f32", kv_write_f32),
     (
         "kernel::attention_f32, attention_bf16 (and both splits + combine)",
@@ -143,6 +144,10 @@ const TESTS: &[(&str, Test)] = &[
     (
         "model::default_model_gpu_matches_transformers",
         default_model_gpu_matches_transformers,
+    ),
+    (
+        "model::tiny_models_gpu_match_transformers",
+        tiny_models_gpu_match_transformers,
     ),
     (
         "model::profile_times_every_launch_of_a_step",
@@ -1610,6 +1615,19 @@ fn rope_f32(g: &Gpu, rng: &mut StdRng) {
 /// sides, bit for bit; a rotated key may round the other way where the two sides' f32
 /// rotations differ in the last bit.
 fn qkv_rope_write_bf16(g: &Gpu, rng: &mut StdRng) {
+    rope_write_cases(g, rng, false);
+}
+
+/// As `qkv_rope_write_bf16`, each query and key head normed first (Qwen3): the norm's sum
+/// of squares is a warp's tree on the GPU and a running sum on the CPU, so q is held to a
+/// reduction's tolerance.
+fn qkv_norm_rope_write_bf16(g: &Gpu, rng: &mut StdRng) {
+    rope_write_cases(g, rng, true);
+}
+
+/// RoPE and the cache write from the fused rows, against the twin, with the heads' norms
+/// (`qkv_norm_rope_write_bf16`) or without (`qkv_rope_write_bf16`).
+fn rope_write_cases(g: &Gpu, rng: &mut StdRng, with_norms: bool) {
     let max_pos = 300;
     for (n, n_heads, n_kv_heads, head_dim, n_blocks) in [
         (1, 9, 3, 64, 4),
@@ -1632,31 +1650,57 @@ fn qkv_rope_write_bf16(g: &Gpu, rng: &mut StdRng) {
             bf16_weights(rng, n_blocks * 16 * kv_dim, 1.0),
             bf16_weights(rng, n_blocks * 16 * kv_dim, 1.0),
         );
+        let (q_w, k_w) = (normal(rng, head_dim, 1.0), normal(rng, head_dim, 1.0));
         let (mut cpu_q, mut cpu_k, mut cpu_v) = (vec![0.0; n * q_dim], kc.clone(), vc.clone());
         let heads = Heads::new(n_heads, n_kv_heads, head_dim);
-        ops::qkv_rope_write_bf16(
-            &mut cpu_q,
-            (&mut cpu_k, &mut cpu_v),
-            &qkv,
-            (&positions, &slots),
-            (&cos, &sin),
-            heads,
-        );
+        let (cpu_rows, cpu_tables) = ((&positions[..], &slots[..]), (&cos[..], &sin[..]));
+        let cpu_caches = (&mut cpu_k[..], &mut cpu_v[..]);
+        match with_norms {
+            true => ops::qkv_norm_rope_write_bf16(
+                &mut cpu_q,
+                cpu_caches,
+                NormedQkv {
+                    qkv: &qkv,
+                    q_norm: &q_w,
+                    k_norm: &k_w,
+                    eps: 1e-6,
+                },
+                cpu_rows,
+                cpu_tables,
+                heads,
+            ),
+            false => {
+                ops::qkv_rope_write_bf16(&mut cpu_q, cpu_caches, &qkv, cpu_rows, cpu_tables, heads)
+            }
+        }
         let (mut q, mut kd, mut vd) = (poisoned(g, n * q_dim), up(g, &kc), up(g, &vc));
+        let (qkv_d, pos_d, slots_d) = (up(g, &qkv), up(g, &positions), up(g, &slots));
+        let (cos_d, sin_d, q_w_d, k_w_d) = (up(g, &cos), up(g, &sin), up(g, &q_w), up(g, &k_w));
+        let rows = (&pos_d.as_view(), &slots_d.as_view());
+        let tables = (&cos_d.as_view(), &sin_d.as_view());
+        let caches = (&mut kd.as_view_mut(), &mut vd.as_view_mut());
+        let q_out = &mut q.as_view_mut();
         // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
         unsafe {
-            g.qkv_rope_write_bf16(
-                &mut q.as_view_mut(),
-                (&mut kd.as_view_mut(), &mut vd.as_view_mut()),
-                &up(g, &qkv).as_view(),
-                (&up(g, &positions).as_view(), &up(g, &slots).as_view()),
-                (&up(g, &cos).as_view(), &up(g, &sin).as_view()),
-                heads,
-            )
+            match with_norms {
+                true => {
+                    let normed = NormedQkv {
+                        qkv: &qkv_d.as_view(),
+                        q_norm: &q_w_d.as_view(),
+                        k_norm: &k_w_d.as_view(),
+                        eps: 1e-6,
+                    };
+                    g.qkv_norm_rope_write_bf16(q_out, caches, normed, rows, tables, heads)
+                }
+                false => {
+                    g.qkv_rope_write_bf16(q_out, caches, &qkv_d.as_view(), rows, tables, heads)
+                }
+            }
         }
         .unwrap();
         let what = format!("n {n}, {n_heads}/{n_kv_heads} heads of {head_dim}");
-        assert_close(&format!("{what}: q"), &down(g, &q), &cpu_q, ELEMENTWISE);
+        let q_tol = if with_norms { REDUCTION } else { ELEMENTWISE };
+        assert_close(&format!("{what}: q"), &down(g, &q), &cpu_q, q_tol);
         let widen = |v: &[u16]| v.iter().map(|&b| ops::bf16_to_f32(b)).collect::<Vec<_>>();
         assert_close(
             &format!("{what}: k cache"),
@@ -2697,6 +2741,8 @@ fn synthetic_llama3(rng: &mut StdRng) -> (Config, ModelWeights) {
             bq: None,
             bk: None,
             bv: None,
+            q_norm: None,
+            k_norm: None,
             wo: normal(rng, dim * q, s(q)),
             ffn_norm: norm(rng),
             w_gate: normal(rng, ffn * dim, s(dim)),
@@ -3068,6 +3114,25 @@ fn default_model_gpu_matches_transformers(g: &Gpu, _: &mut StdRng) {
         worst = worst.max(common::check_case(&mut r, &tok, case, &GPU_VS_TRANSFORMERS));
     }
     eprintln!("  largest top-logit error against transformers: {worst:.3e}");
+}
+
+/// Every tiny golden model (each architecture, HF folders and GGUF files) on the GPU against
+/// transformers, as tests/golden.rs holds the CPU.
+fn tiny_models_gpu_match_transformers(g: &Gpu, _: &mut StdRng) {
+    for (path, golden) in [
+        ("tests/golden/tiny-llama3", "tiny-llama3"),
+        ("tests/golden/tiny-qwen2", "tiny-qwen2"),
+        ("tests/golden/tiny-qwen3", "tiny-qwen3"),
+        ("tests/golden/tiny-qwen3.gguf", "tiny-qwen3"),
+        ("tests/golden/tiny-quant.gguf", "tiny-quant"),
+    ] {
+        let (mut r, tok) = common::load(Some(path), 256, gpu_device(g));
+        let mut worst = 0f32;
+        for case in &common::golden(golden).cases {
+            worst = worst.max(common::check_case(&mut r, &tok, case, &GPU_VS_TRANSFORMERS));
+        }
+        eprintln!("  {path}: largest top-logit error against transformers: {worst:.3e}");
+    }
 }
 
 /// The profiler sees every launch of a decode step (graphs off), and the byte counts of the

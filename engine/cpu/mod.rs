@@ -114,11 +114,16 @@ pub fn forward<'s>(
 
     o.embedding_f32(x, &w.embed, &batch.tokens, dim);
     for (l, lw) in w.layers.iter().enumerate() {
-        // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream.
+        // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream (q
+        // and k each normed by head first where the model says: Qwen3).
         o.rmsnorm_f32(xb, x, &lw.attn_norm, c.rms_eps);
         o.matmul_f32(q, xb, &lw.wq, lw.bq.as_deref(), dim);
         o.matmul_f32(k, xb, &lw.wk, lw.bk.as_deref(), dim);
         o.matmul_f32(v, xb, &lw.wv, lw.bv.as_deref(), dim);
+        if let (Some(q_norm), Some(k_norm)) = (&lw.q_norm, &lw.k_norm) {
+            o.head_rmsnorm_f32(q, q_norm, c.rms_eps);
+            o.head_rmsnorm_f32(k, k_norm, c.rms_eps);
+        }
         o.rope_f32(
             q,
             &batch.positions,

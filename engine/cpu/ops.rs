@@ -7,7 +7,7 @@
 
 use rayon::prelude::*;
 
-pub use crate::kernel_args::{Heads, Paged, PagedShape, Splits};
+pub use crate::kernel_args::{Heads, NormedQkv, Paged, PagedShape, Splits};
 use crate::kv::block_manager::BLOCK_SIZE;
 
 /// A paged attention's inputs on the host (`kernel_args::Paged`): the queries, one layer's
@@ -71,6 +71,19 @@ pub fn rmsnorm_f32_bf16(
 ) {
     rmsnorm_f32(out, x, weight, eps);
     f32_to_bf16(out_bf16, out);
+}
+
+/// RMSNorm of each `weight.len()`-wide row of `x`, in place: Qwen3's norm of each query or
+/// key head (`x` `[n, heads, head_dim]`, `weight` `[head_dim]`), as `rmsnorm_f32` computes it.
+pub fn head_rmsnorm_f32(x: &mut [f32], weight: &[f32], eps: f32) {
+    let dim = weight.len();
+    for x in x.chunks_exact_mut(dim) {
+        let mean_sq = x.iter().map(|v| v * v).sum::<f32>() / dim as f32;
+        let scale = 1.0 / (mean_sq + eps).sqrt();
+        for (x, w) in x.iter_mut().zip(weight) {
+            *x = *x * scale * w;
+        }
+    }
 }
 
 /// Dot product with eight independent sums, so the compiler can keep them in one vector
@@ -334,6 +347,33 @@ pub fn qkv_rope_write_bf16(
             v_cache[slot + i] = bf16(vv);
         }
     }
+}
+
+/// `qkv_rope_write_bf16` with each query head of the fused rows RMSNormed by its norm and
+/// each key head by its own before RoPE: the twin of the GPU's `qkv_norm_rope_write_bf16`
+/// (Qwen3). The other arguments as `qkv_rope_write_bf16`'s.
+pub fn qkv_norm_rope_write_bf16(
+    q_out: &mut [f32],
+    caches: (&mut [u16], &mut [u16]),
+    rows_in: NormedQkv<&[f32]>,
+    rows: (&[u32], &[u32]),
+    tables: (&[f32], &[f32]),
+    heads: Heads,
+) {
+    let (q_dim, kv_dim) = (heads.q_dim(), heads.kv_dim());
+    let NormedQkv {
+        qkv,
+        q_norm,
+        k_norm,
+        eps,
+    } = rows_in;
+    let mut normed = qkv.to_vec();
+    for row in normed.chunks_exact_mut(q_dim + 2 * kv_dim) {
+        let (q, rest) = row.split_at_mut(q_dim);
+        head_rmsnorm_f32(q, q_norm, eps);
+        head_rmsnorm_f32(&mut rest[..kv_dim], k_norm, eps);
+    }
+    qkv_rope_write_bf16(q_out, caches, &normed, rows, tables, heads);
 }
 
 /// Causal grouped-query attention over the paged KV cache.

@@ -26,8 +26,8 @@ impl Ops {
         self.record.take().unwrap_or_default()
     }
 
-    fn run(&mut self, kernel: &'static str, traffic: impl FnOnce() -> Traffic, op: impl FnOnce()) {
-        let Some(record) = self.record.as_mut() else {
+    fn run(&mut self, kernel: &'static str, traffic: Option<Traffic>, op: impl FnOnce()) {
+        let (Some(record), Some(traffic)) = (self.record.as_mut(), traffic) else {
             return op();
         };
         let start = Instant::now();
@@ -36,14 +36,15 @@ impl Ops {
         record.push(KernelTime {
             kernel,
             ms,
-            traffic: traffic(),
+            traffic,
         });
     }
 }
 
 /// For each `fn name(args) => traffic;`, a method `Ops::name(&mut self, args)` that runs
 /// `ops::name(args)` and, while profiling, records its time and the `traffic` expression
-/// (evaluated only then, after the call, over the same arguments).
+/// (evaluated only then, before the call: an operation that writes in place lends its
+/// argument to the call afterwards).
 macro_rules! timed_ops {
     ($(
         $(#[$doc:meta])*
@@ -53,7 +54,8 @@ macro_rules! timed_ops {
             $(
                 $(#[$doc])*
                 pub fn $name(&mut self, $($arg: $ty),*) {
-                    self.run(stringify!($name), || $traffic, || ops::$name($($arg),*));
+                    let traffic = self.record.is_some().then(|| $traffic);
+                    self.run(stringify!($name), traffic, || ops::$name($($arg),*));
                 }
             )*
         }
@@ -65,6 +67,9 @@ timed_ops! {
         => traffic::embedding_f32(tokens.len(), dim);
 
     fn rmsnorm_f32(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32)
+        => traffic::rmsnorm_f32(x.len() / weight.len(), weight.len());
+
+    fn head_rmsnorm_f32(x: &mut [f32], weight: &[f32], eps: f32)
         => traffic::rmsnorm_f32(x.len() / weight.len(), weight.len());
 
     fn matmul_f32(out: &mut [f32], x: &[f32], w: &[f32], bias: Option<&[f32]>, n_in: usize)

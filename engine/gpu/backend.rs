@@ -25,7 +25,7 @@ use super::weights::GpuWeights;
 use crate::batch::Batch;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::kernel_args::Heads;
+use crate::kernel_args::{Heads, NormedQkv};
 use crate::kv::block_manager::blocks_for;
 use crate::rope::RopeTables;
 use crate::tiles::{BLOCKS_MMA_MAX_TOKENS, MAX_HEAD_DIM, QUANT_MAX_TOKENS};
@@ -383,7 +383,8 @@ impl GpuBackend {
 
         embed(g, x, &w.embed, &b.tokens)?;
         for (l, lw) in w.layers.iter().enumerate() {
-            // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream.
+            // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream (q
+            // and k each normed by head first where the model says: Qwen3).
             let qkv_plan = caps.plan(rules, &lw.wqkv, n);
             let copy = copy_for(rules, n, &[qkv_plan.input]);
             let held = rmsnorm(g, mm, xb, &x.as_view(), &lw.attn_norm.as_view(), eps, copy)?;
@@ -394,19 +395,26 @@ impl GpuBackend {
             let bias = lw.bqkv.as_ref().map(|b| b.as_view());
             mm.matmul(g, qkv, &normed, &lw.wqkv, bias.as_ref(), &qkv_plan)?;
             let (mut k_cache, mut v_cache) = kv.layer_mut(l);
+            let caches = (&mut k_cache, &mut v_cache);
+            let rows = (&b.positions, &b.slots);
+            let tables = (&rope_cos.as_view(), &rope_sin.as_view());
             // SAFETY: positions are below the context the RoPE tables cover (the engine
             // checks every request against it); slots come from the block manager, inside
             // the pool and distinct, but for the graphs' padding rows, which write the same
             // values into the spare block's first slot.
             unsafe {
-                g.qkv_rope_write_bf16(
-                    q,
-                    (&mut k_cache, &mut v_cache),
-                    &qkv.as_view(),
-                    (&b.positions, &b.slots),
-                    (&rope_cos.as_view(), &rope_sin.as_view()),
-                    heads,
-                )
+                match &lw.qk_norm {
+                    Some((q_norm, k_norm)) => {
+                        let normed = NormedQkv {
+                            qkv: &qkv.as_view(),
+                            q_norm: &q_norm.as_view(),
+                            k_norm: &k_norm.as_view(),
+                            eps,
+                        };
+                        g.qkv_norm_rope_write_bf16(q, caches, normed, rows, tables, heads)
+                    }
+                    None => g.qkv_rope_write_bf16(q, caches, &qkv.as_view(), rows, tables, heads),
+                }
             }?;
             let o_plan = caps.plan(rules, &lw.wo, n);
             let paged = b.paged(q.as_view(), kv.layer(l), heads);

@@ -18,11 +18,13 @@ pub struct GpuLayer {
     pub attn_norm: CudaSlice<f32>,    // [dim]
     pub wqkv: GpuMatrix,              // [q_dim + 2 kv_dim, dim]: q, k, v stacked, one matmul
     pub bqkv: Option<CudaSlice<f32>>, // [q_dim + 2 kv_dim] (Qwen2)
-    pub wo: GpuMatrix,                // [dim, q_dim]
-    pub ffn_norm: CudaSlice<f32>,     // [dim]
-    pub w_gate: GpuMatrix,            // [ffn_dim, dim]
-    pub w_up: GpuMatrix,              // [ffn_dim, dim]
-    pub w_down: GpuMatrix,            // [dim, ffn_dim]
+    /// `[head_dim]` each: the norms of every query and key head (Qwen3).
+    pub qk_norm: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
+    pub wo: GpuMatrix,            // [dim, q_dim]
+    pub ffn_norm: CudaSlice<f32>, // [dim]
+    pub w_gate: GpuMatrix,        // [ffn_dim, dim]
+    pub w_up: GpuMatrix,          // [ffn_dim, dim]
+    pub w_down: GpuMatrix,        // [dim, ffn_dim]
 }
 
 impl GpuLayer {
@@ -32,8 +34,10 @@ impl GpuLayer {
 
     /// Bytes of the layer's matrices, norms and bias on the device.
     fn bytes(&self) -> usize {
-        let vectors =
-            self.attn_norm.len() + self.ffn_norm.len() + self.bqkv.as_ref().map_or(0, |b| b.len());
+        let vectors = self.attn_norm.len()
+            + self.ffn_norm.len()
+            + self.bqkv.as_ref().map_or(0, |b| b.len())
+            + self.qk_norm.as_ref().map_or(0, |(q, k)| q.len() + k.len());
         self.matrices().iter().map(|m| m.bytes()).sum::<usize>() + 4 * vectors
     }
 }
@@ -84,6 +88,10 @@ impl GpuWeights {
                 }
                 _ => None,
             };
+            let qk_norm = match (&lw.q_norm, &lw.k_norm) {
+                (Some(q), Some(k)) => Some((f32s(q, &what("q_norm"))?, f32s(k, &what("k_norm"))?)),
+                _ => None,
+            };
             let qkv = [
                 Piece {
                     name: name("self_attn.q_proj"),
@@ -105,6 +113,7 @@ impl GpuWeights {
                 attn_norm: f32s(&lw.attn_norm, &what("attn_norm"))?,
                 wqkv: up.matrix(&qkv, dim, &what("qkv_proj"))?,
                 bqkv,
+                qk_norm,
                 wo: up.matrix(
                     &one(name("self_attn.o_proj"), &lw.wo),
                     q_dim,
@@ -184,6 +193,13 @@ impl GpuWeights {
                     Some(gpu.zeros(q + 2 * kv, &what)?)
                 } else {
                     None
+                },
+                qk_norm: match c.qk_norm {
+                    true => Some((
+                        gpu.upload(&vec![1.0f32; c.head_dim], &what)?,
+                        gpu.upload(&vec![1.0f32; c.head_dim], &what)?,
+                    )),
+                    false => None,
                 },
                 wo: matrix(ty, dim, q, &what)?,
                 ffn_norm: gpu.upload(&ones, &what)?,

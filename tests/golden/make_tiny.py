@@ -7,27 +7,40 @@ of what rustle claims, each in a few hundred kilobytes:
   `rope_scaling` type llama3, an untied output head, bf16 safetensors in one file.
 - tiny-qwen2: Qwen2, bias on q/k/v, tied embeddings, f16 safetensors split into shards
   with a `model.safetensors.index.json`.
-Both share a byte-level BPE tokenizer of 256 byte tokens, a few merges and one special token.
+- tiny-qwen3: Qwen3, each query and key head RMSNormed before RoPE (q_norm, k_norm), a
+  head_dim (32) that is not hidden / heads (16), an untied head, bf16. make_tiny_gguf.py
+  converts it to GGUF with llama.cpp's own converter.
+- tiny-phi3: Phi-3 / Phi-4-mini: fused qkv_proj and gate_up_proj, RoPE on half of each head,
+  longrope scaling (its golden prompts run past the original context of 32 from the start).
+All share a byte-level BPE tokenizer of 256 byte tokens, a few merges and one special token.
 
     pip install torch transformers tokenizers
-    python3 tests/golden/make_tiny.py      # writes tests/golden/tiny-*/ and tiny-*.json
+    python3 tests/golden/make_tiny.py              # writes tests/golden/tiny-*/ and tiny-*.json
+    python3 tests/golden/make_tiny.py tiny-qwen3   # only the models named
 """
 
 import json
 import os
 import shutil
+import sys
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from tokenizers.pre_tokenizers import ByteLevel
-from transformers import (AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast,
-                          Qwen2Config)
+from transformers import (AutoModelForCausalLM, LlamaConfig, Phi3Config, PreTrainedTokenizerFast,
+                          Qwen2Config, Qwen3Config)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROMPTS = [
     "Hello, tiny world! 123",
     # 48 bytes = 48 tokens at most: several 16-token KV blocks.
     "The quick brown fox jumps over the lazy dog, twice.",
+]
+# Longer than tiny-phi3's original context of 32 from the first token, so that transformers
+# runs every step with longrope's long factors, as rustle does at a context past 32.
+LONG_PROMPTS = [
+    PROMPTS[1],
+    "Sphinx of black quartz, judge my vow; pack my box with five dozen jugs.",
 ]
 NEW_TOKENS = 16
 
@@ -45,7 +58,7 @@ def tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|end|>", bos_token="<|end|>")
 
 
-def build(name, config, dtype, shard):
+def build(name, config, dtype, shard, prompts=PROMPTS, tokenizer_class=None):
     torch.manual_seed(1234)
     model = AutoModelForCausalLM.from_config(config)
     # Larger weights than the default init, so greedy choices are clear rather than near-ties.
@@ -63,13 +76,21 @@ def build(name, config, dtype, shard):
             os.remove(path)
     # The golden outputs come from the saved (rounded) weights, computed in float32.
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    write_golden(name, model, tok, "tests/golden/make_tiny.py")
+    write_golden(name, model, tok, "tests/golden/make_tiny.py", prompts)
+    if tokenizer_class:
+        # What llama.cpp's converter reads to pick the tokenizer it writes (make_tiny_gguf.py).
+        path = os.path.join(folder, "tokenizer_config.json")
+        with open(path) as f:
+            cfg = json.load(f)
+        cfg["tokenizer_class"] = tokenizer_class
+        with open(path, "w") as f:
+            json.dump(cfg, f, indent=2)
 
 
-def write_golden(name, model, tok, made_by):
-    """Greedy tokens, their margins and the top logits of `model` on PROMPTS, as NAME.json."""
+def write_golden(name, model, tok, made_by, prompts=PROMPTS):
+    """Greedy tokens, their margins and the top logits of `model` on `prompts`, as NAME.json."""
     cases = []
-    for prompt in PROMPTS:
+    for prompt in prompts:
         ids = tok(prompt, add_special_tokens=False)["input_ids"]
         seq, margins = list(ids), []
         with torch.no_grad():
@@ -99,13 +120,41 @@ def main():
     common = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, vocab_size=264, max_position_embeddings=256,
                   rms_norm_eps=1e-5, bos_token_id=256, eos_token_id=256)
-    build("tiny-llama3", LlamaConfig(**common, head_dim=16, rope_theta=500000.0, tie_word_embeddings=False,
-                                     rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                                   "high_freq_factor": 4.0,
-                                                   "original_max_position_embeddings": 64}),
-          torch.bfloat16, shard=False)
-    build("tiny-qwen2", Qwen2Config(**common, rope_theta=10000.0, tie_word_embeddings=True,
-                                    use_sliding_window=False), torch.float16, shard=True)
+    models = {
+        "tiny-llama3": lambda: build(
+            "tiny-llama3",
+            LlamaConfig(**common, head_dim=16, rope_theta=500000.0, tie_word_embeddings=False,
+                        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0,
+                                      "original_max_position_embeddings": 64}),
+            torch.bfloat16, shard=False),
+        "tiny-qwen2": lambda: build(
+            "tiny-qwen2",
+            Qwen2Config(**common, rope_theta=10000.0, tie_word_embeddings=True,
+                        use_sliding_window=False),
+            torch.float16, shard=True),
+        "tiny-qwen3": lambda: build(
+            "tiny-qwen3",
+            Qwen3Config(**common, head_dim=32, rope_theta=1000000.0, tie_word_embeddings=False,
+                        use_sliding_window=False, attention_bias=False),
+            torch.bfloat16, shard=False),
+        # Fused qkv_proj and gate_up_proj, RoPE on half of each head (partial_rotary_factor),
+        # longrope: per-frequency factors and an attention factor past an original context.
+        "tiny-phi3": lambda: build(
+            "tiny-phi3",
+            Phi3Config(**common, rope_theta=10000.0, tie_word_embeddings=False,
+                       partial_rotary_factor=0.5, original_max_position_embeddings=32,
+                       rope_scaling={"rope_type": "longrope",
+                                     "short_factor": [1.0, 1.1, 1.3, 1.6],
+                                     "long_factor": [1.0, 2.0, 5.0, 11.0]},
+                       pad_token_id=None),
+            torch.bfloat16, shard=False, prompts=LONG_PROMPTS, tokenizer_class="GPT2Tokenizer"),
+    }
+    names = sys.argv[1:] or list(models)
+    for name in names:
+        if name not in models:
+            sys.exit(f"unknown model {name!r}; known: {', '.join(models)}")
+        models[name]()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ use super::unpack::row_f32;
 use super::weights::FastWeights;
 use crate::batch::Batch;
 use crate::config::Config;
-use crate::cpu::ops::{Heads, Paged, residual_add_f32, rmsnorm_f32, rope_f32};
+use crate::cpu::ops::{Heads, Paged, head_rmsnorm_f32, residual_add_f32, rmsnorm_f32, rope_f32};
 use crate::rope::RopeTables;
 use crate::traffic;
 
@@ -113,7 +113,8 @@ pub fn forward<'s>(
         || embedding(x, w, &batch.tokens, dim),
     );
     for (l, lw) in w.layers.iter().enumerate() {
-        // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream.
+        // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream (q
+        // and k each normed by head first where the model says: Qwen3).
         let norm = || traffic::rmsnorm_f32(n, dim);
         rec.time("rmsnorm_f32", norm, || {
             rmsnorm(xb, x, &lw.attn_norm, c.rms_eps)
@@ -137,6 +138,16 @@ pub fn forward<'s>(
         ];
         timed_matmul(rec, &mut qkv, xb, dim, input);
         let (hq, hk, hd) = (c.n_heads, c.n_kv_heads, c.head_dim);
+        if let (Some(q_norm), Some(k_norm)) = (&lw.q_norm, &lw.k_norm) {
+            rec.time(
+                "head_rmsnorm_f32",
+                || traffic::rmsnorm_f32(n * (hq + hk), hd),
+                || {
+                    head_rmsnorm_f32(q, q_norm, c.rms_eps);
+                    head_rmsnorm_f32(k, k_norm, c.rms_eps);
+                },
+            );
+        }
         rec.time(
             "rope_f32",
             || traffic::rope_f32(n, hq + hk, hd),

@@ -1,11 +1,19 @@
-//! `rope_f32` (a lesson step: the backend runs the fused one) and `qkv_rope_write_bf16`.
+//! `rope_f32` (a lesson step: the backend runs the fused one), `qkv_rope_write_bf16` and
+//! `qkv_norm_rope_write_bf16` (the same with Qwen3's norm of each query and key head).
+
+use cudarc::driver::LaunchConfig;
 
 use super::{In, Out, linear, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::kernel_args::Heads;
+use crate::kernel_args::{Heads, NormedQkv};
 use crate::tiles::BLOCK_SIZE;
 use crate::traffic;
+
+/// Heads a block of `qkv_norm_rope_write_bf16` takes, a warp each.
+const NORM_ROPE_WARPS: usize = 4;
+/// The widest head `qkv_norm_rope_write_bf16` takes: four pairs a lane.
+const NORM_ROPE_MAX_HEAD_DIM: usize = 256;
 
 impl Gpu {
     /// Rotate-half RoPE in place: x `[n, n_heads, head_dim]`, positions `[n]`, cos and sin
@@ -89,5 +97,62 @@ impl Gpu {
         // block manager (inside the pool, distinct; a decode graph's padding rows share the
         // spare block's first slot and write the same values there).
         self.timed("qkv_rope_write_bf16", traffic, || unsafe { b.launch(cfg) })
+    }
+    /// `qkv_rope_write_bf16` with each query head of the fused rows RMSNormed over its
+    /// `head_dim` values by its norm, and each key head by its own, before RoPE: the other
+    /// arguments as `qkv_rope_write_bf16`'s.
+    ///
+    /// # Safety
+    /// As `qkv_rope_write_bf16`.
+    pub unsafe fn qkv_norm_rope_write_bf16(
+        &self,
+        q_out: &mut Out<f32>,
+        (k_cache, v_cache): (&mut Out<u16>, &mut Out<u16>),
+        rows_in: NormedQkv<&In<f32>>,
+        (positions, slots): (&In<u32>, &In<u32>),
+        (cos, sin): (&In<f32>, &In<f32>),
+        heads: Heads,
+    ) -> Result<()> {
+        let NormedQkv {
+            qkv,
+            q_norm: q_weight,
+            k_norm: k_weight,
+            eps,
+        } = rows_in;
+        let n = positions.len();
+        let (q_dim, kv_dim) = (heads.q_dim(), heads.kv_dim());
+        let (n_heads, n_kv_heads, head_dim) = heads.sizes();
+        assert!(head_dim.is_multiple_of(2) && head_dim <= NORM_ROPE_MAX_HEAD_DIM);
+        assert!(slots.len() == n && q_out.len() == n * q_dim);
+        assert!(qkv.len() == n * (q_dim + 2 * kv_dim) && k_cache.len() == v_cache.len());
+        assert!(k_cache.len().is_multiple_of(BLOCK_SIZE * kv_dim) && cos.len() == sin.len());
+        assert!(q_weight.len() == head_dim && k_weight.len() == head_dim);
+        let warps = n * (n_heads + 2 * n_kv_heads);
+        let cfg = LaunchConfig {
+            grid_dim: (u32_of(warps.div_ceil(NORM_ROPE_WARPS), "blocks"), 1, 1),
+            block_dim: (32 * NORM_ROPE_WARPS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let nn = u32_of(n, "n");
+        let traffic = traffic::qkv_norm_rope_write_bf16(n, n_heads, n_kv_heads, head_dim);
+        let mut b = self.launcher(&self.kernels.qkv_norm_rope_write_bf16);
+        b.arg(q_out)
+            .arg(k_cache)
+            .arg(v_cache)
+            .arg(qkv)
+            .arg(q_weight)
+            .arg(k_weight)
+            .arg(positions)
+            .arg(slots)
+            .arg(cos)
+            .arg(sin)
+            .arg(&heads)
+            .arg(&eps)
+            .arg(&nn);
+        // SAFETY: shapes checked, head_dim at most 256; a warp for every (token, head) and
+        // whole warps a block; positions and slots as the caller promises.
+        self.timed("qkv_norm_rope_write_bf16", traffic, || unsafe {
+            b.launch(cfg)
+        })
     }
 }
