@@ -19,14 +19,23 @@ pub enum Arch {
     /// Qwen3 (dense): each query and key head RMSNormed before RoPE (`q_norm`, `k_norm`),
     /// no projection bias, `head_dim` from the configuration (128 where hidden / heads is not).
     Qwen3,
+    /// Phi-3 / Phi-3.5 / Phi-4-mini: q, k and v in one matrix (`qkv_proj`) and gate and up in
+    /// another (`gate_up_proj`), split at load; RoPE on part of each head
+    /// (`partial_rotary_factor`); `longrope` scaling for the long-context variants.
+    Phi3,
 }
 
 pub const SUPPORTED: &str =
-    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM";
 
 /// The GGUF `general.architecture` names rustle reads, and the `model_type` each stands for
 /// (llama.cpp's converter writes `llama` for Llama, Mistral, SmolLM and TinyLlama).
-const GGUF_ARCHS: &[(&str, &str)] = &[("llama", "llama"), ("qwen2", "qwen2"), ("qwen3", "qwen3")];
+const GGUF_ARCHS: &[(&str, &str)] = &[
+    ("llama", "llama"),
+    ("qwen2", "qwen2"),
+    ("qwen3", "qwen3"),
+    ("phi3", "phi3"),
+];
 
 impl Arch {
     /// The `model_type` a GGUF file's `general.architecture` stands for, or the error that
@@ -38,7 +47,7 @@ impl Arch {
             .ok_or_else(|| Error::UnsupportedArchitecture {
                 field: "general.architecture",
                 found: arch.to_owned(),
-                supported: "llama (Llama, Mistral, SmolLM, TinyLlama), qwen2, qwen3",
+                supported: "llama (Llama, Mistral, SmolLM, TinyLlama), qwen2, qwen3, phi3",
             })
     }
 
@@ -49,6 +58,7 @@ impl Arch {
                 "MistralForCausalLM" => Ok(Arch::Mistral),
                 "Qwen2ForCausalLM" => Ok(Arch::Qwen2),
                 "Qwen3ForCausalLM" => Ok(Arch::Qwen3),
+                "Phi3ForCausalLM" => Ok(Arch::Phi3),
                 other => Err(Error::UnsupportedArchitecture {
                     field: "architectures",
                     found: other.to_owned(),
@@ -61,6 +71,7 @@ impl Arch {
             Some("mistral") => Ok(Arch::Mistral),
             Some("qwen2") => Ok(Arch::Qwen2),
             Some("qwen3") => Ok(Arch::Qwen3),
+            Some("phi3") => Ok(Arch::Phi3),
             Some(other) => Err(Error::UnsupportedArchitecture {
                 field: "model_type",
                 found: other.to_owned(),
@@ -88,6 +99,16 @@ pub struct HfConfig {
     pub max_position_embeddings: Option<usize>,
     pub rms_norm_eps: Option<f64>,
     pub rope_theta: Option<f64>,
+    /// The share of each head RoPE turns (Phi-4-mini: 0.75); transformers 5 writes it inside
+    /// `rope_parameters`.
+    pub partial_rotary_factor: Option<f64>,
+    /// Dimensions of each head RoPE turns, as GGUF files say it (`ARCH.rope.dimension_count`);
+    /// no `config.json` has it.
+    #[serde(skip)]
+    pub rotary_dim: Option<usize>,
+    /// The context a `longrope` model was trained at before its extension (Phi-3); also
+    /// inside the scaling.
+    pub original_max_position_embeddings: Option<usize>,
     pub rope_scaling: Option<HfRopeScaling>,
     /// transformers 5 writes `rope_theta` and the scaling together under this key.
     pub rope_parameters: Option<HfRopeScaling>,
@@ -116,8 +137,16 @@ pub struct HfRopeScaling {
     pub low_freq_factor: Option<f64>,
     pub high_freq_factor: Option<f64>,
     pub original_max_position_embeddings: Option<usize>,
+    /// `longrope`'s divisors of each turning pair's frequency: `short_factor` within the
+    /// original context, `long_factor` past it.
+    pub short_factor: Option<Vec<f64>>,
+    pub long_factor: Option<Vec<f64>>,
+    /// `longrope`'s scale of cos and sin (default from the extension's ratio).
+    pub attention_factor: Option<f64>,
     /// Only inside `rope_parameters`.
     pub rope_theta: Option<f64>,
+    /// Only inside `rope_parameters` (transformers 5).
+    pub partial_rotary_factor: Option<f64>,
 }
 
 /// How RoPE frequencies are stretched for long contexts.
@@ -135,6 +164,15 @@ pub enum RopeScaling {
         high_freq_factor: f64,
         original_max_position: usize,
     },
+    /// Phi-3's `longrope` (also `su`): each turning pair's frequency divided by its factor,
+    /// `short` for a context up to `original_max_position` and `long` past it, and cos and
+    /// sin scaled by `attention_factor`.
+    LongRope {
+        short: Vec<f64>,
+        long: Vec<f64>,
+        original_max_position: usize,
+        attention_factor: f64,
+    },
 }
 
 /// The validated configuration the engine runs from.
@@ -147,6 +185,9 @@ pub struct Config {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
+    /// Dimensions of each query and key head that RoPE turns: `head_dim`, or less where the
+    /// model says (`partial_rotary_factor`); even.
+    pub rotary_dim: usize,
     /// Width of the MLP's hidden layer.
     pub ffn_dim: usize,
     pub vocab_size: usize,
@@ -285,6 +326,28 @@ impl Config {
                 name("head_dim")
             )));
         }
+        let partial = hf.partial_rotary_factor.or(hf
+            .rope_parameters
+            .as_ref()
+            .and_then(|p| p.partial_rotary_factor));
+        let rotary_dim = match (hf.rotary_dim, partial) {
+            (Some(d), _) => d,
+            (None, Some(f)) if f > 0.0 && f <= 1.0 => (head_dim as f64 * f) as usize,
+            (None, Some(f)) => {
+                return Err(Error::Config(format!(
+                    "{} is {}; it must be above 0 and at most 1",
+                    name("partial_rotary_factor"),
+                    shown(f)
+                )));
+            }
+            (None, None) => head_dim,
+        };
+        if rotary_dim == 0 || rotary_dim > head_dim || rotary_dim % 2 != 0 {
+            return Err(Error::Config(format!(
+                "RoPE turns {rotary_dim} dimensions of each head of {head_dim} ({}); it must be an even number from 2 to {head_dim}",
+                name("partial_rotary_factor")
+            )));
+        }
         if n_heads * head_dim > limits::ATTENTION_WIDTH {
             return Err(Error::Config(format!(
                 "{} {n_heads} times {} {head_dim} is {}, more than rustle's limit of {}",
@@ -309,11 +372,12 @@ impl Config {
             "vocab_size",
             limits::VOCAB,
         )?;
-        let mut max_seq_len = bounded(
+        let max_seq_len_before_window = bounded(
             need(hf.max_position_embeddings, "max_position_embeddings")?,
             "max_position_embeddings",
             limits::CONTEXT,
         )?;
+        let mut max_seq_len = max_seq_len_before_window;
         // Mistral's sliding window changes attention only past the window; capping the
         // context there keeps every result exact without a windowed kernel.
         if let Some(window) = hf.sliding_window
@@ -346,6 +410,11 @@ impl Config {
         }
         let rope_scaling = resolve_rope_scaling(
             hf.rope_scaling.as_ref().or(hf.rope_parameters.as_ref()),
+            &Extension {
+                rotary_dim,
+                max_position: max_seq_len_before_window,
+                original_max_position: hf.original_max_position_embeddings,
+            },
             name,
         )?;
         let eos_tokens = match &hf.eos_token_id {
@@ -372,6 +441,7 @@ impl Config {
             n_heads,
             n_kv_heads,
             head_dim,
+            rotary_dim,
             ffn_dim,
             vocab_size,
             max_seq_len,
@@ -396,8 +466,17 @@ fn shown(v: f64) -> String {
     }
 }
 
+/// What a `longrope` scaling is checked against: the turning pairs its factors cover, and
+/// the context it extends (`max_position_embeddings` over the original).
+struct Extension {
+    rotary_dim: usize,
+    max_position: usize,
+    original_max_position: Option<usize>,
+}
+
 fn resolve_rope_scaling(
     s: Option<&HfRopeScaling>,
+    ext: &Extension,
     name: &dyn Fn(&str) -> String,
 ) -> Result<RopeScaling> {
     let Some(s) = s else {
@@ -457,8 +536,57 @@ fn resolve_rope_scaling(
                 original_max_position,
             })
         }
+        "longrope" | "su" => {
+            let original_max_position = match s
+                .original_max_position_embeddings
+                .or(ext.original_max_position)
+            {
+                Some(n) if (1..=limits::CONTEXT).contains(&n) => n,
+                Some(n) => {
+                    return Err(err(format!(
+                        "`original_max_position_embeddings` is {n}; it must be 1 to {}",
+                        limits::CONTEXT
+                    )));
+                }
+                None => return Err(err("missing `original_max_position_embeddings`".into())),
+            };
+            let pairs = ext.rotary_dim / 2;
+            let factors = |v: &Option<Vec<f64>>, field: &str| match v {
+                Some(f) if f.len() != pairs => Err(err(format!(
+                    "`{field}` has {} factors; RoPE turns {pairs} pairs of each head",
+                    f.len()
+                ))),
+                Some(f) => match f.iter().find(|x| !(**x > 0.0 && x.is_finite())) {
+                    Some(bad) => Err(err(format!(
+                        "`{field}` holds {}; factors must be positive",
+                        shown(*bad)
+                    ))),
+                    None => Ok(f.clone()),
+                },
+                None => Err(err(format!("missing `{field}`"))),
+            };
+            // transformers' default: the square root of 1 + ln(extension) / ln(original).
+            let extension = ext.max_position as f64 / original_max_position as f64;
+            let attention_factor = match s.attention_factor {
+                Some(a) if a > 0.0 && a.is_finite() => a,
+                Some(a) => {
+                    return Err(err(format!(
+                        "`attention_factor` is {}; it must be positive",
+                        shown(a)
+                    )));
+                }
+                None if extension <= 1.0 => 1.0,
+                None => (1.0 + extension.ln() / (original_max_position as f64).ln()).sqrt(),
+            };
+            Ok(RopeScaling::LongRope {
+                short: factors(&s.short_factor, "short_factor")?,
+                long: factors(&s.long_factor, "long_factor")?,
+                original_max_position,
+                attention_factor,
+            })
+        }
         other => Err(Error::Config(format!(
-            "{scaling} type {other:?} is not supported (default, linear, llama3 are)"
+            "{scaling} type {other:?} is not supported (default, linear, llama3, longrope are)"
         ))),
     }
 }
@@ -529,6 +657,54 @@ mod tests {
         assert!(q.qk_norm && !q.qkv_bias);
         assert_eq!((q.head_dim, q.q_dim(), q.kv_dim()), (128, 2048, 1024));
         assert!(!parse(SMOLLM2).unwrap().qk_norm);
+    }
+
+    #[test]
+    fn phi3_partial_rotary_and_longrope() {
+        // Phi-4-mini's heads: 96 of 128 dimensions turn, so each factor list has 48.
+        let list = |v: f64| format!("{:?}", vec![v; 48]);
+        let json = SMOLLM2
+            .replace("LlamaForCausalLM", "Phi3ForCausalLM")
+            .replace("\"vocab_size\"", "\"head_dim\": 128, \"vocab_size\"")
+            .replace(
+                "\"max_position_embeddings\": 8192",
+                "\"max_position_embeddings\": 131072",
+            )
+            .replace(
+                "\"tie_word_embeddings\"",
+                &format!(
+                    r#""partial_rotary_factor": 0.75, "original_max_position_embeddings": 4096,
+                       "rope_scaling": {{"type": "longrope", "short_factor": {},
+                                        "long_factor": {}}}, "tie_word_embeddings""#,
+                    list(1.0),
+                    list(3.0)
+                ),
+            );
+        let c = parse(&json).unwrap();
+        assert_eq!((c.arch, c.head_dim, c.rotary_dim), (Arch::Phi3, 128, 96));
+        let RopeScaling::LongRope {
+            short,
+            long,
+            original_max_position,
+            attention_factor,
+        } = &c.rope_scaling
+        else {
+            panic!("{:?}", c.rope_scaling)
+        };
+        assert_eq!(
+            (short.len(), long[0], *original_max_position),
+            (48, 3.0, 4096)
+        );
+        // transformers' default: sqrt(1 + ln(131072 / 4096) / ln(4096)).
+        let want = (1.0 + 32f64.ln() / 4096f64.ln()).sqrt();
+        assert!((attention_factor - want).abs() < 1e-12);
+        // A list that does not cover the turning pairs is named.
+        let short_list = json.replacen(&list(1.0), &format!("{:?}", vec![1.0; 64]), 1);
+        let err = parse(&short_list).unwrap_err().to_string();
+        assert!(
+            err.contains("`short_factor` has 64 factors") && err.contains("48"),
+            "{err}"
+        );
     }
 
     #[test]

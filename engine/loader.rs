@@ -8,8 +8,9 @@ use std::sync::Arc;
 use crate::config::{Config, HfConfig, OneOrMany};
 use crate::cpu::fast::weights::FastWeights;
 use crate::error::{Error, Result};
-use crate::model::{ModelWeights, Stored};
+use crate::model::{HeadOrder, ModelWeights, Stored};
 use crate::tokenizer::Tokenizer;
+use crate::weights::fused::split_fused;
 use crate::weights::gguf::{GgufFile, MetaValue};
 use crate::weights::{DType, RawTensor, Weights, safetensors};
 
@@ -122,7 +123,7 @@ impl OpenedModel {
         // The GPU can upload quantized matrices in their blocks (`--weights stored`).
         weights.stored = Some(Arc::new(Stored {
             weights: self.raw,
-            qk_permuted: self.qk_permuted,
+            head_order: HeadOrder::new(&self.config, self.qk_permuted),
         }));
         Ok(LoadedModel {
             description: self.description,
@@ -155,7 +156,8 @@ pub fn open(path: &Path) -> Result<OpenedModel> {
     check_vocab(&config, &tokenizer)?;
     // The converter permutes Q and K for `llama` files only.
     let qk_permuted = arch == "llama";
-    let raw = gguf_weights(g)?;
+    let mut raw = gguf_weights(g)?;
+    split_fused(&config, &mut raw)?;
     ModelWeights::check(&config, &raw)?;
     Ok(OpenedModel {
         description: format!("{} (GGUF, {arch})", file_name(path)),
@@ -167,8 +169,9 @@ pub fn open(path: &Path) -> Result<OpenedModel> {
 }
 
 fn open_hf(dir: &Path) -> Result<OpenedModel> {
-    let (config, raw, tokenizer) = open_hf_folder(dir)?;
+    let (config, mut raw, tokenizer) = open_hf_folder(dir)?;
     check_vocab(&config, &tokenizer)?;
+    split_fused(&config, &mut raw)?;
     ModelWeights::check(&config, &raw)?;
     Ok(OpenedModel {
         description: format!("{} (safetensors, {:?})", file_name(dir), config.arch),
@@ -307,7 +310,12 @@ fn gguf_config(g: &GgufFile) -> Result<HfConfig> {
         max_position_embeddings: num("context_length")?,
         rms_norm_eps: float("attention.layer_norm_rms_epsilon")?,
         rope_theta: float("rope.freq_base")?,
-        rope_scaling: gguf_rope_scaling(g, arch),
+        rotary_dim: num("rope.dimension_count")?,
+        original_max_position_embeddings: num("rope.scaling.original_context_length")?,
+        rope_scaling: match gguf_longrope(g, arch)? {
+            Some(longrope) => Some(longrope),
+            None => gguf_rope_scaling(g, arch),
+        },
         tie_word_embeddings: Some(!g.tensors.iter().any(|t| t.name == "output.weight")),
         bos_token_id: id("tokenizer.ggml.bos_token_id")?,
         eos_token_id: id("tokenizer.ggml.eos_token_id")?.map(OneOrMany::One),
@@ -377,6 +385,46 @@ fn gguf_rope_scaling(g: &GgufFile, arch: &str) -> Option<crate::config::HfRopeSc
     })
 }
 
+/// Phi-3's `longrope` as llama.cpp's converter writes it: no scaling type, the two lists of
+/// factors as tensors (`rope_factors_short.weight`, `rope_factors_long.weight`, f32) and the
+/// scale of cos and sin as `ARCH.rope.scaling.attn_factor`. `None` for a file without them.
+fn gguf_longrope(g: &GgufFile, arch: &str) -> Result<Option<crate::config::HfRopeScaling>> {
+    let factors = |name: &str| -> Result<Option<Vec<f64>>> {
+        let Some(t) = g.tensors.iter().find(|t| t.name == name) else {
+            return Ok(None);
+        };
+        if t.dtype != DType::F32 || t.dims.len() != 1 || t.n_bytes != 4 * t.dims[0] {
+            return Err(Error::WeightMismatch {
+                name: name.to_owned(),
+                want: "a vector of f32".into(),
+                found: format!("{:?} {}", t.dims, t.dtype),
+            });
+        }
+        let bytes = g.data(t).chunks_exact(4);
+        Ok(Some(
+            bytes
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
+                .collect(),
+        ))
+    };
+    let (short, long) = (
+        factors("rope_factors_short.weight")?,
+        factors("rope_factors_long.weight")?,
+    );
+    if short.is_none() && long.is_none() {
+        return Ok(None);
+    }
+    let key = format!("{arch}.rope.scaling.attn_factor");
+    let attention_factor = typed(g, &key, "a number", g.get(&key).and_then(MetaValue::as_f64))?;
+    Ok(Some(crate::config::HfRopeScaling {
+        rope_type: Some("longrope".into()),
+        short_factor: short,
+        long_factor: long,
+        attention_factor,
+        ..Default::default()
+    }))
+}
+
 /// GGUF tensor names, translated to the Hugging Face names the model asks for.
 pub fn hf_name(gguf: &str) -> String {
     let fixed = match gguf {
@@ -404,6 +452,7 @@ pub fn hf_name(gguf: &str) -> String {
         "attn_k" => "self_attn.k_proj",
         "attn_v" => "self_attn.v_proj",
         "attn_output" => "self_attn.o_proj",
+        "attn_qkv" => "self_attn.qkv_proj",
         "attn_q_norm" => "self_attn.q_norm",
         "attn_k_norm" => "self_attn.k_norm",
         "ffn_gate" => "mlp.gate_proj",

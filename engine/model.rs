@@ -92,9 +92,9 @@ pub trait MatrixFormat: Sized + Send {
     /// what was found.
     fn take(w: &Weights, name: &str, rows: usize, cols: usize) -> Result<Self>;
 
-    /// The matrix with the Q or K rows GGUF converters interleaved for `llama` models put
-    /// back (`unpermute_rows`); `n_heads` heads of `head_dim` rows.
-    fn unpermute(self, n_heads: usize, head_dim: usize) -> Self;
+    /// The matrix of `n_heads` query or key heads with each head's rows in the order the
+    /// kernels want (`HeadOrder`).
+    fn reorder_heads(self, n_heads: usize, order: &HeadOrder) -> Self;
 }
 
 /// The reference backend's matrices: f32, whatever the files store.
@@ -103,16 +103,16 @@ impl MatrixFormat for Vec<f32> {
         w.take(name, &[rows, cols])
     }
 
-    fn unpermute(self, n_heads: usize, head_dim: usize) -> Self {
-        unpermute_rows(&self, n_heads, head_dim)
+    fn reorder_heads(self, n_heads: usize, order: &HeadOrder) -> Self {
+        reorder_rows(&self, n_heads, order)
     }
 }
 
 /// The weights as the files store them.
 pub struct Stored {
     pub weights: Weights,
-    /// The Q and K rows are in the order GGUF converters write for `llama` (`unpermute_rows`).
-    pub qk_permuted: bool,
+    /// How the rows of each query and key head move from the files' order to the kernels'.
+    pub head_order: HeadOrder,
 }
 
 impl<M> ModelWeights<M> {
@@ -263,11 +263,13 @@ impl ModelWeights {
 }
 
 impl<M: MatrixFormat> ModelWeights<M> {
-    /// Takes every weight by name and shape, the matrices as `M` holds them. `qk_permuted`:
-    /// the file's Q and K rows are in the interleaved order GGUF converters write for
-    /// `llama` models; put them back. The caller has run `ModelWeights::check`.
+    /// Takes every weight by name and shape, the matrices as `M` holds them, the rows of
+    /// each query and key head in the kernels' order (`HeadOrder`: `qk_permuted` says the
+    /// files' Q and K rows are in the interleaved order GGUF converters write for `llama`
+    /// models). The caller has run `ModelWeights::check`.
     pub fn load(c: &Config, w: &Weights, qk_permuted: bool) -> Result<ModelWeights<M>> {
         let (dim, q_dim, kv_dim, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let order = HeadOrder::new(c, qk_permuted);
         let layers = (0..c.n_layers)
             .into_par_iter()
             .map(|l| {
@@ -291,11 +293,11 @@ impl<M: MatrixFormat> ModelWeights<M> {
                 let mut wk = take("self_attn.k_proj.weight", kv_dim, dim)?;
                 let mut bq = bias("self_attn.q_proj.bias", q_dim)?;
                 let mut bk = bias("self_attn.k_proj.bias", kv_dim)?;
-                if qk_permuted {
-                    wq = wq.unpermute(c.n_heads, c.head_dim);
-                    wk = wk.unpermute(c.n_kv_heads, c.head_dim);
-                    bq = bq.map(|b| unpermute_rows(&b, c.n_heads, c.head_dim));
-                    bk = bk.map(|b| unpermute_rows(&b, c.n_kv_heads, c.head_dim));
+                if !order.is_identity() {
+                    wq = wq.reorder_heads(c.n_heads, &order);
+                    wk = wk.reorder_heads(c.n_kv_heads, &order);
+                    bq = bq.map(|b| reorder_rows(&b, c.n_heads, &order));
+                    bk = bk.map(|b| reorder_rows(&b, c.n_kv_heads, &order));
                 }
                 Ok(LayerWeights {
                     attn_norm: vector("input_layernorm.weight", dim)?,
@@ -305,8 +307,10 @@ impl<M: MatrixFormat> ModelWeights<M> {
                     bq,
                     bk,
                     bv: bias("self_attn.v_proj.bias", kv_dim)?,
-                    q_norm: head_norm("self_attn.q_norm.weight")?,
-                    k_norm: head_norm("self_attn.k_norm.weight")?,
+                    q_norm: head_norm("self_attn.q_norm.weight")?
+                        .map(|n| reorder_rows(&n, 1, &order)),
+                    k_norm: head_norm("self_attn.k_norm.weight")?
+                        .map(|n| reorder_rows(&n, 1, &order)),
                     wo: take("self_attn.o_proj.weight", dim, q_dim)?,
                     ffn_norm: vector("post_attention_layernorm.weight", dim)?,
                     w_gate: take("mlp.gate_proj.weight", ffn, dim)?,
@@ -344,21 +348,64 @@ impl<M: MatrixFormat> ModelWeights<M> {
     }
 }
 
-/// Undoes the row order GGUF converters give Q and K of `llama` models (made for
-/// interleaved RoPE): within each head, stored row `2i + j` is original row `j * d/2 + i`.
-/// `w`: `[n_heads * head_dim, n_in]` (any `n_in`, including 1 for a bias).
+/// Where each row of a query or key head comes from: the kernels pair dimension `i` of a
+/// head with `i + head_dim / 2` for RoPE, and the files may order a head's rows otherwise.
+/// - GGUF converters interleave Q and K rows of `llama` models (made for interleaved RoPE):
+///   within each head, stored row `2i + j` is Hugging Face row `j * d/2 + i`.
+/// - A model that turns only `r < d` dimensions (`partial_rotary_factor`) pairs `i` with
+///   `i + r/2`: its turning pair `(i, i + r/2)` moves to `(i, i + d/2)`, and the dimensions
+///   that stay fill the rest in order (`rope.rs` turns them by nothing). q and k move alike,
+///   so their dot products, and attention, are unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadOrder {
+    pub head_dim: usize,
+    pub rotary_dim: usize,
+    /// The files' rows are in GGUF's interleaved `llama` order.
+    pub interleaved: bool,
+}
+
+impl HeadOrder {
+    pub fn new(c: &Config, interleaved: bool) -> HeadOrder {
+        HeadOrder {
+            head_dim: c.head_dim,
+            rotary_dim: c.rotary_dim,
+            interleaved,
+        }
+    }
+
+    /// The files' rows are already the kernels'.
+    pub fn is_identity(&self) -> bool {
+        !self.interleaved && self.rotary_dim == self.head_dim
+    }
+
+    /// The row of a head in the files that row `r` of the kernels' order takes.
+    pub fn source(&self, r: usize) -> usize {
+        let (half, turning) = (self.head_dim / 2, self.rotary_dim / 2);
+        let (i, upper) = (r % half, r / half);
+        // Hugging Face's row for the kernels' row r.
+        let hf = if i < turning {
+            i + upper * turning
+        } else {
+            self.rotary_dim + (i - turning) + upper * (half - turning)
+        };
+        match self.interleaved {
+            true => 2 * (hf % half) + hf / half,
+            false => hf,
+        }
+    }
+}
+
+/// The rows of `n_heads` heads, each head's in the kernels' order (`HeadOrder`).
+/// `w`: `[n_heads * head_dim, n_in]` (any `n_in`, including 1 for a bias or a norm).
 /// Generic over the element, so that rows of GGUF block bytes move the same way.
-pub fn unpermute_rows<T: Copy + Default>(w: &[T], n_heads: usize, head_dim: usize) -> Vec<T> {
-    let n_in = w.len() / (n_heads * head_dim);
-    let half = head_dim / 2;
+pub fn reorder_rows<T: Copy + Default>(w: &[T], n_heads: usize, order: &HeadOrder) -> Vec<T> {
+    let d = order.head_dim;
+    let n_in = w.len() / (n_heads * d);
     let mut out = vec![T::default(); w.len()];
     for h in 0..n_heads {
-        for i in 0..half {
-            for j in 0..2 {
-                let src = (h * head_dim + 2 * i + j) * n_in;
-                let dst = (h * head_dim + j * half + i) * n_in;
-                out[dst..dst + n_in].copy_from_slice(&w[src..src + n_in]);
-            }
+        for r in 0..d {
+            let (src, dst) = ((h * d + order.source(r)) * n_in, (h * d + r) * n_in);
+            out[dst..dst + n_in].copy_from_slice(&w[src..src + n_in]);
         }
     }
     out
@@ -369,21 +416,48 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unpermute_inverts_the_converters_interleave() {
+    fn reorder_inverts_the_converters_interleave() {
+        let gguf = HeadOrder {
+            head_dim: 4,
+            rotary_dim: 4,
+            interleaved: true,
+        };
         // One head of dim 4: original rows r0 r1 r2 r3 are stored as r0 r2 r1 r3.
         let stored = [0.0, 2.0, 1.0, 3.0, 10.0, 12.0, 11.0, 13.0];
         assert_eq!(
-            unpermute_rows(&stored, 2, 4),
+            reorder_rows(&stored, 2, &gguf),
             vec![0.0, 1.0, 2.0, 3.0, 10.0, 11.0, 12.0, 13.0]
         );
         // Two columns per row travel with their row.
         let stored = [0.0, 0.5, 2.0, 2.5, 1.0, 1.5, 3.0, 3.5];
         assert_eq!(
-            unpermute_rows(&stored, 1, 4),
+            reorder_rows(&stored, 1, &gguf),
             vec![0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]
         );
         // Rows of bytes (GGUF blocks) move as rows of floats do.
         let bytes: [u8; 8] = [0, 0, 2, 2, 1, 1, 3, 3];
-        assert_eq!(unpermute_rows(&bytes, 1, 4), vec![0, 0, 1, 1, 2, 2, 3, 3]);
+        assert_eq!(reorder_rows(&bytes, 1, &gguf), vec![0, 0, 1, 1, 2, 2, 3, 3]);
+    }
+
+    #[test]
+    fn reorder_puts_partial_rotary_pairs_half_a_head_apart() {
+        // A head of 8 turning its first 4: HF pairs (0, 2) and (1, 3), and 4..8 stay. The
+        // kernels pair (i, i + 4): rows 0 1 | 4 5 turn, 2 3 | 6 7 stay.
+        let order = HeadOrder {
+            head_dim: 8,
+            rotary_dim: 4,
+            interleaved: false,
+        };
+        let hf: Vec<f32> = (0..8).map(|r| r as f32).collect();
+        assert_eq!(
+            reorder_rows(&hf, 1, &order),
+            vec![0.0, 1.0, 4.0, 5.0, 2.0, 3.0, 6.0, 7.0]
+        );
+        assert!(!order.is_identity());
+        let full = HeadOrder {
+            rotary_dim: 8,
+            ..order
+        };
+        assert!(full.is_identity() && reorder_rows(&hf, 1, &full) == hf);
     }
 }

@@ -1,4 +1,4 @@
-//! Named model shapes (llama3-8b, llama3.2-1b, qwen2.5-7b, qwen3-8b, smollm2-135m), as their
+//! Named model shapes (llama3-8b, llama3.2-1b, qwen2.5-7b, qwen3-8b, phi4-mini, smollm2-135m), as their
 //! `config.json` files give them: benchmarks and profiles build synthetic weights of one, so
 //! that they need no download, and tests size their problems by them.
 
@@ -36,6 +36,15 @@ pub const SHAPES: &[(&str, &str)] = &[
             "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
             "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
             "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": false}"#,
+    ),
+    (
+        // Phi-4-mini without its longrope lists (48 factors each): they change the angles,
+        // not the work, and the shape's weights are random anyway.
+        "phi4-mini",
+        r#"{"architectures": ["Phi3ForCausalLM"], "hidden_size": 3072, "intermediate_size": 8192,
+            "num_hidden_layers": 32, "num_attention_heads": 24, "num_key_value_heads": 8,
+            "vocab_size": 200064, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0, "partial_rotary_factor": 0.75, "tie_word_embeddings": true}"#,
     ),
     (
         "smollm2-135m",

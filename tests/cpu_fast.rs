@@ -138,6 +138,16 @@ fn tiny_qwen3_gguf_fast_matches_transformers() {
     check_model(Some("tests/golden/tiny-qwen3.gguf"), "tiny-qwen3", 256);
 }
 
+#[test]
+fn tiny_phi3_fast_matches_transformers() {
+    check_model(Some("tests/golden/tiny-phi3"), "tiny-phi3", 256);
+}
+
+#[test]
+fn tiny_phi3_gguf_fast_matches_transformers() {
+    check_model(Some("tests/golden/tiny-phi3.gguf"), "tiny-phi3", 256);
+}
+
 /// The weights held are the file's tensor bytes, within the 5% the issue allows (the f32
 /// copies of norms are the only growth).
 #[test]

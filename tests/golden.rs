@@ -5,8 +5,8 @@
 //! f16, sharded) from tests/golden/make_tiny.py; a tiny Llama GGUF whose matrices mix Q4_K,
 //! Q5_0, Q6_K and Q8_0 from tests/golden/make_tiny_quant.py (transformers ran on what the
 //! `gguf` package dequantizes); a tiny Qwen3 (q and k normed by head, head_dim not hidden /
-//! heads) from make_tiny.py, as its folder and as llama.cpp's converter writes it in GGUF
-//! (make_tiny_gguf.py).
+//! heads) and a tiny Phi-3 (fused matrices, partial RoPE, longrope) from make_tiny.py, each
+//! as its folder and as llama.cpp's converter writes it in GGUF (make_tiny_gguf.py).
 
 mod common;
 
@@ -43,6 +43,18 @@ fn tiny_qwen3_matches_transformers() {
 #[test]
 fn tiny_qwen3_gguf_matches_transformers() {
     check_model(Some("tests/golden/tiny-qwen3.gguf"), "tiny-qwen3");
+}
+
+/// Fused q/k/v and gate/up, RoPE on half of each head, longrope past an original context
+/// of 32 (every golden sequence is longer, so both sides use the long factors throughout).
+#[test]
+fn tiny_phi3_matches_transformers() {
+    check_model(Some("tests/golden/tiny-phi3"), "tiny-phi3");
+}
+
+#[test]
+fn tiny_phi3_gguf_matches_transformers() {
+    check_model(Some("tests/golden/tiny-phi3.gguf"), "tiny-phi3");
 }
 
 #[test]

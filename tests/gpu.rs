@@ -3124,6 +3124,8 @@ fn tiny_models_gpu_match_transformers(g: &Gpu, _: &mut StdRng) {
         ("tests/golden/tiny-qwen2", "tiny-qwen2"),
         ("tests/golden/tiny-qwen3", "tiny-qwen3"),
         ("tests/golden/tiny-qwen3.gguf", "tiny-qwen3"),
+        ("tests/golden/tiny-phi3", "tiny-phi3"),
+        ("tests/golden/tiny-phi3.gguf", "tiny-phi3"),
         ("tests/golden/tiny-quant.gguf", "tiny-quant"),
     ] {
         let (mut r, tok) = common::load(Some(path), 256, gpu_device(g));

@@ -120,12 +120,13 @@ pub fn row_runs(parts: &[BlockPart]) -> impl Iterator<Item = (usize, &BlockPart)
     })
 }
 
-/// One piece of a stacked matrix: its tensor's name, its values as the CPU holds them, and
-/// for Q and K of `llama` GGUF files the (heads, head_dim) whose rows to unpermute.
+/// One piece of a stacked matrix: its tensor's name, its values as the CPU holds them (each
+/// head's rows already in the kernels' order), and for Q and K the number of heads whose
+/// stored rows move to that order (`model::HeadOrder`).
 pub struct Piece<'a> {
     pub name: String,
     pub values: &'a [f32],
-    pub heads: Option<(usize, usize)>,
+    pub heads: Option<usize>,
 }
 
 /// Builds the device matrices, remembering the quantized tensors it turned into bf16.
@@ -185,7 +186,7 @@ impl Uploader<'_> {
         }
     }
 
-    /// Each piece's stored bytes (rows unpermuted where asked) if every piece is blocks the
+    /// Each piece's stored bytes (heads' rows reordered where asked) if every piece is blocks the
     /// kernels read; `None` otherwise (noting quantized pieces that will be bf16).
     fn stored_blocks(
         &mut self,
@@ -209,8 +210,8 @@ impl Uploader<'_> {
                 .get(t.file)?
                 .get(t.offset..t.offset + t.n_bytes)?;
             let bytes = match p.heads {
-                Some((heads, head_dim)) if stored.qk_permuted => {
-                    crate::model::unpermute_rows(bytes, heads, head_dim)
+                Some(heads) if !stored.head_order.is_identity() => {
+                    crate::model::reorder_rows(bytes, heads, &stored.head_order)
                 }
                 _ => bytes.to_vec(),
             };

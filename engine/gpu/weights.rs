@@ -96,12 +96,12 @@ impl GpuWeights {
                 Piece {
                     name: name("self_attn.q_proj"),
                     values: &lw.wq,
-                    heads: Some((c.n_heads, c.head_dim)),
+                    heads: Some(c.n_heads),
                 },
                 Piece {
                     name: name("self_attn.k_proj"),
                     values: &lw.wk,
-                    heads: Some((c.n_kv_heads, c.head_dim)),
+                    heads: Some(c.n_kv_heads),
                 },
                 Piece {
                     name: name("self_attn.v_proj"),

@@ -9,6 +9,7 @@ pub mod blocks;
 pub mod dequant;
 pub(crate) mod dequant_k;
 pub mod dtype;
+pub mod fused;
 pub mod gguf;
 pub mod safetensors;
 

@@ -3,7 +3,7 @@
 //! tensor bytes, give or take the f32 copies of the small vectors.
 
 use crate::error::{Error, Result};
-use crate::model::{MatrixFormat, ModelWeights};
+use crate::model::{HeadOrder, MatrixFormat, ModelWeights, reorder_rows};
 use crate::weights::{DType, Weights};
 
 /// One matrix `[rows, cols]` in its stored type: each row is `cols / block_len` blocks back
@@ -66,8 +66,9 @@ impl MatrixFormat for Matrix {
         matrix(w, name, rows, cols)
     }
 
-    fn unpermute(mut self, n_heads: usize, head_dim: usize) -> Matrix {
-        unpermute_matrix(&mut self, n_heads, head_dim);
+    fn reorder_heads(mut self, n_heads: usize, order: &HeadOrder) -> Matrix {
+        // A row of stored bytes moves as a row of floats does.
+        self.bytes = reorder_rows(&self.bytes, n_heads, order);
         self
     }
 }
@@ -127,22 +128,4 @@ fn matrix(w: &Weights, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
             found: format!("bytes {}.. outside its file", t.offset),
         })?;
     Matrix::new(name, t.dtype, rows, cols, bytes.to_vec())
-}
-
-/// `model::unpermute_rows` on stored rows: within each head, stored row `2i + j` is
-/// original row `j * d/2 + i`.
-fn unpermute_matrix(m: &mut Matrix, n_heads: usize, head_dim: usize) {
-    let rb = m.row_bytes;
-    let half = head_dim / 2;
-    let mut out = vec![0u8; m.bytes.len()];
-    for h in 0..n_heads {
-        for i in 0..half {
-            for j in 0..2 {
-                let src = (h * head_dim + 2 * i + j) * rb;
-                let dst = (h * head_dim + j * half + i) * rb;
-                out[dst..dst + rb].copy_from_slice(&m.bytes[src..src + rb]);
-            }
-        }
-    }
-    m.bytes = out;
 }
