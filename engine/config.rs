@@ -23,10 +23,14 @@ pub enum Arch {
     /// another (`gate_up_proj`), split at load; RoPE on part of each head
     /// (`partial_rotary_factor`); `longrope` scaling for the long-context variants.
     Phi3,
+    /// Mixtral: Llama with a mixture of experts in place of each MLP (`Config::moe`).
+    Mixtral,
+    /// Qwen3-MoE: Qwen3 with a mixture of experts in place of each MLP.
+    Qwen3Moe,
 }
 
-pub const SUPPORTED: &str =
-    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM";
+pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, \
+    Qwen3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM";
 
 /// The GGUF `general.architecture` names rustle reads, and the `model_type` each stands for
 /// (llama.cpp's converter writes `llama` for Llama, Mistral, SmolLM and TinyLlama).
@@ -35,6 +39,7 @@ const GGUF_ARCHS: &[(&str, &str)] = &[
     ("qwen2", "qwen2"),
     ("qwen3", "qwen3"),
     ("phi3", "phi3"),
+    ("qwen3moe", "qwen3_moe"),
 ];
 
 impl Arch {
@@ -47,7 +52,7 @@ impl Arch {
             .ok_or_else(|| Error::UnsupportedArchitecture {
                 field: "general.architecture",
                 found: arch.to_owned(),
-                supported: "llama (Llama, Mistral, SmolLM, TinyLlama), qwen2, qwen3, phi3",
+                supported: "llama (Llama, Mistral, Mixtral, SmolLM, TinyLlama), qwen2, qwen3, qwen3moe, phi3",
             })
     }
 
@@ -59,6 +64,8 @@ impl Arch {
                 "Qwen2ForCausalLM" => Ok(Arch::Qwen2),
                 "Qwen3ForCausalLM" => Ok(Arch::Qwen3),
                 "Phi3ForCausalLM" => Ok(Arch::Phi3),
+                "MixtralForCausalLM" => Ok(Arch::Mixtral),
+                "Qwen3MoeForCausalLM" => Ok(Arch::Qwen3Moe),
                 other => Err(Error::UnsupportedArchitecture {
                     field: "architectures",
                     found: other.to_owned(),
@@ -72,6 +79,8 @@ impl Arch {
             Some("qwen2") => Ok(Arch::Qwen2),
             Some("qwen3") => Ok(Arch::Qwen3),
             Some("phi3") => Ok(Arch::Phi3),
+            Some("mixtral") => Ok(Arch::Mixtral),
+            Some("qwen3_moe") => Ok(Arch::Qwen3Moe),
             Some(other) => Err(Error::UnsupportedArchitecture {
                 field: "model_type",
                 found: other.to_owned(),
@@ -113,6 +122,18 @@ pub struct HfConfig {
     /// transformers 5 writes `rope_theta` and the scaling together under this key.
     pub rope_parameters: Option<HfRopeScaling>,
     pub tie_word_embeddings: Option<bool>,
+    /// Mixtral's experts a layer.
+    pub num_local_experts: Option<usize>,
+    /// Qwen3-MoE's experts a layer.
+    pub num_experts: Option<usize>,
+    pub num_experts_per_tok: Option<usize>,
+    /// An expert's hidden width (Qwen3-MoE; Mixtral's is `intermediate_size`).
+    pub moe_intermediate_size: Option<usize>,
+    /// Qwen3-MoE: the chosen experts' weights renormalized to sum to 1.
+    pub norm_topk_prob: Option<bool>,
+    /// Qwen3-MoE: every `decoder_sparse_step`-th layer has experts, but `mlp_only_layers`.
+    pub decoder_sparse_step: Option<usize>,
+    pub mlp_only_layers: Option<Vec<usize>>,
     pub attention_bias: Option<bool>,
     pub sliding_window: Option<usize>,
     pub use_sliding_window: Option<bool>,
@@ -175,6 +196,21 @@ pub enum RopeScaling {
     },
 }
 
+/// A mixture of experts in place of each layer's MLP: a router picks `top_k` of `n_experts`
+/// experts for each token (a softmax over all of them, the best `top_k` kept, their weights
+/// renormalized to sum to 1 where `renormalize`), and the token's MLP output is the weighted
+/// sum of those experts' SwiGLU MLPs, each `expert_ffn_dim` wide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Moe {
+    pub n_experts: usize,
+    pub top_k: usize,
+    pub expert_ffn_dim: usize,
+    pub renormalize: bool,
+}
+
+/// Most experts a layer rustle reads (Qwen3-MoE has 128, DeepSeek-V3 256).
+pub const MAX_EXPERTS: usize = 1 << 10;
+
 /// The validated configuration the engine runs from.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -202,6 +238,8 @@ pub struct Config {
     /// Each query and key head RMSNormed over `head_dim` before RoPE, with weights of its
     /// own (`q_norm`, `k_norm`: Qwen3).
     pub qk_norm: bool,
+    /// Every layer's MLP a mixture of experts (Mixtral, Qwen3-MoE); `None`: dense.
+    pub moe: Option<Moe>,
     pub bos_token: Option<u32>,
     pub eos_tokens: Vec<u32>,
 }
@@ -255,7 +293,13 @@ impl Config {
             self.kv_dim() as u64,
             self.ffn_dim as u64,
         );
-        let per_layer = dim * (q + 2 * kv) + q * dim + 3 * dim * ffn;
+        let mlp = match self.moe {
+            Some(m) => {
+                m.n_experts as u64 * 3 * dim * m.expert_ffn_dim as u64 + m.n_experts as u64 * dim
+            }
+            None => 3 * dim * ffn,
+        };
+        let per_layer = dim * (q + 2 * kv) + q * dim + mlp;
         let heads = if self.tie_embeddings { 1 } else { 2 };
         self.n_layers as u64 * per_layer + heads * self.vocab_size as u64 * dim
     }
@@ -450,11 +494,78 @@ impl Config {
             rope_scaling,
             tie_embeddings: hf.tie_word_embeddings.unwrap_or(false),
             qkv_bias: arch == Arch::Qwen2 || hf.attention_bias.unwrap_or(false),
-            qk_norm: arch == Arch::Qwen3,
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe),
+            moe: resolve_moe(hf, arch, ffn_dim, name)?,
             bos_token: hf.bos_token_id,
             eos_tokens,
         })
     }
+}
+
+/// The mixture of experts `hf` describes, checked: Mixtral's `num_local_experts` (a GGUF
+/// file's `expert_count`, whatever its architecture) or Qwen3-MoE's `num_experts`.
+fn resolve_moe(
+    hf: &HfConfig,
+    arch: Arch,
+    ffn_dim: usize,
+    name: &dyn Fn(&str) -> String,
+) -> Result<Option<Moe>> {
+    let (experts_field, n_experts) = match (hf.num_local_experts, hf.num_experts) {
+        (Some(n), _) => ("num_local_experts", n),
+        (None, Some(n)) => ("num_experts", n),
+        (None, None) if matches!(arch, Arch::Mixtral | Arch::Qwen3Moe) => {
+            return Err(Error::Config(format!(
+                "missing field {} for {arch:?}'s experts",
+                name("num_experts")
+            )));
+        }
+        (None, None) => return Ok(None),
+    };
+    if n_experts == 0 || n_experts > MAX_EXPERTS {
+        return Err(Error::Config(format!(
+            "{} is {n_experts}; rustle reads 1 to {MAX_EXPERTS} experts",
+            name(experts_field)
+        )));
+    }
+    let top_k = hf
+        .num_experts_per_tok
+        .ok_or_else(|| Error::Config(format!("missing field {}", name("num_experts_per_tok"))))?;
+    if top_k == 0 || top_k > n_experts {
+        return Err(Error::Config(format!(
+            "{} is {top_k}; it must be 1 to the {n_experts} experts",
+            name("num_experts_per_tok")
+        )));
+    }
+    let expert_ffn_dim = hf.moe_intermediate_size.unwrap_or(ffn_dim);
+    if expert_ffn_dim == 0 || expert_ffn_dim > limits::FFN_DIM {
+        return Err(Error::Config(format!(
+            "{} is {expert_ffn_dim}; it must be 1 to {}",
+            name("moe_intermediate_size"),
+            limits::FFN_DIM
+        )));
+    }
+    // Layers without experts (Qwen3-MoE's `mlp_only_layers`, a sparse step above 1) are not
+    // read: no released Qwen3-MoE has them.
+    let every_layer = hf.decoder_sparse_step.unwrap_or(1) == 1
+        && hf.mlp_only_layers.as_ref().is_none_or(|l| l.is_empty());
+    if !every_layer {
+        return Err(Error::Unsupported(format!(
+            "{} and {}: rustle reads models whose every layer has experts",
+            name("decoder_sparse_step"),
+            name("mlp_only_layers")
+        )));
+    }
+    // Mixtral's softmax is over the chosen experts: the same as renormalizing them.
+    let renormalize = match arch {
+        Arch::Qwen3Moe => hf.norm_topk_prob.unwrap_or(true),
+        _ => true,
+    };
+    Ok(Some(Moe {
+        n_experts,
+        top_k,
+        expert_ffn_dim,
+        renormalize,
+    }))
 }
 
 /// A number for a message: exponent notation when plain digits would run long.
@@ -705,6 +816,57 @@ mod tests {
             err.contains("`short_factor` has 64 factors") && err.contains("48"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn mixtures_of_experts() {
+        let mixtral = parse(
+            &SMOLLM2
+                .replace("LlamaForCausalLM", "MixtralForCausalLM")
+                .replace(
+                    "\"vocab_size\"",
+                    "\"num_local_experts\": 8, \"num_experts_per_tok\": 2, \"vocab_size\"",
+                ),
+        )
+        .unwrap();
+        let want = Moe {
+            n_experts: 8,
+            top_k: 2,
+            expert_ffn_dim: 1536,
+            renormalize: true,
+        };
+        assert_eq!(mixtral.moe, Some(want));
+        // Qwen3-30B-A3B's router: 128 experts of 768, 8 a token, renormalized.
+        let qwen = SMOLLM2
+            .replace("LlamaForCausalLM", "Qwen3MoeForCausalLM")
+            .replace(
+                "\"vocab_size\"",
+                r#""num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+               "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [],
+               "vocab_size""#,
+            );
+        let q = parse(&qwen).unwrap();
+        assert!(q.qk_norm);
+        assert_eq!(
+            q.moe.map(|m| (m.n_experts, m.top_k, m.expert_ffn_dim)),
+            Some((128, 8, 768))
+        );
+        // A layer without experts is refused by name; so is choosing more than there are.
+        let dense_layers = qwen.replace("\"mlp_only_layers\": []", "\"mlp_only_layers\": [0]");
+        assert!(
+            parse(&dense_layers)
+                .unwrap_err()
+                .to_string()
+                .contains("mlp_only_layers")
+        );
+        let too_many = qwen.replace("\"num_experts_per_tok\": 8", "\"num_experts_per_tok\": 200");
+        assert!(
+            parse(&too_many)
+                .unwrap_err()
+                .to_string()
+                .contains("num_experts_per_tok")
+        );
+        assert_eq!(parse(SMOLLM2).unwrap().moe, None);
     }
 
     #[test]

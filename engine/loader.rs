@@ -311,6 +311,9 @@ fn gguf_config(g: &GgufFile) -> Result<HfConfig> {
         rms_norm_eps: float("attention.layer_norm_rms_epsilon")?,
         rope_theta: float("rope.freq_base")?,
         rotary_dim: num("rope.dimension_count")?,
+        num_local_experts: num("expert_count")?.filter(|&n| n > 0),
+        num_experts_per_tok: num("expert_used_count")?,
+        moe_intermediate_size: num("expert_feed_forward_length")?,
         original_max_position_embeddings: num("rope.scaling.original_context_length")?,
         rope_scaling: match gguf_longrope(g, arch)? {
             Some(longrope) => Some(longrope),
@@ -453,6 +456,11 @@ pub fn hf_name(gguf: &str) -> String {
         "attn_v" => "self_attn.v_proj",
         "attn_output" => "self_attn.o_proj",
         "attn_qkv" => "self_attn.qkv_proj",
+        "ffn_gate_inp" => "mlp.gate",
+        // Every expert's matrix in one 3-D tensor (`weights::fused` splits them).
+        "ffn_gate_exps" => "mlp.experts.gate_proj",
+        "ffn_up_exps" => "mlp.experts.up_proj",
+        "ffn_down_exps" => "mlp.experts.down_proj",
         "attn_q_norm" => "self_attn.q_norm",
         "attn_k_norm" => "self_attn.k_norm",
         "ffn_gate" => "mlp.gate_proj",
@@ -595,27 +603,18 @@ mod tests {
         let m = load(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         let layer = &m.weights.layers[0];
+        let (w_gate, w_up, w_down) = layer.mlp.dense().unwrap();
         let n = dim * dim;
         assert_eq!(
             layer.wv,
             to_f32(DType::IQ4XS, &bytes(DType::IQ4XS), n).unwrap()
         );
         assert_eq!(
-            layer.w_down,
+            *w_down,
             to_f32(DType::IQ4NL, &bytes(DType::IQ4NL), n).unwrap()
         );
-        assert_eq!(
-            layer.w_up,
-            to_f32(DType::Q3K, &bytes(DType::Q3K), n).unwrap()
-        );
-        for w in [
-            &layer.wq,
-            &layer.wk,
-            &layer.wv,
-            &layer.wo,
-            &layer.w_gate,
-            &layer.w_up,
-        ] {
+        assert_eq!(*w_up, to_f32(DType::Q3K, &bytes(DType::Q3K), n).unwrap());
+        for w in [&layer.wq, &layer.wk, &layer.wv, &layer.wo, w_gate, w_up] {
             assert!(w.iter().all(|x| x.is_finite()) && w.iter().any(|&x| x != 0.0));
         }
 

@@ -32,26 +32,70 @@ pub struct LayerWeights<M = Vec<f32>> {
     pub wo: M,
     /// `[dim]`
     pub ffn_norm: Vec<f32>,
-    /// `[ffn_dim, dim]`
-    pub w_gate: M,
-    /// `[ffn_dim, dim]`
-    pub w_up: M,
-    /// `[dim, ffn_dim]`
-    pub w_down: M,
+    pub mlp: Mlp<M>,
+}
+
+/// A layer's MLP: one SwiGLU MLP, or a mixture of experts (`Config::moe`).
+pub enum Mlp<M> {
+    Dense {
+        /// `[ffn_dim, dim]`
+        gate: M,
+        /// `[ffn_dim, dim]`
+        up: M,
+        /// `[dim, ffn_dim]`
+        down: M,
+    },
+    Experts(Experts<M>),
+}
+
+/// A mixture of experts: the router and each expert's SwiGLU MLP.
+pub struct Experts<M> {
+    /// `[n_experts, dim]`
+    pub router: Vec<f32>,
+    /// `[n_experts]` of `[expert_ffn_dim, dim]`
+    pub gate: Vec<M>,
+    /// `[n_experts]` of `[expert_ffn_dim, dim]`
+    pub up: Vec<M>,
+    /// `[n_experts]` of `[dim, expert_ffn_dim]`
+    pub down: Vec<M>,
+}
+
+impl<M> Mlp<M> {
+    /// The dense MLP's gate, up and down; `None` for experts.
+    pub fn dense(&self) -> Option<(&M, &M, &M)> {
+        match self {
+            Mlp::Dense { gate, up, down } => Some((gate, up, down)),
+            Mlp::Experts(_) => None,
+        }
+    }
+
+    /// Every matrix of the MLP (each expert's).
+    pub fn matrices(&self) -> Vec<&M> {
+        match self {
+            Mlp::Dense { gate, up, down } => vec![gate, up, down],
+            Mlp::Experts(e) => e.gate.iter().chain(&e.up).chain(&e.down).collect(),
+        }
+    }
+
+    fn matrices_mut(&mut self) -> Vec<&mut M> {
+        match self {
+            Mlp::Dense { gate, up, down } => vec![gate, up, down],
+            Mlp::Experts(e) => e
+                .gate
+                .iter_mut()
+                .chain(&mut e.up)
+                .chain(&mut e.down)
+                .collect(),
+        }
+    }
 }
 
 impl<M> LayerWeights<M> {
-    /// The layer's matrices.
-    pub fn matrices(&self) -> [&M; 7] {
-        [
-            &self.wq,
-            &self.wk,
-            &self.wv,
-            &self.wo,
-            &self.w_gate,
-            &self.w_up,
-            &self.w_down,
-        ]
+    /// The layer's matrices (every expert's included).
+    pub fn matrices(&self) -> Vec<&M> {
+        let mut m = vec![&self.wq, &self.wk, &self.wv, &self.wo];
+        m.extend(self.mlp.matrices());
+        m
     }
 
     /// The layer's vectors: the norms, and the biases and head norms it has.
@@ -64,6 +108,10 @@ impl<M> LayerWeights<M> {
             self.bv.as_ref(),
             self.q_norm.as_ref(),
             self.k_norm.as_ref(),
+            match &self.mlp {
+                Mlp::Experts(e) => Some(&e.router),
+                Mlp::Dense { .. } => None,
+            },
         ]
         .into_iter()
         .flatten()
@@ -179,9 +227,11 @@ impl ModelWeights {
                 k_norm: c.qk_norm.then(|| vec![1.0; c.head_dim]),
                 wo: matrix(dim, q),
                 ffn_norm: vec![1.0; dim],
-                w_gate: matrix(ffn, dim),
-                w_up: matrix(ffn, dim),
-                w_down: matrix(dim, ffn),
+                mlp: Mlp::Dense {
+                    gate: matrix(ffn, dim),
+                    up: matrix(ffn, dim),
+                    down: matrix(dim, ffn),
+                },
             })
             .collect();
         ModelWeights {
@@ -207,15 +257,10 @@ impl ModelWeights {
             round(h);
         }
         for l in &mut self.layers {
-            for w in [
-                &mut l.wq,
-                &mut l.wk,
-                &mut l.wv,
-                &mut l.wo,
-                &mut l.w_gate,
-                &mut l.w_up,
-                &mut l.w_down,
-            ] {
+            for w in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo] {
+                round(w);
+            }
+            for w in l.mlp.matrices_mut() {
                 round(w);
             }
         }
@@ -224,7 +269,7 @@ impl ModelWeights {
     /// Checks every weight `load` takes (name, shape, dtype) without reading any: a model
     /// whose files disagree with its configuration is refused before anything is allocated.
     pub fn check(c: &Config, w: &Weights) -> Result<()> {
-        let (dim, q_dim, kv_dim, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+        let (dim, q_dim, kv_dim) = (c.dim, c.q_dim(), c.kv_dim());
         for l in 0..c.n_layers {
             let name = |s: &str| format!("model.layers.{l}.{s}");
             for (s, shape) in [
@@ -234,11 +279,11 @@ impl ModelWeights {
                 ("self_attn.v_proj.weight", vec![kv_dim, dim]),
                 ("self_attn.o_proj.weight", vec![dim, q_dim]),
                 ("post_attention_layernorm.weight", vec![dim]),
-                ("mlp.gate_proj.weight", vec![ffn, dim]),
-                ("mlp.up_proj.weight", vec![ffn, dim]),
-                ("mlp.down_proj.weight", vec![dim, ffn]),
             ] {
                 w.check(&name(s), &shape, true)?;
+            }
+            for (s, shape) in mlp_weights(c) {
+                w.check(&name(&s), &shape, true)?;
             }
             if c.qkv_bias {
                 for (s, n) in [
@@ -262,6 +307,27 @@ impl ModelWeights {
     }
 }
 
+/// A layer's MLP weights (names under `model.layers.L.`, shapes): the dense MLP's, or the
+/// router and every expert's.
+fn mlp_weights(c: &Config) -> Vec<(String, Vec<usize>)> {
+    let (dim, ffn) = (c.dim, c.ffn_dim);
+    let Some(m) = c.moe else {
+        return vec![
+            ("mlp.gate_proj.weight".into(), vec![ffn, dim]),
+            ("mlp.up_proj.weight".into(), vec![ffn, dim]),
+            ("mlp.down_proj.weight".into(), vec![dim, ffn]),
+        ];
+    };
+    let f = m.expert_ffn_dim;
+    let mut out = vec![("mlp.gate.weight".to_owned(), vec![m.n_experts, dim])];
+    for e in 0..m.n_experts {
+        out.push((format!("mlp.experts.{e}.gate_proj.weight"), vec![f, dim]));
+        out.push((format!("mlp.experts.{e}.up_proj.weight"), vec![f, dim]));
+        out.push((format!("mlp.experts.{e}.down_proj.weight"), vec![dim, f]));
+    }
+    out
+}
+
 impl<M: MatrixFormat> ModelWeights<M> {
     /// Takes every weight by name and shape, the matrices as `M` holds them, the rows of
     /// each query and key head in the kernels' order (`HeadOrder`: `qk_permuted` says the
@@ -276,6 +342,7 @@ impl<M: MatrixFormat> ModelWeights<M> {
                 let name = |s: &str| format!("model.layers.{l}.{s}");
                 let take = |s: &str, rows: usize, cols: usize| M::take(w, &name(s), rows, cols);
                 let vector = |s: &str, n: usize| w.take(&name(s), &[n]);
+                let vector_2d = |s: &str, rows: usize, cols: usize| w.take(&name(s), &[rows, cols]);
                 let bias = |s: &str, n: usize| -> Result<Option<Vec<f32>>> {
                     if c.qkv_bias {
                         vector(s, n).map(Some)
@@ -313,9 +380,29 @@ impl<M: MatrixFormat> ModelWeights<M> {
                         .map(|n| reorder_rows(&n, 1, &order)),
                     wo: take("self_attn.o_proj.weight", dim, q_dim)?,
                     ffn_norm: vector("post_attention_layernorm.weight", dim)?,
-                    w_gate: take("mlp.gate_proj.weight", ffn, dim)?,
-                    w_up: take("mlp.up_proj.weight", ffn, dim)?,
-                    w_down: take("mlp.down_proj.weight", dim, ffn)?,
+                    mlp: match c.moe {
+                        None => Mlp::Dense {
+                            gate: take("mlp.gate_proj.weight", ffn, dim)?,
+                            up: take("mlp.up_proj.weight", ffn, dim)?,
+                            down: take("mlp.down_proj.weight", dim, ffn)?,
+                        },
+                        Some(m) => {
+                            let experts = |part: &str, rows, cols| {
+                                (0..m.n_experts)
+                                    .map(|e| {
+                                        take(&format!("mlp.experts.{e}.{part}.weight"), rows, cols)
+                                    })
+                                    .collect::<Result<Vec<M>>>()
+                            };
+                            let f = m.expert_ffn_dim;
+                            Mlp::Experts(Experts {
+                                router: vector_2d("mlp.gate.weight", m.n_experts, dim)?,
+                                gate: experts("gate_proj", f, dim)?,
+                                up: experts("up_proj", f, dim)?,
+                                down: experts("down_proj", dim, f)?,
+                            })
+                        }
+                    },
                 })
             })
             .collect::<Result<Vec<_>>>()?;

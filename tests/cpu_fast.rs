@@ -148,6 +148,30 @@ fn tiny_phi3_gguf_fast_matches_transformers() {
     check_model(Some("tests/golden/tiny-phi3.gguf"), "tiny-phi3", 256);
 }
 
+#[test]
+fn tiny_mixtral_fast_matches_transformers() {
+    check_model(Some("tests/golden/tiny-mixtral"), "tiny-mixtral", 256);
+}
+
+#[test]
+fn tiny_mixtral_gguf_fast_matches_transformers() {
+    check_model(Some("tests/golden/tiny-mixtral.gguf"), "tiny-mixtral", 256);
+}
+
+#[test]
+fn tiny_qwen3moe_fast_matches_transformers() {
+    check_model(Some("tests/golden/tiny-qwen3moe"), "tiny-qwen3moe", 256);
+}
+
+#[test]
+fn tiny_qwen3moe_gguf_fast_matches_transformers() {
+    check_model(
+        Some("tests/golden/tiny-qwen3moe.gguf"),
+        "tiny-qwen3moe",
+        256,
+    );
+}
+
 /// The weights held are the file's tensor bytes, within the 5% the issue allows (the f32
 /// copies of norms are the only growth).
 #[test]

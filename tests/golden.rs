@@ -5,8 +5,9 @@
 //! f16, sharded) from tests/golden/make_tiny.py; a tiny Llama GGUF whose matrices mix Q4_K,
 //! Q5_0, Q6_K and Q8_0 from tests/golden/make_tiny_quant.py (transformers ran on what the
 //! `gguf` package dequantizes); a tiny Qwen3 (q and k normed by head, head_dim not hidden /
-//! heads) and a tiny Phi-3 (fused matrices, partial RoPE, longrope) from make_tiny.py, each
-//! as its folder and as llama.cpp's converter writes it in GGUF (make_tiny_gguf.py).
+//! heads), a tiny Phi-3 (fused matrices, partial RoPE, longrope) and tiny Mixtral and
+//! Qwen3-MoE (mixtures of experts) from make_tiny.py, each as its folder and as llama.cpp's
+//! converter writes it in GGUF (make_tiny_gguf.py).
 
 mod common;
 
@@ -55,6 +56,28 @@ fn tiny_phi3_matches_transformers() {
 #[test]
 fn tiny_phi3_gguf_matches_transformers() {
     check_model(Some("tests/golden/tiny-phi3.gguf"), "tiny-phi3");
+}
+
+/// Mixtures of experts: Mixtral (4 experts, 2 a token) and Qwen3-MoE (8 of 48, 3 a token,
+/// renormalized), each from its folder and from llama.cpp's GGUF of it (3-D expert tensors).
+#[test]
+fn tiny_mixtral_matches_transformers() {
+    check_model(Some("tests/golden/tiny-mixtral"), "tiny-mixtral");
+}
+
+#[test]
+fn tiny_mixtral_gguf_matches_transformers() {
+    check_model(Some("tests/golden/tiny-mixtral.gguf"), "tiny-mixtral");
+}
+
+#[test]
+fn tiny_qwen3moe_matches_transformers() {
+    check_model(Some("tests/golden/tiny-qwen3moe"), "tiny-qwen3moe");
+}
+
+#[test]
+fn tiny_qwen3moe_gguf_matches_transformers() {
+    check_model(Some("tests/golden/tiny-qwen3moe.gguf"), "tiny-qwen3moe");
 }
 
 #[test]

@@ -28,7 +28,7 @@ use rustle::gpu::kernels::{In, Out};
 use rustle::gpu::matrix::WeightFormat;
 use rustle::gpu::matrix::to_bf16;
 use rustle::kernel_args::{Blocks, Heads, MatmulShape, NormedQkv, Paged, PagedShape, Splits};
-use rustle::model::{LayerWeights, ModelWeights};
+use rustle::model::{LayerWeights, Mlp, ModelWeights};
 use rustle::runner::{Device, Runner, RunnerOptions};
 use rustle::weights::blocks::BlockType;
 
@@ -2745,9 +2745,11 @@ fn synthetic_llama3(rng: &mut StdRng) -> (Config, ModelWeights) {
             k_norm: None,
             wo: normal(rng, dim * q, s(q)),
             ffn_norm: norm(rng),
-            w_gate: normal(rng, ffn * dim, s(dim)),
-            w_up: normal(rng, ffn * dim, s(dim)),
-            w_down: normal(rng, dim * ffn, s(ffn)),
+            mlp: Mlp::Dense {
+                gate: normal(rng, ffn * dim, s(dim)),
+                up: normal(rng, ffn * dim, s(dim)),
+                down: normal(rng, dim * ffn, s(ffn)),
+            },
         })
         .collect();
     let mut w = ModelWeights {

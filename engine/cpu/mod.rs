@@ -3,6 +3,7 @@
 //! `timed::Ops`, which times it when `rustle profile` asks. `fast` is the backend
 //! `--device cpu` runs: weights as stored, SIMD and threads.
 
+pub mod experts;
 pub mod fast;
 pub mod ops;
 pub mod quant;
@@ -14,7 +15,7 @@ use crate::batch::Batch;
 use crate::config::Config;
 use crate::kernel_args::{Heads, Paged};
 use crate::kv_cache::KvCache;
-use crate::model::ModelWeights;
+use crate::model::{Mlp, ModelWeights};
 use crate::rope::RopeTables;
 
 /// Activations for up to `max_tokens` tokens in one forward pass, allocated once.
@@ -149,10 +150,26 @@ pub fn forward<'s>(
 
         // MLP: x += down(silu(gate(x)) * up(x)) over the normed stream.
         o.rmsnorm_f32(xb, x, &lw.ffn_norm, c.rms_eps);
-        o.matmul_f32(gate, xb, &lw.w_gate, None, dim);
-        o.matmul_f32(up, xb, &lw.w_up, None, dim);
-        o.swiglu_f32(hidden, gate, up);
-        o.matmul_f32(xb, hidden, &lw.w_down, None, ffn);
+        match &lw.mlp {
+            Mlp::Dense {
+                gate: w_gate,
+                up: w_up,
+                down: w_down,
+            } => {
+                o.matmul_f32(gate, xb, w_gate, None, dim);
+                o.matmul_f32(up, xb, w_up, None, dim);
+                o.swiglu_f32(hidden, gate, up);
+                o.matmul_f32(xb, hidden, w_down, None, ffn);
+            }
+            Mlp::Experts(e) => {
+                let normed = xb.to_vec();
+                let moe = c
+                    .moe
+                    .as_ref()
+                    .expect("experts come from a config with experts");
+                experts::experts_f32(o, xb, &normed, e, moe, dim);
+            }
+        }
         o.residual_add_f32(x, xb);
     }
 

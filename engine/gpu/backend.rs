@@ -38,6 +38,9 @@ pub fn check_supported(c: &Config) -> Result<()> {
             "{what}; run this model with --device cpu"
         )))
     };
+    if c.moe.is_some() {
+        return Err(super::weights::experts_unsupported());
+    }
     if c.head_dim > MAX_HEAD_DIM || !c.head_dim.is_multiple_of(8) {
         return unsupported(format!(
             "head_dim {} is not a multiple of 8 up to the attention kernels' {MAX_HEAD_DIM}",

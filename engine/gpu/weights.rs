@@ -9,7 +9,7 @@ use super::matrix::{
     GpuMatrix, MatrixData, Piece, Synthetic, Uploader, WeightFormat, random_matrix,
 };
 use crate::config::Config;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::ModelWeights;
 use crate::weights::blocks::BlockType;
 
@@ -40,6 +40,14 @@ impl GpuLayer {
             + self.qk_norm.as_ref().map_or(0, |(q, k)| q.len() + k.len());
         self.matrices().iter().map(|m| m.bytes()).sum::<usize>() + 4 * vectors
     }
+}
+
+/// The GPU has no kernels for a mixture of experts yet: the CPU runs them.
+pub fn experts_unsupported() -> Error {
+    Error::Unsupported(
+        "a mixture of experts runs on the CPU only for now; run this model with --device cpu"
+            .into(),
+    )
 }
 
 /// A matrix of one tensor, as `Uploader::matrix` takes it.
@@ -82,6 +90,9 @@ impl GpuWeights {
         for (l, lw) in w.layers.iter().enumerate() {
             let what = |s: &str| format!("layer {l} {s}");
             let name = |s: &str| format!("model.layers.{l}.{s}.weight");
+            let Some((w_gate, w_up, w_down)) = lw.mlp.dense() else {
+                return Err(experts_unsupported());
+            };
             let bqkv = match (&lw.bq, &lw.bk, &lw.bv) {
                 (Some(q), Some(k), Some(v)) => {
                     Some(f32s(&[q.as_slice(), k, v].concat(), &what("qkv bias"))?)
@@ -120,9 +131,9 @@ impl GpuWeights {
                     &what("o_proj"),
                 )?,
                 ffn_norm: f32s(&lw.ffn_norm, &what("ffn_norm"))?,
-                w_gate: up.matrix(&one(name("mlp.gate_proj"), &lw.w_gate), dim, &what("gate"))?,
-                w_up: up.matrix(&one(name("mlp.up_proj"), &lw.w_up), dim, &what("up_proj"))?,
-                w_down: up.matrix(&one(name("mlp.down_proj"), &lw.w_down), ffn, &what("down"))?,
+                w_gate: up.matrix(&one(name("mlp.gate_proj"), w_gate), dim, &what("gate"))?,
+                w_up: up.matrix(&one(name("mlp.up_proj"), w_up), dim, &what("up_proj"))?,
+                w_down: up.matrix(&one(name("mlp.down_proj"), w_down), ffn, &what("down"))?,
             });
         }
         let embed_name = "model.embed_tokens.weight".to_owned();

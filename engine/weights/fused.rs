@@ -1,10 +1,14 @@
-//! Matrices some models store fused, split into the ones the forward pass takes by name.
+//! Matrices some models store fused or stacked, split into the ones the forward pass takes
+//! by name.
 //!
 //! Phi-3 keeps q, k and v in one matrix (`qkv_proj`, GGUF `attn_qkv`) and gate and up in
-//! another (`gate_up_proj`; GGUF's `ffn_up` holds both). Each is whole rows of its parts one
-//! after another, and a row of any stored type (floats or quantized blocks) is a run of
-//! bytes of its own, so a part is a range of the fused tensor's bytes: nothing is copied,
-//! and the GPU still finds the parts' blocks as the files store them.
+//! another (`gate_up_proj`; GGUF's `ffn_up` holds both). GGUF files keep every expert's
+//! gate, up or down of a layer in one 3-D tensor (`ffn_gate_exps`, `[experts, rows, cols]`).
+//! Each is whole rows of its parts one after another, and a row of any stored type (floats
+//! or quantized blocks) is a run of bytes of its own, so a part is a range of the fused
+//! tensor's bytes: nothing is copied, and the GPU still finds the parts' blocks as the files
+//! store them. Mixtral's folders name the experts their own way (`block_sparse_moe.experts.
+//! E.w1`); they are renamed to the names the model asks for (`mlp.experts.E.gate_proj`).
 
 use super::{RawTensor, Weights};
 use crate::config::{Arch, Config};
@@ -13,6 +17,33 @@ use crate::error::{Error, Result};
 /// Splits the fused matrices of `c`'s architecture in `w` into their parts' names (a model
 /// whose files already hold the parts is left as it is).
 pub fn split_fused(c: &Config, w: &mut Weights) -> Result<()> {
+    if let Some(moe) = c.moe {
+        rename_mixtral(w);
+        for l in 0..c.n_layers {
+            for (part, rows, cols) in [
+                ("gate_proj", moe.expert_ffn_dim, c.dim),
+                ("up_proj", moe.expert_ffn_dim, c.dim),
+                ("down_proj", c.dim, moe.expert_ffn_dim),
+            ] {
+                let stacked = format!("model.layers.{l}.mlp.experts.{part}.weight");
+                let parts: Vec<(String, usize)> = (0..moe.n_experts)
+                    .map(|e| {
+                        (
+                            format!("model.layers.{l}.mlp.experts.{e}.{part}.weight"),
+                            rows,
+                        )
+                    })
+                    .collect();
+                // `[experts, rows, cols]` is `[experts * rows, cols]` in the same bytes.
+                if let Some(t) = w.tensors.get_mut(&stacked)
+                    && t.shape.len() == 3
+                {
+                    t.shape = vec![t.shape[0] * t.shape[1], t.shape[2]];
+                }
+                split(w, &stacked, &parts, cols)?;
+            }
+        }
+    }
     if c.arch != Arch::Phi3 {
         return Ok(());
     }
@@ -43,6 +74,28 @@ pub fn split_fused(c: &Config, w: &mut Weights) -> Result<()> {
         split(w, &gate_up, &mlp, c.dim)?;
     }
     Ok(())
+}
+
+/// Mixtral's names for a layer's router and experts, as the model asks for them.
+fn rename_mixtral(w: &mut Weights) {
+    let renamed: Vec<(String, String)> = w
+        .tensors
+        .keys()
+        .filter(|k| k.contains(".block_sparse_moe."))
+        .map(|k| {
+            let new = k
+                .replace(".block_sparse_moe.", ".mlp.")
+                .replace(".w1.weight", ".gate_proj.weight")
+                .replace(".w3.weight", ".up_proj.weight")
+                .replace(".w2.weight", ".down_proj.weight");
+            (k.clone(), new)
+        })
+        .collect();
+    for (old, new) in renamed {
+        if let Some(t) = w.tensors.remove(&old) {
+            w.tensors.insert(new, t);
+        }
+    }
 }
 
 /// Replaces `fused` (if the files have it) by `parts`, each `(name, rows)` of `cols`

@@ -12,6 +12,8 @@ of what rustle claims, each in a few hundred kilobytes:
   converts it to GGUF with llama.cpp's own converter.
 - tiny-phi3: Phi-3 / Phi-4-mini: fused qkv_proj and gate_up_proj, RoPE on half of each head,
   longrope scaling (its golden prompts run past the original context of 32 from the start).
+- tiny-mixtral, tiny-qwen3moe: mixtures of experts (4 experts, 2 a token; 8 of 48, 3 a token
+  with Qwen3's head norms).
 All share a byte-level BPE tokenizer of 256 byte tokens, a few merges and one special token.
 
     pip install torch transformers tokenizers
@@ -27,8 +29,8 @@ import sys
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from tokenizers.pre_tokenizers import ByteLevel
-from transformers import (AutoModelForCausalLM, LlamaConfig, Phi3Config, PreTrainedTokenizerFast,
-                          Qwen2Config, Qwen3Config)
+from transformers import (AutoModelForCausalLM, LlamaConfig, MixtralConfig, Phi3Config,
+                          PreTrainedTokenizerFast, Qwen2Config, Qwen3Config, Qwen3MoeConfig)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROMPTS = [
@@ -149,6 +151,21 @@ def main():
                                      "long_factor": [1.0, 2.0, 5.0, 11.0]},
                        pad_token_id=None),
             torch.bfloat16, shard=False, prompts=LONG_PROMPTS, tokenizer_class="GPT2Tokenizer"),
+        # Mixture of experts: 4 experts, 2 a token, the softmax over the chosen two.
+        "tiny-mixtral": lambda: build(
+            "tiny-mixtral",
+            MixtralConfig(**common, num_local_experts=4, num_experts_per_tok=2,
+                          rope_theta=1000000.0, tie_word_embeddings=False, sliding_window=None),
+            torch.bfloat16, shard=False),
+        # Qwen3's MoE: 8 experts of 48, 3 a token, the softmax over all then renormalized over
+        # the chosen (norm_topk_prob); q and k normed by head as in Qwen3.
+        "tiny-qwen3moe": lambda: build(
+            "tiny-qwen3moe",
+            Qwen3MoeConfig(**common, head_dim=32, num_experts=8, num_experts_per_tok=3,
+                           moe_intermediate_size=48, norm_topk_prob=True, decoder_sparse_step=1,
+                           mlp_only_layers=[], rope_theta=1000000.0, tie_word_embeddings=False,
+                           use_sliding_window=False),
+            torch.bfloat16, shard=False),
     }
     names = sys.argv[1:] or list(models)
     for name in names:

@@ -5,15 +5,17 @@
 use rayon::prelude::*;
 
 use super::attention::{attention_bf16, kv_write_bf16};
+use super::experts::experts;
 use super::kv::KvCacheBf16;
 use super::math::swiglu_f32;
-use super::matmul::{Input, Job, matmul};
+use super::matmul::{Input, Job, timed_matmul};
 use super::timed::{self, Recorder};
 use super::unpack::row_f32;
 use super::weights::FastWeights;
 use crate::batch::Batch;
 use crate::config::Config;
 use crate::cpu::ops::{Heads, Paged, head_rmsnorm_f32, residual_add_f32, rmsnorm_f32, rope_f32};
+use crate::model::Mlp;
 use crate::rope::RopeTables;
 use crate::traffic;
 
@@ -189,35 +191,46 @@ pub fn forward<'s>(
         rec.time("rmsnorm_f32", norm, || {
             rmsnorm(xb, x, &lw.ffn_norm, c.rms_eps)
         });
-        let mut gate_up = [
-            Job {
-                w: &lw.w_gate,
-                bias: None,
-                out: gate,
-            },
-            Job {
-                w: &lw.w_up,
-                bias: None,
-                out: up,
-            },
-        ];
-        timed_matmul(rec, &mut gate_up, xb, dim, input);
-        rec.time(
-            "swiglu_f32",
-            || traffic::swiglu_f32(n * ffn),
-            || swiglu(hidden, gate, up, ffn),
-        );
-        timed_matmul(
-            rec,
-            &mut [Job {
-                w: &lw.w_down,
-                bias: None,
-                out: xb,
-            }],
-            hidden,
-            ffn,
-            input,
-        );
+        match &lw.mlp {
+            Mlp::Dense {
+                gate: w_gate,
+                up: w_up,
+                down: w_down,
+            } => {
+                let mut gate_up = [
+                    Job {
+                        w: w_gate,
+                        bias: None,
+                        out: gate,
+                    },
+                    Job {
+                        w: w_up,
+                        bias: None,
+                        out: up,
+                    },
+                ];
+                timed_matmul(rec, &mut gate_up, xb, dim, input);
+                rec.time(
+                    "swiglu_f32",
+                    || traffic::swiglu_f32(n * ffn),
+                    || swiglu(hidden, gate, up, ffn),
+                );
+                let mut down = [Job {
+                    w: w_down,
+                    bias: None,
+                    out: xb,
+                }];
+                timed_matmul(rec, &mut down, hidden, ffn, input);
+            }
+            Mlp::Experts(e) => {
+                let normed = xb.to_vec();
+                let moe = c
+                    .moe
+                    .as_ref()
+                    .expect("experts come from a config with experts");
+                experts(rec, xb, &normed, e, moe, input);
+            }
+        }
         rec.time("residual_add_f32", residual, || {
             rows(x, xb, dim, residual_add_f32)
         });
@@ -259,22 +272,6 @@ pub fn forward<'s>(
         input,
     );
     &s.logits
-}
-
-/// `matmul`, timed under its first matrix's type.
-fn timed_matmul(rec: &mut Recorder, jobs: &mut [Job], x: &[f32], n_in: usize, input: &mut Input) {
-    let n = x.len() / n_in;
-    let name = timed::matmul_name(jobs[0].w);
-    let matrices: Vec<&super::weights::Matrix> = if rec.recording() {
-        jobs.iter().map(|j| j.w).collect()
-    } else {
-        vec![]
-    };
-    rec.time(
-        name,
-        || timed::matmul(n, n_in, &matrices),
-        || matmul(jobs, x, n_in, input),
-    );
 }
 
 /// `out[t, :]` = the embedding's row `tokens[t]`, dequantized.

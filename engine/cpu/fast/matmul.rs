@@ -19,6 +19,7 @@ use rayon::prelude::*;
 use super::cpu_features::{Features, features};
 use super::dot::{Q8Rows, dot_codes, dot_f32};
 use super::gemm::{TILE_ROWS, pack_row, to_bf16_pairs};
+use super::timed::Recorder;
 use super::unpack::{RUN, is_quantized, row_f32, unpack_row};
 use super::weights::Matrix;
 
@@ -51,6 +52,44 @@ pub struct Input {
     bf16: Vec<u32>,
     /// `[n]` the pass's `Batch::generated`, set by the forward: which tokens are generated
     pub generated: Vec<bool>,
+}
+
+impl Input {
+    /// The input of a call on some of this pass's tokens (the ones an expert takes): the
+    /// same mode, and those tokens' flags where the pass has them.
+    pub fn of_rows(&self, n: usize, rows: &[usize]) -> Input {
+        let generated = match self.generated.len() == n {
+            true => rows.iter().map(|&r| self.generated[r]).collect(),
+            false => vec![],
+        };
+        Input {
+            invariant: self.invariant,
+            generated,
+            ..Input::default()
+        }
+    }
+}
+
+/// `matmul`, timed under its first matrix's type.
+pub fn timed_matmul(
+    rec: &mut Recorder,
+    jobs: &mut [Job],
+    x: &[f32],
+    n_in: usize,
+    input: &mut Input,
+) {
+    let n = x.len() / n_in;
+    let name = super::timed::matmul_name(jobs[0].w);
+    let matrices: Vec<&Matrix> = if rec.recording() {
+        jobs.iter().map(|j| j.w).collect()
+    } else {
+        vec![]
+    };
+    rec.time(
+        name,
+        || super::timed::matmul(n, n_in, &matrices),
+        || matmul(jobs, x, n_in, input),
+    );
 }
 
 /// Which kernel a call of `n` tokens takes.

@@ -17,6 +17,7 @@
 pub mod attention;
 pub mod cpu_features;
 pub mod dot;
+pub mod experts;
 pub mod forward;
 pub mod fused;
 pub mod gemm;

@@ -1,0 +1,117 @@
+//! A mixture of experts on the CPU: the router's choice for each token, and the reference
+//! backend's MLP of experts (the fast backend's is `fast::experts`).
+
+use super::timed::Ops;
+use crate::config::Moe;
+use crate::model::Experts;
+
+/// The experts token's router `logits` (`[n_experts]`) choose and their weights: a softmax
+/// over every expert, the `top_k` most probable kept (the lower index first among equals),
+/// their weights renormalized to sum to 1 where `moe.renormalize`. Mixtral's softmax over the
+/// chosen logits alone is the same as renormalizing.
+pub fn route(logits: &[f32], moe: &Moe) -> Vec<(usize, f32)> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exp: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
+    let sum: f32 = exp.iter().sum();
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    // Stable: among equal probabilities the lower index stays first.
+    order.sort_by(|&a, &b| exp[b].total_cmp(&exp[a]));
+    let mut chosen: Vec<(usize, f32)> = order[..moe.top_k]
+        .iter()
+        .map(|&e| (e, exp[e] / sum))
+        .collect();
+    if moe.renormalize {
+        let kept: f32 = chosen.iter().map(|c| c.1).sum();
+        for c in &mut chosen {
+            c.1 /= kept;
+        }
+    }
+    chosen
+}
+
+/// Each token's rows grouped by expert: for expert `e`, the (token, weight) pairs that chose
+/// it, tokens in order. `logits`: `[n, n_experts]`.
+pub fn by_expert(logits: &[f32], moe: &Moe) -> Vec<Vec<(usize, f32)>> {
+    let mut groups = vec![vec![]; moe.n_experts];
+    for (t, row) in logits.chunks_exact(moe.n_experts).enumerate() {
+        for (e, w) in route(row, moe) {
+            groups[e].push((t, w));
+        }
+    }
+    groups
+}
+
+/// `out = sum over each token's chosen experts of weight * down(silu(gate(x)) * up(x))`: the
+/// MLP of a mixture of experts. `out`, `x`: `[n, dim]`, `x` normed.
+pub fn experts_f32(
+    o: &mut Ops,
+    out: &mut [f32],
+    x: &[f32],
+    e: &Experts<Vec<f32>>,
+    moe: &Moe,
+    dim: usize,
+) {
+    let n = x.len() / dim;
+    let f = moe.expert_ffn_dim;
+    let mut logits = vec![0.0; n * moe.n_experts];
+    o.matmul_f32(&mut logits, x, &e.router, None, dim);
+    out.fill(0.0);
+    for (expert, tokens) in by_expert(&logits, moe).iter().enumerate() {
+        if tokens.is_empty() {
+            continue;
+        }
+        let m = tokens.len();
+        let rows: Vec<f32> = tokens
+            .iter()
+            .flat_map(|&(t, _)| &x[t * dim..(t + 1) * dim])
+            .copied()
+            .collect();
+        let (mut gate, mut up, mut hidden) = (vec![0.0; m * f], vec![0.0; m * f], vec![0.0; m * f]);
+        let mut down = vec![0.0; m * dim];
+        o.matmul_f32(&mut gate, &rows, &e.gate[expert], None, dim);
+        o.matmul_f32(&mut up, &rows, &e.up[expert], None, dim);
+        o.swiglu_f32(&mut hidden, &gate, &up);
+        o.matmul_f32(&mut down, &hidden, &e.down[expert], None, f);
+        for (&(t, w), d) in tokens.iter().zip(down.chunks_exact(dim)) {
+            for (o, d) in out[t * dim..(t + 1) * dim].iter_mut().zip(d) {
+                *o += w * d;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_router_keeps_the_most_probable_and_renormalizes() {
+        let moe = Moe {
+            n_experts: 4,
+            top_k: 2,
+            expert_ffn_dim: 1,
+            renormalize: true,
+        };
+        let chosen = route(&[0.0, 2.0, 1.0, 2.0], &moe);
+        // Experts 1 and 3 tie for the best: both kept, the lower first, half each.
+        assert_eq!(chosen.iter().map(|c| c.0).collect::<Vec<_>>(), vec![1, 3]);
+        assert!(chosen.iter().all(|c| (c.1 - 0.5).abs() < 1e-6));
+        // Without renormalizing the weights are the softmax over all four.
+        let raw = route(
+            &[0.0, 2.0, 1.0, 2.0],
+            &Moe {
+                renormalize: false,
+                ..moe
+            },
+        );
+        let total: f32 = [0.0f32, 2.0, 1.0, 2.0].iter().map(|l| l.exp()).sum();
+        assert!((raw[0].1 - 2f32.exp() / total).abs() < 1e-6);
+        // Grouped by expert, tokens in order.
+        let groups = by_expert(&[0.0, 2.0, 1.0, 2.0, 5.0, 0.0, 4.0, 0.0], &moe);
+        let tokens: Vec<Vec<usize>> = groups
+            .iter()
+            .map(|g| g.iter().map(|p| p.0).collect())
+            .collect();
+        assert_eq!(tokens, vec![vec![1], vec![0], vec![1], vec![0]]);
+    }
+}
