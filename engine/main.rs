@@ -1,6 +1,6 @@
 //! The `rustle` command: its flags parsed (`cli::args`), then one of its jobs: generate text
-//! from a prompt (`cli::generate`), measure (`cli::measure`: `bench`, `profile`) or serve
-//! (`rustle::server`).
+//! from a prompt (`cli::generate`), measure (`cli::measure`: `bench`, `profile`), score a
+//! text (`cli::perplexity`) or serve (`rustle::server`).
 
 mod cli;
 
@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use cli::args::{Cli, Command};
-use cli::{generate, measure};
+use cli::{generate, measure, perplexity};
 
 fn main() -> ExitCode {
     // No backtraces for users: a bug still ends in one line that says so.
@@ -30,6 +30,7 @@ fn main() -> ExitCode {
         Some(Command::Bench(b)) => measure::bench(&b),
         Some(Command::Profile(p)) => measure::profile(&p),
         Some(Command::Serve(s)) => rustle::server::run(s),
+        Some(Command::Perplexity(p)) => perplexity::run(&p),
         None => generate::run(cli.generate),
     };
     match result {

@@ -125,6 +125,57 @@ fn default_model_says_paris() {
 /// test passed on before, "L'Étoile, la Marseillaise, ..." with AVX2 or portable Rust, on
 /// the same weights); asked this way AVX2 and portable Rust both answer "The capital of
 /// France is Paris." The server's tests ask it the same way.
+/// Perplexity of the default model on a checked-in public-domain text: a number a reader can
+/// compare with llama-perplexity's, on every chunk's second half, and the same number each
+/// run (greedy scoring has no randomness). Its device is the CPU so that the figure is the
+/// same on every machine that runs the suite.
+#[test]
+fn perplexity_of_a_text() {
+    let args = [
+        "perplexity",
+        "-f",
+        "tests/data/declaration.txt",
+        "--ctx",
+        "64",
+        "--device",
+        "cpu",
+        "--json",
+    ];
+    let out = rustle(&args);
+    assert!(out.ok, "{}", out.stderr);
+    let r: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let chunks = r["chunks"].as_u64().unwrap();
+    // The second half of each chunk of 64 but its last token, which predicts nothing here.
+    assert_eq!(r["scored_tokens"].as_u64().unwrap(), chunks * 31);
+    assert!(chunks >= 5, "the text is several chunks: {r}");
+    let ppl = r["perplexity"].as_f64().unwrap();
+    // A known text, a small model: far better than chance (49152 tokens), far from certain.
+    assert!(ppl > 1.5 && ppl < 100.0, "{r}");
+    assert!((r["mean_nll"].as_f64().unwrap().exp() - ppl).abs() < 1e-9 * ppl);
+    assert_eq!(rustle(&args).stdout, out.stdout, "the same figure each run");
+    assert!(
+        out.stderr.contains(&format!("chunk {chunks}/{chunks}")),
+        "progress per chunk"
+    );
+    // Too short a text for one chunk, and no text at all, are one line each.
+    fails_with(
+        &[
+            "perplexity",
+            "-f",
+            "tests/data/declaration.txt",
+            "--ctx",
+            "4096",
+            "--device",
+            "cpu",
+        ],
+        "shorter than one chunk of --ctx 4096",
+    );
+    fails_with(
+        &["perplexity", "-f", "no/such/file.txt"],
+        "no/such/file.txt",
+    );
+}
+
 #[test]
 fn chat_mode_answers() {
     let out = rustle(&[

@@ -142,6 +142,43 @@ pub enum Command {
     /// Serve the model over HTTP with OpenAI's API (chat and text completions, streaming,
     /// models), plus /health and /metrics; listens on 127.0.0.1:8000 by default.
     Serve(ServeArgs),
+    /// How well the model predicts a text: perplexity over a UTF-8 file, as llama.cpp's
+    /// llama-perplexity measures it (chunks of --ctx tokens, each chunk's second half
+    /// scored), to compare formats and devices on the same text.
+    Perplexity(PerplexityCli),
+}
+
+#[derive(Args, Debug)]
+pub struct PerplexityCli {
+    /// The text to score (UTF-8).
+    #[arg(short = 'f', long, value_name = "PATH")]
+    pub file: PathBuf,
+
+    /// A Hugging Face model folder or a .gguf file. Default: $RUSTLE_MODEL, else
+    /// SmolLM2-135M-Instruct.
+    #[arg(short, long, value_name = "PATH")]
+    pub model: Option<PathBuf>,
+
+    /// Tokens in each chunk; the second half of each is scored.
+    #[arg(long, default_value_t = 512, value_name = "N", value_parser = in_range(4, MAX_TOKENS))]
+    pub ctx: usize,
+
+    /// Score only the first N chunks (default: every whole chunk of the text).
+    #[arg(long, value_name = "N", value_parser = in_range(1, MAX_TOKENS))]
+    pub chunks: Option<usize>,
+
+    /// Where to run: auto picks the GPU when there is one, else the CPU.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+    pub device: DeviceArg,
+
+    /// How the GPU holds the matrices: stored (GGUF blocks stay blocks, the rest bf16),
+    /// bf16, or fp8.
+    #[arg(long, value_enum, default_value_t = WeightFormat::Stored)]
+    pub weights: WeightFormat,
+
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

@@ -3,3 +3,4 @@
 pub mod args;
 pub mod generate;
 pub mod measure;
+pub mod perplexity;
