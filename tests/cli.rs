@@ -176,6 +176,51 @@ fn perplexity_of_a_text() {
     );
 }
 
+/// A run saved with --save-logits, then the same run against it: no divergence (but the f16
+/// rounding of the saved log-probabilities) and the same most likely token everywhere; a
+/// saved run of another --ctx, or a file that is not one, refused by name.
+#[test]
+fn kl_divergence_against_a_saved_run() {
+    let saved = std::env::temp_dir().join(format!("rustle-kl-{}.bin", std::process::id()));
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "perplexity",
+            "-f",
+            "tests/data/declaration.txt",
+            "--device",
+            "cpu",
+        ];
+        args.extend_from_slice(extra);
+        rustle(&args)
+    };
+    let first = run(&["--ctx", "64", "--save-logits", s(&saved)]);
+    assert!(first.ok, "{}", first.stderr);
+    let out = run(&["--ctx", "64", "--json", "--kl-divergence", s(&saved)]);
+    assert!(out.ok, "{}", out.stderr);
+    let r: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let kl = r["kl_divergence"].as_f64().unwrap();
+    assert!((0.0..1e-3).contains(&kl.abs()), "{r}");
+    assert_eq!(r["top_token_agreement"].as_f64(), Some(1.0), "{r}");
+    let other = run(&["--ctx", "32", "--kl-divergence", s(&saved)]);
+    assert!(
+        !other.ok && other.stderr.contains("saved from another run"),
+        "{}",
+        other.stderr
+    );
+    let not_one = run(&[
+        "--ctx",
+        "64",
+        "--kl-divergence",
+        "tests/data/declaration.txt",
+    ]);
+    assert!(
+        !not_one.ok && not_one.stderr.contains("not a file of"),
+        "{}",
+        not_one.stderr
+    );
+    std::fs::remove_file(&saved).unwrap();
+}
+
 #[test]
 fn chat_mode_answers() {
     let out = rustle(&[

@@ -179,6 +179,22 @@ pub struct PerplexityCli {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+
+    /// Run on the CPU's reference backend (every weight in f32, f32 arithmetic throughout):
+    /// the run to save with --save-logits and measure the others against.
+    #[arg(long, conflicts_with = "device")]
+    pub reference: bool,
+
+    /// Save every scored token's log-probabilities (f16, the whole vocabulary: 2 bytes a
+    /// token of the vocabulary) for a later --kl-divergence run.
+    #[arg(long, value_name = "PATH", conflicts_with = "kl_divergence")]
+    pub save_logits: Option<PathBuf>,
+
+    /// Compare with a run saved by --save-logits (the same text, --ctx, --chunks and
+    /// tokenizer): the mean KL divergence from it a token, and how often the most likely
+    /// tokens agree.
+    #[arg(long, value_name = "PATH")]
+    pub kl_divergence: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
