@@ -1,6 +1,6 @@
 //! The `rustle` command: its flags parsed (`cli::args`), then one of its jobs: generate text
 //! from a prompt (`cli::generate`), measure (`cli::measure`: `bench`, `profile`), score a
-//! text (`cli::perplexity`) or serve (`rustle::server`).
+//! text (`cli::perplexity`), hold a conversation (`cli::chat`) or serve (`rustle::server`).
 
 mod cli;
 
@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use cli::args::{Cli, Command};
-use cli::{generate, measure, perplexity};
+use cli::{chat, generate, measure, perplexity};
 
 fn main() -> ExitCode {
     // No backtraces for users: a bug still ends in one line that says so.
@@ -31,6 +31,7 @@ fn main() -> ExitCode {
         Some(Command::Profile(p)) => measure::profile(&p),
         Some(Command::Serve(s)) => rustle::server::run(s),
         Some(Command::Perplexity(p)) => perplexity::run(&p),
+        Some(Command::Chat(c)) => chat::run(&c),
         None => generate::run(cli.generate),
     };
     match result {

@@ -221,6 +221,81 @@ fn kl_divergence_against_a_saved_run() {
     std::fs::remove_file(&saved).unwrap();
 }
 
+/// `rustle chat` fed from a pipe: two turns, the second with the first in its context (its
+/// token count includes it), commands answered, and a conversation that outgrows a small
+/// context (tiny-qwen3's 256 tokens) refused in one line while the program goes on.
+#[test]
+fn chat_holds_a_conversation() {
+    let chat = |args: &[&str], input: &str| {
+        let bin =
+            std::env::var("RUSTLE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_rustle").into());
+        let mut child = Command::new(bin)
+            .arg("chat")
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        Out {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    };
+    let out = chat(
+        &["--device", "cpu", "-n", "16"],
+        "What is the capital of France?\n/bogus\nAnd of Italy?\n/exit\n",
+    );
+    assert!(out.ok, "{}", out.stderr);
+    assert!(out.stdout.contains("Paris"), "{}", out.stdout);
+    assert!(
+        out.stderr.contains("/bogus is no command"),
+        "{}",
+        out.stderr
+    );
+    // Each turn's line: "[USED of CONTEXT tokens, ...]"; the second holds the first.
+    let used: Vec<usize> = out
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix('[')?.split(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(used.len(), 2, "{}", out.stderr);
+    assert!(used[1] > used[0] + 10, "{used:?}");
+
+    let long = "a".repeat(400);
+    let out = chat(
+        &[
+            "-m",
+            "tests/golden/tiny-qwen3",
+            "--device",
+            "cpu",
+            "-n",
+            "4",
+        ],
+        &format!("{long}\nhi\n"),
+    );
+    assert!(out.ok, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("more than the context of 256; /reset"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(" of 256 tokens"),
+        "the next line still answered: {}",
+        out.stderr
+    );
+}
+
 #[test]
 fn chat_mode_answers() {
     let out = rustle(&[

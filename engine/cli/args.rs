@@ -85,6 +85,33 @@ pub struct GenerateArgs {
     #[arg(long, requires = "chat", value_name = "TEXT")]
     pub system: Option<String>,
 
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+
+    /// KV-cache size in blocks of 16 tokens (default: on the CPU the prompt and
+    /// --max-tokens, within the context and 4 GiB; on the GPU 90% of the free memory, at
+    /// most 64 full contexts).
+    #[arg(long, value_name = "N", value_parser = in_range(1, MAX_KV_BLOCKS))]
+    pub kv_blocks: Option<usize>,
+
+    /// Most tokens in one forward pass (decode tokens first, then prompt chunks); longer
+    /// prompts run in chunks.
+    #[arg(long, alias = "prefill-chunk", default_value_t = DEFAULT_TOKEN_BUDGET, value_name = "N", value_parser = in_range(1, MAX_TOKEN_BUDGET))]
+    pub token_budget: usize,
+
+    /// Do not keep full KV blocks for reuse by prompts that share a prefix.
+    #[arg(long)]
+    pub no_prefix_cache: bool,
+
+    /// How the GPU holds the matrices: stored (GGUF blocks stay blocks, the rest bf16),
+    /// bf16, or fp8 (e4m3, a scale per row, made at load).
+    #[arg(long, value_enum, default_value_t = WeightFormat::Stored)]
+    pub weights: WeightFormat,
+}
+
+/// How each token is chosen: `rustle`'s and `rustle chat`'s flags.
+#[derive(Args, Debug)]
+pub struct SamplingArgs {
     /// Sampling temperature; 0 picks the most likely token every time (greedy).
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f32,
@@ -108,26 +135,33 @@ pub struct GenerateArgs {
     /// Seed for sampling, so that a sampled run can be repeated (default: from the clock).
     #[arg(long)]
     pub seed: Option<u64>,
+}
 
-    /// KV-cache size in blocks of 16 tokens (default: on the CPU the prompt and
-    /// --max-tokens, within the context and 4 GiB; on the GPU 90% of the free memory, at
-    /// most 64 full contexts).
-    #[arg(long, value_name = "N", value_parser = in_range(1, MAX_KV_BLOCKS))]
-    pub kv_blocks: Option<usize>,
+impl SamplingArgs {
+    /// The sampler's parameters, checked, each error as its flag is spelled ("--top-p must
+    /// be in (0, 1], got 0"); no seed: one from the clock.
+    pub fn params(&self) -> rustle::error::Result<rustle::sampler::SamplingParams> {
+        let params = rustle::sampler::SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            seed: self.seed.unwrap_or_else(clock_seed),
+            ..Default::default()
+        };
+        params.validate().map_err(|e| {
+            rustle::error::Error::Usage(format!("--{} {}", e.name.replace('_', "-"), e.reason))
+        })?;
+        Ok(params)
+    }
+}
 
-    /// Most tokens in one forward pass (decode tokens first, then prompt chunks); longer
-    /// prompts run in chunks.
-    #[arg(long, alias = "prefill-chunk", default_value_t = DEFAULT_TOKEN_BUDGET, value_name = "N", value_parser = in_range(1, MAX_TOKEN_BUDGET))]
-    pub token_budget: usize,
-
-    /// Do not keep full KV blocks for reuse by prompts that share a prefix.
-    #[arg(long)]
-    pub no_prefix_cache: bool,
-
-    /// How the GPU holds the matrices: stored (GGUF blocks stay blocks, the rest bf16),
-    /// bf16, or fp8 (e4m3, a scale per row, made at load).
-    #[arg(long, value_enum, default_value_t = WeightFormat::Stored)]
-    pub weights: WeightFormat,
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 #[derive(Subcommand, Debug)]
@@ -142,10 +176,43 @@ pub enum Command {
     /// Serve the model over HTTP with OpenAI's API (chat and text completions, streaming,
     /// models), plus /health and /metrics; listens on 127.0.0.1:8000 by default.
     Serve(ServeArgs),
+    /// A conversation in the terminal: each line you type is a user message, the model's
+    /// reply streams back, in its chat template, with the whole conversation as context.
+    /// /reset starts again, /system TEXT sets the system prompt, /exit (or Ctrl-D) leaves;
+    /// Ctrl-C stops a reply, not the program.
+    Chat(ChatCli),
     /// How well the model predicts a text: perplexity over a UTF-8 file, as llama.cpp's
     /// llama-perplexity measures it (chunks of --ctx tokens, each chunk's second half
     /// scored), to compare formats and devices on the same text.
     Perplexity(PerplexityCli),
+}
+
+#[derive(Args, Debug)]
+pub struct ChatCli {
+    /// A Hugging Face model folder or a .gguf file. Default: $RUSTLE_MODEL, else
+    /// SmolLM2-135M-Instruct.
+    #[arg(short, long, value_name = "PATH")]
+    pub model: Option<PathBuf>,
+
+    /// Where to run: auto picks the GPU when there is one, else the CPU.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+    pub device: DeviceArg,
+
+    /// How the GPU holds the matrices: stored (GGUF blocks stay blocks, the rest bf16),
+    /// bf16, or fp8.
+    #[arg(long, value_enum, default_value_t = WeightFormat::Stored)]
+    pub weights: WeightFormat,
+
+    /// A system message at the start of the conversation (/system changes it).
+    #[arg(long, value_name = "TEXT")]
+    pub system: Option<String>,
+
+    /// Most tokens of one reply.
+    #[arg(short = 'n', long, default_value_t = 1024, value_parser = in_range(1, MAX_TOKENS))]
+    pub max_tokens: usize,
+
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
 }
 
 #[derive(Args, Debug)]

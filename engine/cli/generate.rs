@@ -11,26 +11,13 @@ use rustle::generate::{StopReason, generate};
 use rustle::loader;
 use rustle::placement::Placement;
 use rustle::runner::{RunnerOptions, cpu_kv_blocks};
-use rustle::sampler::SamplingParams;
 use rustle::serve::{Engine, EngineOptions, RequestParams};
 use rustle::tokenizer::{MAX_BYTES_PER_TOKEN, Tokenizer};
 
 use super::args::GenerateArgs;
 
 pub fn run(args: GenerateArgs) -> Result<()> {
-    let sampling = SamplingParams {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        repeat_penalty: args.repeat_penalty,
-        seed: args.seed.unwrap_or_else(clock_seed),
-        ..Default::default()
-    };
-    // The parameter as its flag is spelled: "--top-p must be in (0, 1], got 0".
-    sampling
-        .validate()
-        .map_err(|e| Error::Usage(format!("--{} {}", e.name.replace('_', "-"), e.reason)))?;
+    let sampling = args.sampling.params()?;
     if args.max_tokens == 0 {
         return Err(Error::Usage("--max-tokens must be at least 1".into()));
     }
@@ -185,11 +172,4 @@ fn path_display(model: &Option<PathBuf>) -> String {
         Some(p) => p.display().to_string(),
         None => "the default model".into(),
     }
-}
-
-fn clock_seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
 }
