@@ -167,6 +167,26 @@ impl Loaded {
         }
     }
 
+    /// A runner for one sequence of up to `tokens` at a time (a chat, a perplexity chunk):
+    /// on the CPU a KV pool of that size, within the runner's memory cap; the GPU sizes its
+    /// own from the free memory. The matrices held as `weights` says.
+    pub fn into_runner_for(
+        self,
+        tokens: usize,
+        weights: WeightFormat,
+    ) -> Result<(Runner, Tokenizer)> {
+        let kv_blocks = match self.gpu() {
+            None => Some(crate::runner::cpu_kv_blocks(self.config(), tokens)),
+            Some(_) => None,
+        };
+        let opts = RunnerOptions {
+            kv_blocks,
+            weights,
+            ..Default::default()
+        };
+        self.into_runner(&opts)
+    }
+
     /// The runner over these weights (the GPU's upload happens here), and the tokenizer.
     pub fn into_runner(self, opts: &RunnerOptions) -> Result<(Runner, Tokenizer)> {
         Ok(match self.held {

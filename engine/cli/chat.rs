@@ -13,7 +13,6 @@ use rustle::error::{Error, Result};
 use rustle::generate::{StopReason, generate};
 use rustle::loader;
 use rustle::placement::Placement;
-use rustle::runner::{RunnerOptions, cpu_kv_blocks};
 use rustle::serve::{Engine, EngineOptions, RequestParams};
 
 use super::args::ChatCli;
@@ -100,19 +99,9 @@ pub fn run(args: &ChatCli) -> Result<()> {
     if model.tokenizer().chat_template.is_none() {
         eprintln!("rustle chat: the model has no chat template; using ChatML");
     }
-    // On the CPU the pool holds one conversation at the model's context (within the
-    // runner's memory cap); the GPU sizes its own.
-    let kv_blocks = match model.gpu() {
-        None => Some(cpu_kv_blocks(config, context)),
-        Some(_) => None,
-    };
-    let opts = RunnerOptions {
-        kv_blocks,
-        weights: args.weights,
-        ..Default::default()
-    };
     let description = model.description().to_owned();
-    let (runner, tokenizer) = model.into_runner(&opts)?;
+    // One conversation at the model's context.
+    let (runner, tokenizer) = model.into_runner_for(context, args.weights)?;
     let mut engine = Engine::new(
         runner,
         EngineOptions {

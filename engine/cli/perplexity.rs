@@ -18,7 +18,7 @@ use std::path::Path;
 use rustle::error::{Error, Result};
 use rustle::loader;
 use rustle::placement::{Placement, load_reference};
-use rustle::runner::{Runner, RunnerOptions, cpu_kv_blocks};
+use rustle::runner::Runner;
 
 use super::args::PerplexityCli;
 
@@ -143,17 +143,8 @@ pub fn run(args: &PerplexityCli) -> Result<()> {
     let chunks = args.chunks.map_or(chunks, |c| c.min(chunks));
     let bos = model.tokenizer().encode("", true)?.first().copied();
     let config_vocab = config.vocab_size;
-    let kv_blocks = match model.gpu() {
-        None => Some(cpu_kv_blocks(config, args.ctx)),
-        Some(_) => None,
-    };
-    let opts = RunnerOptions {
-        kv_blocks,
-        weights: args.weights,
-        ..Default::default()
-    };
     let description = model.description().to_owned();
-    let (mut runner, _) = model.into_runner(&opts)?;
+    let (mut runner, _) = model.into_runner_for(args.ctx, args.weights)?;
     eprintln!(
         "rustle perplexity: {description} on {}: {} tokens, {chunks} chunks of {}",
         runner.device_name(),
