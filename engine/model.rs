@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use crate::config::Config;
+use crate::config::{Config, Moe};
 use crate::error::{Error, Result};
 use crate::weights::Weights;
 
@@ -48,8 +48,9 @@ pub enum Mlp<M> {
     Experts(Experts<M>),
 }
 
-/// A mixture of experts: the router and each expert's SwiGLU MLP.
+/// A mixture of experts: how it routes, the router and each expert's SwiGLU MLP.
 pub struct Experts<M> {
+    pub moe: Moe,
     /// `[n_experts, dim]`
     pub router: Vec<f32>,
     /// `[n_experts]` of `[expert_ffn_dim, dim]`
@@ -396,6 +397,7 @@ impl<M: MatrixFormat> ModelWeights<M> {
                             };
                             let f = m.expert_ffn_dim;
                             Mlp::Experts(Experts {
+                                moe: m,
                                 router: vector_2d("mlp.gate.weight", m.n_experts, dim)?,
                                 gate: experts("gate_proj", f, dim)?,
                                 up: experts("up_proj", f, dim)?,

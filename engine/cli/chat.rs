@@ -13,6 +13,7 @@ use rustle::error::{Error, Result};
 use rustle::generate::{StopReason, generate};
 use rustle::loader;
 use rustle::placement::Placement;
+use rustle::sampler::SamplingParams;
 use rustle::serve::{Engine, EngineOptions, RequestParams};
 
 use super::args::ChatCli;
@@ -179,8 +180,13 @@ pub fn run(args: &ChatCli) -> Result<()> {
                 continue;
             }
         };
+        // Each reply its own seed (a fixed --seed still repeats the whole conversation):
+        // one seed for every turn would start each reply's draws alike.
         let params = RequestParams {
-            sampling: sampling.clone(),
+            sampling: SamplingParams {
+                seed: sampling.seed.wrapping_add(history.len() as u64),
+                ..sampling.clone()
+            },
             max_tokens: args.max_tokens,
             ..Default::default()
         };

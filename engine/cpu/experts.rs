@@ -43,14 +43,8 @@ pub fn by_expert(logits: &[f32], moe: &Moe) -> Vec<Vec<(usize, f32)>> {
 
 /// `out = sum over each token's chosen experts of weight * down(silu(gate(x)) * up(x))`: the
 /// MLP of a mixture of experts. `out`, `x`: `[n, dim]`, `x` normed.
-pub fn experts_f32(
-    o: &mut Ops,
-    out: &mut [f32],
-    x: &[f32],
-    e: &Experts<Vec<f32>>,
-    moe: &Moe,
-    dim: usize,
-) {
+pub fn experts_f32(o: &mut Ops, out: &mut [f32], x: &[f32], e: &Experts<Vec<f32>>, dim: usize) {
+    let moe = &e.moe;
     let n = x.len() / dim;
     let f = moe.expert_ffn_dim;
     let mut logits = vec![0.0; n * moe.n_experts];

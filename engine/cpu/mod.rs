@@ -163,11 +163,7 @@ pub fn forward<'s>(
             }
             Mlp::Experts(e) => {
                 let normed = xb.to_vec();
-                let moe = c
-                    .moe
-                    .as_ref()
-                    .expect("experts come from a config with experts");
-                experts::experts_f32(o, xb, &normed, e, moe, dim);
+                experts::experts_f32(o, xb, &normed, e, dim);
             }
         }
         o.residual_add_f32(x, xb);

@@ -6,7 +6,6 @@ use super::math::swiglu_f32;
 use super::matmul::{Input, Job, timed_matmul};
 use super::timed::Recorder;
 use super::weights::Matrix;
-use crate::config::Moe;
 use crate::cpu::experts::by_expert;
 use crate::cpu::ops::dot;
 use crate::model::Experts;
@@ -14,14 +13,8 @@ use crate::traffic;
 
 /// `out = sum over each token's chosen experts of weight * down(silu(gate(x)) * up(x))`.
 /// `out`, `x`: `[n, dim]`, `x` normed; `input` the pass's (its flags follow the rows).
-pub fn experts(
-    rec: &mut Recorder,
-    out: &mut [f32],
-    x: &[f32],
-    e: &Experts<Matrix>,
-    moe: &Moe,
-    input: &Input,
-) {
+pub fn experts(rec: &mut Recorder, out: &mut [f32], x: &[f32], e: &Experts<Matrix>, input: &Input) {
+    let moe = &e.moe;
     let dim = e.router.len() / moe.n_experts;
     let (n, f) = (x.len() / dim, moe.expert_ffn_dim);
     let mut logits = vec![0.0; n * moe.n_experts];

@@ -224,11 +224,7 @@ pub fn forward<'s>(
             }
             Mlp::Experts(e) => {
                 let normed = xb.to_vec();
-                let moe = c
-                    .moe
-                    .as_ref()
-                    .expect("experts come from a config with experts");
-                experts(rec, xb, &normed, e, moe, input);
+                experts(rec, xb, &normed, e, input);
             }
         }
         rec.time("residual_add_f32", residual, || {
