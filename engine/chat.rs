@@ -9,6 +9,7 @@ use std::io::Write;
 
 use minijinja::{Environment, ErrorKind, context};
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::tokenizer::{MAX_BYTES_PER_TOKEN, Tokenizer};
@@ -42,6 +43,18 @@ pub fn max_bytes_for_context(context: usize) -> usize {
 
 /// As `render`, stopping with an error as soon as the text passes `max_bytes`.
 pub fn render_within(tok: &Tokenizer, messages: &[Message], max_bytes: usize) -> Result<String> {
+    render_template(tok, messages, &[], max_bytes)
+}
+
+/// As `render_within`, for messages of any shape the template reads (an API request's, with
+/// `tool_calls` and `tool` messages) and the `tools` it may offer the model (none: the
+/// template's `tools` is undefined, as Hugging Face leaves it).
+pub fn render_template<M: Serialize>(
+    tok: &Tokenizer,
+    messages: &[M],
+    tools: &[Value],
+    max_bytes: usize,
+) -> Result<String> {
     let template = tok.chat_template.as_deref().unwrap_or(CHATML);
     let mut env = Environment::new();
     env.set_fuel(Some(FUEL));
@@ -64,6 +77,7 @@ pub fn render_within(tok: &Tokenizer, messages: &[Message], max_bytes: usize) ->
         t.render_captured_to(
             context! {
                 messages => messages,
+                tools => (!tools.is_empty()).then_some(tools),
                 add_generation_prompt => true,
                 bos_token => tok.bos_text,
                 eos_token => tok.eos_text,

@@ -36,6 +36,8 @@
 //!
 //! Serving:
 //! - `sampler`: choosing tokens, per request
+//! - `constrain`: structured output: a grammar (JSON schema, Lark, regex) as a token mask
+//!   at each step, through llguidance
 //! - `serve`: sequences, the scheduler (token budget, chunked prefill, preemption) and the
 //!   engine loop (`add_request` / `step` / `abort`) that serves many requests at once
 //! - `server`: `rustle serve`, the engine behind an OpenAI-compatible HTTP server
@@ -49,6 +51,7 @@
 pub mod batch;
 pub mod chat;
 pub mod config;
+pub mod constrain;
 pub mod cpu;
 pub mod default_model;
 pub mod error;

@@ -11,7 +11,7 @@
 //! draw run as kernels (`penalize_f32`, `sample_f32`) and only the ids come back; on the CPU
 //! the same functions (their twins) run on the host, so both backends choose alike.
 
-use crate::cpu::ops::{SAMPLE_PARAMS, penalize_f32, sample_f32, sample_params};
+use crate::cpu::ops::{SAMPLE_PARAMS, mask_logits_f32, penalize_f32, sample_f32, sample_params};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
@@ -122,6 +122,11 @@ pub struct Choices {
     pub penalty_entries: Vec<u32>,
     /// `[rows, 3]` repeat, presence and frequency penalty of each row.
     pub penalties: Vec<f32>,
+    /// `[n, ceil(vocab / 32)]` the grammar masks of the constrained rows: bit `t % 32` of word
+    /// `t / 32` set when token `t` may be chosen (`constrain::Constraint::mask`).
+    pub masks: Vec<u32>,
+    /// `[n]` the row each mask applies to.
+    pub mask_rows: Vec<u32>,
     /// `[vocab]` per-token counts while a row's entries are built; all zeros between rows.
     counts: Vec<u32>,
 }
@@ -135,6 +140,8 @@ impl Choices {
         self.steps.clear();
         self.penalty_entries.clear();
         self.penalties.clear();
+        self.masks.clear();
+        self.mask_rows.clear();
     }
 
     pub fn rows(&self) -> usize {
@@ -175,19 +182,28 @@ impl Choices {
         }
     }
 
+    /// Restricts the last row pushed to the tokens `mask` allows (`[ceil(vocab / 32)]`).
+    pub fn push_mask(&mut self, mask: &[u32]) {
+        let row = self.rows() - 1;
+        self.masks.extend_from_slice(mask);
+        self.mask_rows.push(row as u32);
+    }
+
     /// Whether every row is a plain argmax of the raw logits.
     pub fn all_plain_greedy(&self) -> bool {
         self.penalty_entries.is_empty()
+            && self.mask_rows.is_empty()
             && self
                 .params
                 .chunks_exact(SAMPLE_PARAMS)
                 .all(|p| f32::from_bits(p[0]) == 0.0)
     }
 
-    /// The choices made on the host: `logits` (`[rows, vocab]`) penalised in place, then
-    /// drawn from, into `out`.
+    /// The choices made on the host: `logits` (`[rows, vocab]`) penalised and masked in
+    /// place, then drawn from, into `out`.
     pub fn sample_on_host(&self, logits: &mut [f32], vocab: usize, out: &mut Vec<u32>) {
         penalize_f32(logits, &self.penalty_entries, &self.penalties, vocab);
+        mask_logits_f32(logits, &self.masks, &self.mask_rows, vocab);
         out.clear();
         out.resize(self.rows(), 0);
         sample_f32(out, logits, &self.params, &self.steps, vocab);

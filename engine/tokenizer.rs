@@ -126,6 +126,13 @@ impl Tokenizer {
         self.inner.get_vocab_size(true)
     }
 
+    /// The tokenizer as a `tokenizer.json` value (for a GGUF file, the one rebuilt from its
+    /// metadata): the grammar engine reads each token's bytes from it.
+    pub fn to_json(&self) -> Result<Value> {
+        let text = self.inner.to_string(false).map_err(tok_err)?;
+        serde_json::from_str(&text).map_err(tok_err)
+    }
+
     pub fn id_of(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }

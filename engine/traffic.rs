@@ -332,6 +332,14 @@ pub fn penalize_f32(entries: usize) -> Traffic {
     t(entries as u64 * (3 * 4 + 2 * F32), 0)
 }
 
+/// The grammar masks: each mask's words read, and (at most) its row of logits written.
+pub fn mask_logits_f32(n: usize, vocab: usize) -> Traffic {
+    t(
+        (n * vocab.div_ceil(32)) as u64 * 4 + (n * vocab) as u64 * F32,
+        0,
+    )
+}
+
 /// The CPU's f32 linear layer: the f32 matrix once, the `n x n_in` input, the output.
 pub fn matmul_f32(n: usize, n_in: usize, n_out: usize, bias: bool) -> Traffic {
     let (n, n_in, n_out) = (n as u64, n_in as u64, n_out as u64);

@@ -311,6 +311,86 @@ fn chat_mode_answers() {
     assert!(out.stdout.contains("Paris"), "{:?}", out.stdout);
 }
 
+/// `--json-schema`, `--json` and `--regex` hold the default model's output to the grammar,
+/// sampled or greedy; a bad grammar is one error line.
+#[test]
+fn structured_output_flags() {
+    let schema = r#"{"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0, "maximum": 120}}, "required": ["name", "age"], "additionalProperties": false}"#;
+    for temperature in ["0", "1.0"] {
+        let out = rustle(&[
+            "--chat",
+            "-p",
+            "Invent a person.",
+            "--json-schema",
+            schema,
+            "-n",
+            "100",
+            "--temperature",
+            temperature,
+            "--seed",
+            "5",
+            "--device",
+            "cpu",
+        ]);
+        assert!(out.ok, "{}", out.stderr);
+        let v: serde_json::Value = serde_json::from_str(out.stdout.trim())
+            .unwrap_or_else(|e| panic!("{:?}: {e}", out.stdout));
+        let o = v.as_object().unwrap();
+        assert_eq!(o.len(), 2, "{v}");
+        assert!(o["name"].as_str().unwrap().chars().count() <= 20, "{v}");
+        assert!((0..=120).contains(&o["age"].as_i64().unwrap()), "{v}");
+    }
+    let out = rustle(&[
+        "--chat",
+        "-p",
+        "A colour?",
+        "--json",
+        "-n",
+        "100",
+        "--device",
+        "cpu",
+    ]);
+    assert!(out.ok, "{}", out.stderr);
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert!(v.is_object(), "{v}");
+    let out = rustle(&[
+        "--chat",
+        "-p",
+        "Is Paris in France?",
+        "--regex",
+        "(Yes|No)[.!]",
+        "-n",
+        "20",
+        "--device",
+        "cpu",
+    ]);
+    assert!(out.ok, "{}", out.stderr);
+    let answer = out.stdout.trim();
+    assert!(
+        ["Yes.", "Yes!", "No.", "No!"].contains(&answer),
+        "{answer:?}"
+    );
+
+    fails_with(
+        &["-p", "x", "--json-schema", "{not json"],
+        "--json-schema: not JSON",
+    );
+    fails_with(
+        &["-p", "x", "--grammar", "/no/such.lark"],
+        "--grammar /no/such.lark",
+    );
+    fails_with(
+        &["-p", "x", "--grammar", "/dev/null", "--device", "cpu"],
+        "the grammar: ",
+    );
+    let out = rustle(&["-p", "x", "--json", "--regex", "a"]);
+    assert!(
+        !out.ok && out.stderr.contains("cannot be used with"),
+        "{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn a_seeded_sampled_run_repeats() {
     let tiny = "tests/golden/tiny-llama3";

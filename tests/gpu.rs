@@ -95,7 +95,10 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::swiglu_f32 (and _bf16)", swiglu_f32),
     ("kernel::residual_add_f32", residual_add_f32),
     ("kernel::argmax_f32", argmax_f32),
-    ("kernel::sample_f32, penalize_f32", sample_f32),
+    (
+        "kernel::sample_f32, penalize_f32, mask_logits_f32",
+        sample_f32,
+    ),
     ("kernel::fill_random_bf16", fill_random_bf16),
     ("kernel::read_probe_u32", read_probe_u32),
     #[cfg(feature = "probes")]
@@ -2242,6 +2245,35 @@ fn sample_f32(g: &Gpu, rng: &mut StdRng) {
     }
     .unwrap();
     assert_close("penalties", &down(g, &dev), &cpu, ELEMENTWISE);
+
+    // Grammar masks: 3 of 5 rows of 1000 (not a multiple of 32), in shuffled order, each
+    // allowing a random quarter of the tokens.
+    let vocab = 1000;
+    let words = vocab.div_ceil(32);
+    let logits = normal(rng, rows * vocab, 3.0);
+    let mask_rows = [3u32, 0, 4];
+    let masks: Vec<u32> = (0..mask_rows.len() * words)
+        .map(|_| rng.random::<u32>() & rng.random::<u32>())
+        .collect();
+    let mut cpu = logits.clone();
+    ops::mask_logits_f32(&mut cpu, &masks, &mask_rows, vocab);
+    let blocked = cpu.iter().filter(|l| **l == f32::NEG_INFINITY).count();
+    assert!(
+        blocked > mask_rows.len() * vocab / 2,
+        "{blocked} tokens masked"
+    );
+    let mut dev = up(g, &logits);
+    // SAFETY: the rows are inside the logits and distinct.
+    unsafe {
+        g.mask_logits_f32(
+            &mut dev.as_view_mut(),
+            &up(g, &masks).as_view(),
+            &up(g, &mask_rows).as_view(),
+            vocab,
+        )
+    }
+    .unwrap();
+    assert_eq!(down(g, &dev), cpu, "masked logits");
 }
 
 fn fill_random_bf16(g: &Gpu, rng: &mut StdRng) {

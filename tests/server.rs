@@ -449,7 +449,7 @@ async fn bad_requests(c: &Client, s: &Server) {
             "tools",
         ),
         (
-            chat("hi", json!({"response_format": {"type": "json_object"}})),
+            chat("hi", json!({"response_format": {"type": "xml"}})),
             "response_format",
         ),
         (chat("hi", json!({"logit_bias": {"42": 10}})), "logit_bias"),
@@ -708,6 +708,7 @@ fn openai_python_client() {
             "--quiet",
             "--disable-pip-version-check",
             "openai",
+            "jsonschema",
         ])
         .output()
         .unwrap();
@@ -717,17 +718,55 @@ fn openai_python_client() {
         String::from_utf8_lossy(&pip.stderr)
     );
     let s = Server::start(&["--api-key", "test-key"], &[]);
+    let tools_model = tiny_with_tools();
+    let t = Server::start(
+        &[
+            "-m",
+            tools_model.to_str().unwrap(),
+            "--served-model-name",
+            "tiny",
+        ],
+        &[],
+    );
     let out = Command::new(dir.join("bin/python"))
         .arg("tests/openai_client.py")
-        .args([&s.base, "test-key", MODEL])
+        .args([&s.base, "test-key", MODEL, &t.base, "tiny"])
         .output()
         .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(
         out.status.success(),
-        "tests/openai_client.py failed:\n{}\n{}\nserver:\n{}",
+        "tests/openai_client.py failed:\n{}\n{}\nserver:\n{}\ntools server:\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
-        s.log()
+        s.log(),
+        t.log()
     );
+}
+
+/// The tiny Qwen3 with a chat template that renders tools (tests/data/tools_template.jinja)
+/// and a context long enough for the tools' descriptions (its random weights do not care).
+fn tiny_with_tools() -> std::path::PathBuf {
+    let src = std::path::Path::new("tests/golden/tiny-qwen3");
+    let dir = std::env::temp_dir().join(format!("rustle-tools-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in [
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let config = std::fs::read_to_string(src.join("config.json")).unwrap();
+    let config = config.replace(
+        "\"max_position_embeddings\": 256",
+        "\"max_position_embeddings\": 4096",
+    );
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    std::fs::copy(
+        "tests/data/tools_template.jinja",
+        dir.join("chat_template.jinja"),
+    )
+    .unwrap();
+    dir
 }

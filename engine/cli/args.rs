@@ -88,6 +88,9 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub sampling: SamplingArgs,
 
+    #[command(flatten)]
+    pub grammar: super::grammar::GrammarArgs,
+
     /// KV-cache size in blocks of 16 tokens (default: on the CPU the prompt and
     /// --max-tokens, within the context and 4 GiB; on the GPU 90% of the free memory, at
     /// most 64 full contexts).

@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use rustle::chat::{self, Message};
 use rustle::config::{Config, limits};
@@ -15,9 +16,11 @@ use rustle::serve::{Engine, EngineOptions, RequestParams};
 use rustle::tokenizer::{MAX_BYTES_PER_TOKEN, Tokenizer};
 
 use super::args::GenerateArgs;
+use super::grammar::compile;
 
 pub fn run(args: GenerateArgs) -> Result<()> {
     let sampling = args.sampling.params()?;
+    let grammar = args.grammar.spec()?;
     if args.max_tokens == 0 {
         return Err(Error::Usage("--max-tokens must be at least 1".into()));
     }
@@ -63,6 +66,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     };
     let stored = model.stored_summary();
     let (runner, tokenizer) = model.into_runner(&opts)?;
+    let tokenizer = Arc::new(tokenizer);
     eprintln!("rustle: weights: {stored}; {}", runner.weights_held());
     let mut engine = Engine::new(
         runner,
@@ -73,9 +77,14 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             ..Default::default()
         },
     )?;
+    let constraint = match &grammar {
+        Some(spec) => Some(compile(spec, &tokenizer, engine.limits().vocab_size)?),
+        None => None,
+    };
     let params = RequestParams {
         sampling,
         max_tokens: args.max_tokens,
+        constraint,
         ..Default::default()
     };
     let mut stdout = std::io::stdout().lock();

@@ -3,5 +3,6 @@
 pub mod args;
 pub mod chat;
 pub mod generate;
+pub mod grammar;
 pub mod measure;
 pub mod perplexity;

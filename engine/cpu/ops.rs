@@ -783,7 +783,8 @@ pub fn sum_step2_block_f32(out: &mut [f32], x: &[f32], n_cols: usize) {
 
 mod sampling;
 pub use sampling::{
-    SAMPLE_PARAMS, argmax_f32, draw_bits, hash32, penalize_f32, sample_f32, sample_params,
+    SAMPLE_PARAMS, argmax_f32, draw_bits, hash32, mask_logits_f32, penalize_f32, sample_f32,
+    sample_params,
 };
 
 #[cfg(test)]

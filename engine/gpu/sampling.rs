@@ -1,5 +1,6 @@
-//! Sampling on the device: each row's repetition penalties and draw (`penalize_f32`,
-//! `sample_f32`) run where the logits are, so that only the chosen ids come back.
+//! Sampling on the device: each row's repetition penalties, grammar mask and draw
+//! (`penalize_f32`, `mask_logits_f32`, `sample_f32`) run where the logits are, so that only
+//! the chosen ids come back.
 
 use cudarc::driver::CudaSlice;
 
@@ -19,6 +20,10 @@ pub struct DeviceSampler {
     entries: CudaSlice<u32>,
     /// `[rows, 3]`
     penalties: CudaSlice<f32>,
+    /// `[n, ceil(vocab / 32)]` the constrained rows' grammar masks
+    masks: CudaSlice<u32>,
+    /// `[n]` each mask's row
+    mask_rows: CudaSlice<u32>,
 }
 
 /// Grows `buf` to hold `n` values (a power of two, so that growing is rare).
@@ -41,6 +46,8 @@ impl DeviceSampler {
             steps: u()?,
             entries: u()?,
             penalties: gpu.zeros(64, "sampling parameters")?,
+            masks: u()?,
+            mask_rows: u()?,
         })
     }
 
@@ -89,6 +96,32 @@ impl DeviceSampler {
                     logits,
                     &self.entries.slice(..n),
                     &self.penalties.slice(..3 * rows),
+                    vocab,
+                )
+            }?;
+        }
+        if !choices.mask_rows.is_empty() {
+            let n = choices.mask_rows.len();
+            assert!(choices.masks.len() == n * vocab.div_ceil(32));
+            let mut seen = vec![false; rows];
+            for &r in &choices.mask_rows {
+                assert!(
+                    (r as usize) < rows && !std::mem::replace(&mut seen[r as usize], true),
+                    "a grammar mask outside the batch's rows, or two for one row"
+                );
+            }
+            grow(gpu, &mut self.masks, choices.masks.len())?;
+            grow(gpu, &mut self.mask_rows, n)?;
+            let masks = &mut self.masks.slice_mut(..choices.masks.len());
+            s.memcpy_htod(&choices.masks, masks).map_err(up_err)?;
+            s.memcpy_htod(&choices.mask_rows, &mut self.mask_rows.slice_mut(..n))
+                .map_err(up_err)?;
+            // SAFETY: each mask's row is inside the batch and distinct (checked above).
+            unsafe {
+                gpu.mask_logits_f32(
+                    logits,
+                    &self.masks.slice(..choices.masks.len()),
+                    &self.mask_rows.slice(..n),
                     vocab,
                 )
             }?;

@@ -5,6 +5,7 @@
 use super::scheduler::{ScheduledStep, Scheduler, SchedulerConfig};
 use super::sequence::{FinishReason, RequestId, Sequence, Status, StopConditions};
 use crate::batch::{Batch, SeqChunk};
+use crate::constrain::Constraint;
 use crate::error::{Error, Result};
 use crate::kv::block_manager::{BLOCK_SIZE, BlockManager};
 use crate::runner::{Forward, Limits, Runner};
@@ -37,7 +38,7 @@ impl Default for EngineOptions {
 pub const DEFAULT_TOKEN_BUDGET: usize = 512;
 
 /// What a request asks for besides its prompt.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct RequestParams {
     pub sampling: SamplingParams,
     /// Most tokens to generate (at least 1).
@@ -50,6 +51,9 @@ pub struct RequestParams {
     /// tokens (at most `MAX_TOP_LOGPROBS`); `None`: none. A request that asks takes the
     /// logits path, never `forward_greedy`.
     pub logprobs: Option<usize>,
+    /// A grammar the output must match (`constrain`): each step's choice is masked to the
+    /// tokens it allows, and the request ends where the grammar does.
+    pub constraint: Option<Constraint>,
 }
 
 /// Most alternatives a request may ask log-probabilities of (OpenAI's `top_logprobs` limit).
@@ -63,6 +67,7 @@ impl Default for RequestParams {
             stop_token_ids: vec![],
             ignore_eos: false,
             logprobs: None,
+            constraint: None,
         }
     }
 }
@@ -250,6 +255,7 @@ impl<M: Forward> Engine<M> {
         };
         let mut seq = Sequence::new(id, prompt, params.sampling, stop);
         seq.logprobs = params.logprobs;
+        seq.constraint = params.constraint;
         seq.wait_for = wait_for;
         self.scheduler.add(seq);
         id
@@ -399,11 +405,16 @@ impl<M: Forward> Engine<M> {
         self.logprobs.clear();
         let vocab = self.limits.vocab_size;
         self.choices.clear();
+        let running = self.scheduler.running_mut();
         for &i in &sampled {
-            let s = &running[i];
+            let s = &mut running[i];
             self.choices
                 .push(&s.sampling, s.prompt(), s.generated(), vocab);
+            if let Some(c) = &mut s.constraint {
+                self.choices.push_mask(c.mask());
+            }
         }
+        let running = self.scheduler.running();
         let logprobs_wanted = sampled.iter().any(|&i| running[i].logprobs.is_some());
         if !logprobs_wanted {
             // The device (or the CPU backend) chooses, and only the ids come back.

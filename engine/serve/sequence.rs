@@ -1,6 +1,7 @@
 //! One request as the engine tracks it: its tokens (prompt, then generated), its KV blocks,
 //! how to sample it and when to stop.
 
+use crate::constrain::Constraint;
 use crate::kv::block_manager::BlockTable;
 use crate::sampler::SamplingParams;
 
@@ -8,7 +9,8 @@ pub type RequestId = u64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FinishReason {
-    /// An end-of-sequence or stop token was sampled (it is not part of the output).
+    /// An end-of-sequence or stop token was sampled (it is not part of the output), or the
+    /// request's grammar is complete.
     Stop,
     /// `max_tokens` were generated.
     Length,
@@ -56,6 +58,9 @@ pub struct Sequence {
     /// admitted while that request is still computing the prompt, and then takes the
     /// prompt's full blocks from the prefix cache instead of computing them again.
     pub wait_for: Option<RequestId>,
+    /// The grammar its output must match, where it has one: where it stands after the
+    /// generated tokens.
+    pub constraint: Option<Constraint>,
 }
 
 impl Sequence {
@@ -76,6 +81,7 @@ impl Sequence {
             status: Status::Waiting,
             logprobs: None,
             wait_for: None,
+            constraint: None,
         }
     }
 
@@ -113,10 +119,18 @@ impl Sequence {
     /// Takes the token chosen for this sequence. Returns whether it is part of the output
     /// (a stop token is not) and, when the request has ended, why.
     pub fn push(&mut self, token: u32) -> (bool, Option<FinishReason>) {
-        if self.stop.eos.contains(&token) || self.stop.stop_token_ids.contains(&token) {
+        let ends = self.stop.eos.contains(&token) || self.stop.stop_token_ids.contains(&token);
+        // Under a grammar, an end token where the grammar cannot end is text it allowed.
+        if ends && self.constraint.as_ref().is_none_or(|c| c.may_end()) {
             return (false, Some(FinishReason::Stop));
         }
         self.tokens.push(token);
+        if let Some(c) = &mut self.constraint {
+            c.accept(token);
+            if c.is_finished() {
+                return (true, Some(FinishReason::Stop));
+            }
+        }
         let done = self.generated().len() >= self.stop.max_tokens;
         (true, done.then_some(FinishReason::Length))
     }

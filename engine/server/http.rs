@@ -19,10 +19,12 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::engine_loop::{EngineHandle, Submission};
 use super::errors::ApiError;
+use super::grammars::GrammarEngine;
 use super::metrics::Metrics;
 use super::openai::{self, Choice, Endpoint, Input, Plan};
 use super::request::{QueueSlot, Running, ServerHandles};
 use super::sse;
+use super::structured::{self, ToolFormat};
 use crate::chat;
 use crate::error::Error;
 use crate::serve::RequestParams;
@@ -32,6 +34,8 @@ use crate::tokenizer::Tokenizer;
 pub struct AppState {
     pub engine: EngineHandle,
     pub tokenizer: Arc<Tokenizer>,
+    /// Structured output's grammars, compiled against the tokenizer.
+    pub grammars: Arc<GrammarEngine>,
     pub metrics: Arc<Metrics>,
     /// The name clients ask for.
     pub model: String,
@@ -149,8 +153,18 @@ async fn generate(
         ..ApiError::invalid(e.body_text(), None)
     })?;
     let plan = openai::parse(endpoint, &body, &s.model)?;
+    let tool_format = tool_format(&s.tokenizer, &plan)?;
     let prompt = tokenize(&s.tokenizer, &plan)?;
     let max_tokens = check_context(&s.engine, &plan, prompt.len())?;
+    let grammar = match (&plan.grammar, &plan.tools, tool_format) {
+        (Some(g), _, _) => Some((g.clone(), "response_format")),
+        (None, Some(t), Some(f)) => t.grammar(f).map(|g| (g, "tools")),
+        _ => None,
+    };
+    let constraint = match grammar {
+        Some((spec, param)) => Some(s.grammars.compile(spec, param).await?),
+        None => None,
+    };
     let slot = QueueSlot::take(&s.queued, s.max_queued).map_err(|queued| {
         s.metrics.rejected();
         ApiError::queue_full(queued, 1)
@@ -169,6 +183,7 @@ async fn generate(
                 stop_token_ids: vec![],
                 ignore_eos: plan.ignore_eos,
                 logprobs: plan.logprobs,
+                constraint: constraint.clone(),
             }
         })
         .collect();
@@ -214,14 +229,35 @@ async fn generate(
     );
     let created = unix_now();
     if plan.stream {
-        return Ok(sse::stream(plan, id, created, running).into_response());
+        return Ok(sse::stream(plan, tool_format, id, created, running).into_response());
     }
-    collect(plan, id, created, running).await
+    collect(plan, tool_format, id, created, running).await
+}
+
+/// How the model writes tool calls, when the request offers tools: a 400 when its chat
+/// template does not render them (the model would never hear of them).
+fn tool_format(tok: &Tokenizer, plan: &Plan) -> Result<Option<ToolFormat>, ApiError> {
+    if plan.tools.is_none() {
+        return Ok(None);
+    }
+    let format = tok
+        .chat_template
+        .as_deref()
+        .and_then(ToolFormat::of_template);
+    match format {
+        Some(f) => Ok(Some(f)),
+        None => Err(ApiError::invalid(
+            "'tools' is not supported by this model: its chat template does not render tools.",
+            Some("tools"),
+        )
+        .with_code("unsupported_parameter")),
+    }
 }
 
 /// Runs a request to its end and answers with the whole reply.
 async fn collect(
     plan: Plan,
+    tool_format: Option<ToolFormat>,
     id: String,
     created: u64,
     mut running: Running,
@@ -242,6 +278,15 @@ async fn collect(
             c.finish_reason = f;
         }
     }
+    if let Some(format) = tool_format {
+        for c in &mut choices {
+            if let Some((content, calls)) = structured::parse_calls(&c.text, format) {
+                c.text = content;
+                c.tool_calls = calls;
+                c.finish_reason = "tool_calls";
+            }
+        }
+    }
     let usage = openai::usage(running.prompt_tokens, running.completion_tokens());
     Ok(Json(openai::reply(&plan, &id, created, &choices, usage)).into_response())
 }
@@ -250,12 +295,14 @@ async fn collect(
 fn tokenize(tok: &Tokenizer, plan: &Plan) -> Result<Vec<u32>, ApiError> {
     let (ids, param) = match &plan.input {
         Input::Messages(m) => {
-            let text = chat::render(tok, m).map_err(|e| {
-                ApiError::invalid(
-                    format!("The messages do not fit the model's {e}"),
-                    Some("messages"),
-                )
-            })?;
+            let tools = plan.tools.as_ref().map_or(&[][..], |t| &t.list[..]);
+            let text =
+                chat::render_template(tok, m, tools, chat::DEFAULT_MAX_BYTES).map_err(|e| {
+                    ApiError::invalid(
+                        format!("The messages do not fit the model's {e}"),
+                        Some("messages"),
+                    )
+                })?;
             (tok.encode(&text, false), "messages")
         }
         Input::Text(t) => (tok.encode(t, true), "prompt"),

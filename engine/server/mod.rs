@@ -4,18 +4,21 @@
 //! answer HTTP on theirs (`http`). A request is parsed and checked (`openai`), tokenized,
 //! given a place in the queue and submitted; its tokens come back on its own channel and
 //! become text (`request`, with stop strings held back by `stop`), sent whole or as
-//! server-sent events (`sse`). Errors take OpenAI's shape (`errors`); `/metrics` shows the
-//! engine's state and latencies (`metrics`).
+//! server-sent events (`sse`). Structured output (`structured`: `response_format`, tools)
+//! becomes a grammar the engine masks each step with (`grammars`). Errors take OpenAI's shape
+//! (`errors`); `/metrics` shows the engine's state and latencies (`metrics`).
 
 pub mod args;
 pub mod engine_loop;
 pub mod errors;
+pub mod grammars;
 pub mod http;
 pub mod metrics;
 pub mod openai;
 pub mod request;
 pub mod sse;
 pub mod stop;
+pub mod structured;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -56,6 +59,10 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
     let alive = thread.clone();
     let state = Arc::new(http::AppState {
         engine: handle,
+        grammars: Arc::new(grammars::GrammarEngine::new(
+            tokenizer.clone(),
+            limits.vocab_size,
+        )),
         tokenizer,
         metrics,
         model: name.clone(),

@@ -4,12 +4,13 @@
 //! Accepted, besides the prompt: `model`, `stream`, `stream_options.include_usage`,
 //! `max_tokens`, `max_completion_tokens` (chat), `temperature`, `top_p`, `n`, `seed`, `stop`,
 //! `logprobs` (+ `top_logprobs` for chat), `presence_penalty`, `frequency_penalty`; as
-//! extensions `top_k`, `min_p`, `repetition_penalty`, `ignore_eos`. Accepted and ignored,
-//! as they change nothing a single server could do: `user`, `metadata`, `service_tier`,
-//! `parallel_tool_calls`, message `name`. Accepted only at their neutral value:
-//! `logit_bias` (empty), `response_format` (`{"type": "text"}`), `tool_choice` (`"none"`),
+//! extensions `top_k`, `min_p`, `repetition_penalty`, `ignore_eos`. For chat,
+//! `response_format` (`text`, `json_object`, `json_schema`), `tools` and `tool_choice`, and
+//! messages with `tool_calls` and the `tool` role (`structured`). Accepted and ignored, as
+//! they change nothing a single server could do: `user`, `metadata`, `service_tier`,
+//! `parallel_tool_calls`. Accepted only at their neutral value: `logit_bias` (empty),
 //! `modalities` (`["text"]`), `store` (false), `echo` (false), `suffix` (empty), `best_of`
-//! (at most `n`). Refused by name: tools and functions, audio, predictions, reasoning
+//! (at most `n`). Refused by name: the older `functions`, audio, predictions, reasoning
 //! effort, web search; any other field is refused as unrecognised. A `null` value counts as
 //! absent.
 
@@ -17,7 +18,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::errors::ApiError;
-use crate::chat::Message;
+use super::structured::{self, ToolCall, Tools};
+use crate::constrain::GrammarSpec;
 use crate::sampler::SamplingParams;
 use crate::serve::MAX_TOP_LOGPROBS;
 
@@ -60,6 +62,7 @@ const CHAT_ONLY: &[&str] = &[
     "max_completion_tokens",
     "top_logprobs",
     "response_format",
+    "tools",
     "tool_choice",
     "parallel_tool_calls",
     "modalities",
@@ -71,9 +74,8 @@ const COMPLETIONS_ONLY: &[&str] = &["prompt", "echo", "suffix", "best_of"];
 
 /// Fields refused by name, with the reason.
 const REFUSED: &[(&str, &str)] = &[
-    ("tools", "rustle has no tool calling"),
-    ("functions", "rustle has no function calling"),
-    ("function_call", "rustle has no function calling"),
+    ("functions", "use 'tools', which replaced it"),
+    ("function_call", "use 'tool_choice', which replaced it"),
     ("audio", "rustle generates text only"),
     ("prediction", "rustle has no predicted outputs"),
     (
@@ -110,6 +112,7 @@ struct Raw {
     repetition_penalty: Option<f64>,
     ignore_eos: Option<bool>,
     response_format: Option<Map<String, Value>>,
+    tools: Option<Value>,
     tool_choice: Option<Value>,
     parallel_tool_calls: Option<bool>,
     modalities: Option<Vec<String>>,
@@ -145,8 +148,9 @@ enum LogprobsArg {
 /// What to run the model on.
 #[derive(Clone, Debug)]
 pub enum Input {
-    /// Through the model's chat template.
-    Messages(Vec<Message>),
+    /// Through the model's chat template: each `{"role", "content"}`, with `tool_calls`
+    /// (their arguments as JSON values, as templates read them) or `tool_call_id` where given.
+    Messages(Vec<Value>),
     /// Encoded with the tokenizer (a beginning-of-sequence token first, if the model has one).
     Text(String),
     Tokens(Vec<u32>),
@@ -174,6 +178,10 @@ pub struct Plan {
     /// Log-probabilities with this many alternatives per token; `None`: none.
     pub logprobs: Option<usize>,
     pub ignore_eos: bool,
+    /// What the output must match (`response_format`), if anything.
+    pub grammar: Option<GrammarSpec>,
+    /// The tools the model may call (`None`: none, or `tool_choice` `none`).
+    pub tools: Option<Tools>,
 }
 
 /// Parses and checks a request body for `endpoint`. `model` is the name this server
@@ -269,18 +277,12 @@ fn check(endpoint: Endpoint, raw: Raw, served: &str) -> Result<Plan, ApiError> {
             "is not supported (only an empty map)",
         ));
     }
-    if let Some(f) = &raw.response_format
-        && f.get("type").and_then(Value::as_str) != Some("text")
-    {
+    let grammar = structured::response_format(raw.response_format)?;
+    let tools = structured::tools(raw.tools, raw.tool_choice)?;
+    if grammar.is_some() && tools.as_ref().is_some_and(|t| t.grammar_needed()) {
         return Err(unsupported(
             "response_format",
-            "is not supported: only {\"type\": \"text\"} (no JSON mode or schemas)",
-        ));
-    }
-    if raw.tool_choice.is_some_and(|c| c != "none") {
-        return Err(unsupported(
-            "tool_choice",
-            "is not supported: rustle has no tool calling (only \"none\")",
+            "cannot be combined with a 'tool_choice' that requires a call",
         ));
     }
     if raw
@@ -459,11 +461,14 @@ fn check(endpoint: Endpoint, raw: Raw, served: &str) -> Result<Plan, ApiError> {
         stop,
         logprobs,
         ignore_eos: raw.ignore_eos.unwrap_or(false),
+        grammar,
+        tools,
     })
 }
 
-/// Chat messages with text content: system (or developer), user, assistant.
-fn messages(list: Vec<Value>) -> Result<Vec<Message>, ApiError> {
+/// Chat messages with text content: system (or developer), user, assistant (whose content
+/// may be absent when it made tool calls) and tool (a call's result).
+fn messages(list: Vec<Value>) -> Result<Vec<Value>, ApiError> {
     if list.is_empty() {
         return Err(out_of_range("messages", "at least one message is needed"));
     }
@@ -479,12 +484,9 @@ fn messages(list: Vec<Value>) -> Result<Vec<Message>, ApiError> {
         m.retain(|_, v| !v.is_null());
         for key in m.keys() {
             match key.as_str() {
-                "role" | "content" | "name" => {}
-                "tool_calls" | "tool_call_id" | "function_call" => {
-                    return Err(unsupported(
-                        &at(key),
-                        "is not supported: rustle has no tool calling",
-                    ));
+                "role" | "content" | "name" | "tool_calls" | "tool_call_id" => {}
+                "function_call" => {
+                    return Err(unsupported(&at(key), "is not supported: use 'tool_calls'"));
                 }
                 "audio" => {
                     return Err(unsupported(
@@ -512,21 +514,32 @@ fn messages(list: Vec<Value>) -> Result<Vec<Message>, ApiError> {
         };
         let role = match role {
             "system" | "developer" => "system",
-            "user" | "assistant" => role,
-            "tool" | "function" => {
+            "user" | "assistant" | "tool" => role,
+            "function" => {
                 return Err(unsupported(
                     &at("role"),
-                    "'tool' and 'function' are not supported: rustle has no tool calling",
+                    "'function' is not supported: use 'tool'",
                 ));
             }
             other => {
                 return Err(out_of_range(
                     &at("role"),
-                    format!("'{other}' is not one of system, developer, user, assistant"),
+                    format!("'{other}' is not one of system, developer, user, assistant, tool"),
                 ));
             }
         };
+        let tool_calls = match m.get("tool_calls") {
+            Some(_) if role != "assistant" => {
+                return Err(unsupported(
+                    &at("tool_calls"),
+                    "belongs to assistant messages",
+                ));
+            }
+            Some(calls) => Some(tool_calls(calls, &at("tool_calls"))?),
+            None => None,
+        };
         let content = match m.get("content") {
+            None if tool_calls.is_some() => String::new(),
             None => return Err(missing(&at("content"))),
             Some(Value::String(s)) => s.clone(),
             Some(Value::Array(parts)) => {
@@ -562,12 +575,65 @@ fn messages(list: Vec<Value>) -> Result<Vec<Message>, ApiError> {
                 ));
             }
         };
-        out.push(Message {
-            role: role.into(),
-            content,
-        });
+        let mut message = json!({"role": role, "content": content});
+        if let Some(calls) = tool_calls {
+            message["tool_calls"] = calls;
+        }
+        if role == "tool" {
+            match m.get("tool_call_id") {
+                Some(Value::String(id)) => message["tool_call_id"] = json!(id),
+                None => return Err(missing(&at("tool_call_id"))),
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        format!("Invalid type for '{}': a string", at("tool_call_id")),
+                        Some(&at("tool_call_id")),
+                    ));
+                }
+            }
+        }
+        if let Some(Value::String(name)) = m.get("name") {
+            message["name"] = json!(name);
+        }
+        out.push(message);
     }
     Ok(out)
+}
+
+/// An assistant message's `tool_calls`, each `{"id", "type": "function", "function":
+/// {"name", "arguments"}}`, as templates read them: the arguments, a JSON text in the API,
+/// parsed into a value.
+fn tool_calls(calls: &Value, param: &str) -> Result<Value, ApiError> {
+    let bad = || {
+        ApiError::invalid(
+            format!(
+                "Invalid value for '{param}': an array of {{\"id\", \"type\": \"function\", \"function\": {{\"name\", \"arguments\"}}}}"
+            ),
+            Some(param),
+        )
+    };
+    let list = calls.as_array().ok_or_else(bad)?;
+    let mut out = Vec::with_capacity(list.len());
+    for c in list {
+        let f = c.get("function").ok_or_else(bad)?;
+        let name = f.get("name").and_then(Value::as_str).ok_or_else(bad)?;
+        let arguments = match f.get("arguments") {
+            Some(Value::String(text)) => serde_json::from_str(text).map_err(|e| {
+                ApiError::invalid(
+                    format!("Invalid value for '{param}': arguments are not JSON: {e}"),
+                    Some(param),
+                )
+            })?,
+            Some(v @ Value::Object(_)) => v.clone(),
+            _ => return Err(bad()),
+        };
+        let id = c.get("id").cloned().unwrap_or(Value::Null);
+        out.push(json!({
+            "id": id,
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }));
+    }
+    Ok(Value::Array(out))
 }
 
 /// One prompt: a string, or an array of token ids (or either, alone in an array).
@@ -680,6 +746,8 @@ pub struct Choice {
     pub finish_reason: &'static str,
     /// `Some` when the request asked for log-probabilities.
     pub logprobs: Option<Vec<TokenLogprob>>,
+    /// The tool calls the text held (then `text` is what came before them).
+    pub tool_calls: Vec<ToolCall>,
 }
 
 /// The whole reply of a request that did not stream.
@@ -690,7 +758,7 @@ pub fn reply(plan: &Plan, id: &str, created: u64, choices: &[Choice], usage: Val
         .map(|(i, c)| match plan.endpoint {
             Endpoint::Chat => json!({
                 "index": i,
-                "message": {"role": "assistant", "content": c.text, "refusal": null},
+                "message": message(c),
                 "logprobs": c.logprobs.as_deref().map(chat_logprobs),
                 "finish_reason": c.finish_reason,
             }),
@@ -710,6 +778,20 @@ pub fn reply(plan: &Plan, id: &str, created: u64, choices: &[Choice], usage: Val
         "choices": choices,
         "usage": usage,
     })
+}
+
+/// A chat choice's message: its text, or its tool calls (with any text before them).
+fn message(c: &Choice) -> Value {
+    if c.tool_calls.is_empty() {
+        return json!({"role": "assistant", "content": c.text, "refusal": null});
+    }
+    let calls: Vec<Value> = c
+        .tool_calls
+        .iter()
+        .map(|t| structured::call_json(t, None))
+        .collect();
+    let content = (!c.text.is_empty()).then_some(&c.text);
+    json!({"role": "assistant", "content": content, "refusal": null, "tool_calls": calls})
 }
 
 pub fn object(endpoint: Endpoint, chunk: bool) -> &'static str {

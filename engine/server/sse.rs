@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::openai::{self, Endpoint, Plan};
 use super::request::{Delta, Running};
+use super::structured::{self, ToolFormat, ToolStream};
 
 /// Comment lines that keep idle connections (and proxies) from timing out.
 const KEEP_ALIVE: Duration = Duration::from_secs(10);
@@ -28,15 +29,22 @@ struct State {
     done: bool,
     /// Per choice: bytes of text sent so far (the completions' `text_offset`).
     offsets: Vec<usize>,
+    /// Per choice, when the request offers tools: the text that may be a call, held back.
+    tools: Vec<ToolStream>,
 }
 
 pub fn stream(
     plan: Plan,
+    tool_format: Option<ToolFormat>,
     id: String,
     created: u64,
     running: Running,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let n = running.n_choices();
+    let tools = match (tool_format, &plan.tools) {
+        (Some(f), Some(t)) => vec![ToolStream::new(f, &t.choice); n],
+        _ => vec![],
+    };
     let state = State {
         plan,
         id,
@@ -46,6 +54,7 @@ pub fn stream(
         started: false,
         done: false,
         offsets: vec![0; n],
+        tools,
     };
     let events = futures_util::stream::unfold(state, |mut s| async move {
         loop {
@@ -129,16 +138,33 @@ impl State {
         let wants_logprobs = self.plan.logprobs.is_some();
         match self.plan.endpoint {
             Endpoint::Chat => {
-                let delta = if d.text.is_empty() {
+                let (mut text, mut calls) = (d.text, vec![]);
+                if let Some(stream) = self.tools.get_mut(d.choice) {
+                    text = stream.push(&text);
+                    if d.finish.is_some() {
+                        let (rest, found) = stream.finish();
+                        text += &rest;
+                        calls = found;
+                    }
+                }
+                let mut delta = if text.is_empty() {
                     json!({})
                 } else {
-                    json!({"content": d.text})
+                    json!({"content": text})
                 };
+                let mut finish = d.finish;
+                if !calls.is_empty() {
+                    let calls: Vec<Value> = (calls.iter().enumerate())
+                        .map(|(i, c)| structured::call_json(c, Some(i)))
+                        .collect();
+                    delta["tool_calls"] = json!(calls);
+                    finish = Some("tool_calls");
+                }
                 json!({
                     "index": d.choice,
                     "delta": delta,
                     "logprobs": wants_logprobs.then(|| openai::chat_logprobs(&d.logprobs)),
-                    "finish_reason": d.finish,
+                    "finish_reason": finish,
                 })
             }
             Endpoint::Completions => {

@@ -314,3 +314,46 @@ pub unsafe extern "gpu-kernel" fn penalize_f32(
         *l = v;
     }
 }
+
+/// Grammar masks, in place: in each masked row every token whose bit is clear becomes -inf,
+/// so that neither the argmax nor a draw can choose it (`sample_f32` takes -inf logits as
+/// weight 0).
+///
+/// - `logits`: `[rows, vocab]` f32
+/// - `masks`: `[n, words]` u32, `words = ceil(vocab / 32)`: bit `t % 32` of word `t / 32`
+///   set when token `t` is allowed
+/// - `mask_rows`: `[n]` u32, the row of `logits` each mask applies to
+///
+/// Thread mapping: one block per mask (`blockIdx.x`); thread `t` takes tokens `t`, `t +
+/// blockDim.x`, ..., so a warp reads one mask word (a broadcast) and writes 32 consecutive
+/// logits.
+///
+/// PRECONDITIONS: grid `(n)`; each `mask_rows` entry below `rows`, none twice.
+///
+/// # Safety
+/// The host's launch wrapper checks the shapes; the caller, the rows.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn mask_logits_f32(
+    logits: *mut f32,
+    masks: *const u32,
+    mask_rows: *const u32,
+    vocab: u32,
+) {
+    crate::device::wait_for_previous_kernel();
+    let vocab = vocab as usize;
+    let words = vocab.div_ceil(32);
+    let m = block_idx_x();
+    // SAFETY: m < n (the grid); the row is inside logits and the mask holds `words` words
+    // (preconditions); every token index stays below vocab.
+    unsafe {
+        let row = logits.add(*mask_rows.add(m) as usize * vocab);
+        let mask = masks.add(m * words);
+        let mut t = thread_idx_x();
+        while t < vocab {
+            if (*mask.add(t / 32) >> (t % 32)) & 1 == 0 {
+                *row.add(t) = f32::NEG_INFINITY;
+            }
+            t += block_dim_x();
+        }
+    }
+}

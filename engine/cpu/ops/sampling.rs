@@ -1,6 +1,7 @@
-//! The sampling kernels' twins: `argmax_f32`, `sample_f32` and `penalize_f32`, with the
-//! packing of a row's parameters and the random bits of each draw (`hash32`, which the
-//! weights' generator `fill_random_bf16` uses too), in the GPU's integer arithmetic.
+//! The sampling kernels' twins: `argmax_f32`, `sample_f32`, `penalize_f32` and
+//! `mask_logits_f32`, with the packing of a row's parameters and the random bits of each draw
+//! (`hash32`, which the weights' generator `fill_random_bf16` uses too), in the GPU's integer
+//! arithmetic.
 
 /// Index of the largest logit (the first, on a tie). Greedy decoding.
 ///
@@ -153,6 +154,24 @@ pub fn penalize_f32(logits: &mut [f32], entries: &[u32], penalties: &[f32], voca
         }
         if generated > 0 {
             *l -= presence + frequency * generated as f32;
+        }
+    }
+}
+
+/// Grammar masks, in place: in each masked row every token whose bit is clear becomes -inf;
+/// the twin of `mask_logits_f32`.
+///
+/// - `logits`: `[rows, vocab]`
+/// - `masks`: `[n, ceil(vocab / 32)]`, bit `t % 32` of word `t / 32` set: token `t` allowed
+/// - `mask_rows`: `[n]`, the row each mask applies to
+pub fn mask_logits_f32(logits: &mut [f32], masks: &[u32], mask_rows: &[u32], vocab: usize) {
+    let words = vocab.div_ceil(32);
+    for (mask, &r) in masks.chunks_exact(words).zip(mask_rows) {
+        let row = &mut logits[r as usize * vocab..(r as usize + 1) * vocab];
+        for (t, l) in row.iter_mut().enumerate() {
+            if (mask[t / 32] >> (t % 32)) & 1 == 0 {
+                *l = f32::NEG_INFINITY;
+            }
         }
     }
 }

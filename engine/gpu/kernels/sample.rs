@@ -1,4 +1,5 @@
-//! `sample_f32` and `penalize_f32`: each row's next token chosen on the device.
+//! `sample_f32`, `penalize_f32` and `mask_logits_f32`: each row's next token chosen on the
+//! device.
 
 use cudarc::driver::LaunchConfig;
 
@@ -9,6 +10,9 @@ use crate::traffic;
 
 /// Threads per row of `sample_f32`: 1024, each owning a slice of the vocabulary.
 const SAMPLE_THREADS: u32 = 1024;
+
+/// Threads per mask of `mask_logits_f32`, striding over the vocabulary.
+const MASK_THREADS: u32 = 256;
 
 /// Words of a row's parameters: `cpu::ops::SAMPLE_PARAMS`, the kernel's `SAMPLE_PARAMS`.
 const PARAMS: usize = crate::cpu::ops::SAMPLE_PARAMS;
@@ -67,5 +71,37 @@ impl Gpu {
         b.arg(logits).arg(entries).arg(penalties).arg(&nn).arg(&v);
         // SAFETY: one thread per entry; the caller's guarantee covers the indices.
         self.timed("penalize_f32", traffic, || unsafe { b.launch(linear(n)) })
+    }
+
+    /// Grammar masks, in place: logits `[rows, vocab]`, masks `[n, ceil(vocab / 32)]` (bit
+    /// `t % 32` of word `t / 32` set: token `t` allowed), mask_rows `[n]` (each mask's row).
+    ///
+    /// # Safety
+    /// Every entry of `mask_rows` is below `rows`, and none appears twice.
+    pub unsafe fn mask_logits_f32(
+        &self,
+        logits: &mut Out<f32>,
+        masks: &In<u32>,
+        mask_rows: &In<u32>,
+        vocab: usize,
+    ) -> Result<()> {
+        let n = mask_rows.len();
+        assert!(vocab > 0 && logits.len().is_multiple_of(vocab));
+        assert!(masks.len() == n * vocab.div_ceil(32) && n <= logits.len() / vocab);
+        if n == 0 {
+            return Ok(());
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (u32_of(n, "masks"), 1, 1),
+            block_dim: (MASK_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let traffic = traffic::mask_logits_f32(n, vocab);
+        let v = u32_of(vocab, "vocab");
+        let mut b = self.launcher(&self.kernels.mask_logits_f32);
+        b.arg(logits).arg(masks).arg(mask_rows).arg(&v);
+        // SAFETY: one block per mask, each mask `words` long (checked); the caller's
+        // guarantee covers the rows.
+        self.timed("mask_logits_f32", traffic, || unsafe { b.launch(cfg) })
     }
 }

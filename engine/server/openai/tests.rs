@@ -39,7 +39,7 @@ fn a_full_chat_request_becomes_a_plan() {
     };
     let m: Vec<_> = m
         .iter()
-        .map(|m| (m.role.as_str(), m.content.as_str()))
+        .map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
         .collect();
     assert_eq!(m, [("system", "be brief"), ("user", "ab")]);
     assert!(p.stream && p.include_usage && p.seeded);
@@ -153,10 +153,10 @@ fn out_of_range_values_are_refused() {
 #[test]
 fn unsupported_parameters_are_refused_by_name_never_ignored() {
     for (field, value) in [
-        ("tools", json!([{"type": "function"}])),
+        ("tools", json!("a tool")),
         ("functions", json!([])),
         ("tool_choice", json!("auto")),
-        ("response_format", json!({"type": "json_object"})),
+        ("response_format", json!({"type": "json_schema"})),
         ("logit_bias", json!({"50256": -100})),
         ("audio", json!({"voice": "alloy"})),
         ("modalities", json!(["text", "audio"])),
@@ -188,8 +188,21 @@ fn unsupported_parameters_are_refused_by_name_never_ignored() {
         )),
         "best_of"
     );
-    let tool_msg = json!([{"role": "tool", "content": "x", "tool_call_id": "1"}]);
-    assert!(param(chat(json!({"model": "m", "messages": tool_msg}))).starts_with("messages[0]"));
+    let tool_msg = json!([{"role": "tool", "content": "x"}]);
+    assert_eq!(
+        param(chat(json!({"model": "m", "messages": tool_msg}))),
+        "messages[0].tool_call_id"
+    );
+    let bad_call = json!([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{x"}}]}]);
+    assert_eq!(
+        param(chat(json!({"model": "m", "messages": bad_call}))),
+        "messages[0].tool_calls"
+    );
+    let fn_msg = json!([{"role": "function", "content": "x"}]);
+    assert_eq!(
+        param(chat(json!({"model": "m", "messages": fn_msg}))),
+        "messages[0].role"
+    );
     let image =
         json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]);
     assert_eq!(
@@ -215,4 +228,32 @@ fn logprobs_shapes() {
     assert_eq!(c["text_offset"], json!([4]));
     assert_eq!(c["top_logprobs"][0]["Yo"], json!(-9999.0));
     assert_eq!(c["token_logprobs"], json!([-0.5]));
+}
+
+#[test]
+fn tool_messages_reach_the_template_with_their_arguments_as_values() {
+    let messages = json!([
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]);
+    let tools = json!([{"type": "function", "function": {"name": "get_weather"}}]);
+    let p = chat(
+        json!({"model": "m", "messages": messages, "tools": tools, "tool_choice": "required"}),
+    )
+    .unwrap();
+    let Input::Messages(m) = &p.input else {
+        panic!("{:?}", p.input)
+    };
+    assert_eq!(
+        m[1]["tool_calls"][0]["function"]["arguments"]["city"],
+        "Oslo"
+    );
+    assert_eq!(m[1]["content"], "");
+    assert_eq!(m[2]["tool_call_id"], "call_1");
+    assert!(p.tools.is_some_and(|t| t.grammar_needed()));
+    let with_format = json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
+        "tools": tools, "tool_choice": "required", "response_format": {"type": "json_object"}});
+    assert_eq!(param(chat(with_format)), "response_format");
 }
