@@ -32,7 +32,10 @@ for line in sys.stdin:
         # kind of target keeps them apart (rustle-lib, rustle-bin).
         name = t["name"] + ("-" + t["kind"][0] if t["name"] == "rustle" else "")
         print(name, m["executable"])
-')
+') || {
+  echo "pack-for-device: the test executables did not build; cargo test --release --no-run says why" >&2
+  exit 1
+}
 if [ -z "$executables" ]; then
   echo "pack-for-device: cargo listed no test executables" >&2
   exit 1

@@ -2248,7 +2248,7 @@ fn sample_f32(g: &Gpu, rng: &mut StdRng) {
 
     // Grammar masks: 3 of 5 rows of 1000 (not a multiple of 32), in shuffled order, each
     // allowing a random quarter of the tokens.
-    let vocab = 1000;
+    let vocab: usize = 1000;
     let words = vocab.div_ceil(32);
     let logits = normal(rng, rows * vocab, 3.0);
     let mask_rows = [3u32, 0, 4];
