@@ -200,6 +200,10 @@ fn kl_divergence_against_a_saved_run() {
     let r: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     let kl = r["kl_divergence"].as_f64().unwrap();
     assert!((0.0..1e-3).contains(&kl.abs()), "{r}");
+    // The same run against itself: each token's divergence is ~0, so its 99th percentile is
+    // too, and at least the mean.
+    let p99 = r["kl_divergence_p99"].as_f64().unwrap();
+    assert!(p99.abs() < 1e-3 && p99 >= kl - 1e-12, "{r}");
     assert_eq!(r["top_token_agreement"].as_f64(), Some(1.0), "{r}");
     let other = run(&["--ctx", "32", "--kl-divergence", s(&saved)]);
     assert!(

@@ -30,7 +30,19 @@ struct Tally {
     sum_sq: f64,
     n: usize,
     kl_sum: f64,
+    /// Each scored token's KL divergence, for the percentile.
+    kls: Vec<f64>,
     top_agree: usize,
+}
+
+impl Tally {
+    /// The KL divergence that `p` of the tokens do not exceed (nearest rank); 0 with none.
+    fn kl_percentile(&self, p: f64) -> f64 {
+        let mut sorted = self.kls.clone();
+        sorted.sort_by(f64::total_cmp);
+        let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1));
+        sorted.get(rank - 1).copied().unwrap_or(0.0)
+    }
 }
 
 /// The start of a `--save-logits` file.
@@ -177,6 +189,7 @@ pub fn run(args: &PerplexityCli) -> Result<()> {
     let (ppl, err) = tally.perplexity();
     let compared = matches!(reference, Reference::Compare(_));
     let kl = tally.kl_sum / tally.n as f64;
+    let kl_p99 = tally.kl_percentile(0.99);
     let agree = tally.top_agree as f64 / tally.n as f64;
     if args.json {
         let report = serde_json::json!({
@@ -189,6 +202,7 @@ pub fn run(args: &PerplexityCli) -> Result<()> {
             "perplexity": ppl,
             "perplexity_error": err,
             "kl_divergence": compared.then_some(kl),
+            "kl_divergence_p99": compared.then_some(kl_p99),
             "top_token_agreement": compared.then_some(agree),
         });
         println!("{report:#}");
@@ -199,7 +213,7 @@ pub fn run(args: &PerplexityCli) -> Result<()> {
         );
         if compared {
             println!(
-                "against the reference run: KL divergence {kl:.6} a token, the most likely token the same for {:.2}% of tokens",
+                "against the reference run: KL divergence {kl:.6} a token (99th percentile {kl_p99:.6}), the most likely token the same for {:.2}% of tokens",
                 100.0 * agree
             );
         }
@@ -277,6 +291,7 @@ fn score(
                     .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32());
                 let (kl, same_top) = compare(theirs, &log_probs);
                 tally.kl_sum += kl;
+                tally.kls.push(kl);
                 tally.top_agree += usize::from(same_top);
             }
         }
