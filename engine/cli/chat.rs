@@ -66,23 +66,36 @@ impl Lines {
 
 /// A flag Ctrl-C raises while a reply streams (a thread waits for the signal; the program
 /// itself goes on).
-fn interrupts() -> Arc<AtomicBool> {
+///
+/// The handler is installed here, before the first prompt, not by the thread: the line
+/// editor puts in its own handler for each line it reads and then restores the one it
+/// found, so a handler that a thread still starting up installed meanwhile was undone, and
+/// Ctrl-C during the next reply ended the program. A signal stream (unlike `ctrl_c()`, which
+/// installs at its first poll) installs when made, and misses no Ctrl-C between two.
+fn interrupts() -> Result<Arc<AtomicBool>> {
+    let failed = |e: std::io::Error| Error::Usage(format!("Ctrl-C's handler: {e}"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(failed)?;
+    let mut ctrl_c = {
+        let _in_runtime = rt.enter();
+        #[cfg(unix)]
+        let stream = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
+        #[cfg(windows)]
+        let stream = tokio::signal::windows::ctrl_c();
+        stream.map_err(failed)?
+    };
     let flag = Arc::new(AtomicBool::new(false));
     let raised = flag.clone();
     std::thread::spawn(move || {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        else {
-            return;
-        };
-        rt.block_on(async {
-            while tokio::signal::ctrl_c().await.is_ok() {
+        rt.block_on(async move {
+            while ctrl_c.recv().await.is_some() {
                 raised.store(true, Ordering::SeqCst);
             }
         });
     });
-    flag
+    Ok(flag)
 }
 
 pub fn run(args: &ChatCli) -> Result<()> {
@@ -115,7 +128,7 @@ pub fn run(args: &ChatCli) -> Result<()> {
         "rustle chat: {description} on {}, a context of {context} tokens. {HELP}.",
         engine.model().device_name()
     );
-    let stop = interrupts();
+    let stop = interrupts()?;
     let mut lines = Lines::open()?;
     let mut system = args.system.clone();
     let mut history: Vec<Message> = vec![];
