@@ -119,6 +119,7 @@ async fn serves_openai_requests() {
         .unwrap();
     assert_eq!(models["data"][0]["id"], MODEL, "{models}");
     assert_eq!(models["object"], "list");
+    chat_page(&c, &s).await;
 
     let t = Instant::now();
     greedy_stream_and_reply_agree(&c, &s).await;
@@ -168,6 +169,51 @@ async fn serves_openai_requests() {
     };
     assert!(status.success(), "{}", s.log());
     assert!(s.log().contains("rustle serve: stopped"), "{}", s.log());
+}
+
+/// The chat page at `/` and every file it loads: the stylesheet and script it names, and
+/// each module those scripts import, each with its content type. (tests/browser/ runs it.)
+async fn chat_page(c: &Client, s: &Server) {
+    let get = |path: String| async move {
+        let r = c.get(s.url(&path)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "GET {path}");
+        let headers = r.headers().clone();
+        (headers, r.text().await.unwrap())
+    };
+    let (headers, html) = get("/".into()).await;
+    assert_eq!(headers["content-type"], "text/html; charset=utf-8");
+    assert!(
+        headers.contains_key("content-security-policy"),
+        "{headers:?}"
+    );
+    assert!(html.contains("<title>rustle</title>"), "{html}");
+    // Paths in `src="/page/..."`, `href="/page/..."` and `from "./....js"`.
+    let named = |text: &str, before: &str, prefix: &str| -> Vec<String> {
+        text.split(before)
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .filter_map(|path| path.strip_prefix(prefix))
+            .map(|file| format!("/page/{file}"))
+            .collect()
+    };
+    let mut files = named(&html, "src=\"", "/page/");
+    files.extend(named(&html, "href=\"", "/page/"));
+    assert_eq!(files.len(), 2, "one script and one stylesheet: {files:?}");
+    let mut seen = vec![];
+    while let Some(path) = files.pop() {
+        if seen.contains(&path) {
+            continue;
+        }
+        let (headers, body) = get(path.clone()).await;
+        let want = match path.rsplit('.').next() {
+            Some("css") => "text/css; charset=utf-8",
+            _ => "text/javascript; charset=utf-8",
+        };
+        assert_eq!(headers["content-type"], want, "{path}");
+        files.extend(named(&body, "from \"", "./"));
+        seen.push(path);
+    }
+    assert!(seen.len() >= 5, "the page's files: {seen:?}");
 }
 
 async fn greedy_stream_and_reply_agree(c: &Client, s: &Server) {
@@ -525,7 +571,7 @@ async fn key_queue_and_timeout() {
     let c = Client::new();
     let key = |r: reqwest::RequestBuilder| r.bearer_auth("sekret");
 
-    // 401 without the key or with a wrong one; /health and /metrics stay open.
+    // 401 without the key or with a wrong one; /health, /metrics and the page stay open.
     for auth in [None, Some("wrong")] {
         let mut r = c.get(s.url("/v1/models"));
         if let Some(k) = auth {
@@ -552,6 +598,8 @@ async fn key_queue_and_timeout() {
         200
     );
     assert_eq!(c.get(s.url("/health")).send().await.unwrap().status(), 200);
+    // The chat page too: it asks for the key itself.
+    assert_eq!(c.get(s.url("/")).send().await.unwrap().status(), 200);
 
     // A long request runs (past the time limit); a second waits; a third is refused.
     let long = completion(

@@ -1,6 +1,7 @@
 //! The router and its handlers: each completion request is parsed and checked, its prompt
 //! tokenized and checked against the context, given a place in the queue, submitted to the
-//! engine thread, and then answered whole or streamed.
+//! engine thread, and then answered whole or streamed. The chat page's files come from
+//! `page`.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -21,6 +22,7 @@ use super::engine_loop::{EngineHandle, Submission};
 use super::errors::ApiError;
 use super::metrics::Metrics;
 use super::openai::{self, Choice, Endpoint, Input, Plan};
+use super::page;
 use super::request::{QueueSlot, Running, ServerHandles};
 use super::sse;
 use crate::chat;
@@ -54,6 +56,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .merge(v1)
+        .merge(page::routes())
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(not_found)

@@ -5,7 +5,8 @@
 //! given a place in the queue and submitted; its tokens come back on its own channel and
 //! become text (`request`, with stop strings held back by `stop`), sent whole or as
 //! server-sent events (`sse`). Errors take OpenAI's shape (`errors`); `/metrics` shows the
-//! engine's state and latencies (`metrics`).
+//! engine's state and latencies (`metrics`). A chat page for people, at `/`, is a client
+//! of that same API (`page`).
 
 pub mod args;
 pub mod engine_loop;
@@ -13,6 +14,7 @@ pub mod errors;
 pub mod http;
 pub mod metrics;
 pub mod openai;
+pub mod page;
 pub mod request;
 pub mod sse;
 pub mod stop;
@@ -85,6 +87,7 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
             }
         );
         eprintln!("rustle serve: listening on http://{local}");
+        eprintln!("rustle serve: the chat page is at http://{local}/");
         axum::serve(listener, http::router(state))
             .with_graceful_shutdown(shutdown_signal())
             .await
