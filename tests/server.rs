@@ -2,10 +2,9 @@
 //! model on the CPU, driven over HTTP. Generations are kept short so the file runs in about
 //! a minute on two cores.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+mod common;
+
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
@@ -13,75 +12,7 @@ use rand::{Rng, SeedableRng};
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 
-/// The default model's served name (its file name without `.gguf`).
-const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1";
-
-/// A running `rustle serve`, killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-    /// Everything it printed on stderr, for failure messages.
-    log: Arc<Mutex<String>>,
-}
-
-impl Server {
-    /// Starts `rustle serve --device cpu --port 0 ARGS` and waits for its address.
-    fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
-        // Fetched once into the cache when missing, so the server's own start is quick.
-        rustle::loader::resolve_model_path(None).expect("the default model");
-        let bin =
-            std::env::var("RUSTLE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_rustle").into());
-        let mut cmd = Command::new(bin);
-        cmd.args(["serve", "--device", "cpu", "--port", "0"])
-            .args(args)
-            .env_remove("RUSTLE_API_KEY")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("start rustle serve");
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let sink = log.clone();
-        // Drains stderr for the server's whole life, so it never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(at) = line.split("listening on ").nth(1) {
-                    let _ = tx.send(at.trim().to_string());
-                }
-                let mut log = sink.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let base = rx
-            .recv_timeout(Duration::from_secs(120))
-            .unwrap_or_else(|_| {
-                panic!(
-                    "rustle serve did not start:\n{}",
-                    log.lock().unwrap().as_str()
-                )
-            });
-        Server { child, base, log }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::server::{MODEL, Server};
 
 async fn post(c: &Client, s: &Server, path: &str, body: &Value) -> (StatusCode, Value) {
     let r = c.post(s.url(path)).json(body).send().await.unwrap();
@@ -188,6 +119,7 @@ async fn serves_openai_requests() {
         .unwrap();
     assert_eq!(models["data"][0]["id"], MODEL, "{models}");
     assert_eq!(models["object"], "list");
+    chat_page(&c, &s).await;
 
     let t = Instant::now();
     greedy_stream_and_reply_agree(&c, &s).await;
@@ -237,6 +169,51 @@ async fn serves_openai_requests() {
     };
     assert!(status.success(), "{}", s.log());
     assert!(s.log().contains("rustle serve: stopped"), "{}", s.log());
+}
+
+/// The chat page at `/` and every file it loads: the stylesheet and script it names, and
+/// each module those scripts import, each with its content type. (tests/browser/ runs it.)
+async fn chat_page(c: &Client, s: &Server) {
+    let get = |path: String| async move {
+        let r = c.get(s.url(&path)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "GET {path}");
+        let headers = r.headers().clone();
+        (headers, r.text().await.unwrap())
+    };
+    let (headers, html) = get("/".into()).await;
+    assert_eq!(headers["content-type"], "text/html; charset=utf-8");
+    assert!(
+        headers.contains_key("content-security-policy"),
+        "{headers:?}"
+    );
+    assert!(html.contains("<title>rustle</title>"), "{html}");
+    // Paths in `src="/page/..."`, `href="/page/..."` and `from "./....js"`.
+    let named = |text: &str, before: &str, prefix: &str| -> Vec<String> {
+        text.split(before)
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next())
+            .filter_map(|path| path.strip_prefix(prefix))
+            .map(|file| format!("/page/{file}"))
+            .collect()
+    };
+    let mut files = named(&html, "src=\"", "/page/");
+    files.extend(named(&html, "href=\"", "/page/"));
+    assert_eq!(files.len(), 2, "one script and one stylesheet: {files:?}");
+    let mut seen = vec![];
+    while let Some(path) = files.pop() {
+        if seen.contains(&path) {
+            continue;
+        }
+        let (headers, body) = get(path.clone()).await;
+        let want = match path.rsplit('.').next() {
+            Some("css") => "text/css; charset=utf-8",
+            _ => "text/javascript; charset=utf-8",
+        };
+        assert_eq!(headers["content-type"], want, "{path}");
+        files.extend(named(&body, "from \"", "./"));
+        seen.push(path);
+    }
+    assert!(seen.len() >= 5, "the page's files: {seen:?}");
 }
 
 async fn greedy_stream_and_reply_agree(c: &Client, s: &Server) {
@@ -594,7 +571,7 @@ async fn key_queue_and_timeout() {
     let c = Client::new();
     let key = |r: reqwest::RequestBuilder| r.bearer_auth("sekret");
 
-    // 401 without the key or with a wrong one; /health and /metrics stay open.
+    // 401 without the key or with a wrong one; /health, /metrics and the page stay open.
     for auth in [None, Some("wrong")] {
         let mut r = c.get(s.url("/v1/models"));
         if let Some(k) = auth {
@@ -621,6 +598,8 @@ async fn key_queue_and_timeout() {
         200
     );
     assert_eq!(c.get(s.url("/health")).send().await.unwrap().status(), 200);
+    // The chat page too: it asks for the key itself.
+    assert_eq!(c.get(s.url("/")).send().await.unwrap().status(), 200);
 
     // A long request runs (past the time limit); a second waits; a third is refused.
     let long = completion(

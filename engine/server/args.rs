@@ -9,7 +9,7 @@ use crate::placement::DeviceArg;
 use crate::serve::engine::DEFAULT_TOKEN_BUDGET;
 
 /// Serve a model over HTTP with OpenAI's API: /v1/chat/completions, /v1/completions,
-/// /v1/models, plus /health and /metrics (Prometheus).
+/// /v1/models, plus /health, /metrics (Prometheus) and a chat page at /.
 #[derive(Args, Clone, Debug)]
 #[command(after_help = EXAMPLES)]
 pub struct ServeArgs {
@@ -36,7 +36,7 @@ pub struct ServeArgs {
     pub device: DeviceArg,
 
     /// Require `Authorization: Bearer KEY` on /v1 (default: $RUSTLE_API_KEY, else none).
-    /// /health and /metrics stay open.
+    /// /health, /metrics and the chat page stay open (the page asks for the key).
     #[arg(long, value_name = "KEY")]
     pub api_key: Option<String>,
 

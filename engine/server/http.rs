@@ -1,6 +1,7 @@
 //! The router and its handlers: each completion request is parsed and checked, its prompt
 //! tokenized and checked against the context, given a place in the queue, submitted to the
-//! engine thread, and then answered whole or streamed.
+//! engine thread, and then answered whole or streamed. The chat page's files come from
+//! `page`.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -22,6 +23,7 @@ use super::errors::ApiError;
 use super::grammars::GrammarEngine;
 use super::metrics::Metrics;
 use super::openai::{self, Choice, Endpoint, Input, Plan};
+use super::page;
 use super::request::{QueueSlot, Running, ServerHandles};
 use super::sse;
 use super::structured::{self, ToolFormat};
@@ -58,6 +60,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize));
     Router::new()
         .merge(v1)
+        .merge(page::routes())
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(not_found)

@@ -6,7 +6,8 @@
 //! become text (`request`, with stop strings held back by `stop`), sent whole or as
 //! server-sent events (`sse`). Structured output (`structured`: `response_format`, tools)
 //! becomes a grammar the engine masks each step with (`grammars`). Errors take OpenAI's shape
-//! (`errors`); `/metrics` shows the engine's state and latencies (`metrics`).
+//! (`errors`); `/metrics` shows the engine's state and latencies (`metrics`). A chat page for
+//! people, at `/`, is a client of that same API (`page`).
 
 pub mod args;
 pub mod engine_loop;
@@ -15,6 +16,7 @@ pub mod grammars;
 pub mod http;
 pub mod metrics;
 pub mod openai;
+pub mod page;
 pub mod request;
 pub mod sse;
 pub mod stop;
@@ -92,6 +94,7 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
             }
         );
         eprintln!("rustle serve: listening on http://{local}");
+        eprintln!("rustle serve: the chat page is at http://{local}/");
         axum::serve(listener, http::router(state))
             .with_graceful_shutdown(shutdown_signal())
             .await

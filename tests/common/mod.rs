@@ -1,5 +1,6 @@
 //! What the end-to-end tests share: the golden files from Hugging Face transformers, and
-//! the check that a runner reproduces them.
+//! the check that a runner reproduces them; tiny models built in code (`tiny`); a running
+//! `rustle serve` (`server`).
 
 #![allow(dead_code)] // each test binary uses its own part
 
@@ -156,4 +157,5 @@ pub fn check_case(runner: &mut Runner, tok: &Tokenizer, case: &Case, tol: &Toler
     worst
 }
 
+pub mod server;
 pub mod tiny;
