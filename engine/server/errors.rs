@@ -121,6 +121,26 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// A required field that is absent.
+pub fn missing(param: &str) -> ApiError {
+    ApiError::invalid(
+        format!("Missing required parameter: '{param}'."),
+        Some(param),
+    )
+    .with_code("missing_required_parameter")
+}
+
+/// A value outside what the field takes.
+pub fn out_of_range(param: &str, why: impl std::fmt::Display) -> ApiError {
+    ApiError::invalid(format!("Invalid value for '{param}': {why}"), Some(param))
+        .with_code("invalid_value")
+}
+
+/// A value rustle does not act on.
+pub fn unsupported(param: &str, why: &str) -> ApiError {
+    ApiError::invalid(format!("'{param}' {why}"), Some(param)).with_code("unsupported_value")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
