@@ -17,7 +17,8 @@ pub struct Batch {
     /// `[n_seqs, max_blocks]` each sequence's block table, padded with zeros
     pub block_tables: Vec<u32>,
     pub max_blocks: usize,
-    /// Rows whose logits are wanted: the last of each chunk that asks for them, or every row
+    /// Rows whose logits are wanted: the last rows of each chunk that asks for them (one, or
+    /// one per guessed token when speculating), or every row
     pub logit_rows: Vec<u32>,
 }
 
@@ -26,9 +27,10 @@ pub struct Batch {
 pub struct SeqChunk<'a> {
     pub table: &'a BlockTable,
     pub tokens: &'a [u32],
-    /// Whether the last token's logits are wanted: a prompt chunk that stops short of the
-    /// prompt's end needs none (its next token is already known).
-    pub logits: bool,
+    /// How many of the last tokens' logits are wanted: 1 for the next token; 1 + k when the
+    /// chunk ends in k guessed tokens, each to be checked (speculative decoding); 0 for a
+    /// prompt chunk that stops short of the prompt's end (its next token is already known).
+    pub logits: usize,
 }
 
 impl Batch {
@@ -51,7 +53,7 @@ impl Batch {
             debug_assert!(chunk.table.blocks.len() * BLOCK_SIZE >= start + chunk.tokens.len());
             for (i, &tok) in chunk.tokens.iter().enumerate() {
                 let pos = start + i;
-                if all_logits || (chunk.logits && i + 1 == chunk.tokens.len()) {
+                if all_logits || i + chunk.logits >= chunk.tokens.len() {
                     self.logit_rows.push(self.tokens.len() as u32);
                 }
                 self.tokens.push(tok);
@@ -95,18 +97,18 @@ mod tests {
                 SeqChunk {
                     table: &a,
                     tokens: &[7, 8],
-                    logits: true,
+                    logits: 1,
                 },
                 SeqChunk {
                     table: &b,
                     tokens: &[9],
-                    logits: true,
+                    logits: 1,
                 },
                 // A prompt chunk short of the prompt's end: no logits.
                 SeqChunk {
                     table: &c,
                     tokens: &[4, 4],
-                    logits: false,
+                    logits: 0,
                 },
             ],
             false,

@@ -511,7 +511,7 @@ impl Runner {
             &[SeqChunk {
                 table: &seq.table,
                 tokens: last,
-                logits: true,
+                logits: 1,
             }],
             false,
         );
@@ -580,7 +580,7 @@ impl Runner {
             &[SeqChunk {
                 table: &seq.table,
                 tokens,
-                logits: true,
+                logits: 1,
             }],
             all_logits,
         );

@@ -2970,7 +2970,7 @@ fn few_sequences_match_alone(
                 let chunk = SeqChunk {
                     table: t,
                     tokens: prompt,
-                    logits: true,
+                    logits: 1,
                 };
                 batch.fill(&[chunk], false);
                 next[i] = r.forward_greedy(&batch).unwrap()[0];
@@ -2984,7 +2984,7 @@ fn few_sequences_match_alone(
                 let chunk = SeqChunk {
                     table: t,
                     tokens: &token,
-                    logits: true,
+                    logits: 1,
                 };
                 batch.fill(&[chunk], false);
                 expected.extend_from_slice(r.forward(&batch).unwrap());
@@ -2997,7 +2997,7 @@ fn few_sequences_match_alone(
                 .map(|(table, tokens)| SeqChunk {
                     table,
                     tokens,
-                    logits: true,
+                    logits: 1,
                 })
                 .collect();
             batch.fill(&chunks, false);

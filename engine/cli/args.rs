@@ -106,6 +106,12 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub no_prefix_cache: bool,
 
+    /// Speculative decoding: guess up to K tokens a step by looking the last tokens up in
+    /// the text so far (prompt lookup), and check them all in the step's one pass. The
+    /// output is the same as without; it comes faster where the text repeats its input.
+    #[arg(long, value_name = "K", default_value_t = 0, value_parser = in_range(0, 64))]
+    pub speculate: usize,
+
     /// How the GPU holds the matrices: stored (GGUF blocks stay blocks, the rest bf16),
     /// bf16, or fp8 (e4m3, a scale per row, made at load).
     #[arg(long, value_enum, default_value_t = WeightFormat::Stored)]

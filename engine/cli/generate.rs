@@ -85,6 +85,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         sampling,
         max_tokens: args.max_tokens,
         constraint,
+        speculate: args.speculate,
         ..Default::default()
     };
     let mut stdout = std::io::stdout().lock();
@@ -111,6 +112,15 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         stats.decode_tok_per_s(),
         engine.model().device_name()
     );
+    let e = engine.stats();
+    if e.drafted_tokens > 0 {
+        eprintln!(
+            "rustle: speculation: {} of {} guessed tokens kept, {:.2} tokens a step",
+            e.accepted_tokens,
+            e.drafted_tokens,
+            stats.generated_tokens as f64 / e.steps.saturating_sub(1).max(1) as f64
+        );
+    }
     Ok(())
 }
 

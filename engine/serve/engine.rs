@@ -2,6 +2,7 @@
 //! between any two steps), each `step` runs one forward pass over what the scheduler chose
 //! and returns every request's new token, `abort` ends a request at once.
 
+use super::ngram;
 use super::scheduler::{ScheduledStep, Scheduler, SchedulerConfig};
 use super::sequence::{FinishReason, RequestId, Sequence, Status, StopConditions};
 use crate::batch::{Batch, SeqChunk};
@@ -54,6 +55,11 @@ pub struct RequestParams {
     /// A grammar the output must match (`constrain`): each step's choice is masked to the
     /// tokens it allows, and the request ends where the grammar does.
     pub constraint: Option<Constraint>,
+    /// Speculative decoding: guess up to this many tokens a step by prompt lookup
+    /// (`ngram`), all checked in the step's one pass; 0: off. The output is the one the
+    /// request would have had without (each row chooses as the unguessed step would).
+    /// Requests with a grammar or log-probabilities do not speculate.
+    pub speculate: usize,
 }
 
 /// Most alternatives a request may ask log-probabilities of (OpenAI's `top_logprobs` limit).
@@ -68,6 +74,7 @@ impl Default for RequestParams {
             ignore_eos: false,
             logprobs: None,
             constraint: None,
+            speculate: 0,
         }
     }
 }
@@ -119,6 +126,10 @@ pub struct EngineStats {
     /// Tokens sampled (stop tokens included).
     pub generated_tokens: u64,
     pub steps: u64,
+    /// Tokens guessed for speculative decoding, and of those, the ones the model agreed
+    /// with (kept without a pass of their own).
+    pub drafted_tokens: u64,
+    pub accepted_tokens: u64,
 }
 
 pub struct Engine<M: Forward = Runner> {
@@ -142,6 +153,10 @@ pub struct Engine<M: Forward = Runner> {
     prompt_tokens: u64,
     generated_tokens: u64,
     steps: u64,
+    drafted_tokens: u64,
+    accepted_tokens: u64,
+    /// Scratch for a sequence's guess.
+    guess: Vec<u32>,
 }
 
 impl<M: Forward> Engine<M> {
@@ -178,6 +193,9 @@ impl<M: Forward> Engine<M> {
             prompt_tokens: 0,
             generated_tokens: 0,
             steps: 0,
+            drafted_tokens: 0,
+            accepted_tokens: 0,
+            guess: vec![],
         })
     }
 
@@ -255,6 +273,10 @@ impl<M: Forward> Engine<M> {
         };
         let mut seq = Sequence::new(id, prompt, params.sampling, stop);
         seq.logprobs = params.logprobs;
+        seq.speculate = match seq.logprobs.is_some() || params.constraint.is_some() {
+            true => 0,
+            false => params.speculate,
+        };
         seq.constraint = params.constraint;
         seq.wait_for = wait_for;
         self.scheduler.add(seq);
@@ -330,6 +352,7 @@ impl<M: Forward> Engine<M> {
     /// One forward pass over the scheduler's choice. Returns a `StepOutput` for every request
     /// that sampled a token; requests whose prompt chunk did not reach the end return none.
     pub fn step(&mut self) -> Result<Vec<StepOutput>> {
+        self.guess_ahead();
         let step = self.scheduler.schedule();
         if step.chunks.is_empty() {
             // With work left, some sequence can always run (a request is accepted only if it
@@ -343,29 +366,77 @@ impl<M: Forward> Engine<M> {
         }
         self.steps += 1;
         let ids = self.run(&step)?;
+        // Each chunk that wants logits has one row per guessed token and one for the next:
+        // the guesses come off the sequence before `advance`, which then counts only real
+        // tokens as computed.
+        let mut checks = vec![];
+        let mut row = 0;
+        for c in step.chunks.iter().filter(|c| c.logits) {
+            let drafts = self.scheduler.running_mut()[c.seq].take_drafts();
+            checks.push((c.seq, row, drafts));
+            row += checks.last().map_or(0, |(_, _, d)| d.len()) + 1;
+        }
+        debug_assert_eq!(row, ids.len());
         self.scheduler.advance(&step);
 
         let mut outputs = Vec::with_capacity(ids.len());
-        let with_logits = step.chunks.iter().filter(|c| c.logits);
         let mut logprobs = std::mem::take(&mut self.logprobs);
         logprobs.resize(ids.len(), None);
-        for ((chunk, token), logprobs) in with_logits.zip(ids).zip(logprobs.drain(..)) {
-            let seq = &mut self.scheduler.running_mut()[chunk.seq];
-            self.generated_tokens += 1;
-            let (kept, finish) = seq.push(token);
-            if let Some(reason) = finish {
-                seq.status = Status::Finished(reason);
+        for (seq, row, drafts) in checks {
+            // Row j chose what follows guess j - 1 as the step without guesses would have:
+            // the guesses it agrees with are kept, then its own choice after the last.
+            let rows = &ids[row..row + drafts.len() + 1];
+            let agreed = drafts.iter().zip(rows).take_while(|(d, r)| d == r).count();
+            self.drafted_tokens += drafts.len() as u64;
+            self.accepted_tokens += agreed as u64;
+            let seq = &mut self.scheduler.running_mut()[seq];
+            let computed = seq.computed();
+            for (j, &token) in rows[..=agreed].iter().enumerate() {
+                self.generated_tokens += 1;
+                let (kept, finish) = seq.push(token);
+                if let Some(reason) = finish {
+                    seq.status = Status::Finished(reason);
+                }
+                outputs.push(StepOutput {
+                    id: seq.id,
+                    token: kept.then_some(token),
+                    finish,
+                    logprobs: logprobs[row + j].take(),
+                });
+                if finish.is_some() {
+                    break;
+                }
             }
-            outputs.push(StepOutput {
-                id: seq.id,
-                token: kept.then_some(token),
-                finish,
-                logprobs,
-            });
+            // The agreed guesses' keys and values were computed with them: only the new
+            // last token is left to compute.
+            if seq.status == Status::Running && agreed > 0 {
+                seq.table.len = computed + agreed;
+                debug_assert_eq!(seq.pending(), 1);
+            }
         }
+        logprobs.clear();
         self.logprobs = logprobs;
         self.scheduler.retire_finished();
         Ok(outputs)
+    }
+
+    /// Guesses the next tokens of every decoding sequence that speculates (prompt lookup),
+    /// within what it may still generate.
+    fn guess_ahead(&mut self) {
+        for seq in self.scheduler.running_mut() {
+            if seq.speculate == 0 || seq.pending() != 1 || seq.drafts() > 0 {
+                continue;
+            }
+            // The last token generated needs no room: guesses stop one short of max_tokens.
+            let room = seq
+                .stop
+                .max_tokens
+                .saturating_sub(seq.generated().len() + 1);
+            ngram::propose(seq.tokens(), seq.speculate.min(room), &mut self.guess);
+            if !self.guess.is_empty() {
+                seq.add_drafts(&self.guess);
+            }
+        }
     }
 
     /// Runs the step's batch and chooses a token for each chunk that wants logits: on the
@@ -382,7 +453,7 @@ impl<M: Forward> Engine<M> {
                 SeqChunk {
                     table: &seq.table,
                     tokens: &seq.tokens()[c.start..c.start + c.len],
-                    logits: c.logits,
+                    logits: if c.logits { 1 + seq.drafts() } else { 0 },
                 }
             })
             .collect();
@@ -408,8 +479,12 @@ impl<M: Forward> Engine<M> {
         let running = self.scheduler.running_mut();
         for &i in &sampled {
             let s = &mut running[i];
-            self.choices
-                .push(&s.sampling, s.prompt(), s.generated(), vocab);
+            // A row per guessed token, then the last: each chooses as the step without
+            // guesses would, after the tokens before it.
+            for j in 0..=s.drafts() {
+                self.choices
+                    .push(&s.sampling, s.prompt(), s.generated_and_drafts(j), vocab);
+            }
             if let Some(c) = &mut s.constraint {
                 self.choices.push_mask(c.mask());
             }
@@ -429,13 +504,16 @@ impl<M: Forward> Engine<M> {
         // Log-probabilities come from the raw logits: the choices are made on the host, by
         // the same functions the device runs.
         let raw = self.model.forward(&self.batch)?;
-        let rows = sampled.len();
+        let rows = self.choices.rows();
         self.logits.clear();
         self.logits.extend_from_slice(&raw[..rows * vocab]);
         let mut ids = Vec::with_capacity(rows);
         self.choices
             .sample_on_host(&mut self.logits, vocab, &mut ids);
-        for (r, &i) in sampled.iter().enumerate() {
+        let row_seqs = sampled
+            .iter()
+            .flat_map(|&i| std::iter::repeat_n(i, running[i].drafts() + 1));
+        for (r, i) in row_seqs.enumerate() {
             let row = &raw[r * vocab..(r + 1) * vocab];
             let lp = running[i]
                 .logprobs
@@ -462,6 +540,8 @@ impl<M: Forward> Engine<M> {
             prompt_tokens: self.prompt_tokens,
             generated_tokens: self.generated_tokens,
             steps: self.steps,
+            drafted_tokens: self.drafted_tokens,
+            accepted_tokens: self.accepted_tokens,
         }
     }
 

@@ -1,10 +1,12 @@
 //! Serving many requests at once, after nano-vllm: a `Sequence` per request, the `Scheduler`
 //! that picks each step's tokens under a budget (and owns the block manager), and the
 //! `Engine` loop a server drives (`add_request`, `step`, `abort`). All CPU-only; the runner
-//! does the forward pass. `fake` is a stand-in model for tests.
+//! does the forward pass. `ngram` guesses tokens for speculative decoding. `fake` is a
+//! stand-in model for tests.
 
 pub mod engine;
 pub mod fake;
+pub mod ngram;
 pub mod scheduler;
 pub mod sequence;
 

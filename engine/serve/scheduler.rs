@@ -115,12 +115,15 @@ impl Scheduler {
                     break;
                 }
                 let seq = &self.running[i];
+                // A decoding sequence computes its last token and any guessed after it.
                 let pending = seq.pending();
-                if in_step[i] || (pending == 1) != decoding {
+                if in_step[i] || (pending - seq.drafts() == 1) != decoding {
                     i += 1;
                     continue;
                 }
-                let mut len = pending.min(budget);
+                // A decode is its one token here; its guesses, if any, take what budget is
+                // left at the end (4.).
+                let mut len = if decoding { 1 } else { pending.min(budget) };
                 let need = self.blocks.blocks_needed(&seq.table, seq.computed() + len);
                 if !self.make_room(need, i, &mut in_step) {
                     if decoding {
@@ -183,6 +186,30 @@ impl Scheduler {
             budget -= len;
         }
 
+        // 4. Guessed tokens (speculative decoding) extend their decodes with the budget and
+        // the free blocks no one else needed; those that do not fit are dropped.
+        for (id, start, len) in &mut chosen {
+            let Some(seq) = self.running.iter_mut().find(|s| s.id == *id) else {
+                continue;
+            };
+            if seq.drafts() == 0 {
+                continue;
+            }
+            let mut extra = seq.drafts().min(budget);
+            let need = self.blocks.blocks_needed(&seq.table, *start + *len + extra);
+            if need > self.blocks.n_free() {
+                extra = 0;
+            }
+            seq.drop_drafts(seq.drafts() - extra);
+            if extra > 0 {
+                self.blocks
+                    .reserve(&mut seq.table, *start + *len + extra)
+                    .expect("room was counted");
+                *len += extra;
+                budget -= extra;
+            }
+        }
+
         let chunks = chosen
             .into_iter()
             .map(|(id, start, len)| {
@@ -226,6 +253,7 @@ impl Scheduler {
     fn preempt(&mut self, i: usize, in_step: &mut Vec<bool>) {
         let mut seq = self.running.remove(i);
         in_step.remove(i);
+        seq.drop_drafts(seq.drafts());
         self.blocks.release(&mut seq.table);
         seq.status = Status::Waiting;
         self.waiting.push_front(seq);
@@ -233,12 +261,15 @@ impl Scheduler {
     }
 
     /// After the step's forward pass: each chunk's tokens are computed; blocks they filled
-    /// join the prefix cache.
+    /// join the prefix cache. A speculating sequence's guesses must have been taken off
+    /// (`Sequence::take_drafts`) first: only its real tokens count, and only theirs are
+    /// cached (the caller counts the guesses the model agreed with once it has pushed them).
     pub fn advance(&mut self, step: &ScheduledStep) {
         for c in &step.chunks {
             let seq = &mut self.running[c.seq];
             debug_assert_eq!(seq.computed(), c.start);
-            seq.table.len += c.len;
+            debug_assert_eq!(seq.drafts(), 0, "guesses taken before advance");
+            seq.table.len = (c.start + c.len).min(seq.tokens().len());
             let (table, tokens) = seq.table_and_tokens();
             self.blocks.cache_full_blocks(table, tokens);
         }

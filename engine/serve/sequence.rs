@@ -41,9 +41,13 @@ pub struct StopConditions {
 
 pub struct Sequence {
     pub id: RequestId,
-    /// The prompt, then the generated tokens.
+    /// The prompt, then the generated tokens, then (while speculating) `drafts` guessed
+    /// tokens that the next step checks.
     tokens: Vec<u32>,
     prompt_len: usize,
+    drafts: usize,
+    /// Most tokens to guess a step (speculative decoding); 0: none.
+    pub speculate: usize,
     /// Its blocks; `table.len` tokens have been computed (their KV is in the cache).
     pub table: BlockTable,
     /// How its tokens are chosen; the seed with the draw index (tokens generated so far)
@@ -75,6 +79,8 @@ impl Sequence {
             id,
             prompt_len: prompt.len(),
             tokens: prompt,
+            drafts: 0,
+            speculate: 0,
             table: BlockTable::default(),
             sampling: params,
             stop,
@@ -85,7 +91,7 @@ impl Sequence {
         }
     }
 
-    /// The prompt, then the generated tokens.
+    /// The prompt, then the generated tokens, then the guessed ones (if any).
     pub fn tokens(&self) -> &[u32] {
         &self.tokens
     }
@@ -95,7 +101,45 @@ impl Sequence {
     }
 
     pub fn generated(&self) -> &[u32] {
-        &self.tokens[self.prompt_len..]
+        &self.tokens[self.prompt_len..self.tokens.len() - self.drafts]
+    }
+
+    /// The generated tokens and the first `j` guessed ones: what a guessed row's choice
+    /// follows (its penalties and its draw's index).
+    pub fn generated_and_drafts(&self, j: usize) -> &[u32] {
+        assert!(j <= self.drafts);
+        &self.tokens[self.prompt_len..self.tokens.len() - self.drafts + j]
+    }
+
+    /// Guessed tokens at the end of `tokens()`, not checked yet.
+    pub fn drafts(&self) -> usize {
+        self.drafts
+    }
+
+    /// Appends tokens guessed to follow the generated ones; the next step computes them with
+    /// the last generated token and checks them.
+    pub fn add_drafts(&mut self, drafts: &[u32]) {
+        assert!(
+            self.drafts == 0 && self.pending() == 1,
+            "drafts follow a decoding sequence"
+        );
+        self.tokens.extend_from_slice(drafts);
+        self.drafts = drafts.len();
+    }
+
+    /// Drops the last `n` guessed tokens (a step too small for them all, a preemption).
+    pub fn drop_drafts(&mut self, n: usize) {
+        let n = n.min(self.drafts);
+        self.tokens.truncate(self.tokens.len() - n);
+        self.drafts -= n;
+    }
+
+    /// Takes the guessed tokens off the end, after the step that computed them: the caller
+    /// pushes those the model agreed with, then its own next token.
+    pub fn take_drafts(&mut self) -> Vec<u32> {
+        let drafts = self.tokens.split_off(self.tokens.len() - self.drafts);
+        self.drafts = 0;
+        drafts
     }
 
     /// Its block table and its tokens at once: the block manager caches full blocks by
@@ -119,6 +163,7 @@ impl Sequence {
     /// Takes the token chosen for this sequence. Returns whether it is part of the output
     /// (a stop token is not) and, when the request has ended, why.
     pub fn push(&mut self, token: u32) -> (bool, Option<FinishReason>) {
+        debug_assert_eq!(self.drafts, 0, "guessed tokens are taken before a push");
         let ends = self.stop.eos.contains(&token) || self.stop.stop_token_ids.contains(&token);
         // Under a grammar, an end token where the grammar cannot end is text it allowed.
         if ends && self.constraint.as_ref().is_none_or(|c| c.may_end()) {

@@ -187,6 +187,7 @@ async fn generate(
                 ignore_eos: plan.ignore_eos,
                 logprobs: plan.logprobs,
                 constraint: constraint.clone(),
+                speculate: 0,
             }
         })
         .collect();

@@ -95,7 +95,7 @@ fn one(
             &[SeqChunk {
                 table,
                 tokens: &prompt,
-                logits: true,
+                logits: 1,
             }],
             false,
         );
@@ -161,7 +161,7 @@ fn decode(
         .map(|(table, t)| SeqChunk {
             table,
             tokens: t,
-            logits: true,
+            logits: 1,
         })
         .collect();
     batch.fill(&chunks, false);
