@@ -65,7 +65,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         ..Default::default()
     };
     let stored = model.stored_summary();
-    let (runner, tokenizer) = model.into_runner(&opts)?;
+    let (mut runner, tokenizer) = model.into_runner(&opts)?;
+    if args.speculate > 0 && runner.gpu().is_none() {
+        // The guessed rows must choose as single decode steps would: on the CPU that is the
+        // batch-invariant mode, where generated rows take the decode's 8-bit dot products.
+        runner.set_batch_invariant(true);
+    }
     let tokenizer = Arc::new(tokenizer);
     eprintln!("rustle: weights: {stored}; {}", runner.weights_held());
     let mut engine = Engine::new(
