@@ -20,6 +20,9 @@ pub struct Batch {
     /// Rows whose logits are wanted: the last rows of each chunk that asks for them (one, or
     /// one per guessed token when speculating), or every row
     pub logit_rows: Vec<u32>,
+    /// Every chunk is a decode, and some end in guessed tokens (speculative decoding): each
+    /// row could be a sequence of its own (`rows_as_sequences`).
+    pub guesses: bool,
 }
 
 /// One sequence's part of a batch: `tokens` appended after the `table.len` it already holds.
@@ -43,6 +46,9 @@ impl Batch {
         self.slots.clear();
         self.logit_rows.clear();
         self.block_tables.clear();
+        self.guesses = !all_logits
+            && chunks.iter().all(|c| c.logits == c.tokens.len())
+            && chunks.iter().any(|c| c.tokens.len() > 1);
         self.max_blocks = chunks
             .iter()
             .map(|c| c.table.blocks.len())
@@ -66,6 +72,26 @@ impl Batch {
                 0,
                 self.max_blocks - chunk.table.blocks.len(),
             ));
+        }
+    }
+}
+
+impl Batch {
+    /// This batch with every row a sequence of its own, into `out`: a row's sequence's block
+    /// table repeated for it. Attention reads a row's context up to its own position, and
+    /// every row's key and value are written before any row attends, so a decode with its
+    /// guessed tokens after it becomes a decode step of several sequences: the GPU's
+    /// decode kernels and CUDA graphs take it as they take a batch of decodes.
+    pub fn rows_as_sequences(&self, out: &mut Batch) {
+        out.clone_from(self);
+        out.guesses = false;
+        out.token_seq.clear();
+        out.token_seq.extend(0..self.tokens.len() as u32);
+        out.block_tables.clear();
+        for &s in &self.token_seq {
+            let row = s as usize * self.max_blocks;
+            out.block_tables
+                .extend_from_slice(&self.block_tables[row..row + self.max_blocks]);
         }
     }
 }
@@ -123,5 +149,56 @@ mod tests {
         assert_eq!(batch.block_tables, vec![3, 5, 1, 0, 2, 0]);
         assert_eq!(batch.max_blocks, 2);
         assert_eq!(batch.logit_rows, vec![1, 2]);
+    }
+
+    /// A decode with two guesses after it and a plain decode: every chunk is a decode, so
+    /// the rows may be sequences of their own, each with its sequence's blocks.
+    #[test]
+    fn guessed_rows_become_sequences_of_their_own() {
+        let a = BlockTable {
+            blocks: vec![3, 5],
+            len: 15,
+            chain: vec![],
+        };
+        let b = BlockTable {
+            blocks: vec![1],
+            len: 4,
+            chain: vec![],
+        };
+        let chunks = [
+            SeqChunk {
+                table: &a,
+                tokens: &[7, 8, 9],
+                logits: 3,
+            },
+            SeqChunk {
+                table: &b,
+                tokens: &[2],
+                logits: 1,
+            },
+        ];
+        let mut batch = Batch::default();
+        batch.fill(&chunks, false);
+        assert!(batch.guesses);
+        let mut rows = Batch::default();
+        batch.rows_as_sequences(&mut rows);
+        assert_eq!(rows.positions, vec![15, 16, 17, 4]);
+        assert_eq!(rows.slots, batch.slots);
+        assert_eq!(rows.token_seq, vec![0, 1, 2, 3]);
+        assert_eq!(rows.block_tables, vec![3, 5, 3, 5, 3, 5, 1, 0]);
+        assert_eq!(rows.logit_rows, vec![0, 1, 2, 3]);
+        assert!(!rows.guesses);
+        // Plain decodes, a prompt chunk, or every row's logits asked for scoring: no.
+        batch.fill(&chunks[1..], false);
+        assert!(!batch.guesses);
+        let prompt = [SeqChunk {
+            table: &a,
+            tokens: &[7, 8, 9],
+            logits: 1,
+        }];
+        batch.fill(&prompt, false);
+        assert!(!batch.guesses);
+        batch.fill(&chunks, true);
+        assert!(!batch.guesses);
     }
 }

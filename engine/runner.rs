@@ -620,7 +620,7 @@ impl Forward for Runner {
             Backend::Cpu(cpu) => Ok(cpu.forward(&self.config, batch)),
             Backend::Fast(f) => Ok(f.forward(&self.config, batch)),
             Backend::Gpu(gpu) => {
-                let batch = with_a_logits_row(&mut self.gpu_batch, batch);
+                let batch = for_the_gpu(&mut self.gpu_batch, batch);
                 gpu.forward(&self.config, batch)
             }
         }
@@ -637,7 +637,7 @@ impl Forward for Runner {
                 Ok(&self.ids)
             }
             Backend::Gpu(gpu) => {
-                let batch = with_a_logits_row(&mut self.gpu_batch, batch);
+                let batch = for_the_gpu(&mut self.gpu_batch, batch);
                 gpu.forward_sample(&self.config, batch, choices)
             }
         }
@@ -653,7 +653,7 @@ impl Forward for Runner {
                 Ok(&self.ids)
             }
             Backend::Gpu(gpu) => {
-                let batch = with_a_logits_row(&mut self.gpu_batch, batch);
+                let batch = for_the_gpu(&mut self.gpu_batch, batch);
                 gpu.forward_greedy(&self.config, batch)
             }
         }
@@ -667,6 +667,18 @@ fn cpu_forward<'b>(backend: &'b mut Backend, c: &Config, batch: &Batch) -> &'b [
         Backend::Fast(f) => f.forward(c, batch),
         Backend::Gpu(_) => unreachable!("the GPU's logits stay on the device"),
     }
+}
+
+/// `batch` as the GPU takes it: decodes with guessed tokens after them as a decode step of
+/// one sequence a row (`Batch::rows_as_sequences`), so that they run the decode's kernels,
+/// from its CUDA graphs, rather than a prompt's launches; and a batch that wants no logits
+/// given one row (`with_a_logits_row`).
+fn for_the_gpu<'b>(spare: &'b mut Batch, batch: &'b Batch) -> &'b Batch {
+    if batch.guesses && batch.tokens.len() <= MAX_SEQS {
+        batch.rows_as_sequences(spare);
+        return spare;
+    }
+    with_a_logits_row(spare, batch)
 }
 
 /// `batch`, or, when it wants no logits at all (every chunk a prompt chunk short of its

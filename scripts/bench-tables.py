@@ -24,7 +24,9 @@ A record is one JSON file in bench/results/, named DATE-GPU-WHAT.json, one sitti
       "note": "optional: one line shown under the table"
     }
 
-The report is whichever `rustle bench --json` wrote: batch 1 (an object with "decode",
+The report is whichever `rustle bench --json` wrote: `--verify` (a list,
+engine/tools/speculate_bench.rs's VerifyCost: a row a pass size), `--speculate` (an object with
+"runs", its SpeculateReport), batch 1 (an object with "decode",
 engine/tools/bench.rs's BenchReport: a row a context with graphs on, and the prefill), `--batch`
 (a list, engine/tools/batch_bench.rs's BatchResult: a row a number of sequences) or `--serve`
 (an object with "workload", engine/tools/serve_bench.rs's ServeReport). The shape and weights
@@ -70,12 +72,20 @@ TABLES = {
                                               "token budget"],
               ["output tok/s", "TTFT p50 / p99 (ms)", "TPOT p50 (ms)", "of roofline",
                "GPU passes of roofline", "host gaps (share of run)"]),
+    "verify": ("Checking guessed tokens (speculative decoding)", ["context", "tokens a pass"],
+               ["ms a pass", "of one decode step"]),
+    "speculate": ("Prompt lookup on the grounded prompts (speculative decoding)",
+                  ["most guessed", "tokens a prompt"],
+                  ["tok/s without", "tok/s with", "speed-up", "guesses kept",
+                   "tokens a pass", "same tokens"]),
 }
 TAIL = ["commit", "date", "command", "source"]
 # The key cells of a row as a record's rows and anchors name them.
 KEY_NAMES = {"context": "ctx", "prompt tokens": "tokens", "sequences": "sequences",
              "prompt + steps": "prompt + steps", "workload": "workload",
-             "requests": "requests", "rate (req/s)": "rate", "token budget": "token budget"}
+             "requests": "requests", "rate (req/s)": "rate", "token budget": "token budget",
+             "tokens a pass": "tokens", "most guessed": "most guessed",
+             "tokens a prompt": "output"}
 
 
 class RecordError(Exception):
@@ -175,17 +185,47 @@ def rows_of_serve_report(r, args):
     }]
 
 
+def rows_of_verify_report(costs, args):
+    """`--verify`: a row a number of tokens in the pass (1: the decode step itself)."""
+    return [{
+        "table": "verify", "ctx": int(flag(args, "--prompt-len", "512")),
+        "tokens": c["tokens"], "ms a pass": f"{c['ms']:.3f}",
+        "of one decode step": f"{c['of_decode']:.2f}x",
+    } for c in costs]
+
+
+def rows_of_speculate_report(r, args):
+    """`--speculate`: one row, over all the prompts."""
+    return [{
+        "table": "speculate", "most guessed": r["speculate"],
+        # --model or the default model: the report names it.
+        "shape": r["model"].split(" ")[0], "weights": flag(args, "--weights", "stored"),
+        "output": flag(args, "--output-len", "128"),
+        "tok/s without": num(r["plain_tok_per_s"], 1),
+        "tok/s with": num(r["speculative_tok_per_s"], 1),
+        "speed-up": f"{r['speedup']:.2f}x",
+        "guesses kept": f"{100 * r['acceptance']:.0f}%",
+        "tokens a pass": f"{r['tokens_per_pass']:.2f}",
+        "same tokens": f"{sum(x['same_tokens'] for x in r['runs'])} of {len(r['runs'])}",
+    }]
+
+
 def rows_of_report(report, command):
     """The rows of a `rustle bench --json` report, each with its shape and weights."""
     args = bench_args(command)
-    if isinstance(report, list):
+    if isinstance(report, list) and report and "of_decode" in report[0]:
+        rows = rows_of_verify_report(report, args)
+    elif isinstance(report, list):
         rows = rows_of_batch_report(report)
+    elif "runs" in report and "speculate" in report:
+        rows = rows_of_speculate_report(report, args)
     elif "decode" in report:
         rows = rows_of_bench_report(report)
     elif "workload" in report:
         rows = rows_of_serve_report(report, args)
     else:
-        raise RecordError("the report is none of bench's: batch 1, --batch or --serve")
+        raise RecordError(
+            "the report is none of bench's: batch 1, --batch, --serve, --verify or --speculate")
     shape, weights = shape_and_weights(args)
     for row in rows:
         row.setdefault("shape", shape)

@@ -7,6 +7,8 @@
 //! ignored, with the reason.
 
 mod common;
+#[path = "gpu/speculation.rs"]
+mod speculation;
 
 use std::sync::Arc;
 
@@ -151,6 +153,10 @@ const TESTS: &[(&str, Test)] = &[
     (
         "model::tiny_models_gpu_match_transformers",
         tiny_models_gpu_match_transformers,
+    ),
+    (
+        "model::default_model_speculation_keeps_greedy_tokens",
+        speculation::default_model_speculation_keeps_greedy_tokens,
     ),
     (
         "model::profile_times_every_launch_of_a_step",
@@ -3081,6 +3087,7 @@ fn batch_matches_alone(
         max_seqs: 256,
         prefix_cache: false,
         eos: vec![],
+        ..Default::default()
     };
     let mut engine = Engine::new(runner, eopts).unwrap();
     let first = engine_run(&mut engine, prompts, steps);

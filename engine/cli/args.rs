@@ -384,6 +384,21 @@ pub struct BenchCli {
     #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
     pub batch: Option<Vec<usize>>,
 
+    /// What checking guessed tokens costs instead (speculative decoding), for each of these
+    /// pass sizes (comma-separated): one sequence prefilled to --prompt-len tokens, then a
+    /// pass over N new tokens with every row's logits against a decode step of one token,
+    /// --steps times each. With --cpu, on the fast CPU path.
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...", value_parser = in_range(1, MAX_TOKEN_BUDGET))]
+    pub verify: Option<Vec<usize>>,
+
+    /// Speculative decoding on input-grounded prompts instead (a paragraph to repeat,
+    /// functions to edit, a text to summarize; tests/data/grounded_prompts.json): each
+    /// prompt through the engine greedily, --output-len tokens, without speculation and
+    /// then with prompt lookup of up to K tokens a step; the speed-up, the share of guesses
+    /// kept and tokens per pass. On --model or the default model; with --cpu, on the CPU.
+    #[arg(long, value_name = "K", value_parser = in_range(1, 64))]
+    pub speculate: Option<usize>,
+
     /// Serving throughput instead: --requests requests through the serving engine
     /// (continuous batching, chunked prefill, prefix cache), with time to first token, time
     /// per output token, KV use and the roofline.
@@ -400,7 +415,8 @@ pub struct BenchCli {
     #[arg(long, value_enum, default_value_t = WorkloadArg::Fixed, help_heading = "Serving (--serve)")]
     pub workload: WorkloadArg,
 
-    /// With --serve: tokens each request generates (fixed and shared-prefix workloads).
+    /// With --serve: tokens each request generates (fixed and shared-prefix workloads);
+    /// with --speculate, most tokens for each prompt.
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=1_000_000), help_heading = "Serving (--serve)")]
     pub output_len: u64,
 
@@ -431,7 +447,7 @@ pub struct BenchCli {
     pub kv_blocks: Option<u64>,
 
     /// With --serve: run on the CPU reference backend (--model, or the default model; no
-    /// roofline).
+    /// roofline). With --speculate or --verify: on the fast CPU path.
     #[arg(long, help_heading = "Serving (--serve)")]
     pub cpu: bool,
 
@@ -456,6 +472,8 @@ const EXAMPLES: &str = "Examples:
   rustle bench --shape llama3-8b --ctx 512,8192
   rustle bench --batch 1,8,32,64,128 --prompt-len 512 --steps 128
   rustle bench --lesson --shape llama3-8b
+  rustle bench --verify 2,4,8,16 --shape llama3-8b --weights q4_k_m
+  rustle bench --speculate 8 --output-len 256
   rustle bench --serve --shape llama3-8b --requests 64 --prompt-len 512 --output-len 128
   rustle profile --shape llama3-8b --out profile
   rustle serve --port 8000

@@ -20,6 +20,12 @@ fn run_bench(b: &BenchCli) -> Result<()> {
     if b.serve {
         return bench_serve(b);
     }
+    if let Some(sizes) = &b.verify {
+        return bench_verify(b, sizes);
+    }
+    if let Some(k) = b.speculate {
+        return bench_speculate(b, k);
+    }
     if let Some(sizes) = &b.batch {
         return bench_batch(b, sizes);
     }
@@ -110,6 +116,75 @@ fn bench_batch(b: &BenchCli, sizes: &[usize]) -> Result<()> {
         );
         rustle::tools::batch_bench::print(results);
     });
+    Ok(())
+}
+
+fn bench_verify(b: &BenchCli, sizes: &[usize]) -> Result<()> {
+    use rustle::tools::{setup, speculate_bench};
+    let weights = weights_choice(&b.weights, b.model.is_some())?;
+    let most = sizes.iter().copied().max().unwrap_or(1);
+    let opts = RunnerOptions {
+        kv_blocks: None,
+        max_batch_tokens: most.max(256),
+        weights: weights.0,
+        synthetic: weights.1,
+    };
+    let (mut runner, name) = match b.cpu {
+        true => {
+            let mut opts = opts;
+            opts.kv_blocks = Some(rustle::kv::block_manager::blocks_for(b.prompt_len + most));
+            setup::fast_cpu_runner(b.model.as_deref(), &opts)?
+        }
+        false => setup::gpu_runner(&Gpu::new()?, &b.shape, b.model.as_deref(), &opts)?,
+    };
+    if b.cpu {
+        runner.set_batch_invariant(true);
+    }
+    let costs = speculate_bench::verify_costs(&mut runner, b.prompt_len, sizes, b.steps)?;
+    print_report(b.json, &costs, |costs| {
+        println!(
+            "{name} on {}, one sequence at {} tokens of context, {} passes each",
+            runner.device_name(),
+            b.prompt_len,
+            b.steps
+        );
+        speculate_bench::print_verify(costs);
+    });
+    Ok(())
+}
+
+fn bench_speculate(b: &BenchCli, k: usize) -> Result<()> {
+    use rustle::placement::{DeviceArg, Placement};
+    use rustle::tools::speculate_bench;
+    let place = Placement {
+        prefix: "rustle bench",
+        device: if b.cpu {
+            DeviceArg::Cpu
+        } else {
+            DeviceArg::Gpu
+        },
+        weights: weights_choice(&b.weights, true)?.0,
+    };
+    let path = rustle::loader::resolve_model_path(b.model.clone())?;
+    let m = place.load(place.open_gpu()?, &path)?;
+    let name = m.description().to_owned();
+    let output = b.output_len as usize;
+    let opts = RunnerOptions {
+        // The CPU's pool holds one request; the GPU sizes its own.
+        kv_blocks: b
+            .cpu
+            .then(|| rustle::runner::cpu_kv_blocks(m.config(), 1024 + output)),
+        max_batch_tokens: 1024,
+        weights: place.weights,
+        ..Default::default()
+    };
+    let (mut runner, tok) = m.into_runner(&opts)?;
+    if b.cpu {
+        // As `rustle --speculate` runs: guessed rows choose as decode steps would.
+        runner.set_batch_invariant(true);
+    }
+    let report = speculate_bench::run(runner, &tok, name, k, output)?;
+    print_report(b.json, &report, speculate_bench::print);
     Ok(())
 }
 

@@ -220,6 +220,7 @@ mod tests {
             block_tables: vec![0; seqs.len() * 128],
             max_blocks: 128,
             logit_rows: vec![n as u32 - 1],
+            guesses: false,
         }
     }
 

@@ -2,6 +2,7 @@
 //! between any two steps), each `step` runs one forward pass over what the scheduler chose
 //! and returns every request's new token, `abort` ends a request at once.
 
+use super::guess_budget::GuessBudget;
 use super::ngram;
 use super::scheduler::{ScheduledStep, Scheduler, SchedulerConfig};
 use super::sequence::{FinishReason, RequestId, Sequence, Status, StopConditions};
@@ -23,6 +24,9 @@ pub struct EngineOptions {
     pub prefix_cache: bool,
     /// The model's end-of-sequence ids: every request stops at them unless it says otherwise.
     pub eos: Vec<u32>,
+    /// Speculative decoding's guesses take a step's rows only while it holds fewer than this
+    /// many tokens (`SchedulerConfig::guess_rows`).
+    pub guess_rows: usize,
 }
 
 impl Default for EngineOptions {
@@ -32,11 +36,18 @@ impl Default for EngineOptions {
             max_seqs: 256,
             prefix_cache: true,
             eos: vec![],
+            guess_rows: DEFAULT_GUESS_ROWS,
         }
     }
 }
 
 pub const DEFAULT_TOKEN_BUDGET: usize = 512;
+
+/// Rows a step may fill with guessed tokens (decode rows and prompt tokens count too): up to
+/// about this many rows a decode step on an H100 costs little more than one row, as it reads
+/// the same weights (the measured curve: BENCHMARKS.md, "Speculative decoding"); past it,
+/// rows cost compute, and a large batch's own decodes keep the GPU busy without guesses.
+pub const DEFAULT_GUESS_ROWS: usize = 32;
 
 /// What a request asks for besides its prompt.
 #[derive(Clone, Debug)]
@@ -176,6 +187,7 @@ impl<M: Forward> Engine<M> {
         let config = SchedulerConfig {
             token_budget,
             max_seqs: opts.max_seqs.min(limits.max_batch_seqs),
+            guess_rows: opts.guess_rows,
         };
         let blocks = BlockManager::new(limits.n_blocks, opts.prefix_cache);
         Ok(Engine {
@@ -273,10 +285,11 @@ impl<M: Forward> Engine<M> {
         };
         let mut seq = Sequence::new(id, prompt, params.sampling, stop);
         seq.logprobs = params.logprobs;
-        seq.speculate = match seq.logprobs.is_some() || params.constraint.is_some() {
+        let speculate = match seq.logprobs.is_some() || params.constraint.is_some() {
             true => 0,
             false => params.speculate,
         };
+        seq.guesses = GuessBudget::new(speculate);
         seq.constraint = params.constraint;
         seq.wait_for = wait_for;
         self.scheduler.add(seq);
@@ -390,6 +403,7 @@ impl<M: Forward> Engine<M> {
             self.drafted_tokens += drafts.len() as u64;
             self.accepted_tokens += agreed as u64;
             let seq = &mut self.scheduler.running_mut()[seq];
+            seq.guesses.record(drafts.len(), agreed);
             let computed = seq.computed();
             for (j, &token) in rows[..=agreed].iter().enumerate() {
                 self.generated_tokens += 1;
@@ -424,7 +438,7 @@ impl<M: Forward> Engine<M> {
     /// within what it may still generate.
     fn guess_ahead(&mut self) {
         for seq in self.scheduler.running_mut() {
-            if seq.speculate == 0 || seq.pending() != 1 || seq.drafts() > 0 {
+            if seq.guesses.most == 0 || seq.pending() != 1 || seq.drafts() > 0 {
                 continue;
             }
             // The last token generated needs no room: guesses stop one short of max_tokens.
@@ -432,7 +446,8 @@ impl<M: Forward> Engine<M> {
                 .stop
                 .max_tokens
                 .saturating_sub(seq.generated().len() + 1);
-            ngram::propose(seq.tokens(), seq.speculate.min(room), &mut self.guess);
+            let k = seq.guesses.take().min(room);
+            ngram::propose(seq.tokens(), k, &mut self.guess);
             if !self.guess.is_empty() {
                 seq.add_drafts(&self.guess);
             }

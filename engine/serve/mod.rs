@@ -6,11 +6,13 @@
 
 pub mod engine;
 pub mod fake;
+pub mod guess_budget;
 pub mod ngram;
 pub mod scheduler;
 pub mod sequence;
 
 pub use engine::{
-    Engine, EngineOptions, EngineStats, MAX_TOP_LOGPROBS, RequestParams, StepOutput, TokenLogprobs,
+    DEFAULT_GUESS_ROWS, Engine, EngineOptions, EngineStats, MAX_TOP_LOGPROBS, RequestParams,
+    StepOutput, TokenLogprobs,
 };
 pub use sequence::{FinishReason, RequestId};

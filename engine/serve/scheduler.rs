@@ -26,6 +26,9 @@ pub struct SchedulerConfig {
     pub token_budget: usize,
     /// Most sequences in one step.
     pub max_seqs: usize,
+    /// Guessed tokens (speculative decoding) fill a step only up to this many tokens in all:
+    /// past it a row costs compute, not just the weights' read that every row shares.
+    pub guess_rows: usize,
 }
 
 /// One sequence's part of a step: its tokens `start..start + len` (`start` is what it has
@@ -187,7 +190,15 @@ impl Scheduler {
         }
 
         // 4. Guessed tokens (speculative decoding) extend their decodes with the budget and
-        // the free blocks no one else needed; those that do not fit are dropped.
+        // the free blocks no one else needed, up to `guess_rows` tokens in the step, shared
+        // evenly among the sequences that guessed; those that do not fit are dropped.
+        let mut rows_left = (self.config.guess_rows)
+            .saturating_sub(self.config.token_budget - budget)
+            .min(budget);
+        let mut guessing = chosen
+            .iter()
+            .filter(|(id, _, _)| self.running.iter().any(|s| s.id == *id && s.drafts() > 0))
+            .count();
         for (id, start, len) in &mut chosen {
             let Some(seq) = self.running.iter_mut().find(|s| s.id == *id) else {
                 continue;
@@ -195,7 +206,9 @@ impl Scheduler {
             if seq.drafts() == 0 {
                 continue;
             }
-            let mut extra = seq.drafts().min(budget);
+            let share = rows_left.div_ceil(guessing);
+            guessing -= 1;
+            let mut extra = seq.drafts().min(share);
             let need = self.blocks.blocks_needed(&seq.table, *start + *len + extra);
             if need > self.blocks.n_free() {
                 extra = 0;
@@ -206,7 +219,7 @@ impl Scheduler {
                     .reserve(&mut seq.table, *start + *len + extra)
                     .expect("room was counted");
                 *len += extra;
-                budget -= extra;
+                rows_left -= extra;
             }
         }
 
@@ -332,6 +345,7 @@ mod tests {
         let config = SchedulerConfig {
             token_budget,
             max_seqs,
+            guess_rows: 32,
         };
         Scheduler::new(config, BlockManager::new(n_blocks, true))
     }
@@ -385,6 +399,40 @@ mod tests {
             [(0, 5, 1, true), (1, 6, 1, true), (2, 16, 4, true)]
         );
         assert!(step.n_tokens() <= 10);
+    }
+
+    /// Guesses fill the rows the decodes left under `guess_rows`, shared evenly; the rest
+    /// are dropped, and a step already at the cap takes none.
+    #[test]
+    fn guesses_share_the_rows_under_the_cap() {
+        let mut s = scheduler(64, 8, 64);
+        s.config.guess_rows = 9;
+        for id in 0..3 {
+            s.add(seq(id, 4, 100));
+        }
+        let step = s.schedule();
+        finish_step(&mut s, &step, 7);
+        for seq in s.running_mut() {
+            seq.add_drafts(&[1, 2, 3, 4, 5]);
+        }
+        // 3 decodes and 6 guessed rows: 2 each.
+        let step = s.schedule();
+        assert_eq!(
+            chunks(&s, &step),
+            vec![(0, 4, 3, true), (1, 4, 3, true), (2, 4, 3, true)]
+        );
+        assert!(s.running().iter().all(|q| q.drafts() == 2));
+        for seq in s.running_mut() {
+            seq.take_drafts();
+        }
+        finish_step(&mut s, &step, 7);
+        s.config.guess_rows = 3;
+        for seq in s.running_mut() {
+            seq.add_drafts(&[1, 2]);
+        }
+        let step = s.schedule();
+        assert!(step.chunks.iter().all(|c| c.len == 1));
+        assert!(s.running().iter().all(|q| q.drafts() == 0));
     }
 
     #[test]

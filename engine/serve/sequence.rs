@@ -1,6 +1,7 @@
 //! One request as the engine tracks it: its tokens (prompt, then generated), its KV blocks,
 //! how to sample it and when to stop.
 
+use super::guess_budget::GuessBudget;
 use crate::constrain::Constraint;
 use crate::kv::block_manager::BlockTable;
 use crate::sampler::SamplingParams;
@@ -46,8 +47,8 @@ pub struct Sequence {
     tokens: Vec<u32>,
     prompt_len: usize,
     drafts: usize,
-    /// Most tokens to guess a step (speculative decoding); 0: none.
-    pub speculate: usize,
+    /// How many tokens to guess next (speculative decoding), from how guesses fared.
+    pub guesses: GuessBudget,
     /// Its blocks; `table.len` tokens have been computed (their KV is in the cache).
     pub table: BlockTable,
     /// How its tokens are chosen; the seed with the draw index (tokens generated so far)
@@ -80,7 +81,7 @@ impl Sequence {
             prompt_len: prompt.len(),
             tokens: prompt,
             drafts: 0,
-            speculate: 0,
+            guesses: GuessBudget::default(),
             table: BlockTable::default(),
             sampling: params,
             stop,

@@ -66,6 +66,18 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub kv_blocks: Option<usize>,
 
+    /// Speculative decoding for every request that does not say otherwise (its `speculate`
+    /// field): guess up to K tokens a step by looking the last tokens up in its prompt and
+    /// output (prompt lookup), all checked in the step's pass. The output is the same as
+    /// without; it comes faster where it repeats the input (summaries, edits, extraction).
+    #[arg(long, value_name = "K", default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=64))]
+    pub speculate: usize,
+
+    /// Guessed tokens fill a step only while it holds fewer tokens than this: a batch that
+    /// large keeps the GPU busy with its own decodes, and more rows would cost compute.
+    #[arg(long, value_name = "N", default_value_t = crate::serve::DEFAULT_GUESS_ROWS)]
+    pub guess_rows: usize,
+
     /// Do not keep full KV blocks for reuse by prompts that share a prefix (then the `n`
     /// choices of a request each compute the prompt).
     #[arg(long)]

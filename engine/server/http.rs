@@ -46,6 +46,8 @@ pub struct AppState {
     pub api_key: Option<String>,
     pub max_queued: Option<usize>,
     pub request_timeout: Option<f64>,
+    /// Tokens each request guesses a step unless it says (`rustle serve --speculate`).
+    pub speculate: usize,
     /// Requests waiting for their first token.
     pub queued: Arc<AtomicUsize>,
     /// Whether the engine thread still runs (`/health`).
@@ -187,7 +189,7 @@ async fn generate(
                 ignore_eos: plan.ignore_eos,
                 logprobs: plan.logprobs,
                 constraint: constraint.clone(),
-                speculate: 0,
+                speculate: plan.speculate.unwrap_or(s.speculate),
             }
         })
         .collect();

@@ -72,6 +72,7 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         api_key: args.api_key.clone(),
         max_queued: args.max_queued,
         request_timeout: args.request_timeout,
+        speculate: args.speculate,
         queued: Arc::new(AtomicUsize::new(0)),
         engine_alive: Box::new(move || !alive.is_finished()),
     });
@@ -166,6 +167,7 @@ fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, St
             max_seqs: args.max_seqs,
             prefix_cache: !args.no_prefix_cache,
             eos: tokenizer.eos_tokens.clone(),
+            guess_rows: args.guess_rows,
         },
     )?;
     Ok((engine, (tokenizer, device_name)))

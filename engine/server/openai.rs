@@ -4,7 +4,8 @@
 //! Accepted, besides the prompt: `model`, `stream`, `stream_options.include_usage`,
 //! `max_tokens`, `max_completion_tokens` (chat), `temperature`, `top_p`, `n`, `seed`, `stop`,
 //! `logprobs` (+ `top_logprobs` for chat), `presence_penalty`, `frequency_penalty`; as
-//! extensions `top_k`, `min_p`, `repetition_penalty`, `ignore_eos`. For chat,
+//! extensions `top_k`, `min_p`, `repetition_penalty`, `ignore_eos`, `speculate` (tokens to
+//! guess a step by prompt lookup, 0 to 64: the server's `--speculate` otherwise). For chat,
 //! `response_format` (`text`, `json_object`, `json_schema`), `tools` and `tool_choice`, and
 //! messages with `tool_calls` and the `tool` role (`structured`). Accepted and ignored, as
 //! they change nothing a single server could do: `user`, `metadata`, `service_tier`,
@@ -57,6 +58,7 @@ const COMMON: &[&str] = &[
     "min_p",
     "repetition_penalty",
     "ignore_eos",
+    "speculate",
 ];
 const CHAT_ONLY: &[&str] = &[
     "messages",
@@ -112,6 +114,7 @@ struct Raw {
     min_p: Option<f64>,
     repetition_penalty: Option<f64>,
     ignore_eos: Option<bool>,
+    speculate: Option<i64>,
     response_format: Option<Map<String, Value>>,
     tools: Option<Value>,
     tool_choice: Option<Value>,
@@ -179,11 +182,16 @@ pub struct Plan {
     /// Log-probabilities with this many alternatives per token; `None`: none.
     pub logprobs: Option<usize>,
     pub ignore_eos: bool,
+    /// Tokens to guess a step (speculative decoding); `None`: the server's default.
+    pub speculate: Option<usize>,
     /// What the output must match (`response_format`), if anything.
     pub grammar: Option<GrammarSpec>,
     /// The tools the model may call (`None`: none, or `tool_choice` `none`).
     pub tools: Option<Tools>,
 }
+
+/// Most tokens a request may ask to guess a step (`speculate`), as `rustle --speculate`.
+pub const MAX_SPECULATE: i64 = 64;
 
 /// Parses and checks a request body for `endpoint`. `model` is the name this server
 /// answers to.
@@ -414,6 +422,16 @@ fn check(endpoint: Endpoint, raw: Raw, served: &str) -> Result<Plan, ApiError> {
             ));
         }
     };
+    let speculate = match raw.speculate {
+        None => None,
+        Some(k @ 0..=MAX_SPECULATE) => Some(k as usize),
+        Some(k) => {
+            return Err(out_of_range(
+                "speculate",
+                format!("must be 0 (off) to {MAX_SPECULATE} tokens, got {k}"),
+            ));
+        }
+    };
     let sampling = SamplingParams {
         temperature: temperature as f32,
         top_k,
@@ -445,6 +463,7 @@ fn check(endpoint: Endpoint, raw: Raw, served: &str) -> Result<Plan, ApiError> {
         stop,
         logprobs,
         ignore_eos: raw.ignore_eos.unwrap_or(false),
+        speculate,
         grammar,
         tools,
     })

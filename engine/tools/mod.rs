@@ -6,6 +6,7 @@
 //! - `bench`: decode and prefill speed at batch 1, beside the bandwidth ceiling
 //! - `batch_bench`: batched decode, as llama.cpp's `llama-batched-bench` measures it
 //! - `serve_bench`: serving throughput through the engine loop, beside the roofline
+//! - `speculate_bench`: what checking guessed tokens costs, and prompt lookup's speed-up
 //! - `profile/`: every kernel of a prefill and decode steps against the roofline
 //! - `decode_matmuls`, `prefill_matmuls`: the matmuls alone, rustle against cuBLAS
 //! - `boundaries`: a kernel boundary's cost against a grid barrier's, on reads alone
@@ -30,6 +31,7 @@ pub mod prefill_matmuls;
 pub mod profile;
 pub mod serve_bench;
 pub mod setup;
+pub mod speculate_bench;
 #[cfg(feature = "probes")]
 pub mod staged;
 pub mod timing;

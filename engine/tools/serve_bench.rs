@@ -280,6 +280,7 @@ pub fn run(a: &ServeBenchArgs) -> Result<ServeReport> {
             max_seqs: a.max_seqs,
             prefix_cache: a.prefix_cache,
             eos: vec![],
+            ..Default::default()
         },
     )?;
     let specs = specs(a, config.vocab_size, engine.limits().max_context);

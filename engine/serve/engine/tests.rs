@@ -21,6 +21,7 @@ fn engine(
         max_seqs: 1000,
         prefix_cache,
         eos: vec![EOS],
+        ..Default::default()
     };
     Engine::new(model, opts).unwrap()
 }
@@ -419,66 +420,4 @@ fn random_workloads_never_leak_and_never_change_a_token() {
     );
 }
 
-/// Speculative decoding keeps every request's tokens as they were without it, greedy,
-/// sampled and penalised alike, whether its guesses all fit a step or are cut by a small
-/// token budget, with the prefix cache on or off; every block comes back. A vocabulary of 3
-/// makes the fake model's text repeat often enough for prompt lookup to guess right.
-#[test]
-fn speculation_changes_no_token_and_leaks_no_block() {
-    let mut rng = StdRng::seed_from_u64(11);
-    let prompts: Vec<Vec<u32>> = (0..6)
-        .map(|_| (0..20).map(|_| rng.random_range(0..3)).collect())
-        .collect();
-    let params = |i: usize, speculate: usize| RequestParams {
-        max_tokens: 40,
-        sampling: SamplingParams {
-            temperature: if i % 3 == 1 { 0.9 } else { 0.0 },
-            repeat_penalty: if i % 3 == 2 { 1.3 } else { 1.0 },
-            seed: i as u64,
-            ..Default::default()
-        },
-        speculate,
-        ..Default::default()
-    };
-    for (prefix_cache, budget) in [(false, 64), (true, 7), (true, 64)] {
-        let run = |speculate: usize| {
-            let model = FakeModel::new(3, 256, 48, budget).with_max_seqs(16);
-            let opts = EngineOptions {
-                token_budget: budget,
-                max_seqs: 16,
-                prefix_cache,
-                eos: vec![],
-            };
-            let mut e = Engine::new(model, opts).unwrap();
-            let ids: Vec<RequestId> = (0..prompts.len())
-                .map(|i| {
-                    e.add_request(prompts[i].clone(), params(i, speculate))
-                        .unwrap()
-                })
-                .collect();
-            let mut out = Outputs::new();
-            drain(&mut e, &mut out);
-            assert_eq!(e.stats().blocks_used, 0, "every block back");
-            let tokens: Vec<Vec<u32>> = ids.iter().map(|id| out[id].0.clone()).collect();
-            (tokens, e.stats())
-        };
-        let (plain, plain_stats) = run(0);
-        let (guessed, stats) = run(4);
-        assert_eq!(
-            guessed, plain,
-            "budget {budget}, prefix cache {prefix_cache}"
-        );
-        assert!(plain.iter().all(|t| t.len() == 40));
-        // Guesses only take budget no sequence's own token needs: never more steps, and
-        // fewer where the budget has room for them.
-        let fewer = match budget > 6 * 5 {
-            true => stats.steps < plain_stats.steps,
-            false => stats.steps <= plain_stats.steps,
-        };
-        assert!(
-            stats.accepted_tokens > 0 && fewer,
-            "budget {budget}: {stats:?} against {plain_stats:?}"
-        );
-        assert_eq!(plain_stats.drafted_tokens, 0);
-    }
-}
+mod speculation;
