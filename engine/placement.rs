@@ -88,6 +88,41 @@ impl Placement<'_> {
         Ok(Loaded { held, started })
     }
 
+    /// A draft model for speculative decoding (`--draft-model`) on the target's device
+    /// (`gpu`), with a KV pool of `kv_blocks` blocks: made before the target's runner, whose
+    /// pool then takes the memory left. Its matrices are held as stored.
+    /// Returns its runner and what was opened.
+    pub fn draft_runner(
+        &self,
+        gpu: Option<Gpu>,
+        path: &Path,
+        kv_blocks: usize,
+    ) -> Result<(Runner, String)> {
+        let on_gpu = gpu.is_some();
+        let place = Placement {
+            weights: WeightFormat::Stored,
+            device: if on_gpu {
+                DeviceArg::Gpu
+            } else {
+                DeviceArg::Cpu
+            },
+            ..*self
+        };
+        let loaded = place.load(gpu, path)?;
+        let name = loaded.description().to_owned();
+        eprintln!(
+            "{}: draft model {name} ({} layers, dim {})",
+            self.prefix,
+            loaded.config().n_layers,
+            loaded.config().dim
+        );
+        let opts = RunnerOptions {
+            kv_blocks: Some(kv_blocks),
+            ..Default::default()
+        };
+        Ok((loaded.into_runner(&opts)?.0, name))
+    }
+
     fn falls_back(&self, why: &dyn Display) {
         eprintln!("{}: device auto: running on the CPU ({why})", self.prefix);
     }

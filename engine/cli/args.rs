@@ -112,6 +112,12 @@ pub struct GenerateArgs {
     #[arg(long, value_name = "K", default_value_t = 0, value_parser = in_range(0, 64))]
     pub speculate: usize,
 
+    /// With --speculate: guess with this smaller model of the same tokenizer (a folder or a
+    /// .gguf, on the same device) instead of prompt lookup: its greedy tokens, checked by
+    /// the model as any guess is.
+    #[arg(long, value_name = "PATH", requires = "speculate")]
+    pub draft_model: Option<PathBuf>,
+
     /// How the GPU holds the matrices: stored (GGUF blocks stay blocks, the rest bf16),
     /// bf16, or fp8 (e4m3, a scale per row, made at load).
     #[arg(long, value_enum, default_value_t = WeightFormat::Stored)]
@@ -398,6 +404,11 @@ pub struct BenchCli {
     /// kept and tokens per pass. On --model or the default model; with --cpu, on the CPU.
     #[arg(long, value_name = "K", value_parser = in_range(1, 64))]
     pub speculate: Option<usize>,
+
+    /// With --speculate: guess with this draft model (the same tokenizer) instead of prompt
+    /// lookup.
+    #[arg(long, value_name = "PATH", requires = "speculate")]
+    pub draft_model: Option<PathBuf>,
 
     /// Serving throughput instead: --requests requests through the serving engine
     /// (continuous batching, chunked prefill, prefix cache), with time to first token, time

@@ -12,6 +12,7 @@ use rustle::generate::{StopReason, generate};
 use rustle::loader;
 use rustle::placement::Placement;
 use rustle::runner::{RunnerOptions, cpu_kv_blocks};
+use rustle::serve::draft::DraftModel;
 use rustle::serve::{Engine, EngineOptions, RequestParams};
 use rustle::tokenizer::{MAX_BYTES_PER_TOKEN, Tokenizer};
 
@@ -65,6 +66,15 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         ..Default::default()
     };
     let stored = model.stored_summary();
+    // The draft first: the model's pool on the GPU then takes the memory it left.
+    let draft = match &args.draft_model {
+        Some(path) => {
+            let tokens = prompt.len() + args.max_tokens + args.speculate;
+            let blocks = rustle::kv::block_manager::blocks_for(tokens);
+            Some(place.draft_runner(model.gpu().cloned(), path, blocks)?.0)
+        }
+        None => None,
+    };
     let (mut runner, tokenizer) = model.into_runner(&opts)?;
     if args.speculate > 0 && runner.gpu().is_none() {
         // The guessed rows must choose as single decode steps would: on the CPU that is the
@@ -82,6 +92,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
             ..Default::default()
         },
     )?;
+    if let Some(draft) = draft {
+        let vocab = engine.limits().vocab_size;
+        engine.set_drafter(Box::new(DraftModel::new(draft, vocab)?));
+    }
     let constraint = match &grammar {
         Some(spec) => Some(compile(spec, &tokenizer, engine.limits().vocab_size)?),
         None => None,

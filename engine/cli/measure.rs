@@ -178,12 +178,20 @@ fn bench_speculate(b: &BenchCli, k: usize) -> Result<()> {
         weights: place.weights,
         ..Default::default()
     };
+    // The draft first: the model's pool on the GPU then takes the memory it left.
+    let draft = match &b.draft_model {
+        Some(p) => {
+            let blocks = rustle::kv::block_manager::blocks_for(1024 + output + k);
+            Some(place.draft_runner(m.gpu().cloned(), p, blocks)?)
+        }
+        None => None,
+    };
     let (mut runner, tok) = m.into_runner(&opts)?;
     if b.cpu {
         // As `rustle --speculate` runs: guessed rows choose as decode steps would.
         runner.set_batch_invariant(true);
     }
-    let report = speculate_bench::run(runner, &tok, name, k, output)?;
+    let report = speculate_bench::run(runner, draft, &tok, name, k, output)?;
     print_report(b.json, &report, speculate_bench::print);
     Ok(())
 }

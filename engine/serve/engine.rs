@@ -2,6 +2,7 @@
 //! between any two steps), each `step` runs one forward pass over what the scheduler chose
 //! and returns every request's new token, `abort` ends a request at once.
 
+use super::draft::{GuessAsk, Guesser};
 use super::guess_budget::GuessBudget;
 use super::ngram;
 use super::scheduler::{ScheduledStep, Scheduler, SchedulerConfig};
@@ -168,6 +169,9 @@ pub struct Engine<M: Forward = Runner> {
     accepted_tokens: u64,
     /// Scratch for a sequence's guess.
     guess: Vec<u32>,
+    /// A draft model guessing instead of prompt lookup (`set_drafter`), and its guesses.
+    drafter: Option<Box<dyn Guesser>>,
+    drafted: Vec<Vec<u32>>,
 }
 
 impl<M: Forward> Engine<M> {
@@ -208,7 +212,15 @@ impl<M: Forward> Engine<M> {
             drafted_tokens: 0,
             accepted_tokens: 0,
             guess: vec![],
+            drafter: None,
+            drafted: vec![],
         })
+    }
+
+    /// Guesses come from `drafter` (a draft model) from now on, rather than from prompt
+    /// lookup, for every request that speculates.
+    pub fn set_drafter(&mut self, drafter: Box<dyn Guesser>) {
+        self.drafter = Some(drafter);
     }
 
     pub fn model(&self) -> &M {
@@ -365,7 +377,7 @@ impl<M: Forward> Engine<M> {
     /// One forward pass over the scheduler's choice. Returns a `StepOutput` for every request
     /// that sampled a token; requests whose prompt chunk did not reach the end return none.
     pub fn step(&mut self) -> Result<Vec<StepOutput>> {
-        self.guess_ahead();
+        self.guess_ahead()?;
         let step = self.scheduler.schedule();
         if step.chunks.is_empty() {
             // With work left, some sequence can always run (a request is accepted only if it
@@ -434,9 +446,12 @@ impl<M: Forward> Engine<M> {
         Ok(outputs)
     }
 
-    /// Guesses the next tokens of every decoding sequence that speculates (prompt lookup),
-    /// within what it may still generate.
-    fn guess_ahead(&mut self) {
+    /// Guesses the next tokens of every decoding sequence that speculates (the draft model's,
+    /// or prompt lookup's), within what it may still generate.
+    fn guess_ahead(&mut self) -> Result<()> {
+        if self.drafter.is_some() {
+            return self.draft_ahead();
+        }
         for seq in self.scheduler.running_mut() {
             if seq.guesses.most == 0 || seq.pending() != 1 || seq.drafts() > 0 {
                 continue;
@@ -452,6 +467,45 @@ impl<M: Forward> Engine<M> {
                 seq.add_drafts(&self.guess);
             }
         }
+        Ok(())
+    }
+
+    /// `guess_ahead` with the draft model: every speculating sequence in its passes at once.
+    fn draft_ahead(&mut self) -> Result<()> {
+        let drafter = self.drafter.as_mut().expect("a drafter");
+        let running = self.scheduler.running_mut();
+        // Sequences that finished, were aborted or preempted free their draft caches.
+        let live: std::collections::HashSet<RequestId> = running.iter().map(|s| s.id).collect();
+        drafter.retain(&|id| live.contains(&id));
+        let mut asking = vec![];
+        let asks: Vec<GuessAsk> = running
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, s)| s.guesses.most > 0 && s.pending() == 1 && s.drafts() == 0)
+            .filter_map(|(i, s)| {
+                let room = s.stop.max_tokens.saturating_sub(s.generated().len() + 1);
+                let k = s.guesses.take().min(room);
+                (k > 0).then(|| {
+                    asking.push(i);
+                    GuessAsk {
+                        id: s.id,
+                        tokens: s.tokens(),
+                        k,
+                    }
+                })
+            })
+            .collect();
+        if asks.is_empty() {
+            return Ok(());
+        }
+        drafter.guess(&asks, &mut self.drafted)?;
+        drop(asks);
+        for (&i, guess) in asking.iter().zip(&self.drafted) {
+            if !guess.is_empty() {
+                self.scheduler.running_mut()[i].add_drafts(guess);
+            }
+        }
+        Ok(())
     }
 
     /// Runs the step's batch and chooses a token for each chunk that wants logits: on the

@@ -1,9 +1,11 @@
 //! Serving many requests at once, after nano-vllm: a `Sequence` per request, the `Scheduler`
 //! that picks each step's tokens under a budget (and owns the block manager), and the
 //! `Engine` loop a server drives (`add_request`, `step`, `abort`). All CPU-only; the runner
-//! does the forward pass. `ngram` guesses tokens for speculative decoding. `fake` is a
+//! does the forward pass. `ngram` (prompt lookup) and `draft` (a draft model) guess tokens
+//! for speculative decoding, `guess_budget` says how many. `fake` is a
 //! stand-in model for tests.
 
+pub mod draft;
 pub mod engine;
 pub mod fake;
 pub mod guess_budget;

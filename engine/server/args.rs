@@ -73,6 +73,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "K", default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=64))]
     pub speculate: usize,
 
+    /// Guess with this smaller model of the same tokenizer (a folder or a .gguf, on the
+    /// model's device) instead of prompt lookup, for the requests that speculate.
+    #[arg(long, value_name = "PATH")]
+    pub draft_model: Option<PathBuf>,
+
     /// Guessed tokens fill a step only while it holds fewer tokens than this: a batch that
     /// large keeps the GPU busy with its own decodes, and more rows would cost compute.
     #[arg(long, value_name = "N", default_value_t = crate::serve::DEFAULT_GUESS_ROWS)]
@@ -115,6 +120,19 @@ impl ServeArgs {
             return Err(Error::Usage(
                 "--token-budget and --max-seqs must be at least 1".into(),
             ));
+        }
+        if self.draft_model.is_some() && self.shape.is_some() {
+            return Err(Error::Usage(
+                "--draft-model guesses for a real model: --shape's random weights would keep none of its guesses".into(),
+            ));
+        }
+        if let Some(p) = &self.draft_model
+            && !p.exists()
+        {
+            return Err(Error::Usage(format!(
+                "--draft-model {}: no such file or folder",
+                p.display()
+            )));
         }
         if self.api_key.is_none() {
             self.api_key = crate::knobs::Knobs::from_env()?.api_key;

@@ -32,6 +32,7 @@ use crate::gpu::matrix::WeightFormat;
 use crate::loader;
 use crate::placement::{Placement, synthetic_gpu_runner};
 use crate::runner::{Runner, RunnerOptions};
+use crate::serve::draft::DraftModel;
 use crate::serve::{Engine, EngineOptions};
 use crate::tokenizer::Tokenizer;
 use args::ServeArgs;
@@ -109,6 +110,10 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
+/// KV blocks of 16 tokens for a draft model's cache (`--draft-model`): room for 64 requests
+/// of 2,048 tokens. A request the draft has no room for decodes without guesses.
+const DRAFT_KV_BLOCKS: usize = 64 * 2048 / 16;
+
 /// The model as a serving engine (on the engine thread), with its tokenizer and the
 /// device's name.
 fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, String))> {
@@ -128,6 +133,7 @@ fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, St
         weights: place.weights,
         ..Default::default()
     };
+    let mut draft = None;
     let (runner, tokenizer, device_name) = match &args.shape {
         Some(shape) => {
             let gpu = gpu.ok_or_else(|| {
@@ -145,6 +151,14 @@ fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, St
         None => {
             let model = place.load(gpu, path)?;
             let (description, started) = (model.description().to_owned(), model.started);
+            // The draft first: the model's pool on the GPU then takes the memory it left.
+            if let Some(p) = &args.draft_model {
+                draft = Some(
+                    place
+                        .draft_runner(model.gpu().cloned(), p, DRAFT_KV_BLOCKS)?
+                        .0,
+                );
+            }
             let (mut runner, tokenizer) = model.into_runner(&opts)?;
             if runner.gpu().is_none() {
                 // A seeded request must repeat whatever else is served, and the prefix cache
@@ -160,7 +174,7 @@ fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, St
             (runner, tokenizer, device_name)
         }
     };
-    let engine = Engine::new(
+    let mut engine = Engine::new(
         runner,
         EngineOptions {
             token_budget: args.token_budget,
@@ -170,6 +184,10 @@ fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, St
             guess_rows: args.guess_rows,
         },
     )?;
+    if let Some(draft) = draft {
+        let vocab = engine.limits().vocab_size;
+        engine.set_drafter(Box::new(DraftModel::new(draft, vocab)?));
+    }
     Ok((engine, (tokenizer, device_name)))
 }
 

@@ -21,6 +21,7 @@ use crate::chat::{self, Message};
 use crate::error::{Error, Result};
 use crate::kv::block_manager::{BlockManager, BlockTable};
 use crate::runner::{Forward, Runner};
+use crate::serve::draft::DraftModel;
 use crate::serve::{Engine, EngineOptions, RequestParams};
 use crate::tokenizer::Tokenizer;
 
@@ -203,6 +204,8 @@ pub struct PromptRun {
 pub struct SpeculateReport {
     pub model: String,
     pub device: String,
+    /// Where the guesses came from: prompt lookup or a draft model.
+    pub guesser: String,
     /// Most tokens guessed a step.
     pub speculate: usize,
     pub runs: Vec<PromptRun>,
@@ -220,6 +223,7 @@ pub struct SpeculateReport {
 /// with speculation of up to `k` tokens.
 pub fn run(
     runner: Runner,
+    draft: Option<(Runner, String)>,
     tok: &Tokenizer,
     model: String,
     k: usize,
@@ -244,6 +248,13 @@ pub fn run(
             ..Default::default()
         },
     )?;
+    let guesser = match draft {
+        Some((d, name)) => {
+            engine.set_drafter(Box::new(DraftModel::new(d, limits.vocab_size)?));
+            format!("the draft model {name}")
+        }
+        None => "prompt lookup".to_owned(),
+    };
     let params = |speculate| RequestParams {
         max_tokens,
         speculate,
@@ -292,6 +303,7 @@ pub fn run(
     Ok(SpeculateReport {
         model,
         device,
+        guesser,
         speculate: k,
         plain_tok_per_s,
         speculative_tok_per_s,
@@ -304,8 +316,8 @@ pub fn run(
 
 pub fn print(r: &SpeculateReport) {
     println!(
-        "{} on {}, prompt lookup of up to {} tokens a step, greedy",
-        r.model, r.device, r.speculate
+        "{} on {}, {} guessing up to {} tokens a step, greedy",
+        r.model, r.device, r.guesser, r.speculate
     );
     println!(
         "{:<10} {:>7} {:>7} {:>10} {:>10} {:>8} {:>8} {:>6} {:>5}",

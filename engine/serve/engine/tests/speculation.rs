@@ -6,6 +6,7 @@ use super::*;
 use crate::batch::Batch;
 use crate::runner::{Forward, Limits};
 use crate::sampler::Choices;
+use crate::serve::draft::DraftModel;
 
 /// Speculative decoding keeps every request's tokens as they were without it, greedy,
 /// sampled and penalised alike, whether its guesses all fit a step or are cut by a small
@@ -69,6 +70,58 @@ fn speculation_changes_no_token_and_leaks_no_block() {
             "budget {budget}: {stats:?} against {plain_stats:?}"
         );
         assert_eq!(plain_stats.drafted_tokens, 0);
+    }
+}
+
+/// A draft model (the fake model drafting for itself) changes no request's tokens, greedy or
+/// sampled; its greedy guesses are all the target's greedy choices, and its caches are freed
+/// as requests end. With a small block pool for the draft, asks that do not fit get no guess.
+#[test]
+fn a_draft_model_changes_no_token() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let prompts: Vec<Vec<u32>> = (0..5)
+        .map(|n| {
+            (0..10 + 7 * n)
+                .map(|_| rng.random_range(0..VOCAB as u32))
+                .collect()
+        })
+        .collect();
+    let params = |i: usize, speculate: usize| RequestParams {
+        max_tokens: 30,
+        sampling: SamplingParams {
+            temperature: if i % 2 == 1 { 0.8 } else { 0.0 },
+            seed: i as u64,
+            ..Default::default()
+        },
+        speculate,
+        ..Default::default()
+    };
+    for draft_blocks in [64, 6] {
+        let run = |speculate: usize| {
+            let mut e = engine(64, 64, 16, true);
+            if speculate > 0 {
+                let draft = FakeModel::new(VOCAB, 256, draft_blocks, 64);
+                e.set_drafter(Box::new(DraftModel::new(draft, VOCAB).unwrap()));
+            }
+            let ids: Vec<RequestId> = (0..prompts.len())
+                .map(|i| {
+                    e.add_request(prompts[i].clone(), params(i, speculate))
+                        .unwrap()
+                })
+                .collect();
+            let mut out = Outputs::new();
+            drain(&mut e, &mut out);
+            assert_eq!(e.stats().blocks_used, 0, "every block back");
+            let tokens: Vec<Vec<u32>> = ids.iter().map(|id| out[id].0.clone()).collect();
+            (tokens, e.stats())
+        };
+        let (plain, plain_stats) = run(0);
+        let (drafted, stats) = run(5);
+        assert_eq!(drafted, plain, "draft pool of {draft_blocks} blocks");
+        assert!(
+            stats.accepted_tokens > 0 && stats.steps < plain_stats.steps,
+            "{stats:?}"
+        );
     }
 }
 
