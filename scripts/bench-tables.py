@@ -74,8 +74,8 @@ TABLES = {
                "GPU passes of roofline", "host gaps (share of run)"]),
     "verify": ("Checking guessed tokens (speculative decoding)", ["context", "tokens a pass"],
                ["ms a pass", "of one decode step"]),
-    "speculate": ("Prompt lookup on the grounded prompts (speculative decoding)",
-                  ["most guessed", "tokens a prompt"],
+    "speculate": ("Speculative decoding on the grounded prompts",
+                  ["guesses from", "most guessed", "tokens a prompt"],
                   ["tok/s without", "tok/s with", "speed-up", "guesses kept",
                    "tokens a pass", "same tokens"]),
 }
@@ -85,6 +85,7 @@ KEY_NAMES = {"context": "ctx", "prompt tokens": "tokens", "sequences": "sequence
              "prompt + steps": "prompt + steps", "workload": "workload",
              "requests": "requests", "rate (req/s)": "rate", "token budget": "token budget",
              "tokens a pass": "tokens", "most guessed": "most guessed",
+             "guesses from": "guesser",
              "tokens a prompt": "output"}
 
 
@@ -197,7 +198,7 @@ def rows_of_verify_report(costs, args):
 def rows_of_speculate_report(r, args):
     """`--speculate`: one row, over all the prompts."""
     return [{
-        "table": "speculate", "most guessed": r["speculate"],
+        "table": "speculate", "most guessed": r["speculate"], "guesser": r["guesser"],
         # --model or the default model: the report names it.
         "shape": r["model"].split(" ")[0], "weights": flag(args, "--weights", "stored"),
         "output": flag(args, "--output-len", "128"),

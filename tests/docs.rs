@@ -1058,6 +1058,7 @@ fn the_tables_script_reads_what_rustle_bench_writes() {
     use rustle::tools::ceilings::Bandwidth;
     use rustle::tools::prefill_matmuls::GemmResult;
     use rustle::tools::serve_bench::{Percentiles, Roofline, ServeReport, StepGaps};
+    use rustle::tools::speculate_bench::{PromptRun, SpeculateReport, VerifyCost};
 
     let decode = |ctx, graph, tok_per_s: f64, ceiling: f64| DecodeResult {
         ctx,
@@ -1151,6 +1152,41 @@ fn the_tables_script_reads_what_rustle_bench_writes() {
         }),
         kernels: vec![],
     };
+    let verify = vec![
+        VerifyCost {
+            tokens: 1,
+            ms: 5.767,
+            of_decode: 1.0,
+        },
+        VerifyCost {
+            tokens: 8,
+            ms: 6.827,
+            of_decode: 1.1838,
+        },
+    ];
+    let run = |same_tokens| PromptRun {
+        task: "repeat".into(),
+        prompt_tokens: 104,
+        tokens: 42,
+        plain_tok_per_s: 1200.0,
+        speculative_tok_per_s: 3000.0,
+        drafted: 60,
+        accepted: 45,
+        passes: 12,
+        same_tokens,
+    };
+    let speculate = SpeculateReport {
+        model: "SmolLM2-135M-Instruct.Q4_1.gguf (GGUF, llama)".into(),
+        device: "NVIDIA H100 80GB HBM3".into(),
+        guesser: "prompt lookup".into(),
+        speculate: 16,
+        runs: vec![run(true), run(false)],
+        plain_tok_per_s: 1287.7,
+        speculative_tok_per_s: 2400.5,
+        acceptance: 0.53,
+        tokens_per_pass: 3.04,
+        speedup: 1.864,
+    };
     let dir = std::env::temp_dir().join(format!("rustle-bench-tables-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let record = |name: &str, command: &str, report: serde_json::Value| {
@@ -1176,6 +1212,16 @@ fn the_tables_script_reads_what_rustle_bench_writes() {
         "c.json",
         "rustle bench --serve --shape llama3-8b --requests 256 --json",
         serde_json::to_value(&serve).unwrap(),
+    );
+    record(
+        "d.json",
+        "rustle bench --verify 8 --shape llama3-8b --prompt-len 512 --json",
+        serde_json::to_value(&verify).unwrap(),
+    );
+    record(
+        "e.json",
+        "rustle bench --speculate 16 --output-len 256 --json",
+        serde_json::to_value(&speculate).unwrap(),
     );
     let out = Command::new("python3")
         .arg(root().join("scripts/bench-tables.py"))
@@ -1204,6 +1250,8 @@ fn the_tables_script_reads_what_rustle_bench_writes() {
         "| H100 | llama3-8b | q4_k_m | 8 | 512 + 32 | 1,337.4 | 27.9% (4,800) | 5.98 | - |".into(),
         "| H100 | llama3-8b | bf16 | fixed: 512 in, 128 out | 256 | all at once | 512 | 3,276.8 | 3,982.0 / 8,580.0 | 27.4 | 40.0% | 50.0% | 1.50 s (15%) |"
             .into(),
+        "| H100 | llama3-8b | bf16 | 512 | 8 | 6.827 | 1.18x |".into(),
+        "| H100 | SmolLM2-135M-Instruct.Q4_1.gguf | stored | prompt lookup | 16 | 256 | 1,287.7 | 2,400.5 | 1.86x | 53% | 3.04 | 1 of 2 |".into(),
     ];
     for row in rows {
         assert!(text.contains(&row), "no row {row} in:\n{text}");

@@ -128,6 +128,9 @@ async fn serves_openai_requests() {
         t.elapsed().as_secs_f64()
     );
     let t = Instant::now();
+    speculation(&c, &s).await;
+    eprintln!("speculation: {:.1} s", t.elapsed().as_secs_f64());
+    let t = Instant::now();
     stop_strings(&c, &s).await;
     eprintln!("stop strings: {:.1} s", t.elapsed().as_secs_f64());
     let t = Instant::now();
@@ -276,6 +279,46 @@ async fn greedy_stream_and_reply_agree(c: &Client, s: &Server) {
     assert_eq!(&last["usage"], usage);
 }
 
+/// A request's `speculate` (prompt lookup) changes none of its greedy tokens, streamed or
+/// not, and several such requests at once each get their own; the server runs the CPU in the
+/// batch-invariant mode, so the guessed rows choose as decode steps do.
+async fn speculation(c: &Client, s: &Server) {
+    let q = "Repeat this sentence exactly: the red fox ran over the green hill to the river.";
+    let body = |speculate: u64| chat(q, json!({"max_tokens": 32, "speculate": speculate}));
+    let (status, plain) = post(c, s, "/v1/chat/completions", &body(0)).await;
+    assert_eq!(status, 200, "{plain}");
+    let text = &plain["choices"][0]["message"]["content"];
+    let replies = futures_util::future::join_all((0..4).map(|_| {
+        let body = body(8);
+        async move { post(c, s, "/v1/chat/completions", &body).await }
+    }))
+    .await;
+    for (status, r) in replies {
+        assert_eq!(status, 200, "{r}");
+        assert_eq!(&r["choices"][0]["message"]["content"], text);
+        assert_eq!(r["usage"], plain["usage"]);
+    }
+    let mut stream = body(8);
+    stream["stream"] = json!(true);
+    let r = c
+        .post(s.url("/v1/chat/completions"))
+        .json(&stream)
+        .send()
+        .await
+        .unwrap();
+    let data = events(r).await;
+    let streamed: String = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .filter_map(|ch| {
+            ch["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(streamed, text.as_str().unwrap());
+}
+
 async fn stop_strings(c: &Client, s: &Server) {
     let prompt = "The capital of France is";
     let body = completion(prompt, json!({"max_tokens": 12, "ignore_eos": true}));
@@ -410,6 +453,7 @@ async fn bad_requests(c: &Client, s: &Server) {
         (chat("hi", json!({"temperature": 3})), "temperature"),
         (chat("hi", json!({"top_p": 0})), "top_p"),
         (chat("hi", json!({"n": 0})), "n"),
+        (chat("hi", json!({"speculate": 65})), "speculate"),
         (
             chat("hi", json!({"presence_penalty": -3})),
             "presence_penalty",

@@ -244,17 +244,18 @@ mod tests {
     use crate::serve::EngineOptions;
     use crate::serve::fake::FakeModel;
 
-    fn engine_loop() -> EngineLoop<FakeModel> {
+    fn engine() -> Engine<FakeModel> {
         let model = FakeModel::new(40, 256, 32, 64);
         let opts = EngineOptions {
             token_budget: 64,
             eos: vec![0],
             ..Default::default()
         };
-        EngineLoop::new(
-            Engine::new(model, opts).unwrap(),
-            Arc::new(Metrics::new("fake")),
-        )
+        Engine::new(model, opts).unwrap()
+    }
+
+    fn engine_loop() -> EngineLoop<FakeModel> {
+        EngineLoop::new(engine(), Arc::new(Metrics::new("fake")))
     }
 
     fn params(max_tokens: usize) -> RequestParams {
@@ -356,10 +357,9 @@ mod tests {
 
     #[test]
     fn the_thread_serves_and_shuts_down_when_the_handles_are_gone() {
-        let l = engine_loop();
-        let metrics = l.metrics.clone();
-        let engine = l.engine;
-        let (handle, (), thread) = spawn(move || Ok((engine, ())), metrics.clone()).unwrap();
+        let metrics = Arc::new(Metrics::new("fake"));
+        // Built on the engine thread, as `rustle serve` builds its engine.
+        let (handle, (), thread) = spawn(move || Ok((engine(), ())), metrics.clone()).unwrap();
         let (events, mut rx) = tmpsc::unbounded_channel();
         let (reply, answer) = oneshot::channel();
         handle
