@@ -77,7 +77,7 @@ TABLES = {
     "speculate": ("Speculative decoding on the grounded prompts",
                   ["guesses from", "most guessed", "tokens a prompt"],
                   ["tok/s without", "tok/s with", "speed-up", "guesses kept",
-                   "tokens a pass", "same tokens"]),
+                   "tokens per pass", "same tokens"]),
 }
 TAIL = ["commit", "date", "command", "source"]
 # The key cells of a row as a record's rows and anchors name them.
@@ -206,7 +206,7 @@ def rows_of_speculate_report(r, args):
         "tok/s with": num(r["speculative_tok_per_s"], 1),
         "speed-up": f"{r['speedup']:.2f}x",
         "guesses kept": f"{100 * r['acceptance']:.0f}%",
-        "tokens a pass": f"{r['tokens_per_pass']:.2f}",
+        "tokens per pass": f"{r['tokens_per_pass']:.2f}",
         "same tokens": f"{sum(x['same_tokens'] for x in r['runs'])} of {len(r['runs'])}",
     }]
 
