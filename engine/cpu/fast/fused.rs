@@ -15,7 +15,7 @@ use std::arch::x86_64::*;
 
 use crate::weights::DType;
 
-/// Whether `dot_row_vnni` has a kernel for `dtype`.
+/// Whether `dot_tokens_vnni` has a kernel for `dtype`.
 pub fn has_kernel(dtype: DType) -> bool {
     matches!(
         dtype,
@@ -29,84 +29,115 @@ pub fn has_kernel(dtype: DType) -> bool {
     )
 }
 
-/// `R` stored rows (`rows`: each its blocks) against one quantized activation row (`xq`:
-/// `[cols]`, `xd`, `xs`: `[cols / 16]`, as `dot::Q8Rows::row` gives them; `pairs`:
-/// `[cols / 32, 2]`, `Q8Rows::pairs`). Several rows at once share each activation load and
-/// give the core independent sums to interleave.
+/// One token's quantized activations, as `dot::Q8Rows` gives them: `(xq, xd, xs, pairs)`:
+/// `xq` `[cols]`, `xd` and `xs` `[cols / 16]` (`Q8Rows::row`), `pairs` `[cols / 32, 2]`
+/// (`Q8Rows::pairs`).
+pub type Q8Token<'a> = (&'a [i8], &'a [f32], &'a [f32], &'a [f32]);
+
+/// One stored row against `T` tokens at once (a decode and the tokens guessed after it, or
+/// a batch's decodes): each block's codes and scales are made once and go into every token's
+/// product. Each token's sum is made by the same operations in the same order whatever `T`
+/// is, so its result is bit for bit the one it gets alone: a guessed token's is its decode's.
 ///
 /// # Safety
-/// The CPU must have AVX2, FMA, F16C and AVX-512 F, VL, BW, VNNI; `has_kernel(dtype)`; each
-/// row must hold whole blocks of `dtype` for `xq.len()` values.
+/// The CPU must have AVX2, FMA, F16C and AVX-512 F, VL, BW, VNNI; `has_kernel(dtype)`; the
+/// row must hold whole blocks of `dtype` for as many values as every token's activations
+/// (`Act::cols`).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-pub unsafe fn dot_rows_vnni<const R: usize>(
+#[inline]
+pub unsafe fn dot_tokens_vnni<const T: usize>(
     dtype: DType,
-    rows: [&[u8]; R],
-    xq: &[i8],
-    xd: &[f32],
-    xs: &[f32],
-    pairs: &[f32],
-) -> [f32; R] {
-    let cols = xq.len();
-    debug_assert!(
-        rows.iter()
-            .all(|r| r.len() == cols / dtype.block_len() * dtype.block_bytes())
-    );
-    debug_assert!(xd.len() * 16 >= cols && xs.len() * 16 >= cols && pairs.len() * 16 >= cols);
-    let a = Act {
-        q: xq.as_ptr(),
-        d: xd.as_ptr(),
-        s: xs.as_ptr(),
-        p: pairs.as_ptr(),
-    };
-    let b = rows.map(|r| r.as_ptr());
-    let n = cols / dtype.block_len();
+    row: &[u8],
+    acts: &[Act; T],
+) -> [f32; T] {
+    let b = row.as_ptr();
+    let n = acts[0].cols / dtype.block_len();
+    debug_assert_eq!(row.len(), n * dtype.block_bytes());
     // SAFETY: the blocks and the activations span `cols` values (the caller's promise).
     unsafe {
         match dtype {
-            DType::Q4_0 => rows32(
+            DType::Q4_0 => tokens32(
                 b,
                 n,
                 18,
-                &a,
+                acts,
                 |p| nibbles(p.add(2)),
                 |p| scale_times(p, -8.0),
             ),
-            // d and m side by side: [d, m, 0, 0] in one conversion.
-            DType::Q4_1 => rows32(b, n, 20, &a, |p| nibbles(p.add(4)), |p| halves(p)),
-            DType::Q5_0 => rows32(
+            DType::Q4_1 => tokens32(b, n, 20, acts, |p| nibbles(p.add(4)), |p| halves(p)),
+            DType::Q5_0 => tokens32(
                 b,
                 n,
                 22,
-                &a,
+                acts,
                 |p| fifth_bits(p.add(2), p.add(6)),
                 |p| scale_times(p, -16.0),
             ),
-            DType::Q5_1 => rows32(
+            DType::Q5_1 => tokens32(
                 b,
                 n,
                 24,
-                &a,
+                acts,
                 |p| fifth_bits(p.add(4), p.add(8)),
                 |p| halves(p),
             ),
             DType::Q8_0 => {
                 let flip = _mm256_set1_epi8(-128);
-                // i8 + 128 as u8: the top bit flipped.
                 let codes =
                     |p: *const u8| _mm256_xor_si256(_mm256_loadu_si256(p.add(2).cast()), flip);
-                rows32(b, n, 34, &a, codes, |p| scale_times(p, -128.0))
+                tokens32(b, n, 34, acts, codes, |p| scale_times(p, -128.0))
             }
-            DType::Q4K => b.map(|b| q4_k(b, n, &a)),
-            DType::Q6K => b.map(|b| q6_k(b, n, &a)),
+            // The super-block types keep their one-token kernels: each token in turn.
+            DType::Q4K => std::array::from_fn(|t| q4_k(b, n, &acts[t])),
+            DType::Q6K => std::array::from_fn(|t| q6_k(b, n, &acts[t])),
             other => unreachable!("no fused kernel for {other}"),
         }
     }
 }
 
-/// Pointers into one activation row.
+/// The 32-value block types: one row's blocks against `T` tokens, `codes(b)` a block's
+/// codes and `scale_offset(b)` its `[scale, offset, 0, 0]`, each made once a block; one
+/// multiply turns it into `[scale * xd, offset * xsum]` against a token's activation block
+/// pair: the first lane scales the block's product, the second adds up in a vector of its
+/// own.
 #[cfg(target_arch = "x86_64")]
-struct Act {
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+unsafe fn tokens32<const T: usize>(
+    b: *const u8,
+    n: usize,
+    bytes: usize,
+    acts: &[Act; T],
+    codes: impl Fn(*const u8) -> __m256i,
+    scale_offset: impl Fn(*const u8) -> __m128,
+) -> [f32; T] {
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); T];
+        let mut off = [_mm_setzero_ps(); T];
+        for i in 0..n {
+            let blk = b.add(i * bytes);
+            let c = codes(blk);
+            let s = scale_offset(blk);
+            for t in 0..T {
+                let x = _mm256_loadu_si256(acts[t].q.add(32 * i).cast());
+                let pair = _mm_castpd_ps(_mm_load_sd(acts[t].p.add(2 * i).cast()));
+                let so = _mm_mul_ps(s, pair);
+                let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), c, x);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcastss_ps(so), acc[t]);
+                off[t] = _mm_add_ps(off[t], so);
+            }
+        }
+        std::array::from_fn(|t| hsum(acc[t]) + _mm_cvtss_f32(_mm_movehdup_ps(off[t])))
+    }
+}
+
+/// Pointers into one token's activations (`Q8Token`), made once for every row they meet.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+pub struct Act {
+    /// Values in the row.
+    cols: usize,
     /// `[cols]` i8
     q: *const i8,
     /// `[cols / 16]` the scale of each run
@@ -115,6 +146,21 @@ struct Act {
     s: *const f32,
     /// `[cols / 32, 2]` each block's (scale, sum)
     p: *const f32,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Act {
+    pub fn of((xq, xd, xs, pairs): Q8Token) -> Act {
+        let cols = xq.len();
+        assert!(xd.len() * 16 >= cols && xs.len() * 16 >= cols && pairs.len() * 16 >= cols);
+        Act {
+            cols,
+            q: xq.as_ptr(),
+            d: xd.as_ptr(),
+            s: xs.as_ptr(),
+            p: pairs.as_ptr(),
+        }
+    }
 }
 
 /// Sixteen bytes of nibbles as 32 codes in the order values are stored: low nibbles (values
@@ -161,39 +207,6 @@ fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-}
-
-/// The 32-value block types for `R` rows: `codes(b)` a block's codes, `scale_offset(b)` its
-/// `[scale, offset, 0, 0]`, which one multiply turns into `[scale * xd, offset * xsum]`
-/// against the activation block's pair: the first lane scales the block's product, the
-/// second adds up in a vector of its own.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-#[inline]
-unsafe fn rows32<const R: usize>(
-    b: [*const u8; R],
-    n: usize,
-    bytes: usize,
-    a: &Act,
-    codes: impl Fn(*const u8) -> __m256i,
-    scale_offset: impl Fn(*const u8) -> __m128,
-) -> [f32; R] {
-    unsafe {
-        let mut acc = [_mm256_setzero_ps(); R];
-        let mut off = [_mm_setzero_ps(); R];
-        for i in 0..n {
-            let x = _mm256_loadu_si256(a.q.add(32 * i).cast());
-            let pair = _mm_castpd_ps(_mm_load_sd(a.p.add(2 * i).cast()));
-            for r in 0..R {
-                let blk = b[r].add(i * bytes);
-                let so = _mm_mul_ps(scale_offset(blk), pair);
-                let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), codes(blk), x);
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcastss_ps(so), acc[r]);
-                off[r] = _mm_add_ps(off[r], so);
-            }
-        }
-        std::array::from_fn(|r| hsum(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(off[r])))
-    }
 }
 
 /// `[d, k * d, 0, 0]` from the f16 d at `p`: d broadcast as it loads, widened, scaled.
@@ -483,43 +496,53 @@ mod tests {
         ] {
             for cols in [256, 768, 1536] {
                 let m = random_matrix(dtype, 4, cols, cols as u64);
-                let x: Vec<f32> = (0..cols)
+                // Four tokens of different activations against row 1.
+                let x: Vec<f32> = (0..4 * cols)
                     .map(|i| ((i * 7919) % 201) as f32 / 50.0 - 2.0)
                     .collect();
                 let mut a = Q8Rows::default();
                 a.quantize(&x, cols);
-                let (xq, xd, xs) = a.row(0);
+                let token = |t: usize| {
+                    let (xq, xd, xs) = a.row(t);
+                    (xq, xd, xs, a.pairs(t))
+                };
                 let (mut u, mut s, mut o) = (
                     vec![0u8; cols],
                     vec![0f32; cols / RUN],
                     vec![0f32; cols / RUN],
                 );
-                let mut want = [0f32; 4];
-                for (r, want) in want.iter_mut().enumerate() {
-                    unpack_row(&m, r, &mut u, &mut s, &mut o);
-                    *want = dot_codes(&u, &s, &o, xq, xd, xs);
-                }
-                let rows = [m.row(0), m.row(1), m.row(2), m.row(3)];
-                // SAFETY: the CPU has the features; each row holds `cols` values.
-                let four = unsafe { dot_rows_vnni(dtype, rows, xq, xd, xs, a.pairs(0)) };
-                let one = unsafe { dot_rows_vnni(dtype, [m.row(2)], xq, xd, xs, a.pairs(0)) };
-                for (r, (&got, &want)) in four.iter().zip(&want).enumerate() {
+                unpack_row(&m, 1, &mut u, &mut s, &mut o);
+                let want: Vec<f32> = (0..4)
+                    .map(|t| {
+                        let (xq, xd, xs) = a.row(t);
+                        dot_codes(&u, &s, &o, xq, xd, xs)
+                    })
+                    .collect();
+                // SAFETY: the CPU has the features; the row holds `cols` values.
+                let acts: [Act; 4] = std::array::from_fn(|t| Act::of(token(t)));
+                let four = unsafe { dot_tokens_vnni(dtype, m.row(1), &acts) };
+                let one = unsafe { dot_tokens_vnni(dtype, m.row(1), &[acts[2]]) };
+                for (t, (&got, &want)) in four.iter().zip(&want).enumerate() {
                     let tol = 1e-4 * (1.0 + want.abs()) + 1e-5 * cols as f32;
                     assert!(
                         (got - want).abs() < tol,
-                        "{dtype} {cols} row {r}: {got} vs {want}"
+                        "{dtype} {cols} token {t}: {got} vs {want}"
                     );
                 }
-                assert_eq!(one[0], four[2], "{dtype}: one row alone as among four");
+                assert_eq!(
+                    one[0].to_bits(),
+                    four[2].to_bits(),
+                    "{dtype}: a token alone as among four"
+                );
             }
         }
     }
 }
 
 /// Not a test: the fused kernels' speed on weights that stay in the core's cache (576 x 576,
-/// a SmolLM2 projection), one row at a time and four, so that kernel changes can be compared
-/// on a machine whose memory other work is using. `cargo test --release -- --ignored
-/// --nocapture fused_speed`.
+/// a SmolLM2 projection), one token at a time and four through each row (a decode and three
+/// guesses), so that kernel changes can be compared on a machine whose memory other work is
+/// using. `cargo test --release -- --ignored --nocapture fused_speed`.
 #[cfg(all(test, target_arch = "x86_64"))]
 mod speed {
     use super::*;
@@ -538,37 +561,42 @@ mod speed {
             .and_then(|v| v.parse().ok())
             .unwrap_or(576);
         let cols = 576;
-        let x: Vec<f32> = (0..cols)
+        let x: Vec<f32> = (0..4 * cols)
             .map(|i| ((i * 7919) % 201) as f32 / 50.0 - 2.0)
             .collect();
         let mut a = Q8Rows::default();
         a.quantize(&x, cols);
-        let (xq, xd, xs) = a.row(0);
-        let pairs = a.pairs(0);
+        let token = |t: usize| {
+            let (xq, xd, xs) = a.row(t);
+            (xq, xd, xs, a.pairs(t))
+        };
+        let acts: [Act; 4] = std::array::from_fn(|t| Act::of(token(t)));
         for dtype in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0] {
             let m = random_matrix(dtype, rows, cols, 3);
             let mut sink = 0f32;
-            let reps = (400 * 576 / rows).max(2);
+            let reps = (100 * 576 / rows).max(2);
             let t = std::time::Instant::now();
             for _ in 0..reps {
                 for r in 0..rows {
-                    // SAFETY: the CPU has the features; rows hold `cols` values.
-                    sink += unsafe { dot_rows_vnni(dtype, [m.row(r)], xq, xd, xs, pairs)[0] };
+                    for k in 0..4 {
+                        // SAFETY: the CPU has the features; rows hold `cols` values.
+                        sink += unsafe { dot_tokens_vnni(dtype, m.row(r), &[acts[k]])[0] };
+                    }
                 }
             }
-            let one = t.elapsed().as_secs_f64() * 1e9 / (reps * rows * cols / 32) as f64;
+            let per = (reps * rows * cols / 32 * 4) as f64;
+            let one = t.elapsed().as_secs_f64() * 1e9 / per;
             let t = std::time::Instant::now();
             for _ in 0..reps {
-                for r in (0..rows).step_by(4) {
-                    let rs = std::array::from_fn(|i| m.row(r + i));
+                for r in 0..rows {
                     // SAFETY: as above.
-                    let y: [f32; 4] = unsafe { dot_rows_vnni(dtype, rs, xq, xd, xs, pairs) };
+                    let y = unsafe { dot_tokens_vnni(dtype, m.row(r), &acts) };
                     sink += y.iter().sum::<f32>();
                 }
             }
-            let four = t.elapsed().as_secs_f64() * 1e9 / (reps * rows * cols / 32) as f64;
+            let four = t.elapsed().as_secs_f64() * 1e9 / per;
             eprintln!(
-                "{dtype}: ns per block of 32, one row {one:.3}, four rows {four:.3} ({sink:.0})"
+                "{dtype}: ns per block of 32 and token, one token a row {one:.3}, four {four:.3} ({sink:.0})"
             );
         }
     }

@@ -18,6 +18,7 @@ use rayon::prelude::*;
 
 use super::cpu_features::{Features, features};
 use super::dot::{Q8Rows, dot_codes, dot_f32};
+use super::fused::Q8Token;
 use super::gemm::{TILE_ROWS, pack_row, to_bf16_pairs};
 use super::timed::Recorder;
 use super::unpack::{RUN, is_quantized, row_f32, unpack_row};
@@ -255,23 +256,42 @@ fn decode_rows(
     let quantized = is_quantized(w.dtype);
     #[cfg(target_arch = "x86_64")]
     if f.vnni && super::fused::has_kernel(w.dtype) {
-        use super::fused::dot_rows_vnni;
         // One row at a time: four side by side, which share their activation loads, ran
         // faster with the weights in cache but slower from memory (7.8 -> 10.6-16.5 ms a
         // token, the default model, one thread of this project's 2-core CPU):
-        // docs/lessons.md#the-cpu-fast-path.
-        for r in lo..hi {
-            for t in (0..out.n).filter(|&t| only.is_none_or(|m| m[t])) {
+        // docs/lessons.md#the-cpu-fast-path. Several tokens (a decode and its guesses) go
+        // through a row together, up to 8 at a time, sharing its unpacking; each token's sum
+        // is the one-token kernel's, bit for bit.
+        // Each token's activations, sliced once for every row; then the rows for each group
+        // of tokens (the rows are short, a few tens of blocks: the loop over them is kept
+        // bare).
+        let (tokens, acts): (Vec<usize>, Vec<Q8Token>) = (0..out.n)
+            .filter(|&t| only.is_none_or(|m| m[t]))
+            .map(|t| {
                 let (xq, xd, xs) = q8.row(t);
-                let pairs = q8.pairs(t);
-                // SAFETY: the CPU has the features (`Features`), the type has a kernel, and
-                // the row holds `n_in` values, as each activation row does. The output is
-                // this part's column (`matmul`).
-                unsafe {
-                    let [y] = dot_rows_vnni(w.dtype, [w.row(r)], xq, xd, xs, pairs);
-                    *out.ptr.add(t * out.stride + r) = y;
+                (t, (xq, xd, xs, q8.pairs(t)))
+            })
+            .unzip();
+        let mut done = 0;
+        while done < tokens.len() {
+            // The most tokens a pass over the rows takes: 8, then 4, 2 or 1.
+            let take = [8, 4, 2, 1]
+                .into_iter()
+                .find(|&k| k <= tokens.len() - done)
+                .expect("a token left");
+            let ts = &tokens[done..done + take];
+            let a = &acts[done..done + take];
+            // SAFETY: the CPU has the features (`Features`), the type has a kernel, and each
+            // row holds `n_in` values, as each activation row does.
+            unsafe {
+                match take {
+                    8 => rows_vnni::<8>(w, out, ts, a),
+                    4 => rows_vnni::<4>(w, out, ts, a),
+                    2 => rows_vnni::<2>(w, out, ts, a),
+                    _ => rows_vnni::<1>(w, out, ts, a),
                 }
             }
+            done += take;
         }
         return;
     }
@@ -290,6 +310,30 @@ fn decode_rows(
             };
             // SAFETY: r is in this part's columns (`matmul`).
             unsafe { *out.ptr.add(t * out.stride + r) = y };
+        }
+    }
+}
+
+/// Rows `out.lo..out.hi` of `w` against the `T` tokens `ts`, whose activations are `acts`,
+/// through the fused kernel (`fused::dot_tokens_vnni`), compiled with its features so that
+/// the kernel is inlined into the loop over the rows (a row is a few tens of blocks: a call
+/// a row showed).
+///
+/// # Safety
+/// As `dot_tokens_vnni`: the CPU has its features, `w`'s type has a kernel, and every row
+/// and activation holds `w.cols` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+unsafe fn rows_vnni<const T: usize>(w: &Matrix, out: &OutRows, ts: &[usize], acts: &[Q8Token]) {
+    use super::fused::{Act, dot_tokens_vnni};
+    let group: [Act; T] = std::array::from_fn(|i| Act::of(acts[i]));
+    for r in out.lo..out.hi {
+        // SAFETY: the caller's promise; r is in this part's columns (`matmul`).
+        unsafe {
+            let ys = dot_tokens_vnni(w.dtype, w.row(r), &group);
+            for (&t, y) in ts.iter().zip(ys) {
+                *out.ptr.add(t * out.stride + r) = y;
+            }
         }
     }
 }
