@@ -133,18 +133,7 @@ pub trait Forward {
     /// (`[n]`; the serving engine says, before each pass): a backend whose kernels round
     /// differently by batch size may route each row by it. Forgotten after that pass.
     fn set_generated(&mut self, _rows: &[bool]) {}
-
-    /// The longest first guess a speculating sequence makes (`GuessBudget`): as many as it
-    /// asks for where guessed rows ride on the weights' read (a GPU at small batches), fewer
-    /// where each row costs compute (the CPU: a third of a decode a row, so that a first
-    /// guess of 16 that missed cost 5 decodes' time).
-    fn first_guess(&self) -> usize {
-        usize::MAX
-    }
 }
-
-/// A speculating sequence's first guess on the CPU, at most (`Forward::first_guess`).
-pub const CPU_FIRST_GUESS: usize = 4;
 
 /// `--weights` on the CPU: `stored` (the default) only; the others say how the GPU holds the
 /// matrices. The commands call it once they know the run is on the CPU, before the model's
@@ -608,13 +597,6 @@ impl Forward for Runner {
     fn set_generated(&mut self, rows: &[bool]) {
         if let Backend::Fast(f) = &mut self.backend {
             f.set_generated(rows);
-        }
-    }
-
-    fn first_guess(&self) -> usize {
-        match self.backend {
-            Backend::Gpu(_) => usize::MAX,
-            Backend::Cpu(_) | Backend::Fast(_) => CPU_FIRST_GUESS,
         }
     }
 

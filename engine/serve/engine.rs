@@ -301,7 +301,7 @@ impl<M: Forward> Engine<M> {
             true => 0,
             false => params.speculate,
         };
-        seq.guesses = GuessBudget::new(speculate, self.model.first_guess());
+        seq.guesses = GuessBudget::new(speculate);
         seq.constraint = params.constraint;
         seq.wait_for = wait_for;
         self.scheduler.add(seq);
