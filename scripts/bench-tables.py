@@ -117,8 +117,13 @@ def bench_args(command):
     raise RecordError(f"the command is not `rustle bench ...`: {command}")
 
 
+DEFAULT_MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
 def shape_and_weights(args):
     model = flag(args, "--model") or flag(args, "-m")
+    if model is None and "--cpu" in args:
+        model = DEFAULT_MODEL  # the CPU's benches run the default model without --model
     shape = Path(model).name if model else flag(args, "--shape", "llama3-8b")
     weights = flag(args, "--weights", "stored" if model else "bf16")
     return shape, weights
