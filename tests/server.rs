@@ -281,8 +281,12 @@ async fn greedy_stream_and_reply_agree(c: &Client, s: &Server) {
 
 /// A request's `speculate` (prompt lookup) changes none of its greedy tokens, streamed or
 /// not, and several such requests at once each get their own; the server runs the CPU in the
-/// batch-invariant mode, so the guessed rows choose as decode steps do.
+/// batch-invariant mode, so the guessed rows choose as decode steps do. On a GPU rows computed
+/// together may part at a near-tie (tests/gpu/speculation.rs measures them): there the replies
+/// are held to their length and shape only.
 async fn speculation(c: &Client, s: &Server) {
+    let on_cpu = s.log().contains(" on cpu (");
+    assert!(on_cpu || s.log().contains(" on NVIDIA"), "{}", s.log());
     let q = "Repeat this sentence exactly: the red fox ran over the green hill to the river.";
     let body = |speculate: u64| chat(q, json!({"max_tokens": 32, "speculate": speculate}));
     let (status, plain) = post(c, s, "/v1/chat/completions", &body(0)).await;
@@ -295,8 +299,11 @@ async fn speculation(c: &Client, s: &Server) {
     .await;
     for (status, r) in replies {
         assert_eq!(status, 200, "{r}");
-        assert_eq!(&r["choices"][0]["message"]["content"], text);
-        assert_eq!(r["usage"], plain["usage"]);
+        assert!(r["choices"][0]["message"]["content"].is_string(), "{r}");
+        if on_cpu {
+            assert_eq!(&r["choices"][0]["message"]["content"], text);
+            assert_eq!(r["usage"], plain["usage"]);
+        }
     }
     let mut stream = body(8);
     stream["stream"] = json!(true);
@@ -316,7 +323,10 @@ async fn speculation(c: &Client, s: &Server) {
                 .map(str::to_owned)
         })
         .collect();
-    assert_eq!(streamed, text.as_str().unwrap());
+    if on_cpu {
+        assert_eq!(streamed, text.as_str().unwrap());
+    }
+    assert_eq!(data.last().unwrap(), "[DONE]");
 }
 
 async fn stop_strings(c: &Client, s: &Server) {
@@ -599,6 +609,22 @@ async fn aborts(c: &Client, s: &Server) -> f64 {
 
 /// `--api-key` (here from RUSTLE_API_KEY), `--max-queued` and `--request-timeout`, on a
 /// server that runs one sequence at a time.
+/// `rustle serve --speculate 8`: every request guesses by prompt lookup unless it says
+/// otherwise, and today's guarantees hold: greedy streams equal replies, stop strings, `n`
+/// choices, log-probabilities (those requests do not speculate), and 64 clients half of whom
+/// leave mid-stream give every KV block back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serves_the_same_with_speculation_on() {
+    let s = Server::start(&["--speculate", "8"], &[]);
+    let c = Client::new();
+    greedy_stream_and_reply_agree(&c, &s).await;
+    speculation(&c, &s).await;
+    stop_strings(&c, &s).await;
+    n_choices_share_the_prompt(&c, &s).await;
+    logprobs(&c, &s).await;
+    disconnects(&c, &s).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn key_queue_and_timeout() {
     let s = Server::start(
