@@ -100,23 +100,20 @@ impl Batch {
 mod tests {
     use super::*;
 
+    /// A table of `blocks` holding `len` tokens.
+    fn table(blocks: &[u32], len: usize) -> BlockTable {
+        BlockTable {
+            blocks: blocks.to_vec(),
+            len,
+            chain: vec![],
+        }
+    }
+
     #[test]
     fn two_sequences_flatten_into_rows() {
-        let a = BlockTable {
-            blocks: vec![3, 5],
-            len: 15,
-            chain: vec![],
-        };
-        let b = BlockTable {
-            blocks: vec![1],
-            len: 0,
-            chain: vec![],
-        };
-        let c = BlockTable {
-            blocks: vec![2],
-            len: 4,
-            chain: vec![],
-        };
+        let a = table(&[3, 5], 15);
+        let b = table(&[1], 0);
+        let c = table(&[2], 4);
         let mut batch = Batch::default();
         batch.fill(
             &[
@@ -155,16 +152,8 @@ mod tests {
     /// the rows may be sequences of their own, each with its sequence's blocks.
     #[test]
     fn guessed_rows_become_sequences_of_their_own() {
-        let a = BlockTable {
-            blocks: vec![3, 5],
-            len: 15,
-            chain: vec![],
-        };
-        let b = BlockTable {
-            blocks: vec![1],
-            len: 4,
-            chain: vec![],
-        };
+        let a = table(&[3, 5], 15);
+        let b = table(&[1], 4);
         let chunks = [
             SeqChunk {
                 table: &a,

@@ -8,6 +8,25 @@ use crate::runner::{Forward, Limits};
 use crate::sampler::Choices;
 use crate::serve::draft::DraftModel;
 
+/// Every prompt through `e` with its params to the end: each one's tokens in order, and the
+/// engine's figures; every block must be back.
+fn run_all(
+    e: &mut Engine<FakeModel>,
+    prompts: &[Vec<u32>],
+    params: &[RequestParams],
+) -> (Vec<Vec<u32>>, EngineStats) {
+    let ids: Vec<RequestId> = prompts
+        .iter()
+        .zip(params)
+        .map(|(p, params)| e.add_request(p.clone(), params.clone()).unwrap())
+        .collect();
+    let mut out = Outputs::new();
+    drain(e, &mut out);
+    assert_eq!(e.stats().blocks_used, 0, "every block back");
+    let tokens = ids.iter().map(|id| out[id].0.clone()).collect();
+    (tokens, e.stats())
+}
+
 /// Speculative decoding keeps every request's tokens as they were without it, greedy,
 /// sampled and penalised alike, whether its guesses all fit a step or are cut by a small
 /// token budget, with the prefix cache on or off; every block comes back. A vocabulary of 3
@@ -40,17 +59,9 @@ fn speculation_changes_no_token_and_leaks_no_block() {
                 guess_rows: budget,
             };
             let mut e = Engine::new(model, opts).unwrap();
-            let ids: Vec<RequestId> = (0..prompts.len())
-                .map(|i| {
-                    e.add_request(prompts[i].clone(), params(i, speculate))
-                        .unwrap()
-                })
-                .collect();
-            let mut out = Outputs::new();
-            drain(&mut e, &mut out);
-            assert_eq!(e.stats().blocks_used, 0, "every block back");
-            let tokens: Vec<Vec<u32>> = ids.iter().map(|id| out[id].0.clone()).collect();
-            (tokens, e.stats())
+            let params: Vec<RequestParams> =
+                (0..prompts.len()).map(|i| params(i, speculate)).collect();
+            run_all(&mut e, &prompts, &params)
         };
         let (plain, plain_stats) = run(0);
         let (guessed, stats) = run(4);
@@ -103,17 +114,9 @@ fn a_draft_model_changes_no_token() {
                 let draft = FakeModel::new(VOCAB, 256, draft_blocks, 64);
                 e.set_drafter(Box::new(DraftModel::new(draft, VOCAB).unwrap()));
             }
-            let ids: Vec<RequestId> = (0..prompts.len())
-                .map(|i| {
-                    e.add_request(prompts[i].clone(), params(i, speculate))
-                        .unwrap()
-                })
-                .collect();
-            let mut out = Outputs::new();
-            drain(&mut e, &mut out);
-            assert_eq!(e.stats().blocks_used, 0, "every block back");
-            let tokens: Vec<Vec<u32>> = ids.iter().map(|id| out[id].0.clone()).collect();
-            (tokens, e.stats())
+            let params: Vec<RequestParams> =
+                (0..prompts.len()).map(|i| params(i, speculate)).collect();
+            run_all(&mut e, &prompts, &params)
         };
         let (plain, plain_stats) = run(0);
         let (drafted, stats) = run(5);
