@@ -29,6 +29,11 @@ async fn events(r: reqwest::Response) -> Vec<String> {
         .collect()
 }
 
+/// `body` posted to `path`, and its stream's `data:` payloads.
+async fn stream(c: &Client, s: &Server, path: &str, body: &Value) -> Vec<String> {
+    events(c.post(s.url(path)).json(body).send().await.unwrap()).await
+}
+
 /// The value of one series on `/metrics` (the first line naming it).
 async fn metric(c: &Client, s: &Server, name: &str) -> f64 {
     let text = c
@@ -305,15 +310,9 @@ async fn speculation(c: &Client, s: &Server) {
             assert_eq!(r["usage"], plain["usage"]);
         }
     }
-    let mut stream = body(8);
-    stream["stream"] = json!(true);
-    let r = c
-        .post(s.url("/v1/chat/completions"))
-        .json(&stream)
-        .send()
-        .await
-        .unwrap();
-    let data = events(r).await;
+    let mut streamed = body(8);
+    streamed["stream"] = json!(true);
+    let data = stream(c, s, "/v1/chat/completions", &streamed).await;
     let streamed: String = data[..data.len() - 1]
         .iter()
         .map(|d| serde_json::from_str::<Value>(d).unwrap())
@@ -355,13 +354,7 @@ async fn stop_strings(c: &Client, s: &Server) {
     // Streamed: the same text, and no chunk ever holds the stop string.
     let mut body = body;
     body["stream"] = json!(true);
-    let r = c
-        .post(s.url("/v1/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let data = events(r).await;
+    let data = stream(c, s, "/v1/completions", &body).await;
     let mut streamed = String::new();
     for d in &data[..data.len() - 1] {
         let ch: Value = serde_json::from_str(d).unwrap();

@@ -189,38 +189,9 @@ impl Scheduler {
             budget -= len;
         }
 
-        // 4. Guessed tokens (speculative decoding) extend their decodes with the budget and
-        // the free blocks no one else needed, up to `guess_rows` tokens in the step, shared
-        // evenly among the sequences that guessed; those that do not fit are dropped.
-        let mut rows_left = (self.config.guess_rows)
-            .saturating_sub(self.config.token_budget - budget)
-            .min(budget);
-        let mut guessing = chosen
-            .iter()
-            .filter(|(id, _, _)| self.running.iter().any(|s| s.id == *id && s.drafts() > 0))
-            .count();
-        for (id, start, len) in &mut chosen {
-            let Some(seq) = self.running.iter_mut().find(|s| s.id == *id) else {
-                continue;
-            };
-            if seq.drafts() == 0 {
-                continue;
-            }
-            let share = rows_left.div_ceil(guessing);
-            guessing -= 1;
-            let mut extra = seq.drafts().min(share);
-            let need = self.blocks.blocks_needed(&seq.table, *start + *len + extra);
-            if need > self.blocks.n_free() {
-                extra = 0;
-            }
-            seq.drop_drafts(seq.drafts() - extra);
-            if extra > 0 {
-                self.blocks
-                    .reserve(&mut seq.table, *start + *len + extra)
-                    .expect("room was counted");
-                *len += extra;
-                rows_left -= extra;
-            }
+        // 4. Guessed tokens (speculative decoding), where any sequence has some.
+        if self.running.iter().any(|s| s.drafts() > 0) {
+            self.fit_guesses(&mut chosen, budget);
         }
 
         let chunks = chosen
@@ -259,6 +230,43 @@ impl Scheduler {
             self.preempt(victim, in_step);
         }
         true
+    }
+
+    /// Step 4 of `schedule`: guessed tokens (speculative decoding) extend their decodes in
+    /// `chosen` (id, start, len) with the `budget` left and the free blocks no one else
+    /// needed, up to `guess_rows` tokens in the step, shared evenly among the sequences that
+    /// guessed; those that do not fit are dropped.
+    fn fit_guesses(&mut self, chosen: &mut [(RequestId, usize, usize)], budget: usize) {
+        let mut rows_left = (self.config.guess_rows)
+            .saturating_sub(self.config.token_budget - budget)
+            .min(budget);
+        let mut guessing = chosen
+            .iter()
+            .filter(|(id, _, _)| self.running.iter().any(|s| s.id == *id && s.drafts() > 0))
+            .count();
+        for (id, start, len) in chosen.iter_mut() {
+            let Some(seq) = self.running.iter_mut().find(|s| s.id == *id) else {
+                continue;
+            };
+            if seq.drafts() == 0 {
+                continue;
+            }
+            let share = rows_left.div_ceil(guessing);
+            guessing -= 1;
+            let mut extra = seq.drafts().min(share);
+            let need = self.blocks.blocks_needed(&seq.table, *start + *len + extra);
+            if need > self.blocks.n_free() {
+                extra = 0;
+            }
+            seq.drop_drafts(seq.drafts() - extra);
+            if extra > 0 {
+                self.blocks
+                    .reserve(&mut seq.table, *start + *len + extra)
+                    .expect("room was counted");
+                *len += extra;
+                rows_left -= extra;
+            }
+        }
     }
 
     /// Sends running sequence `i` back to the front of the queue, its blocks released: it

@@ -149,7 +149,12 @@ pub fn grounded_prompts() -> Vec<GroundedPrompt> {
 
 /// Each grounded prompt in the model's chat template, as token ids.
 pub fn grounded_prompt_ids(tok: &Tokenizer) -> Result<Vec<Vec<u32>>> {
-    grounded_prompts()
+    prompt_ids(tok, &grounded_prompts())
+}
+
+/// `prompts` in the model's chat template, as token ids.
+fn prompt_ids(tok: &Tokenizer, prompts: &[GroundedPrompt]) -> Result<Vec<Vec<u32>>> {
+    prompts
         .iter()
         .map(|p| {
             let message = Message {
@@ -230,7 +235,8 @@ pub fn run(
     max_tokens: usize,
 ) -> Result<SpeculateReport> {
     let device = runner.device_name();
-    let prompts = grounded_prompt_ids(tok)?;
+    let grounded = grounded_prompts();
+    let prompts = prompt_ids(tok, &grounded)?;
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     let limits = runner.limits();
     if longest + max_tokens > limits.max_context || longest > limits.max_batch_tokens {
@@ -260,17 +266,15 @@ pub fn run(
         speculate,
         ..Default::default()
     };
-    // Untimed: the first decode captures its CUDA graph.
-    generate_timed(
-        &mut engine,
-        &prompts[0],
-        &RequestParams {
-            max_tokens: 4,
-            ..params(0)
-        },
-    )?;
+    // Untimed: every prompt once each way, so that the CUDA graphs of every number of rows
+    // a step takes (a decode, a decode and its guesses) are captured before the clock runs,
+    // as they are in a server that has run a while.
+    for ids in &prompts {
+        generate_timed(&mut engine, ids, &params(0))?;
+        generate_timed(&mut engine, ids, &params(k))?;
+    }
     let mut runs = vec![];
-    for (p, ids) in grounded_prompts().iter().zip(&prompts) {
+    for (p, ids) in grounded.iter().zip(&prompts) {
         progress(&format!("{}: {} prompt tokens", p.task, ids.len()));
         let (plain, plain_s, _) = generate_timed(&mut engine, ids, &params(0))?;
         let before = engine.stats();
