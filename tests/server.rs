@@ -600,8 +600,6 @@ async fn aborts(c: &Client, s: &Server) -> f64 {
     metric(c, s, series).await
 }
 
-/// `--api-key` (here from RUSTLE_API_KEY), `--max-queued` and `--request-timeout`, on a
-/// server that runs one sequence at a time.
 /// `rustle serve --speculate 8`: every request guesses by prompt lookup unless it says
 /// otherwise, and today's guarantees hold: greedy streams equal replies, stop strings, `n`
 /// choices, log-probabilities (those requests do not speculate), and 64 clients half of whom
@@ -618,6 +616,8 @@ async fn serves_the_same_with_speculation_on() {
     disconnects(&c, &s).await;
 }
 
+/// `--api-key` (here from RUSTLE_API_KEY), `--max-queued` and `--request-timeout`, on a
+/// server that runs one sequence at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn key_queue_and_timeout() {
     let s = Server::start(
