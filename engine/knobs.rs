@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::tiles::{QUANT_MAX_TOKENS, STREAM_BARRIER_BYTES, STREAM_MAX_SHARED_BYTES};
 
 /// Every variable `Knobs` reads (README.md lists each).
-pub const NAMES: [&str; 12] = [
+pub const NAMES: [&str; 13] = [
     "RUSTLE_MODEL",
     "RUSTLE_API_KEY",
     "RUSTLE_PIP",
@@ -29,6 +29,7 @@ pub const NAMES: [&str; 12] = [
     "RUSTLE_STREAM_ONE_BYTES",
     "RUSTLE_STREAM_MIN_ROWS",
     "RUSTLE_GEMV_TOKENS",
+    "RUSTLE_GEMV_MMA_TOKENS",
 ];
 
 /// The streamed GEMVs' shared memory a block, in bytes: at most what a block may ask for,
@@ -62,6 +63,9 @@ pub struct Knobs {
     pub stream_min_rows: Option<usize>,
     /// `RUSTLE_GEMV_TOKENS`: the most tokens of a decode step the integer GEMV takes.
     pub gemv_tokens: Option<usize>,
+    /// `RUSTLE_GEMV_MMA_TOKENS`: the fewest tokens the integer GEMV takes on the tensor
+    /// cores (`QUANT_MAX_TOKENS + 1`: none).
+    pub gemv_mma_tokens: Option<usize>,
 }
 
 impl Knobs {
@@ -94,6 +98,7 @@ impl Knobs {
             stream_one_bytes: number("RUSTLE_STREAM_ONE_BYTES", STREAM_BYTES)?,
             stream_min_rows: number("RUSTLE_STREAM_MIN_ROWS", 0..=u32::MAX as usize)?,
             gemv_tokens: number("RUSTLE_GEMV_TOKENS", 1..=QUANT_MAX_TOKENS)?,
+            gemv_mma_tokens: number("RUSTLE_GEMV_MMA_TOKENS", 1..=QUANT_MAX_TOKENS + 1)?,
         })
     }
 }
@@ -200,6 +205,10 @@ mod tests {
             "RUSTLE_GEMV_TOKENS=16: want a whole number from 1 to 8"
         );
         assert_eq!(
+            error(&[("RUSTLE_GEMV_MMA_TOKENS", "0")]),
+            "RUSTLE_GEMV_MMA_TOKENS=0: want a whole number from 1 to 9"
+        );
+        assert_eq!(
             error(&[("RUSTLE_STREAM_BYTES", "50K")]),
             "RUSTLE_STREAM_BYTES=50K: want a whole number from 1 to 232320"
         );
@@ -241,6 +250,7 @@ mod tests {
             ("RUSTLE_STREAM_ONE_BYTES", "232320"),
             ("RUSTLE_STREAM_MIN_ROWS", "0"),
             ("RUSTLE_GEMV_TOKENS", "8"),
+            ("RUSTLE_GEMV_MMA_TOKENS", "9"),
         ])
         .unwrap();
         let want = Knobs {
@@ -256,6 +266,7 @@ mod tests {
             stream_one_bytes: Some(232320),
             stream_min_rows: Some(0),
             gemv_tokens: Some(8),
+            gemv_mma_tokens: Some(9),
         };
         assert_eq!(k, want);
     }

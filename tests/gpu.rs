@@ -7,6 +7,8 @@
 //! ignored, with the reason.
 
 mod common;
+#[path = "gpu/gemv_mma.rs"]
+mod gemv_mma;
 #[path = "gpu/speculation.rs"]
 mod speculation;
 
@@ -54,6 +56,14 @@ const TESTS: &[(&str, Test)] = &[
     (
         "kernel::gemv_q4_k_q6_k, gemv_q5_k_q6_k (a matrix of two types)",
         gemv_two_types,
+    ),
+    (
+        "kernel::gemv_mma_q4_k, gemv_mma_q6_k (1 to 8 tokens on the tensor cores)",
+        gemv_mma::gemv_mma_blocks,
+    ),
+    (
+        "kernel::gemv_swiglu_mma_q4_k, gemv_swiglu_mma_q6_k (1 to 8 tokens)",
+        gemv_mma::gemv_swiglu_mma_blocks,
     ),
     (
         "kernel::gemv_swiglu_q4_0 .. gemv_swiglu_fp8 (every block type)",
@@ -2920,19 +2930,32 @@ fn quantized_batch_matches_runs_alone(g: &Gpu, rng: &mut StdRng) {
 /// splits (the batch's longest context sets their count) are empty, so each sequence's
 /// logits must be those of its step alone to the bit. Each sequence runs twice, in two
 /// caches: alone, one step at a time, and in the batch, both fed the tokens chosen alone.
-/// The GPU is told to take every count the GEMV takes through it (`blocks_gemv_tokens`),
-/// whatever count the engine routes to `gemm_<type>` by default.
+/// The GPU is told to take every count the GEMV takes through it (`gemv_tokens_knob`),
+/// whatever count the engine routes to `gemm_<type>` by default. Q4_K and Q6_K run twice:
+/// every count on `gemv_<type>`, then every count on the tensor cores (`gemv_mma_<type>`);
+/// by default one token takes the first and more the second, whose sums differ in order.
 fn few_sequences_decode_as_one(g: &Gpu, rng: &mut StdRng) {
     use rustle::gpu::GpuWeights;
     use rustle::gpu::matrix::Synthetic;
+    use rustle::tiles::QUANT_MAX_TOKENS;
     let mut g = g.clone();
-    g.blocks_gemv_tokens = rustle::tiles::QUANT_MAX_TOKENS;
-    let g = &g;
+    g.gemv_tokens_knob = Some(QUANT_MAX_TOKENS);
     let (c, _) = synthetic_llama3(rng);
-    let weights = GpuWeights::synthetic(g, &c, 7, Synthetic::KMix(BlockType::Q4K)).unwrap();
-    let mut r = Runner::with_gpu_weights(c, g.clone(), weights, None, &opts()).unwrap();
-    // Q4_K_M's layers that keep v in Q6_K take q, k and v in one launch.
-    few_sequences_match_alone(&mut r, rng, "synthetic q4_k_m", false, &["gemv_q4_k_q6_k"]);
+    for (mma_tokens, kernels) in [
+        // Q4_K_M's layers that keep v in Q6_K take q, k and v in one launch.
+        (QUANT_MAX_TOKENS + 1, &["gemv_q4_k_q6_k"][..]),
+        (
+            1,
+            &["gemv_mma_q4_k", "gemv_mma_q6_k", "gemv_swiglu_mma_q4_k"][..],
+        ),
+    ] {
+        g.gemv_mma_tokens = mma_tokens;
+        let weights = GpuWeights::synthetic(&g, &c, 7, Synthetic::KMix(BlockType::Q4K)).unwrap();
+        let mut r = Runner::with_gpu_weights(c.clone(), g.clone(), weights, None, &opts()).unwrap();
+        let what = format!("synthetic q4_k_m, the tensor cores from {mma_tokens} tokens");
+        few_sequences_match_alone(&mut r, rng, &what, false, kernels);
+    }
+    let g = &g;
     let m = rustle::loader::load(std::path::Path::new("tests/golden/tiny-quant.gguf")).unwrap();
     let mut r = Runner::new(m.config, m.weights, &opts(), gpu_device(g)).unwrap();
     // Layer 1's gate and up are of different types: two GEMVs and `swiglu_f32`.

@@ -7,6 +7,7 @@ pub mod experts;
 pub mod fast;
 pub mod ops;
 pub mod quant;
+pub mod quant_mma;
 pub mod timed;
 
 use timed::Ops;

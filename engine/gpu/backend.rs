@@ -129,6 +129,10 @@ pub struct GpuBackend {
     batch_invariant: bool,
     /// Every matrix is GGUF blocks (`GpuWeights::all_codes`, `Rules::all_codes`).
     all_codes: bool,
+    /// Most tokens of a decode step the integer GEMV takes (`Gpu::decode_gemv_tokens`).
+    decode_gemv_tokens: usize,
+    /// `Gpu::gemv_mma_tokens` outside the batch-invariant mode.
+    gemv_mma_tokens: usize,
     logits_host: Vec<f32>,
     ids_host: Vec<u32>,
     /// Each pass's span on the GPU's clock, while asked for (`clock_steps`).
@@ -169,6 +173,8 @@ impl GpuBackend {
             graphs: Graphs::default(),
             batch_invariant: false,
             all_codes: weights.all_codes(),
+            decode_gemv_tokens: gpu.decode_gemv_tokens(&weights.block_types()),
+            gemv_mma_tokens: gpu.gemv_mma_tokens,
             logits_host: vec![],
             ids_host: vec![],
             clock: None,
@@ -184,11 +190,18 @@ impl GpuBackend {
     /// would be faster; 128 rows at a time for a prompt, where the warpgroup GEMM would be),
     /// and attention through `attention_bf16`, whose sums for a token depend on its own
     /// position alone. Decode graphs captured before are dropped.
+    ///
+    /// Over Q4_K and Q6_K every count of tokens takes `gemv_<type>`, as one token does: the
+    /// GEMV on the tensor cores (`gemv_mma_<type>`) sums in another order.
     pub fn set_batch_invariant(&mut self, on: bool) {
         if self.batch_invariant != on {
             self.batch_invariant = on;
             self.graphs.clear();
         }
+        self.gpu.gemv_mma_tokens = match on {
+            true => QUANT_MAX_TOKENS + 1,
+            false => self.gemv_mma_tokens,
+        };
     }
 
     pub fn set_rope(&mut self, rope: &RopeTables) -> Result<()> {
@@ -297,7 +310,7 @@ impl GpuBackend {
             // A short prompt keeps the integer GEMV up to `QUANT_MAX_TOKENS` tokens, for its
             // accuracy (`Rules::blocks_gemv_tokens`).
             blocks_gemv_tokens: match decode {
-                true => self.gpu.blocks_gemv_tokens,
+                true => self.decode_gemv_tokens,
                 false => QUANT_MAX_TOKENS,
             },
             all_codes: self.all_codes,

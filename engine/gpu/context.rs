@@ -10,7 +10,8 @@ use cudarc::nvrtc::Ptx;
 
 use super::kernels::table::{GemmSlots, Kernels};
 use crate::error::{Error, Result};
-use crate::tiles::{STREAM_BLOCK_BYTES, STREAM_MIN_ROWS, STREAM_ONE_BLOCK_BYTES};
+use crate::tiles::{QUANT_MAX_TOKENS, STREAM_BLOCK_BYTES, STREAM_MIN_ROWS, STREAM_ONE_BLOCK_BYTES};
+use crate::weights::blocks::BlockType;
 
 /// Cloning shares the context, stream and module.
 #[derive(Clone)]
@@ -45,9 +46,12 @@ pub struct Gpu {
     /// every such GEMV on `gemv_<type>`, to measure what streaming brings).
     pub stream_min_rows: usize,
     /// Most tokens of a decode step a matmul over GGUF blocks takes through the integer
-    /// GEMV, past which `gemm_<type>` takes them: `BLOCKS_GEMV_MAX_TOKENS`, or
-    /// RUSTLE_GEMV_TOKENS (1 to `QUANT_MAX_TOKENS`) to measure others.
-    pub blocks_gemv_tokens: usize,
+    /// GEMV, past which `gemm_<type>` takes them, where RUSTLE_GEMV_TOKENS (1 to
+    /// `QUANT_MAX_TOKENS`) sets it to measure others: else `decode_gemv_tokens` decides.
+    pub gemv_tokens_knob: Option<usize>,
+    /// The fewest tokens the integer GEMV takes on the tensor cores (`gemv_mma_<type>`):
+    /// `MMA_GEMV_MIN_TOKENS`, or RUSTLE_GEMV_MMA_TOKENS (`QUANT_MAX_TOKENS + 1`: none).
+    pub gemv_mma_tokens: usize,
     /// While profiling: every launch with events around it, and the positions of the batch
     /// being run (shared by all clones).
     profile: Arc<Mutex<Option<Profiling>>>,
@@ -61,6 +65,34 @@ pub struct Gpu {
 /// 506.3, 565.7, 622.9 / 510.1, 697.1, 1342.9 / 353.7, 698.5, 1337.4; Q8_0 447.1, 497.0,
 /// 541.1 / 445.9, 700.8, 1345.3 / 359.7, 695.0, 1343.3.
 pub const BLOCKS_GEMV_MAX_TOKENS: usize = 2;
+
+/// Fewest tokens the integer GEMV takes on the tensor cores, where the type has the kernel
+/// (`gemv_mma_<type>`; `Gpu::gemv_mma_tokens`, RUSTLE_GEMV_MMA_TOKENS to measure others). Fewer stay on
+/// `gemv_<type>`: the tensor cores' GEMV reads the weights at a little over half the speed
+/// of `gemv_<type>`'s one token, and costs about the same for 1 to 8. On the H100, Llama 3
+/// 8B's shape in Q4_K_M (`rustle bench --verify`, round 67): a pass of one sequence over
+/// 1, 2, 3, 4 and 8 tokens took 1.00, 1.23, 2.08, 2.05 and 2.12 decode steps with
+/// `gemv_<type>` for up to 2 tokens and `gemm_<type>` past them, 1.39, 1.41, 1.50, 1.50 and
+/// 1.79 with this kernel from 1 token (1.00 being 2.664 ms); `rustle bench --batch`, 2
+/// sequences at 603.6 tok/s on `gemv_<type>` and 524.3 here.
+pub const MMA_GEMV_MIN_TOKENS: usize = 3;
+
+impl Gpu {
+    /// Most tokens of a decode step a matmul over GGUF blocks of `types` takes through the
+    /// integer GEMV: RUSTLE_GEMV_TOKENS where set; all `QUANT_MAX_TOKENS` where every type
+    /// has the GEMV on the tensor cores (`gemv_mma_<type>`, which multiplies 8 tokens for
+    /// about the arithmetic of one); else `BLOCKS_GEMV_MAX_TOKENS`.
+    pub fn decode_gemv_tokens(&self, types: &[BlockType]) -> usize {
+        let mma = types
+            .iter()
+            .all(|&ty| self.gemv_on_mma(ty, QUANT_MAX_TOKENS));
+        match (self.gemv_tokens_knob, mma) {
+            (Some(n), _) => n,
+            (None, true) => QUANT_MAX_TOKENS,
+            (None, false) => BLOCKS_GEMV_MAX_TOKENS,
+        }
+    }
+}
 
 /// What a profile records: the launches, and what their byte counts need that the launches'
 /// arguments do not carry (the batch's positions live on the device).
@@ -168,7 +200,6 @@ impl Gpu {
         let stream_bytes = knobs.stream_bytes.unwrap_or(STREAM_BLOCK_BYTES);
         let stream_one_bytes = knobs.stream_one_bytes.unwrap_or(STREAM_ONE_BLOCK_BYTES);
         let stream_min_rows = knobs.stream_min_rows.unwrap_or(STREAM_MIN_ROWS);
-        let blocks_gemv_tokens = knobs.gemv_tokens.unwrap_or(BLOCKS_GEMV_MAX_TOKENS);
         Ok(Gpu {
             profile: Arc::new(Mutex::new(None)),
             description: format!(
@@ -182,7 +213,8 @@ impl Gpu {
             stream_bytes,
             stream_one_bytes,
             stream_min_rows,
-            blocks_gemv_tokens,
+            gemv_tokens_knob: knobs.gemv_tokens,
+            gemv_mma_tokens: knobs.gemv_mma_tokens.unwrap_or(MMA_GEMV_MIN_TOKENS),
             ctx,
             stream,
             kernels,

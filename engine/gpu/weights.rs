@@ -326,6 +326,22 @@ impl GpuWeights {
             .any(GpuMatrix::is_gguf)
     }
 
+    /// The block types of the layer matrices and the output head held in blocks, each once.
+    pub fn block_types(&self) -> Vec<BlockType> {
+        let mut types = vec![];
+        let matrices = self.layers.iter().flat_map(|l| l.matrices());
+        for m in matrices.chain([self.head()]) {
+            if let MatrixData::Blocks(parts) = &m.data {
+                for p in parts {
+                    if !types.contains(&p.ty) {
+                        types.push(p.ty);
+                    }
+                }
+            }
+        }
+        types
+    }
+
     /// The output head: its own matrix, or the embedding it is tied to.
     pub fn head(&self) -> &GpuMatrix {
         self.lm_head.as_ref().unwrap_or(&self.embed)

@@ -293,6 +293,26 @@ pub unsafe fn ld_nc_v4(p: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// An 8-byte load through the read-only path (`ld.global.nc.v2.u32`).
+///
+/// # Safety
+/// `p` is 8-byte aligned, points to global memory, and nothing writes it during the kernel.
+#[inline(always)]
+pub unsafe fn ld_nc_v2(p: *const u32) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    // SAFETY: the caller guarantees alignment, validity and read-only use.
+    unsafe {
+        asm!(
+            "ld.global.nc.v2.u32 {{{a}, {b}}}, [{p}];",
+            a = out(reg32) a,
+            b = out(reg32) b,
+            p = in(reg64) p,
+            options(readonly, nostack, pure),
+        );
+    }
+    [a, b]
+}
+
 /// Asks L2 for the line holding `p` (`prefetch.global.L2`): the load that follows finds it
 /// there, and the thread does not wait for it now.
 ///

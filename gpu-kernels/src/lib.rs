@@ -55,6 +55,7 @@ pub mod gemm_wgmma;
 pub mod gemm_wgmma_blocks;
 pub mod gemv;
 pub mod gemv_codes;
+pub mod gemv_mma;
 pub mod gemv_quant;
 pub mod gemv_steps;
 #[cfg(target_feature = "sm_90a")]

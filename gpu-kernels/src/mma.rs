@@ -229,3 +229,28 @@ pub unsafe fn ld_shared_v4(addr: u32) -> [u32; 4] {
     };
     [a, b, c, d]
 }
+
+/// `acc += a * b` in integers (`mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32`): a 16 x 16
+/// tile of `a` (i8, row-major), a 16 x 8 tile of `b` (i8, column-major) and a 16 x 8 tile of
+/// i32 sums, spread over the warp. In lane `l`, with `g = l / 4` and `t = l % 4`: `a[0]`
+/// holds row g, k `4t .. 4t + 4` (a byte each, the lowest first), `a[1]` row g + 8, the same
+/// k; `b` holds k `4t .. 4t + 4` of column g; `acc` holds (row g, cols 2t, 2t + 1) and (row
+/// g + 8, the same). The quantized GEMV of several tokens (`gemv_mma.rs`) is made of it.
+#[inline(always)]
+pub fn mma_s8_16816(acc: &mut [i32; 4], a: [u32; 2], b: u32) {
+    // SAFETY: a register-only instruction; every lane of the warp executes it (callers run
+    // it in warp-uniform control flow).
+    unsafe {
+        asm!(
+            "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}}}, {{{b0}}}, {{{d0}, {d1}, {d2}, {d3}}};",
+            d0 = inout(reg32) acc[0],
+            d1 = inout(reg32) acc[1],
+            d2 = inout(reg32) acc[2],
+            d3 = inout(reg32) acc[3],
+            a0 = in(reg32) a[0],
+            a1 = in(reg32) a[1],
+            b0 = in(reg32) b,
+            options(pure, nomem, nostack),
+        )
+    };
+}

@@ -255,6 +255,17 @@ pub const fn codes_shared_bytes(warps: usize) -> usize {
     warps * CODES_ROWS * QUANT_MAX_TOKENS * 4
 }
 
+/// Integer GEMV of several tokens on the tensor cores (`gemv_mma.rs`): output rows per block,
+/// the 16 of an `mma`'s first operand (a gate row and an up row each with the SwiGLU).
+pub const MMA_GEMV_ROWS: usize = 16;
+/// Integer GEMV on the tensor cores: warps per block, each a part of every row's blocks.
+pub const MMA_GEMV_WARPS: usize = 8;
+/// Integer GEMV on the tensor cores: bytes of dynamic shared memory for the warps' sums of
+/// `tiles` tiles of rows (2 with the SwiGLU: gate and up) and `QUANT_MAX_TOKENS` tokens.
+pub const fn mma_gemv_shared_bytes(tiles: usize) -> usize {
+    MMA_GEMV_WARPS * tiles * MMA_GEMV_ROWS * QUANT_MAX_TOKENS * 4
+}
+
 /// Streamed gate-and-up GEMV (`gemv_stream.rs`): bytes of shared memory before the stages,
 /// for their barriers (8 bytes each: at most 16 stages), keeping the stages 128-byte aligned.
 pub const STREAM_BARRIER_BYTES: usize = 128;

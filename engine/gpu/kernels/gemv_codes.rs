@@ -63,6 +63,9 @@ impl Gpu {
             ty != BlockType::Fp8,
             "fp8 multiplies its activations as they are: gemv_fp8 (Gpu::gemv_blocks)"
         );
+        if self.gemv_on_mma(ty, n_tokens) {
+            return self.gemv_mma(out, codes, scales, w, bias, shape);
+        }
         check_matrix(self, w, n_out, n_in);
         self.check_codes(codes, scales, out, shape);
         assert!(bias.is_none_or(|b| b.len() == n_out));
@@ -108,8 +111,26 @@ impl Gpu {
         bias: Option<&In<f32>>,
         shape: MatmulShape,
     ) -> Result<()> {
-        let [_, n_in, n_out, _] = shape.sizes();
+        let [n_tokens, n_in, n_out, out_stride] = shape.sizes();
         let (a, b) = (w_a.ty, w_b.ty);
+        if self.gemv_on_mma(a, n_tokens) && self.gemv_on_mma(b, n_tokens) {
+            // Each part on the tensor cores, its columns of the output and the bias its own.
+            let n_first = w_a.bytes.len() / a.row_bytes(n_in).max(1);
+            let part =
+                |n_out| MatmulShape::new(n_tokens, n_in, n_out, out_stride, shape.accumulates());
+            let bias_a = bias.map(|b| b.slice(..n_first));
+            self.gemv_mma(out, codes, scales, w_a, bias_a.as_ref(), part(n_first))?;
+            let bias_b = bias.map(|b| b.slice(n_first..));
+            let out_b = &mut out.slice_mut(n_first..);
+            return self.gemv_mma(
+                out_b,
+                codes,
+                scales,
+                w_b,
+                bias_b.as_ref(),
+                part(n_out - n_first),
+            );
+        }
         let (func, name) = self
             .kernels
             .two_types(a, b)
@@ -167,6 +188,9 @@ impl Gpu {
         }
         assert!(!shape.accumulates(), "the SwiGLU overwrites its output");
         self.check_codes(codes, scales, out, shape);
+        if self.gemv_on_mma(ty, n_tokens) {
+            return self.gemv_swiglu_mma(out, codes, scales, w_gate, w_up, shape);
+        }
         let stream = self.stream_plan(ty, n_tokens, n_in, n_out, true);
         let (func, name, cfg) = match stream {
             Some((func, name, cfg, _)) => (func, name, cfg),
@@ -255,7 +279,13 @@ impl Gpu {
     }
 
     /// The checks of the activations' codes and the output that every integer GEMV needs.
-    fn check_codes(&self, codes: &In<u8>, scales: &In<f32>, out: &Out<f32>, shape: MatmulShape) {
+    pub(super) fn check_codes(
+        &self,
+        codes: &In<u8>,
+        scales: &In<f32>,
+        out: &Out<f32>,
+        shape: MatmulShape,
+    ) {
         let [n_tokens, n_in, ..] = shape.sizes();
         check_tokens_out(out, shape);
         assert!(codes.len() >= n_tokens * n_in && aligned16(codes, &self.stream));

@@ -19,6 +19,7 @@ pub mod gemm_skinny;
 pub mod gemm_wgmma;
 pub mod gemv;
 pub mod gemv_codes;
+pub mod gemv_mma;
 pub mod gemv_quant;
 pub mod gemv_steps;
 pub mod kv_cache;
