@@ -9,6 +9,7 @@ pub mod ops;
 pub mod quant;
 pub mod quant_mma;
 pub mod timed;
+mod twins;
 
 use timed::Ops;
 

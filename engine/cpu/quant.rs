@@ -6,6 +6,7 @@
 //! the loader's dequantizers) and multiplied in f32, so the GPU's register decoding is held
 //! against the decoders that are themselves checked against the `gguf` package.
 
+use super::twins::gemv_twins;
 use crate::kernel_args::{Blocks, MatmulShape};
 use crate::weights::blocks::{BlockType, e4m3_to_f32};
 
@@ -239,39 +240,6 @@ pub fn gemv_swiglu_fp8(
 /// times 2^8 (both exact).
 pub fn fp8_activation(v: f32) -> f32 {
     half::f16::from_f32(v / 256.0).to_f32() * 256.0
-}
-
-/// The GGUF types' GEMV twins by kernel name (`gemv_q4_k`, `gemv_swiglu_q4_k`, ...), each
-/// `gemv_codes` or `gemv_swiglu_codes` of its type.
-macro_rules! gemv_twins {
-    ($($ty:ident => $gemv:ident, $swiglu:ident;)*) => {$(
-        #[doc = concat!("`gemv_codes` over `", stringify!($ty), "` weights.")]
-        pub fn $gemv(
-            out: &mut [f32],
-            codes: &[u8],
-            scales: &[f32],
-            w: &[u8],
-            bias: Option<&[f32]>,
-            shape: MatmulShape,
-        ) {
-            let w = Blocks { ty: BlockType::$ty, bytes: w, row_scales: None };
-            gemv_codes(out, codes, scales, w, bias, shape)
-        }
-
-        #[doc = concat!("`gemv_swiglu_codes` over `", stringify!($ty), "` weights.")]
-        pub fn $swiglu(
-            out: &mut [f32],
-            codes: &[u8],
-            scales: &[f32],
-            w_gate: &[u8],
-            w_up: &[u8],
-            shape: MatmulShape,
-        ) {
-            let [w_gate, w_up] =
-                [w_gate, w_up].map(|bytes| Blocks { ty: BlockType::$ty, bytes, row_scales: None });
-            gemv_swiglu_codes(out, codes, scales, w_gate, w_up, shape)
-        }
-    )*};
 }
 
 gemv_twins! {
