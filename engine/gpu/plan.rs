@@ -61,7 +61,7 @@ pub struct Rules {
     /// do not depend on the other tokens of the launch (`GpuBackend::set_batch_invariant`).
     pub invariant: bool,
     /// Most tokens a matmul over GGUF blocks takes through the integer GEMV rather than
-    /// `gemm_<type>`: a decode step's `Gpu::blocks_gemv_tokens`, else `QUANT_MAX_TOKENS`
+    /// `gemm_<type>`: a decode step's `Gpu::decode_gemv_tokens`, else `QUANT_MAX_TOKENS`
     /// (a short prompt keeps the GEMV for its accuracy: the golden 5-token prompt's first
     /// logit came out 25.48 through `gemm_q4_1`'s bf16 activations against transformers'
     /// 24.91, and within 0.3 through the GEMV's codes).
