@@ -58,11 +58,11 @@ const TESTS: &[(&str, Test)] = &[
         gemv_two_types,
     ),
     (
-        "kernel::gemv_mma_q4_k, gemv_mma_q6_k (1 to 8 tokens on the tensor cores)",
+        "kernel::gemv_mma_q4_1 .. gemv_mma_q6_k (1 to 8 tokens on the tensor cores)",
         gemv_mma::gemv_mma_blocks,
     ),
     (
-        "kernel::gemv_swiglu_mma_q4_k, gemv_swiglu_mma_q6_k (1 to 8 tokens)",
+        "kernel::gemv_swiglu_mma_q4_1 .. gemv_swiglu_mma_q6_k (1 to 8 tokens)",
         gemv_mma::gemv_swiglu_mma_blocks,
     ),
     (

@@ -8,6 +8,8 @@ use crate::kernel_args::{Blocks, MatmulShape};
 use crate::weights::blocks::BlockType;
 
 gemv_twins! {
+    Q4_1 => gemv_mma_q4_1, gemv_swiglu_mma_q4_1;
+    Q8_0 => gemv_mma_q8_0, gemv_swiglu_mma_q8_0;
     Q4K => gemv_mma_q4_k, gemv_swiglu_mma_q4_k;
     Q6K => gemv_mma_q6_k, gemv_swiglu_mma_q6_k;
 }

@@ -1,5 +1,6 @@
 //! The integer GEMV of several tokens on the tensor cores: `gemv_mma_<type>` and
-//! `gemv_swiglu_mma_<type>`, for Q4_K and Q6_K (the types of a Q4_K_M file).
+//! `gemv_swiglu_mma_<type>`, for Q4_K and Q6_K (the types of a Q4_K_M file) and Q4_1 and
+//! Q8_0 (the default model's).
 //!
 //! `gemv_codes.rs` multiplies a row by each token in turn with `dp4a`: its weights come from
 //! memory once, but are decoded and multiplied again for every token, so that eight tokens
@@ -34,7 +35,7 @@ use crate::device::{
 };
 use crate::gemv_codes::CodesIn;
 use crate::mma::mma_s8_16816;
-use crate::quant_blocks::{Blocks, Q4K, Q6K, scale_min};
+use crate::quant_blocks::{Blocks, Q4_1, Q4K, Q6K, Q8_0, scale_min};
 use crate::tiles::{MMA_GEMV_ROWS, MMA_GEMV_WARPS, QUANT_MAX_TOKENS};
 use crate::unroll::unroll;
 
@@ -187,9 +188,10 @@ pub struct Q6Part {
     d: f32,
 }
 
-/// The 4 bytes at `p`, which a 210-byte Q6_K block leaves 4-byte aligned or 2 past it: one
-/// load, or two of 2 bytes. (Every row of a matrix whose width is a multiple of 512 starts
-/// where the first did, so a warp's lanes take the same branch.)
+/// The 4 bytes at `p`, which a 210-byte Q6_K block or a 34-byte Q8_0 block leaves 4-byte
+/// aligned or 2 past it: one load, or two of 2 bytes. (Every row of a matrix whose width is a
+/// multiple of 512, or of 64 for Q8_0, starts where the first did, so a warp's lanes take
+/// the same branch.)
 ///
 /// # Safety
 /// `p` is 2-byte aligned, its 4 bytes in global memory that nothing writes in the kernel.
@@ -266,6 +268,105 @@ impl MmaCodes for Q6K {
                 unroll!(i < 4 => {
                     acc[m][i] += parts[m][i / 2].d * s[i % 2][0] * sums[m][i] as f32;
                 });
+            });
+        });
+    }
+}
+
+/// A lane's part of a Q4_1 block (`d`, `m`, then 16 bytes whose low nibbles are weights
+/// 0..16 and high nibbles 16..32; weight = d q + m): the head and the word at byte 4 + 4t,
+/// whose low nibbles are weights 4t.. of the first 16 and high ones the same of the second.
+#[derive(Clone, Copy)]
+pub struct Q41Part {
+    head: u32,
+    q: u32,
+}
+
+impl MmaCodes for Q4_1 {
+    type Part = Q41Part;
+
+    #[inline(always)]
+    unsafe fn load_part(row: *const u8, blk: usize, t: usize) -> Q41Part {
+        let block = row.wrapping_add(20 * blk) as *const u32;
+        // SAFETY: 20-byte blocks are 4-byte aligned; words 0 and 1 + t are inside the block.
+        unsafe {
+            Q41Part {
+                head: ld_nc_u32(block),
+                q: ld_nc_u32(block.wrapping_add(1 + t)),
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn add_block<const M: usize>(
+        acc: &mut [[f32; 4]; M],
+        parts: &[[Q41Part; 2]; M],
+        lane: &Lane,
+        blk: usize,
+    ) {
+        // SAFETY: the caller's; the lane's codes match its nibbles in each half.
+        let (x, s) = unsafe {
+            let half = |h: usize| lane.codes::<1>(32 * blk + 16 * h + 4 * lane.t)[0];
+            ([half(0), half(1)], lane.scales(blk))
+        };
+        unroll!(m < M => {
+            let mut c = [0i32; 4];
+            unroll!(h < 2 => {
+                let nibbles = |r: usize| (parts[m][r].q >> (4 * h as u32)) & 0x0f0f_0f0f;
+                mma_s8_16816(&mut c, [nibbles(0), nibbles(1)], x[h]);
+            });
+            unroll!(r < 2 => {
+                let head = parts[m][r].head;
+                let (d, min) = (f16_to_f32(head as u16), f16_to_f32((head >> 16) as u16));
+                unroll!(k < 2 => {
+                    // sum_i (d q_i + min) (dx x_i) = d dx sum_i q_i x_i + min (dx sum_i x_i)
+                    acc[m][2 * r + k] += d * s[k][0] * c[2 * r + k] as f32 + min * s[k][1];
+                });
+            });
+        });
+    }
+}
+
+/// A lane's part of a Q8_0 block (`d`, then 32 signed bytes; weight = d q): `d` and the words
+/// at bytes 2 + 4t and 18 + 4t, weights 4t.. of each half. A 34-byte block starts 4-byte
+/// aligned or 2 past it.
+#[derive(Clone, Copy)]
+pub struct Q80Part {
+    q: [u32; 2],
+    d: f32,
+}
+
+impl MmaCodes for Q8_0 {
+    type Part = Q80Part;
+
+    #[inline(always)]
+    unsafe fn load_part(row: *const u8, blk: usize, t: usize) -> Q80Part {
+        let block = row.wrapping_add(34 * blk);
+        // SAFETY (all): even offsets, their bytes inside the block.
+        let q = [0, 1].map(|h| unsafe { word(block.wrapping_add(2 + 16 * h + 4 * t)) });
+        let d = f16_to_f32(unsafe { ld_nc_u16(block as *const u16) });
+        Q80Part { q, d }
+    }
+
+    #[inline(always)]
+    unsafe fn add_block<const M: usize>(
+        acc: &mut [[f32; 4]; M],
+        parts: &[[Q80Part; 2]; M],
+        lane: &Lane,
+        blk: usize,
+    ) {
+        // SAFETY: the caller's; the lane's codes match its weights in each half.
+        let (x, s) = unsafe {
+            let half = |h: usize| lane.codes::<1>(32 * blk + 16 * h + 4 * lane.t)[0];
+            ([half(0), half(1)], lane.scales(blk))
+        };
+        unroll!(m < M => {
+            let mut c = [0i32; 4];
+            unroll!(h < 2 => {
+                mma_s8_16816(&mut c, [parts[m][0].q[h], parts[m][1].q[h]], x[h]);
+            });
+            unroll!(i < 4 => {
+                acc[m][i] += parts[m][i / 2].d * s[i % 2][0] * c[i] as f32;
             });
         });
     }
@@ -437,6 +538,8 @@ macro_rules! mma_kernels {
 }
 
 mma_kernels! {
+    Q4_1 => gemv_mma_q4_1, gemv_swiglu_mma_q4_1;
+    Q8_0 => gemv_mma_q8_0, gemv_swiglu_mma_q8_0;
     Q4K => gemv_mma_q4_k, gemv_swiglu_mma_q4_k;
     Q6K => gemv_mma_q6_k, gemv_swiglu_mma_q6_k;
 }

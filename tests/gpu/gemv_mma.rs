@@ -1,13 +1,14 @@
 //! The integer GEMV on the tensor cores (`gemv_mma_<type>`, `gemv_swiglu_mma_<type>`) against
-//! its twins: every token count it takes, one row to rows past a block's 16 and ending inside
-//! them, Q6_K rows of an odd number of blocks (every other row 2 bytes past a 4-byte
-//! boundary), a wider output row, bias and accumulation. Columns past `n_out` must stay as
+//! its twins, for Q4_1, Q8_0, Q4_K and Q6_K: every token count it takes, one row to rows past
+//! a block's 16 and ending inside them, Q6_K and Q8_0 rows of an odd number of blocks (every
+//! other row 2 bytes past a 4-byte boundary), a wider output row, bias and accumulation. Columns past `n_out` must stay as
 //! they were (poison).
 
 use rand::Rng;
 use rand::rngs::StdRng;
 use rustle::cpu::quant_mma::{
-    gemv_mma_q4_k, gemv_mma_q6_k, gemv_swiglu_mma_q4_k, gemv_swiglu_mma_q6_k,
+    gemv_mma_q4_1, gemv_mma_q4_k, gemv_mma_q6_k, gemv_mma_q8_0, gemv_swiglu_mma_q4_1,
+    gemv_swiglu_mma_q4_k, gemv_swiglu_mma_q6_k, gemv_swiglu_mma_q8_0,
 };
 use rustle::gpu::Gpu;
 use rustle::kernel_args::MatmulShape;
@@ -20,14 +21,20 @@ use super::{
 type Twin = fn(&mut [f32], &[u8], &[f32], &[u8], Option<&[f32]>, MatmulShape);
 type SwigluTwin = fn(&mut [f32], &[u8], &[f32], &[u8], &[u8], MatmulShape);
 
-const TYPES: [(BlockType, Twin, SwigluTwin); 2] = [
+const TYPES: [(BlockType, Twin, SwigluTwin); 4] = [
+    (BlockType::Q4_1, gemv_mma_q4_1, gemv_swiglu_mma_q4_1),
+    (BlockType::Q8_0, gemv_mma_q8_0, gemv_swiglu_mma_q8_0),
     (BlockType::Q4K, gemv_mma_q4_k, gemv_swiglu_mma_q4_k),
     (BlockType::Q6K, gemv_mma_q6_k, gemv_swiglu_mma_q6_k),
 ];
 
 pub fn gemv_mma_blocks(g: &Gpu, rng: &mut StdRng) {
-    // (n_in, n_out, stride, bias, accumulate); every token count 1 to 8 on each.
+    // (n_in, n_out, stride, bias, accumulate); every token count 1 to 8 on each shape whose
+    // rows are whole blocks of the type. 96 and 576 (the default model's width): rows of an
+    // odd and an even number of 32-weight blocks.
     let shapes = [
+        (96, 19, 19, true, false),
+        (576, 40, 41, false, true),
         (256, 1, 3, false, false),
         (768, 37, 40, true, false),
         (4096, 48, 48, false, true),
@@ -36,6 +43,9 @@ pub fn gemv_mma_blocks(g: &Gpu, rng: &mut StdRng) {
     ];
     for (ty, twin, _) in TYPES {
         for (n_in, n_out, stride, bias, accumulate) in shapes {
+            if n_in % ty.block_len() != 0 {
+                continue;
+            }
             let (w, scales) =
                 rustle::cpu::quant::random_blocks(ty, n_out, n_in, 0.05, rng.random());
             let w_dev = on_device(g, &w, &scales);
@@ -80,7 +90,11 @@ pub fn gemv_mma_blocks(g: &Gpu, rng: &mut StdRng) {
 
 pub fn gemv_swiglu_mma_blocks(g: &Gpu, rng: &mut StdRng) {
     for (ty, _, twin) in TYPES {
-        for (n_in, n_out, stride) in [(256, 40, 40), (768, 37, 40), (4096, 1000, 1000)] {
+        let shapes = [(96, 21, 21), (256, 40, 40), (768, 37, 40), (4096, 1000, 1000)];
+        for (n_in, n_out, stride) in shapes {
+            if n_in % ty.block_len() != 0 {
+                continue;
+            }
             let [(w_gate, gate_scales), (w_up, up_scales)] = [0.05, 0.05]
                 .map(|s| rustle::cpu::quant::random_blocks(ty, n_out, n_in, s, rng.random()));
             let gate_dev = on_device(g, &w_gate, &gate_scales);

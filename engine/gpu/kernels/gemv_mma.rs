@@ -119,9 +119,12 @@ fn mma_launch(n_out: usize, tiles: usize) -> LaunchConfig {
 }
 
 impl Kernels {
-    /// `gemv_mma_<type>` and its name, for the types that have it (Q4_K and Q6_K).
+    /// `gemv_mma_<type>` and its name, for the types that have it (Q4_1, Q8_0, Q4_K and
+    /// Q6_K).
     fn gemv_mma(&self, ty: BlockType) -> Option<(&CudaFunction, &'static str)> {
         match ty {
+            BlockType::Q4_1 => Some((&self.gemv_mma_q4_1, "gemv_mma_q4_1")),
+            BlockType::Q8_0 => Some((&self.gemv_mma_q8_0, "gemv_mma_q8_0")),
             BlockType::Q4K => Some((&self.gemv_mma_q4_k, "gemv_mma_q4_k")),
             BlockType::Q6K => Some((&self.gemv_mma_q6_k, "gemv_mma_q6_k")),
             _ => None,
@@ -131,6 +134,8 @@ impl Kernels {
     /// `gemv_swiglu_mma_<type>` and its name, for the types that have it.
     fn gemv_swiglu_mma(&self, ty: BlockType) -> Option<(&CudaFunction, &'static str)> {
         match ty {
+            BlockType::Q4_1 => Some((&self.gemv_swiglu_mma_q4_1, "gemv_swiglu_mma_q4_1")),
+            BlockType::Q8_0 => Some((&self.gemv_swiglu_mma_q8_0, "gemv_swiglu_mma_q8_0")),
             BlockType::Q4K => Some((&self.gemv_swiglu_mma_q4_k, "gemv_swiglu_mma_q4_k")),
             BlockType::Q6K => Some((&self.gemv_swiglu_mma_q6_k, "gemv_swiglu_mma_q6_k")),
             _ => None,
