@@ -28,10 +28,16 @@ pub enum Arch {
     Mixtral,
     /// Qwen3-MoE: Qwen3 with a mixture of experts in place of each MLP.
     Qwen3Moe,
+    /// Gemma 3 (text): a GELU-gated MLP, the embedding scaled by sqrt(hidden), RMSNorms that
+    /// multiply by 1 + weight, norms after attention and after the MLP too, Qwen3's head
+    /// norms, attention scaled by `query_pre_attn_scalar`, and local layers over a sliding
+    /// window with a RoPE base of their own (`Config::sliding`).
+    Gemma3,
 }
 
 pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, \
-    Qwen3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM";
+    Qwen3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, \
+    Gemma3ForCausalLM";
 
 /// The GGUF `general.architecture` names rustle reads, and the `model_type` each stands for
 /// (llama.cpp's converter writes `llama` for Llama, Mistral, SmolLM and TinyLlama).
@@ -67,6 +73,7 @@ impl Arch {
                 "Phi3ForCausalLM" => Ok(Arch::Phi3),
                 "MixtralForCausalLM" => Ok(Arch::Mixtral),
                 "Qwen3MoeForCausalLM" => Ok(Arch::Qwen3Moe),
+                "Gemma3ForCausalLM" => Ok(Arch::Gemma3),
                 other => Err(Error::UnsupportedArchitecture {
                     field: "architectures",
                     found: other.to_owned(),
@@ -82,6 +89,7 @@ impl Arch {
             Some("phi3") => Ok(Arch::Phi3),
             Some("mixtral") => Ok(Arch::Mixtral),
             Some("qwen3_moe") => Ok(Arch::Qwen3Moe),
+            Some("gemma3_text") => Ok(Arch::Gemma3),
             Some(other) => Err(Error::UnsupportedArchitecture {
                 field: "model_type",
                 found: other.to_owned(),
@@ -121,7 +129,7 @@ pub struct HfConfig {
     pub original_max_position_embeddings: Option<usize>,
     pub rope_scaling: Option<HfRopeScaling>,
     /// transformers 5 writes `rope_theta` and the scaling together under this key.
-    pub rope_parameters: Option<HfRopeScaling>,
+    pub rope_parameters: Option<RopeParameters>,
     pub tie_word_embeddings: Option<bool>,
     /// Mixtral's experts a layer.
     pub num_local_experts: Option<usize>,
@@ -138,6 +146,26 @@ pub struct HfConfig {
     pub attention_bias: Option<bool>,
     pub sliding_window: Option<usize>,
     pub use_sliding_window: Option<bool>,
+    /// Gemma 3: every `sliding_window_pattern`-th layer global, the others local (older
+    /// files), or each layer's kind (`sliding_attention`, `full_attention`).
+    pub sliding_window_pattern: Option<usize>,
+    pub layer_types: Option<Vec<String>>,
+    /// Gemma 3's RoPE base of its local layers.
+    pub rope_local_base_freq: Option<f64>,
+    /// Gemma 3: attention scores scaled by `query_pre_attn_scalar^-1/2`, not `head_dim`'s.
+    pub query_pre_attn_scalar: Option<f64>,
+    /// The MLP's activation: Gemma's `gelu_pytorch_tanh` (`hidden_activation`, or
+    /// `hidden_act`); SiLU where unset.
+    pub hidden_activation: Option<String>,
+    pub hidden_act: Option<String>,
+    /// Gemma 2's soft caps of the logits and of attention scores, which rustle does not apply:
+    /// a model that sets them is refused.
+    pub final_logit_softcapping: Option<f64>,
+    pub attn_logit_softcapping: Option<f64>,
+    /// The weights' dtype (`torch_dtype`, transformers 5's `dtype`): Gemma rounds its
+    /// embedding's scale to it.
+    pub torch_dtype: Option<String>,
+    pub dtype: Option<String>,
     pub bos_token_id: Option<u32>,
     pub eos_token_id: Option<OneOrMany>,
 }
@@ -193,13 +221,30 @@ pub struct Config {
     pub qk_norm: bool,
     /// Every layer's MLP a mixture of experts (Mixtral, Qwen3-MoE); `None`: dense.
     pub moe: Option<Moe>,
+    /// The MLP's gate activation.
+    pub activation: Activation,
+    /// The embedding's rows times this before the first layer (Gemma: sqrt(hidden)).
+    pub embed_scale: Option<f32>,
+    /// A norm of the attention's output and of the MLP's before each is added to the
+    /// residual stream (Gemma 3's `post_attention_layernorm`, `post_feedforward_layernorm`).
+    pub post_norms: bool,
+    /// Local layers over a sliding window (Gemma 3); `None`: every layer global.
+    pub sliding: Option<Sliding>,
+    /// Added to every RMSNorm weight at load: 1 where the files store Gemma's `w` of `x (1 +
+    /// w)`, 0 where they store the factor itself (GGUF's converter adds the 1).
+    pub norm_offset: f32,
+    /// The query heads' norm times this at load: `sqrt(head_dim / query_pre_attn_scalar)`,
+    /// so that the kernels' `1 / sqrt(head_dim)` scales scores as the model's scalar does.
+    pub query_scale: f32,
     pub bos_token: Option<u32>,
     pub eos_tokens: Vec<u32>,
 }
 
+mod gemma;
 pub mod limits;
 mod rope_scaling;
 
+pub use gemma::{Activation, RopeParameters, Sliding};
 use rope_scaling::{Extension, resolve_rope_scaling, shown};
 pub use rope_scaling::{HfRopeScaling, RopeScaling};
 
@@ -212,6 +257,12 @@ impl Config {
     /// Width of all key (or value) heads together.
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
+    }
+
+    /// The sliding window layer `layer` attends over, where it is a local layer.
+    pub fn window(&self, layer: usize) -> Option<usize> {
+        let s = self.sliding.as_ref()?;
+        s.local[layer].then_some(s.window)
     }
 
     /// Query heads that share one key/value head (grouped-query attention).
@@ -308,7 +359,7 @@ impl Config {
         let partial = hf.partial_rotary_factor.or(hf
             .rope_parameters
             .as_ref()
-            .and_then(|p| p.partial_rotary_factor));
+            .and_then(|p| p.global().partial_rotary_factor));
         let rotary_dim = match (hf.rotary_dim, partial) {
             (Some(d), _) => d,
             (None, Some(f)) if f > 0.0 && f <= 1.0 => (head_dim as f64 * f) as usize,
@@ -362,6 +413,7 @@ impl Config {
         if let Some(window) = hf.sliding_window
             && hf.use_sliding_window != Some(false)
             && window > 0
+            && arch != Arch::Gemma3
         {
             max_seq_len = max_seq_len.min(window);
         }
@@ -378,7 +430,10 @@ impl Config {
         // Frequencies theta^(-2i/d) must fall as i grows, and be finite.
         let rope_theta = hf
             .rope_theta
-            .or(hf.rope_parameters.as_ref().and_then(|p| p.rope_theta))
+            .or(hf
+                .rope_parameters
+                .as_ref()
+                .and_then(|p| p.global().rope_theta))
             .unwrap_or(10000.0);
         if !(rope_theta > 1.0 && rope_theta.is_finite()) {
             return Err(Error::Config(format!(
@@ -388,7 +443,9 @@ impl Config {
             )));
         }
         let rope_scaling = resolve_rope_scaling(
-            hf.rope_scaling.as_ref().or(hf.rope_parameters.as_ref()),
+            hf.rope_scaling
+                .as_ref()
+                .or(hf.rope_parameters.as_ref().map(RopeParameters::global)),
             &Extension {
                 rotary_dim,
                 max_position: max_seq_len_before_window,
@@ -429,8 +486,17 @@ impl Config {
             rope_scaling,
             tie_embeddings: hf.tie_word_embeddings.unwrap_or(false),
             qkv_bias: arch == Arch::Qwen2 || hf.attention_bias.unwrap_or(false),
-            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe),
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3),
             moe: resolve_moe(hf, arch, ffn_dim, name)?,
+            activation: gemma::resolve_activation(hf, name)?,
+            embed_scale: (arch == Arch::Gemma3).then(|| gemma::embed_scale(hf, dim)),
+            post_norms: arch == Arch::Gemma3,
+            sliding: match arch {
+                Arch::Gemma3 => Some(gemma::resolve_sliding(hf, n_layers, name)?),
+                _ => None,
+            },
+            norm_offset: if arch == Arch::Gemma3 { 1.0 } else { 0.0 },
+            query_scale: gemma::query_scale(hf, arch, head_dim, name)?,
             bos_token: hf.bos_token_id,
             eos_tokens,
         })

@@ -79,10 +79,26 @@ impl Heads {
 }
 
 impl PagedShape {
+    /// The shape of attention over every earlier position.
     pub fn new(max_blocks: usize, heads: Heads) -> PagedShape {
         PagedShape {
             max_blocks: u32_of(max_blocks, "max_blocks"),
             heads,
+            window: 0,
+        }
+    }
+
+    /// The same over a sliding window of `window` positions (`None`: every position).
+    pub fn windowed(self, window: Option<usize>) -> PagedShape {
+        let window = window.map_or(0, |w| u32_of(w, "window"));
+        PagedShape { window, ..self }
+    }
+
+    /// The first position the query at `position` attends to.
+    pub fn first_position(&self, position: usize) -> usize {
+        match self.window {
+            0 => 0,
+            w => (position + 1).saturating_sub(w as usize),
         }
     }
 }

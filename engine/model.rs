@@ -30,9 +30,13 @@ pub struct LayerWeights<M = Vec<f32>> {
     pub k_norm: Option<Vec<f32>>,
     /// `[dim, q_dim]`
     pub wo: M,
+    /// `[dim]`: Gemma 3's norm of the attention's output, before the residual add.
+    pub post_attn_norm: Option<Vec<f32>>,
     /// `[dim]`
     pub ffn_norm: Vec<f32>,
     pub mlp: Mlp<M>,
+    /// `[dim]`: Gemma 3's norm of the MLP's output, before the residual add.
+    pub post_ffn_norm: Option<Vec<f32>>,
 }
 
 /// A layer's MLP: one SwiGLU MLP, or a mixture of experts (`Config::moe`).
@@ -109,6 +113,8 @@ impl<M> LayerWeights<M> {
             self.bv.as_ref(),
             self.q_norm.as_ref(),
             self.k_norm.as_ref(),
+            self.post_attn_norm.as_ref(),
+            self.post_ffn_norm.as_ref(),
             match &self.mlp {
                 Mlp::Experts(e) => Some(&e.router),
                 Mlp::Dense { .. } => None,
@@ -227,12 +233,14 @@ impl ModelWeights {
                 q_norm: c.qk_norm.then(|| vec![1.0; c.head_dim]),
                 k_norm: c.qk_norm.then(|| vec![1.0; c.head_dim]),
                 wo: matrix(dim, q),
+                post_attn_norm: c.post_norms.then(|| vec![1.0; dim]),
                 ffn_norm: vec![1.0; dim],
                 mlp: Mlp::Dense {
                     gate: matrix(ffn, dim),
                     up: matrix(ffn, dim),
                     down: matrix(dim, ffn),
                 },
+                post_ffn_norm: c.post_norms.then(|| vec![1.0; dim]),
             })
             .collect();
         ModelWeights {
@@ -279,9 +287,11 @@ impl ModelWeights {
                 ("self_attn.k_proj.weight", vec![kv_dim, dim]),
                 ("self_attn.v_proj.weight", vec![kv_dim, dim]),
                 ("self_attn.o_proj.weight", vec![dim, q_dim]),
-                ("post_attention_layernorm.weight", vec![dim]),
             ] {
                 w.check(&name(s), &shape, true)?;
+            }
+            for s in NormNames::of(c).layer() {
+                w.check(&name(s), &[dim], true)?;
             }
             for (s, shape) in mlp_weights(c) {
                 w.check(&name(&s), &shape, true)?;
@@ -305,6 +315,47 @@ impl ModelWeights {
         w.check("model.norm.weight", &[dim], true)?;
         w.check("lm_head.weight", &[c.vocab_size, dim], !c.tie_embeddings)?;
         w.check("rope_freqs.weight", &[c.head_dim / 2], false)
+    }
+}
+
+/// The names of a layer's RMSNorms (under `model.layers.L.`). Llama's norm before its MLP is
+/// `post_attention_layernorm`; Gemma 3 has four, and that name is its norm of the attention's
+/// output.
+struct NormNames {
+    attn: &'static str,
+    ffn: &'static str,
+    post_attn: Option<&'static str>,
+    post_ffn: Option<&'static str>,
+}
+
+impl NormNames {
+    fn of(c: &Config) -> NormNames {
+        match c.post_norms {
+            false => NormNames {
+                attn: "input_layernorm.weight",
+                ffn: "post_attention_layernorm.weight",
+                post_attn: None,
+                post_ffn: None,
+            },
+            true => NormNames {
+                attn: "input_layernorm.weight",
+                ffn: "pre_feedforward_layernorm.weight",
+                post_attn: Some("post_attention_layernorm.weight"),
+                post_ffn: Some("post_feedforward_layernorm.weight"),
+            },
+        }
+    }
+
+    /// Every one of a layer's norms.
+    fn layer(&self) -> impl Iterator<Item = &'static str> {
+        [
+            Some(self.attn),
+            Some(self.ffn),
+            self.post_attn,
+            self.post_ffn,
+        ]
+        .into_iter()
+        .flatten()
     }
 }
 
@@ -337,6 +388,15 @@ impl<M: MatrixFormat> ModelWeights<M> {
     pub fn load(c: &Config, w: &Weights, qk_permuted: bool) -> Result<ModelWeights<M>> {
         let (dim, q_dim, kv_dim, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
         let order = HeadOrder::new(c, qk_permuted);
+        let names = NormNames::of(c);
+        // An RMSNorm's factors as the forward multiplies by them.
+        let norm = |name: &str, n: usize| -> Result<Vec<f32>> {
+            let mut v = w.take(name, &[n])?;
+            if c.norm_offset != 0.0 {
+                v.iter_mut().for_each(|v| *v += c.norm_offset);
+            }
+            Ok(v)
+        };
         let layers = (0..c.n_layers)
             .into_par_iter()
             .map(|l| {
@@ -353,10 +413,11 @@ impl<M: MatrixFormat> ModelWeights<M> {
                 };
                 let head_norm = |s: &str| -> Result<Option<Vec<f32>>> {
                     match c.qk_norm {
-                        true => vector(s, c.head_dim).map(Some),
+                        true => norm(&name(s), c.head_dim).map(Some),
                         false => Ok(None),
                     }
                 };
+                let post_norm = |s: Option<&str>| s.map(|s| norm(&name(s), dim)).transpose();
                 let mut wq = take("self_attn.q_proj.weight", q_dim, dim)?;
                 let mut wk = take("self_attn.k_proj.weight", kv_dim, dim)?;
                 let mut bq = bias("self_attn.q_proj.bias", q_dim)?;
@@ -368,19 +429,24 @@ impl<M: MatrixFormat> ModelWeights<M> {
                     bk = bk.map(|b| reorder_rows(&b, c.n_kv_heads, &order));
                 }
                 Ok(LayerWeights {
-                    attn_norm: vector("input_layernorm.weight", dim)?,
+                    attn_norm: norm(&name(names.attn), dim)?,
                     wq,
                     wk,
                     wv: take("self_attn.v_proj.weight", kv_dim, dim)?,
                     bq,
                     bk,
                     bv: bias("self_attn.v_proj.bias", kv_dim)?,
-                    q_norm: head_norm("self_attn.q_norm.weight")?
-                        .map(|n| reorder_rows(&n, 1, &order)),
+                    // The query's norm carries the attention's scale (`Config::query_scale`).
+                    q_norm: head_norm("self_attn.q_norm.weight")?.map(|n| {
+                        let n: Vec<f32> = n.iter().map(|v| v * c.query_scale).collect();
+                        reorder_rows(&n, 1, &order)
+                    }),
                     k_norm: head_norm("self_attn.k_norm.weight")?
                         .map(|n| reorder_rows(&n, 1, &order)),
                     wo: take("self_attn.o_proj.weight", dim, q_dim)?,
-                    ffn_norm: vector("post_attention_layernorm.weight", dim)?,
+                    post_attn_norm: post_norm(names.post_attn)?,
+                    ffn_norm: norm(&name(names.ffn), dim)?,
+                    post_ffn_norm: post_norm(names.post_ffn)?,
                     mlp: match c.moe {
                         None => Mlp::Dense {
                             gate: take("mlp.gate_proj.weight", ffn, dim)?,
@@ -429,7 +495,7 @@ impl<M: MatrixFormat> ModelWeights<M> {
         Ok(ModelWeights {
             embed: M::take(w, "model.embed_tokens.weight", c.vocab_size, dim)?,
             layers,
-            final_norm: w.take("model.norm.weight", &[dim])?,
+            final_norm: norm("model.norm.weight", dim)?,
             lm_head,
             rope_freq_factors,
             stored: None,

@@ -83,6 +83,20 @@ pub fn inv_freqs(config: &Config, freq_factors: Option<&[f32]>, n_positions: usi
 }
 
 impl RopeTables {
+    /// The local layers' tables (`Config::sliding`: their own base, unscaled), where the
+    /// model has local layers.
+    pub fn local(config: &Config, n_positions: usize) -> Result<Option<RopeTables>> {
+        let Some(s) = &config.sliding else {
+            return Ok(None);
+        };
+        let local = Config {
+            rope_theta: s.rope_theta,
+            rope_scaling: RopeScaling::None,
+            ..config.clone()
+        };
+        RopeTables::new(&local, n_positions, None).map(Some)
+    }
+
     /// Tables for positions `0..n_positions`: size them by the longest sequence the KV pool
     /// holds, not the model's context (which may be millions of positions).
     pub fn new(

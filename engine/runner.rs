@@ -198,6 +198,7 @@ impl Runner {
             kv: KvCache::new(&config, n_blocks)?,
             scratch: Scratch::new(&config, max_batch_tokens),
             rope: RopeTables::new(&config, max_context, weights.rope_freq_factors.as_deref())?,
+            rope_local: RopeTables::local(&config, max_context)?,
             weights,
             ops: Default::default(),
         };

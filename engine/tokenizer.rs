@@ -358,6 +358,12 @@ const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 /// Qwen2's: the same, but digits one at a time.
 const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// GPT-4o's (tiktoken's `o200k_base`; GGUF `pre` = `gpt-4o`: Phi-4-mini): a word is an
+/// optional leading symbol, capitals then lowercase letters (so "HelloWorld" is two words),
+/// and a contraction's suffix; numbers go three digits at a time; a run of symbols takes
+/// the line breaks and slashes after it.
+const GPT4O_SPLIT: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// A byte-level BPE `tokenizer.json` (GPT-2 style, GGUF model `gpt2`).
 fn bpe_json(tokens: &[String], types: &[i64], merges: &[String], pre: &str) -> Result<Value> {
     let byte_level = |use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex});
@@ -380,9 +386,14 @@ fn bpe_json(tokens: &[String], types: &[i64], merges: &[String], pre: &str) -> R
             json!({"type": "Sequence", "pretokenizers": [split(QWEN2_SPLIT), byte_level(false)]}),
             false,
         ),
+        "gpt-4o" => (
+            Value::Null,
+            json!({"type": "Sequence", "pretokenizers": [split(GPT4O_SPLIT), byte_level(false)]}),
+            false,
+        ),
         other => {
             return Err(Error::Tokenizer(format!(
-                "GGUF pre-tokenizer {other:?} is not supported (default, gpt2, smollm, llama-bpe, qwen2 are)"
+                "GGUF pre-tokenizer {other:?} is not supported (default, gpt2, smollm, llama-bpe, qwen2, gpt-4o are)"
             )));
         }
     };
@@ -523,6 +534,42 @@ mod tests {
         assert_eq!(t.decode(&[7, 11, 3]).unwrap(), "abc");
         assert_eq!(t.eos_tokens, vec![0]);
         assert_eq!(t.eos_text, "<|end|>");
+    }
+
+    /// GPT-4o's split: merges that would cross its word and number boundaries never apply
+    /// under it, and do under GPT-2's, which keeps "HelloWorld" and "12345" whole.
+    #[test]
+    fn gpt4o_splits_words_at_capitals_and_numbers_in_threes() {
+        let mut tokens: Vec<String> = ["H", "e", "l", "o", "W", "r", "d", "1", "2", "3", "4", "5"]
+            .map(String::from)
+            .to_vec();
+        tokens.extend(["oW", "34", "He", "ll"].map(String::from));
+        let tokens: Vec<&str> = tokens.iter().map(String::as_str).collect();
+        let tokenize = |pre: &str| {
+            let mut w = Writer::new();
+            w.meta_str("tokenizer.ggml.model", "gpt2")
+                .meta_str("tokenizer.ggml.pre", pre)
+                .meta_strs("tokenizer.ggml.tokens", &tokens)
+                .meta_i32s("tokenizer.ggml.token_type", &vec![1; tokens.len()])
+                .meta_strs("tokenizer.ggml.merges", &["o W", "3 4", "H e", "l l"])
+                .meta_bool("tokenizer.ggml.add_bos_token", false);
+            let t = gguf_tokenizer(&w);
+            let ids = t.encode("HelloWorld12345", false).unwrap();
+            assert_eq!(t.decode(&ids).unwrap(), "HelloWorld12345");
+            ids.iter().map(|&i| tokens[i as usize]).collect::<Vec<_>>()
+        };
+        // "Hello" | "World" | "123" | "45".
+        assert_eq!(
+            tokenize("gpt-4o"),
+            [
+                "He", "ll", "o", "W", "o", "r", "l", "d", "1", "2", "3", "4", "5"
+            ]
+        );
+        // "HelloWorld" | "12345".
+        assert_eq!(
+            tokenize("gpt2"),
+            ["He", "ll", "oW", "o", "r", "l", "d", "1", "2", "34", "5"]
+        );
     }
 
     #[test]

@@ -323,3 +323,95 @@ fn messages_name_fields_as_the_source_spells_them() {
     let e = Config::resolve_named(&hf, &|f| format!("<{f}>")).unwrap_err();
     assert_eq!(e.to_string(), "config: <head_dim> must be positive");
 }
+
+/// Gemma 3 1B's `config.json` (transformers 4.5x), its layers cut to 8.
+const GEMMA3: &str = r#"{
+    "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+    "hidden_size": 1152, "intermediate_size": 6912, "num_hidden_layers": 8,
+    "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+    "vocab_size": 262144, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "rope_scaling": null,
+    "query_pre_attn_scalar": 256, "sliding_window": 512, "sliding_window_pattern": 6,
+    "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": null,
+    "attn_logit_softcapping": null, "torch_dtype": "bfloat16", "bos_token_id": 2,
+    "eos_token_id": [1, 106]
+}"#;
+
+#[test]
+fn gemma3_reads_its_window_activation_and_scales() {
+    let c = parse(GEMMA3).unwrap();
+    assert_eq!(c.arch, Arch::Gemma3);
+    assert_eq!(c.activation, Activation::GeluTanh);
+    assert!(c.qk_norm && c.post_norms && !c.qkv_bias);
+    assert_eq!(c.norm_offset, 1.0);
+    // sqrt(1152) = 33.94, which bf16 rounds to 34.
+    assert_eq!(c.embed_scale, Some(34.0));
+    assert_eq!(c.query_scale, 1.0);
+    // Not Mistral's cap: the window is the local layers', not the context's.
+    assert_eq!(c.max_seq_len, 32768);
+    let windows: Vec<_> = (0..8).map(|l| c.window(l)).collect();
+    let local = Some(512);
+    assert_eq!(
+        windows,
+        [local, local, local, local, local, None, local, local]
+    );
+    assert_eq!(c.sliding.as_ref().unwrap().rope_theta, 10000.0);
+    // layer_types wins over the pattern; query_pre_attn_scalar scales the queries.
+    let c = parse(
+        &GEMMA3
+            .replace(
+                "\"sliding_window_pattern\": 6,",
+                r#""layer_types": ["full_attention", "sliding_attention", "sliding_attention",
+            "full_attention", "sliding_attention", "sliding_attention", "full_attention",
+            "sliding_attention"], "sliding_window_pattern": 6,"#,
+            )
+            .replace(
+                "\"query_pre_attn_scalar\": 256",
+                "\"query_pre_attn_scalar\": 64",
+            ),
+    )
+    .unwrap();
+    assert_eq!(c.window(0), None);
+    assert_eq!(c.window(1), Some(512));
+    assert_eq!(c.query_scale, 2.0);
+}
+
+#[test]
+fn gemma3_rope_parameters_by_kind_of_layer() {
+    let json = GEMMA3.replace(
+        "\"rope_theta\": 1000000.0, \"rope_local_base_freq\": 10000.0, \"rope_scaling\": null,",
+        r#""rope_parameters": {
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 20000.0}},"#,
+    );
+    let c = parse(&json).unwrap();
+    assert_eq!(c.rope_theta, 1000000.0);
+    assert_eq!(c.rope_scaling, RopeScaling::Linear { factor: 8.0 });
+    assert_eq!(c.sliding.unwrap().rope_theta, 20000.0);
+}
+
+#[test]
+fn gemma3_bad_fields_are_refused_by_name() {
+    let e = parse(&GEMMA3.replace(
+        "\"final_logit_softcapping\": null",
+        "\"final_logit_softcapping\": 30.0",
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("final_logit_softcapping"), "{e}");
+    let e = parse(&GEMMA3.replace("gelu_pytorch_tanh", "relu")).unwrap_err();
+    assert!(e.to_string().contains("hidden_activation"), "{e}");
+    let e = parse(&GEMMA3.replace("\"sliding_window\": 512,", "")).unwrap_err();
+    assert!(e.to_string().contains("sliding_window"), "{e}");
+    let e = parse(&GEMMA3.replace(
+        "\"sliding_window_pattern\": 6,",
+        r#""layer_types": ["full_attention"],"#,
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("layer_types"), "{e}");
+    let e = parse(&GEMMA3.replace(
+        "\"query_pre_attn_scalar\": 256",
+        "\"query_pre_attn_scalar\": -1",
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("query_pre_attn_scalar"), "{e}");
+}

@@ -14,7 +14,7 @@ mod twins;
 use timed::Ops;
 
 use crate::batch::Batch;
-use crate::config::Config;
+use crate::config::{Activation, Config};
 use crate::kernel_args::{Heads, Paged};
 use crate::kv_cache::KvCache;
 use crate::model::{Mlp, ModelWeights};
@@ -42,7 +42,8 @@ pub struct Scratch {
     up: Vec<f32>,
     /// `[max_tokens, ffn_dim]`: silu(gate) * up
     hidden: Vec<f32>,
-    /// `[max_tokens, dim]`: final-normed rows whose logits are wanted
+    /// `[max_tokens, dim]`: final-normed rows whose logits are wanted; a block's output
+    /// before its post-norm (Gemma 3)
     head_in: Vec<f32>,
     /// `[rows, vocab]`: grows to the largest request, then is reused
     logits: Vec<f32>,
@@ -73,6 +74,8 @@ pub struct CpuBackend {
     pub weights: ModelWeights,
     pub kv: KvCache,
     pub rope: RopeTables,
+    /// The local layers' RoPE, where they have their own (`Config::sliding`).
+    pub rope_local: Option<RopeTables>,
     pub scratch: Scratch,
     /// The operations, timed while a profile is recorded.
     pub ops: Ops,
@@ -80,10 +83,14 @@ pub struct CpuBackend {
 
 impl CpuBackend {
     pub fn forward(&mut self, c: &Config, batch: &Batch) -> &[f32] {
+        let ropes = Ropes {
+            global: &self.rope,
+            local: self.rope_local.as_ref(),
+        };
         forward(
             c,
             &self.weights,
-            &self.rope,
+            &ropes,
             &mut self.kv,
             &mut self.scratch,
             &mut self.ops,
@@ -92,12 +99,37 @@ impl CpuBackend {
     }
 }
 
+/// The RoPE tables of the global layers, and of the local ones where they differ.
+#[derive(Clone, Copy)]
+pub struct Ropes<'a> {
+    pub global: &'a RopeTables,
+    pub local: Option<&'a RopeTables>,
+}
+
+impl<'a> Ropes<'a> {
+    /// Only the one table.
+    pub fn one(global: &'a RopeTables) -> Ropes<'a> {
+        Ropes {
+            global,
+            local: None,
+        }
+    }
+
+    /// Layer `layer`'s table.
+    pub fn of_layer(&self, c: &Config, layer: usize) -> &'a RopeTables {
+        match (c.window(layer), self.local) {
+            (Some(_), Some(local)) => local,
+            _ => self.global,
+        }
+    }
+}
+
 /// Runs `batch` through the model: writes its keys and values into `kv`, and returns the
 /// logits of the rows `batch.logit_rows` names, `[rows, vocab]`.
 pub fn forward<'s>(
     c: &Config,
     w: &ModelWeights,
-    rope: &RopeTables,
+    ropes: &Ropes,
     kv: &mut KvCache,
     s: &'s mut Scratch,
     o: &mut Ops,
@@ -114,9 +146,14 @@ pub fn forward<'s>(
     let gate = &mut s.gate[..n * ffn];
     let up = &mut s.up[..n * ffn];
     let hidden = &mut s.hidden[..n * ffn];
+    let unnormed = &mut s.head_in[..n * dim];
 
     o.embedding_f32(x, &w.embed, &batch.tokens, dim);
+    if let Some(scale) = c.embed_scale {
+        o.scale_f32(x, scale);
+    }
     for (l, lw) in w.layers.iter().enumerate() {
+        let rope = ropes.of_layer(c, l);
         // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream (q
         // and k each normed by head first where the model says: Qwen3).
         o.rmsnorm_f32(xb, x, &lw.attn_norm, c.rms_eps);
@@ -145,9 +182,14 @@ pub fn forward<'s>(
         );
         let (k_cache, v_cache) = kv.layer_mut(l);
         o.kv_write_f32(k_cache, v_cache, k, v, &batch.slots, kv_dim);
-        let paged = Paged::of_batch(batch, q, kv.layer(l), Heads::of(c));
+        let mut paged = Paged::of_batch(batch, q, kv.layer(l), Heads::of(c));
+        paged.shape = paged.shape.windowed(c.window(l));
         o.attention_f32(att, &paged);
         o.matmul_f32(xb, att, &lw.wo, None, q_dim);
+        if let Some(post) = &lw.post_attn_norm {
+            unnormed.copy_from_slice(xb);
+            o.rmsnorm_f32(xb, unnormed, post, c.rms_eps);
+        }
         o.residual_add_f32(x, xb);
 
         // MLP: x += down(silu(gate(x)) * up(x)) over the normed stream.
@@ -160,13 +202,20 @@ pub fn forward<'s>(
             } => {
                 o.matmul_f32(gate, xb, w_gate, None, dim);
                 o.matmul_f32(up, xb, w_up, None, dim);
-                o.swiglu_f32(hidden, gate, up);
+                match c.activation {
+                    Activation::Silu => o.swiglu_f32(hidden, gate, up),
+                    Activation::GeluTanh => o.geglu_f32(hidden, gate, up),
+                }
                 o.matmul_f32(xb, hidden, w_down, None, ffn);
             }
             Mlp::Experts(e) => {
                 let normed = xb.to_vec();
                 experts::experts_f32(o, xb, &normed, e, dim);
             }
+        }
+        if let Some(post) = &lw.post_ffn_norm {
+            unnormed.copy_from_slice(xb);
+            o.rmsnorm_f32(xb, unnormed, post, c.rms_eps);
         }
         o.residual_add_f32(x, xb);
     }

@@ -379,8 +379,8 @@ pub fn qkv_norm_rope_write_bf16(
 /// Causal grouped-query attention over the paged KV cache.
 ///
 /// Token `t` (of sequence `token_seq[t]`, at position `positions[t]`) attends, in each query
-/// head `h`, to the keys and values of its own sequence at positions `0..=positions[t]`,
-/// read through that sequence's block table from KV head `h / (n_heads / n_kv_heads)`:
+/// head `h`, to the keys and values of its own sequence at positions `0..=positions[t]`
+/// (from `positions[t] + 1 - window` where the shape has a sliding window), read through that sequence's block table from KV head `h / (n_heads / n_kv_heads)`:
 /// `out = softmax(q k^T / sqrt(head_dim)) v`. Its own key must already be in the cache.
 ///
 /// The softmax is computed online (one pass: a running maximum, and the sum and the weighted
@@ -413,7 +413,8 @@ pub fn attention_f32(out: &mut [f32], p: &PagedRef<f32>) {
             let kv_head = h / group;
             let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
             o.fill(0.0);
-            for p in 0..=positions[t] as usize {
+            let last = positions[t] as usize;
+            for p in shape.first_position(last)..=last {
                 let slot = table[p / BLOCK_SIZE] as usize * BLOCK_SIZE + p % BLOCK_SIZE;
                 let at = slot * kv_dim + kv_head * head_dim;
                 let score = dot(q, &k_cache[at..at + head_dim]) * scale;
@@ -730,6 +731,29 @@ pub fn swiglu_f32(out: &mut [f32], gate: &[f32], up: &[f32]) {
     for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
         *o = g / (1.0 + (-g).exp()) * u;
     }
+}
+
+/// GeGLU (Gemma): `out[i] = gelu(gate[i]) * up[i]`, GELU in its tanh form,
+/// `gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+///
+/// - `out`, `gate`, `up`: `[n, ffn_dim]`
+pub fn geglu_f32(out: &mut [f32], gate: &[f32], up: &[f32]) {
+    for ((o, &g), u) in out.iter_mut().zip(gate).zip(up) {
+        *o = gelu_tanh(g) * u;
+    }
+}
+
+/// GELU's tanh form.
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// `x[i] *= s`: Gemma's scale of the embedding's rows.
+///
+/// - `x`: `[n, dim]`
+pub fn scale_f32(x: &mut [f32], s: f32) {
+    x.iter_mut().for_each(|v| *v *= s);
 }
 
 /// `swiglu_f32`, the output also rounded to bf16 bits into `out_bf16`. The twin of

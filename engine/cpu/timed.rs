@@ -105,6 +105,14 @@ timed_ops! {
     fn swiglu_f32(out: &mut [f32], gate: &[f32], up: &[f32])
         => traffic::swiglu_f32(gate.len());
 
+    /// The same bytes as the SwiGLU.
+    fn geglu_f32(out: &mut [f32], gate: &[f32], up: &[f32])
+        => traffic::swiglu_f32(gate.len());
+
+    /// `x` read and written.
+    fn scale_f32(x: &mut [f32], s: f32)
+        => traffic::residual_add_f32(x.len());
+
     fn residual_add_f32(x: &mut [f32], delta: &[f32])
         => traffic::residual_add_f32(delta.len());
 }

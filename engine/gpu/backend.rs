@@ -23,7 +23,7 @@ use super::step_clock::{Span, StepClock};
 use super::steps::{GateUp, Mlp, copy_for, embed, rmsnorm, swiglu};
 use super::weights::GpuWeights;
 use crate::batch::Batch;
-use crate::config::Config;
+use crate::config::{Arch, Config};
 use crate::error::{Error, Result};
 use crate::kernel_args::{Heads, NormedQkv};
 use crate::kv::block_manager::blocks_for;
@@ -40,6 +40,10 @@ pub fn check_supported(c: &Config) -> Result<()> {
     };
     if c.moe.is_some() {
         return Err(super::weights::experts_unsupported());
+    }
+    // Its sliding window, GeGLU, post-norms and embedding scale have no kernels yet.
+    if c.arch == Arch::Gemma3 {
+        return unsupported("Gemma 3 runs on the CPU only for now".into());
     }
     if c.head_dim > MAX_HEAD_DIM || !c.head_dim.is_multiple_of(8) {
         return unsupported(format!(

@@ -17,6 +17,9 @@ pub struct PagedShape {
     /// Row stride of the block tables: the most blocks a sequence holds.
     pub max_blocks: u32,
     pub heads: Heads,
+    /// A sliding window: the query at position p attends to positions `p + 1 - window ..=
+    /// p` only (Gemma 3's local layers); 0 for every position up to p.
+    pub window: u32,
 }
 
 /// A layer's attention heads.

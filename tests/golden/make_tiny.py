@@ -14,6 +14,10 @@ of what rustle claims, each in a few hundred kilobytes:
   longrope scaling (its golden prompts run past the original context of 32 from the start).
 - tiny-mixtral, tiny-qwen3moe: mixtures of experts (4 experts, 2 a token; 8 of 48, 3 a token
   with Qwen3's head norms).
+- tiny-gemma3: Gemma 3 (text): GeGLU, the embedding scaled by sqrt(hidden), norms of 1 + w
+  before and after attention and the MLP, head norms, a query_pre_attn_scalar (24) that is
+  not head_dim (32), a local layer over a sliding window of 8 positions (the prompts run past
+  it, across KV blocks) with its own RoPE base, and a global layer with linear scaling.
 All share a byte-level BPE tokenizer of 256 byte tokens, a few merges and one special token.
 
     pip install torch transformers tokenizers
@@ -29,8 +33,10 @@ import sys
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from tokenizers.pre_tokenizers import ByteLevel
-from transformers import (AutoModelForCausalLM, LlamaConfig, MixtralConfig, Phi3Config,
-                          PreTrainedTokenizerFast, Qwen2Config, Qwen3Config, Qwen3MoeConfig)
+import transformers
+from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MixtralConfig,
+                          Phi3Config, PreTrainedTokenizerFast, Qwen2Config, Qwen3Config,
+                          Qwen3MoeConfig)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROMPTS = [
@@ -60,13 +66,14 @@ def tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|end|>", bos_token="<|end|>")
 
 
-def build(name, config, dtype, shard, prompts=PROMPTS, tokenizer_class=None):
+def build(name, config, dtype, shard, prompts=PROMPTS, tokenizer_class=None, norm_low=0.5):
     torch.manual_seed(1234)
     model = AutoModelForCausalLM.from_config(config)
     # Larger weights than the default init, so greedy choices are clear rather than near-ties.
+    # Norm weights uniform over [norm_low, norm_low + 1) (Gemma's multiply by 1 + w).
     with torch.no_grad():
         for p in model.parameters():
-            p.normal_(0.0, 0.25) if p.dim() > 1 else p.uniform_(0.5, 1.5)
+            p.normal_(0.0, 0.25) if p.dim() > 1 else p.uniform_(norm_low, norm_low + 1.0)
     folder = os.path.join(HERE, name)
     shutil.rmtree(folder, ignore_errors=True)
     model.to(dtype).save_pretrained(folder, max_shard_size="100KB" if shard else "50GB")
@@ -167,6 +174,24 @@ def main():
                            use_sliding_window=False),
             torch.bfloat16, shard=False),
     }
+    # Gemma 3: transformers 5 takes each kind of layer's RoPE in `rope_parameters`, earlier
+    # versions `rope_scaling` (global layers) and `rope_local_base_freq`.
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        rope = dict(rope_parameters={
+            "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+    else:
+        rope = dict(rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                    rope_scaling={"rope_type": "linear", "factor": 2.0})
+    models["tiny-gemma3"] = lambda: build(
+        "tiny-gemma3",
+        Gemma3TextConfig(**{**common, "rms_norm_eps": 1e-6}, head_dim=32, query_pre_attn_scalar=24,
+                         sliding_window=8, sliding_window_pattern=2,
+                         layer_types=["sliding_attention", "full_attention"],
+                         hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+                         final_logit_softcapping=None, attn_logit_softcapping=None,
+                         attention_bias=False, pad_token_id=0, **rope),
+        torch.bfloat16, shard=False, norm_low=-0.5)
     names = sys.argv[1:] or list(models)
     for name in names:
         if name not in models:

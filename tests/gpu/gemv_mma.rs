@@ -90,7 +90,12 @@ pub fn gemv_mma_blocks(g: &Gpu, rng: &mut StdRng) {
 
 pub fn gemv_swiglu_mma_blocks(g: &Gpu, rng: &mut StdRng) {
     for (ty, _, twin) in TYPES {
-        let shapes = [(96, 21, 21), (256, 40, 40), (768, 37, 40), (4096, 1000, 1000)];
+        let shapes = [
+            (96, 21, 21),
+            (256, 40, 40),
+            (768, 37, 40),
+            (4096, 1000, 1000),
+        ];
         for (n_in, n_out, stride) in shapes {
             if n_in % ty.block_len() != 0 {
                 continue;

@@ -4,6 +4,7 @@
 //! compiler vectorizes, rather than the reference's one-pass online softmax.
 
 use std::cell::RefCell;
+use std::ops::Range;
 
 use rayon::prelude::*;
 
@@ -44,7 +45,8 @@ pub fn kv_write_bf16(
 }
 
 /// `out = softmax(q k^T / sqrt(head_dim)) v` per token and head, over the token's own
-/// sequence up to its position (see `ops::attention_f32` for the arguments).
+/// sequence up to its position, from the window's first where the shape has one (see
+/// `ops::attention_f32` for the arguments).
 ///
 /// - `out`, `q`: `[n, n_heads, head_dim]`
 /// - `k_cache`, `v_cache`: one layer, `[n_blocks * BLOCK_SIZE, n_kv_heads * head_dim]` bf16
@@ -80,7 +82,9 @@ pub fn attention_bf16(out: &mut [f32], p: &PagedRef<u16>) {
         .for_each(|(tk, (o, q))| {
             let (t, kv) = (tk / n_kv_heads, tk % n_kv_heads);
             let seq = token_seq[t] as usize;
-            let len = positions[t] as usize + 1;
+            let last = positions[t] as usize;
+            let run = shape.first_position(last)..last + 1;
+            let len = run.len();
             SCORES.with_borrow_mut(|buf| {
                 let need = group * len + head_dim;
                 if buf.len() < need {
@@ -90,10 +94,10 @@ pub fn attention_bf16(out: &mut [f32], p: &PagedRef<u16>) {
                 #[cfg(target_arch = "x86_64")]
                 if wide {
                     // SAFETY: `features` found AVX2 and FMA.
-                    return unsafe { group_avx2(&a, o, q, buf, seq, kv, len) };
+                    return unsafe { group_avx2(&a, o, q, buf, seq, kv, run) };
                 }
                 let _ = wide;
-                group_heads(&a, o, q, buf, seq, kv, len)
+                group_heads(&a, o, q, buf, seq, kv, run)
             })
         });
 }
@@ -117,16 +121,16 @@ unsafe fn group_avx2(
     buf: &mut [f32],
     seq: usize,
     kv: usize,
-    len: usize,
+    run: Range<usize>,
 ) {
-    group_heads(a, o, q, buf, seq, kv, len)
+    group_heads(a, o, q, buf, seq, kv, run)
 }
 
 fn widen(b: u16) -> f32 {
     f32::from_bits((b as u32) << 16)
 }
 
-/// One (token, KV head) over `len` positions: the scores of each of the group's query heads
+/// One (token, KV head) over the positions of `run` (`len` of them): the scores of each of the group's query heads
 /// (`q`, `o`: `[group, head_dim]`), their softmax, then the weighted values. `buf`: `[group,
 /// len]` scores, then `[head_dim]` for the widened key or value row.
 #[inline(always)]
@@ -137,15 +141,18 @@ fn group_heads(
     buf: &mut [f32],
     seq: usize,
     kv: usize,
-    len: usize,
+    run: Range<usize>,
 ) {
-    let (hd, g) = (a.head_dim, a.group);
+    let (hd, g, len) = (a.head_dim, a.group, run.len());
     let (scores, row) = buf.split_at_mut(g * len);
     let table = &a.block_tables[seq * a.max_blocks..(seq + 1) * a.max_blocks];
     let col = kv * hd;
     let scale = 1.0 / (hd as f32).sqrt();
-    let at =
-        |p: usize| (table[p / BLOCK_SIZE] as usize * BLOCK_SIZE + p % BLOCK_SIZE) * a.kv_dim + col;
+    // The i-th position of the run.
+    let at = |i: usize| {
+        let p = run.start + i;
+        (table[p / BLOCK_SIZE] as usize * BLOCK_SIZE + p % BLOCK_SIZE) * a.kv_dim + col
+    };
     for p in 0..len {
         for (r, &k) in row.iter_mut().zip(&a.k_cache[at(p)..at(p) + hd]) {
             *r = widen(k);
@@ -211,24 +218,54 @@ mod tests {
         let q: Vec<f32> = (0..n * n_heads * hd)
             .map(|_| rng.random_range(-2.0..2.0))
             .collect();
-        let mut want = vec![0f32; q.len()];
-        let p = Paged {
-            q: &q[..],
-            k_cache: &k[..],
-            v_cache: &v[..],
-            block_tables: &tables[..],
-            token_seq: &token_seq[..],
-            positions: &positions[..],
-            shape: PagedShape::new(3, Heads::new(n_heads, n_kv, hd)),
-        };
-        ops::attention_bf16(&mut want, &p);
-        let mut out = vec![f32::NAN; q.len()];
-        attention_bf16(&mut out, &p);
-        let worst = out
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        assert!(worst < 1e-5, "largest difference {worst:e}");
+        // Every position, then sliding windows: of one position (the token's own value
+        // row), across a block's edge, and wider than every sequence.
+        for window in [None, Some(1), Some(7), Some(16), Some(100)] {
+            let mut want = vec![0f32; q.len()];
+            let p = Paged {
+                q: &q[..],
+                k_cache: &k[..],
+                v_cache: &v[..],
+                block_tables: &tables[..],
+                token_seq: &token_seq[..],
+                positions: &positions[..],
+                shape: PagedShape::new(3, Heads::new(n_heads, n_kv, hd)).windowed(window),
+            };
+            ops::attention_bf16(&mut want, &p);
+            let mut out = vec![f32::NAN; q.len()];
+            attention_bf16(&mut out, &p);
+            let worst = out
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(
+                worst < 1e-5,
+                "window {window:?}: largest difference {worst:e}"
+            );
+            if window == Some(1) {
+                for (t, &pos) in positions.iter().enumerate() {
+                    let pos = pos as usize;
+                    let table = &tables[token_seq[t] as usize * 3..];
+                    let slot = table[pos / BLOCK_SIZE] as usize * BLOCK_SIZE + pos % BLOCK_SIZE;
+                    for h in 0..n_heads {
+                        let at = slot * kv_dim + h / (n_heads / n_kv) * hd;
+                        let own: Vec<f32> = v[at..at + hd].iter().map(|&b| widen(b)).collect();
+                        let got = &want[(t * n_heads + h) * hd..][..hd];
+                        assert!(own.iter().zip(got).all(|(a, b)| (a - b).abs() < 1e-6));
+                    }
+                }
+            }
+            // A window wider than the context is no window.
+            if window == Some(100) {
+                let mut all = vec![0f32; q.len()];
+                let every = Paged {
+                    shape: p.shape.windowed(None),
+                    ..p
+                };
+                ops::attention_bf16(&mut all, &every);
+                assert_eq!(all, want);
+            }
+        }
     }
 }

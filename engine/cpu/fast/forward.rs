@@ -13,10 +13,12 @@ use super::timed::{self, Recorder};
 use super::unpack::row_f32;
 use super::weights::FastWeights;
 use crate::batch::Batch;
-use crate::config::Config;
-use crate::cpu::ops::{Heads, Paged, head_rmsnorm_f32, residual_add_f32, rmsnorm_f32, rope_f32};
+use crate::config::{Activation, Config};
+use crate::cpu::Ropes;
+use crate::cpu::ops::{
+    Heads, Paged, geglu_f32, head_rmsnorm_f32, residual_add_f32, rmsnorm_f32, rope_f32, scale_f32,
+};
 use crate::model::Mlp;
-use crate::rope::RopeTables;
 use crate::traffic;
 
 /// Rows per task for the row-wise steps (norms, SwiGLU, residuals): below this many tokens
@@ -83,7 +85,7 @@ impl Scratch {
 pub fn forward<'s>(
     c: &Config,
     w: &FastWeights,
-    rope: &RopeTables,
+    ropes: &Ropes,
     kv: &mut KvCacheBf16,
     s: &'s mut Scratch,
     rec: &mut Recorder,
@@ -100,6 +102,7 @@ pub fn forward<'s>(
     let gate = &mut s.gate[..n * ffn];
     let up = &mut s.up[..n * ffn];
     let hidden = &mut s.hidden[..n * ffn];
+    let unnormed = &mut s.head_in[..n * dim];
     let input = &mut s.input;
     // The caller's flags hold for this pass only (and only when they cover it).
     input.generated.clear();
@@ -114,7 +117,11 @@ pub fn forward<'s>(
         || timed::embedding(&w.embed, n),
         || embedding(x, w, &batch.tokens, dim),
     );
+    if let Some(scale) = c.embed_scale {
+        scale_f32(x, scale);
+    }
     for (l, lw) in w.layers.iter().enumerate() {
+        let rope = ropes.of_layer(c, l);
         // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream (q
         // and k each normed by head first where the model says: Qwen3).
         let norm = || traffic::rmsnorm_f32(n, dim);
@@ -164,8 +171,14 @@ pub fn forward<'s>(
             || timed::kv_write_bf16(n, kv_dim),
             || kv_write_bf16(k_cache, v_cache, k, v, &batch.slots, kv_dim),
         );
-        let paged = Paged::of_batch(batch, q, kv.layer(l), Heads::new(hq, hk, hd));
-        let attended = || pos.iter().map(|&p| p as usize + 1).sum();
+        let mut paged = Paged::of_batch(batch, q, kv.layer(l), Heads::new(hq, hk, hd));
+        paged.shape = paged.shape.windowed(c.window(l));
+        let shape = paged.shape;
+        let attended = || {
+            pos.iter()
+                .map(|&p| p as usize + 1 - shape.first_position(p as usize))
+                .sum()
+        };
         rec.time(
             "attention_bf16",
             || traffic::attention_per_head(attended(), n, hq, hk, hd, 2),
@@ -182,6 +195,12 @@ pub fn forward<'s>(
             q_dim,
             input,
         );
+        if let Some(post) = &lw.post_attn_norm {
+            unnormed.copy_from_slice(xb);
+            rec.time("rmsnorm_f32", norm, || {
+                rmsnorm(xb, unnormed, post, c.rms_eps)
+            });
+        }
         let residual = || traffic::residual_add_f32(n * dim);
         rec.time("residual_add_f32", residual, || {
             rows(x, xb, dim, residual_add_f32)
@@ -210,11 +229,18 @@ pub fn forward<'s>(
                     },
                 ];
                 timed_matmul(rec, &mut gate_up, xb, dim, input);
-                rec.time(
-                    "swiglu_f32",
-                    || traffic::swiglu_f32(n * ffn),
-                    || swiglu(hidden, gate, up, ffn),
-                );
+                match c.activation {
+                    Activation::Silu => rec.time(
+                        "swiglu_f32",
+                        || traffic::swiglu_f32(n * ffn),
+                        || swiglu(hidden, gate, up, ffn),
+                    ),
+                    Activation::GeluTanh => rec.time(
+                        "geglu_f32",
+                        || traffic::swiglu_f32(n * ffn),
+                        || geglu_f32(hidden, gate, up),
+                    ),
+                }
                 let mut down = [Job {
                     w: w_down,
                     bias: None,
@@ -226,6 +252,12 @@ pub fn forward<'s>(
                 let normed = xb.to_vec();
                 experts(rec, xb, &normed, e, input);
             }
+        }
+        if let Some(post) = &lw.post_ffn_norm {
+            unnormed.copy_from_slice(xb);
+            rec.time("rmsnorm_f32", norm, || {
+                rmsnorm(xb, unnormed, post, c.rms_eps)
+            });
         }
         rec.time("residual_add_f32", residual, || {
             rows(x, xb, dim, residual_add_f32)

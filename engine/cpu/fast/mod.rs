@@ -32,6 +32,7 @@ pub mod weights;
 
 use crate::batch::Batch;
 use crate::config::Config;
+use crate::cpu::Ropes;
 use crate::error::{Error, Result};
 use crate::rope::RopeTables;
 use forward::Scratch;
@@ -46,6 +47,8 @@ pub struct FastBackend {
     pub weights: FastWeights,
     pub kv: KvCacheBf16,
     pub rope: RopeTables,
+    /// The local layers' RoPE, where they have their own (`Config::sliding`).
+    pub rope_local: Option<RopeTables>,
     pub scratch: Scratch,
     /// Each step timed while a profile is recorded.
     pub recorder: timed::Recorder,
@@ -72,6 +75,7 @@ impl FastBackend {
         Ok(FastBackend {
             kv: KvCacheBf16::new(config, n_blocks)?,
             rope: RopeTables::new(config, max_context, weights.rope_freq_factors.as_deref())?,
+            rope_local: RopeTables::local(config, max_context)?,
             scratch: Scratch::new(config, max_batch_tokens),
             recorder: timed::Recorder::default(),
             weights,
@@ -108,11 +112,16 @@ impl FastBackend {
             weights,
             kv,
             rope,
+            rope_local,
             scratch,
             recorder,
             pool,
         } = self;
-        let (weights, rope) = (&*weights, &*rope);
-        pool.install(move || forward::forward(c, weights, rope, kv, scratch, recorder, batch))
+        let weights = &*weights;
+        let ropes = Ropes {
+            global: rope,
+            local: rope_local.as_ref(),
+        };
+        pool.install(move || forward::forward(c, weights, &ropes, kv, scratch, recorder, batch))
     }
 }
