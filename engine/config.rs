@@ -37,7 +37,7 @@ pub enum Arch {
 
 pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, \
     Qwen3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, \
-    Gemma3ForCausalLM";
+    Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its language model)";
 
 /// The GGUF `general.architecture` names rustle reads, and the `model_type` each stands for
 /// (llama.cpp's converter writes `llama` for Llama, Mistral, SmolLM and TinyLlama).
@@ -166,6 +166,9 @@ pub struct HfConfig {
     /// embedding's scale to it.
     pub torch_dtype: Option<String>,
     pub dtype: Option<String>,
+    /// The language model's configuration inside a multimodal one (Gemma 3 4B and larger:
+    /// `Gemma3ForConditionalGeneration`), read as the model (`HfConfig::language_model`).
+    pub text_config: Option<Box<HfConfig>>,
     pub bos_token_id: Option<u32>,
     pub eos_token_id: Option<OneOrMany>,
 }

@@ -259,7 +259,7 @@ fn open_hf_folder(dir: &Path) -> Result<(Config, Weights, Tokenizer)> {
         format: "config.json",
         reason: e.to_string(),
     })?;
-    let config = Config::resolve(&hf)?;
+    let config = Config::resolve(&hf.language_model())?;
     let tokenizer = Tokenizer::from_hf_folder(dir, &config.eos_tokens, config.bos_token)?;
     let weights = safetensors::open_folder(dir)?;
     Ok((config, weights, tokenizer))

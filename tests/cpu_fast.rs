@@ -159,6 +159,11 @@ fn tiny_mixtral_gguf_fast_matches_transformers() {
 }
 
 #[test]
+fn tiny_gemma3_fast_matches_transformers() {
+    check_model(Some("tests/golden/tiny-gemma3"), "tiny-gemma3", 256);
+}
+
+#[test]
 fn tiny_qwen3moe_fast_matches_transformers() {
     check_model(Some("tests/golden/tiny-qwen3moe"), "tiny-qwen3moe", 256);
 }

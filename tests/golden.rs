@@ -7,7 +7,8 @@
 //! `gguf` package dequantizes); a tiny Qwen3 (q and k normed by head, head_dim not hidden /
 //! heads), a tiny Phi-3 (fused matrices, partial RoPE, longrope) and tiny Mixtral and
 //! Qwen3-MoE (mixtures of experts) from make_tiny.py, each as its folder and as llama.cpp's
-//! converter writes it in GGUF (make_tiny_gguf.py).
+//! converter writes it in GGUF (make_tiny_gguf.py); a tiny Gemma 3 (GeGLU, four norms a
+//! layer, a local layer over a sliding window) from make_tiny.py.
 
 mod common;
 
@@ -78,6 +79,14 @@ fn tiny_qwen3moe_matches_transformers() {
 #[test]
 fn tiny_qwen3moe_gguf_matches_transformers() {
     check_model(Some("tests/golden/tiny-qwen3moe.gguf"), "tiny-qwen3moe");
+}
+
+/// Gemma 3: GeGLU, the embedding scaled by sqrt(hidden), four norms of 1 + w a layer, head
+/// norms, a `query_pre_attn_scalar` that is not `head_dim`, and a local layer over a sliding
+/// window of 8 positions (every golden sequence runs past it) with a RoPE base of its own.
+#[test]
+fn tiny_gemma3_matches_transformers() {
+    check_model(Some("tests/golden/tiny-gemma3"), "tiny-gemma3");
 }
 
 #[test]

@@ -83,6 +83,7 @@ fn every_golden_model_decodes_the_same_with_speculation() {
         ("tests/golden/tiny-phi3", "tiny-phi3"),
         ("tests/golden/tiny-mixtral", "tiny-mixtral"),
         ("tests/golden/tiny-qwen3moe", "tiny-qwen3moe"),
+        ("tests/golden/tiny-gemma3", "tiny-gemma3"),
         ("tests/golden/tiny-quant.gguf", "tiny-quant"),
     ];
     let mut kept = 0;

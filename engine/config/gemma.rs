@@ -60,6 +60,55 @@ impl RopeParameters {
     }
 }
 
+impl HfConfig {
+    /// The configuration of the model rustle runs: a multimodal Gemma 3's language model
+    /// (its `text_config`, the vision tower left out), else this one. Gemma 3's fields that
+    /// its files leave to transformers' defaults (`Gemma3TextConfig`'s) are filled in.
+    pub fn language_model(self) -> HfConfig {
+        let wrapped = self.architectures.as_ref().and_then(|a| a.first()).map(String::as_str)
+            == Some("Gemma3ForConditionalGeneration");
+        let mut text = match (wrapped, self.text_config.clone()) {
+            (true, Some(text)) => HfConfig {
+                architectures: Some(vec!["Gemma3ForCausalLM".into()]),
+                model_type: Some("gemma3_text".into()),
+                bos_token_id: text.bos_token_id.or(self.bos_token_id),
+                eos_token_id: text.eos_token_id.clone().or(self.eos_token_id.clone()),
+                torch_dtype: text.torch_dtype.clone().or(self.torch_dtype.clone()),
+                dtype: text.dtype.clone().or(self.dtype.clone()),
+                ..*text
+            },
+            _ => self,
+        };
+        if text.model_type.as_deref() == Some("gemma3_text") {
+            text.fill_gemma3_defaults();
+        }
+        text
+    }
+
+    /// `Gemma3TextConfig`'s defaults for the fields not set.
+    fn fill_gemma3_defaults(&mut self) {
+        fn or<T>(field: &mut Option<T>, default: T) {
+            field.get_or_insert(default);
+        }
+        or(&mut self.vocab_size, 262_208);
+        or(&mut self.num_attention_heads, 8);
+        or(&mut self.num_key_value_heads, 4);
+        or(&mut self.head_dim, 256);
+        or(&mut self.max_position_embeddings, 131_072);
+        or(&mut self.rms_norm_eps, 1e-6);
+        or(&mut self.query_pre_attn_scalar, 256.0);
+        or(&mut self.sliding_window, 4096);
+        or(&mut self.tie_word_embeddings, true);
+        if self.hidden_activation.is_none() && self.hidden_act.is_none() {
+            self.hidden_activation = Some("gelu_pytorch_tanh".into());
+        }
+        if self.rope_parameters.is_none() {
+            or(&mut self.rope_theta, 1_000_000.0);
+            or(&mut self.rope_local_base_freq, 10_000.0);
+        }
+    }
+}
+
 /// The activation `hidden_activation` (or `hidden_act`) names; SiLU where neither is set.
 pub(super) fn resolve_activation(
     hf: &HfConfig,

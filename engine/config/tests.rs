@@ -415,3 +415,31 @@ fn gemma3_bad_fields_are_refused_by_name() {
     .unwrap_err();
     assert!(e.to_string().contains("query_pre_attn_scalar"), "{e}");
 }
+
+/// Gemma 3 4B's `config.json` as its files have it: the language model's fields in
+/// `text_config`, the others left to transformers' defaults.
+#[test]
+fn a_multimodal_gemma3_resolves_to_its_language_model() {
+    let json = r#"{
+        "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+        "boi_token_index": 255999, "eos_token_id": [1, 106], "torch_dtype": "bfloat16",
+        "text_config": {"hidden_size": 2560, "intermediate_size": 10240,
+            "model_type": "gemma3_text", "num_hidden_layers": 34,
+            "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024},
+        "vision_config": {"hidden_size": 1152, "model_type": "siglip_vision_model"}
+    }"#;
+    let hf: HfConfig = serde_json::from_str(json).unwrap();
+    let c = Config::resolve(&hf.language_model()).unwrap();
+    assert_eq!(c.arch, Arch::Gemma3);
+    assert_eq!(
+        (c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size),
+        (2560, 34, 8, 4, 256, 262_208)
+    );
+    assert_eq!(c.rope_theta, 1_000_000.0);
+    assert_eq!(c.rope_scaling, RopeScaling::Linear { factor: 8.0 });
+    assert_eq!((c.window(0), c.window(5)), (Some(1024), None));
+    assert_eq!(c.eos_tokens, vec![1, 106]);
+    assert!(c.tie_embeddings);
+    // sqrt(2560) = 50.6, 50.5 in bf16.
+    assert_eq!(c.embed_scale, Some(50.5));
+}

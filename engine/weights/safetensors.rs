@@ -72,6 +72,9 @@ pub fn open_folder(dir: &Path) -> Result<Weights> {
         })?;
         let file_index = weights.files.len();
         for (tensor_name, view) in st.tensors() {
+            let Some(tensor_name) = language_model_name(&tensor_name) else {
+                continue;
+            };
             // The view borrows the mmap: its distance from the start is the file offset.
             let offset = view.data().as_ptr() as usize - mmap.as_ptr() as usize;
             let raw = RawTensor {
@@ -97,6 +100,32 @@ pub fn open_folder(dir: &Path) -> Result<Weights> {
         weights.files.push(mmap);
     }
     Ok(weights)
+}
+
+/// A tensor's name as the language model's loader asks for it: a multimodal Gemma 3's
+/// language model is under `language_model.model.` (or `model.language_model.` from
+/// transformers 4.52) and its head under `language_model.lm_head.`; its vision tower and
+/// projector (`None`) are not read. Other names are kept.
+fn language_model_name(name: &str) -> Option<String> {
+    const VISION: [&str; 4] = [
+        "vision_tower.",
+        "multi_modal_projector.",
+        "model.vision_tower.",
+        "model.multi_modal_projector.",
+    ];
+    if VISION.iter().any(|p| name.starts_with(p)) {
+        return None;
+    }
+    for (from, to) in [
+        ("language_model.model.", "model."),
+        ("model.language_model.", "model."),
+        ("language_model.lm_head.", "lm_head."),
+    ] {
+        if let Some(rest) = name.strip_prefix(from) {
+            return Some(format!("{to}{rest}"));
+        }
+    }
+    Some(name.to_owned())
 }
 
 fn dtype(d: Dtype) -> DType {
@@ -272,5 +301,31 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn a_multimodal_gemma3_reads_as_its_language_model() {
+        let name = |n: &str| language_model_name(n);
+        assert_eq!(
+            name("language_model.model.layers.0.mlp.up_proj.weight").as_deref(),
+            Some("model.layers.0.mlp.up_proj.weight")
+        );
+        assert_eq!(
+            name("model.language_model.embed_tokens.weight").as_deref(),
+            Some("model.embed_tokens.weight")
+        );
+        assert_eq!(
+            name("language_model.lm_head.weight").as_deref(),
+            Some("lm_head.weight")
+        );
+        assert_eq!(name("vision_tower.vision_model.post_layernorm.weight"), None);
+        assert_eq!(
+            name("model.multi_modal_projector.mm_input_projection_weight"),
+            None
+        );
+        assert_eq!(
+            name("model.layers.3.self_attn.q_proj.weight").as_deref(),
+            Some("model.layers.3.self_attn.q_proj.weight")
+        );
     }
 }
