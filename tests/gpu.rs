@@ -2809,12 +2809,14 @@ fn synthetic_llama3(rng: &mut StdRng) -> (Config, ModelWeights) {
             q_norm: None,
             k_norm: None,
             wo: normal(rng, dim * q, s(q)),
+            post_attn_norm: None,
             ffn_norm: norm(rng),
             mlp: Mlp::Dense {
                 gate: normal(rng, ffn * dim, s(dim)),
                 up: normal(rng, ffn * dim, s(dim)),
                 down: normal(rng, dim * ffn, s(ffn)),
             },
+            post_ffn_norm: None,
         })
         .collect();
     let mut w = ModelWeights {
