@@ -35,7 +35,7 @@ pub struct Sliding {
 pub enum RopeParameters {
     ByLayerType {
         full_attention: HfRopeScaling,
-        sliding_attention: Option<HfRopeScaling>,
+        sliding_attention: Option<Box<HfRopeScaling>>,
     },
     Every(HfRopeScaling),
 }
@@ -54,7 +54,7 @@ impl RopeParameters {
         match self {
             RopeParameters::ByLayerType {
                 sliding_attention, ..
-            } => sliding_attention.as_ref(),
+            } => sliding_attention.as_deref(),
             RopeParameters::Every(_) => None,
         }
     }
