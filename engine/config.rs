@@ -43,6 +43,7 @@ pub const SUPPORTED: &str = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausa
 /// (llama.cpp's converter writes `llama` for Llama, Mistral, SmolLM and TinyLlama).
 const GGUF_ARCHS: &[(&str, &str)] = &[
     ("llama", "llama"),
+    ("gemma3", "gemma3_text"),
     ("qwen2", "qwen2"),
     ("qwen3", "qwen3"),
     ("phi3", "phi3"),
@@ -59,7 +60,7 @@ impl Arch {
             .ok_or_else(|| Error::UnsupportedArchitecture {
                 field: "general.architecture",
                 found: arch.to_owned(),
-                supported: "llama (Llama, Mistral, Mixtral, SmolLM, TinyLlama), qwen2, qwen3, qwen3moe, phi3",
+                supported: "llama (Llama, Mistral, Mixtral, SmolLM, TinyLlama), qwen2, qwen3, qwen3moe, phi3, gemma3",
             })
     }
 
@@ -166,6 +167,10 @@ pub struct HfConfig {
     /// embedding's scale to it.
     pub torch_dtype: Option<String>,
     pub dtype: Option<String>,
+    /// The files store RMSNorm factors already shifted (GGUF's converter adds Gemma's 1 to
+    /// its `w`); no `config.json` says so.
+    #[serde(skip)]
+    pub norms_shifted: bool,
     /// The language model's configuration inside a multimodal one (Gemma 3 4B and larger:
     /// `Gemma3ForConditionalGeneration`), read as the model (`HfConfig::language_model`).
     pub text_config: Option<Box<HfConfig>>,
@@ -498,7 +503,10 @@ impl Config {
                 Arch::Gemma3 => Some(gemma::resolve_sliding(hf, n_layers, name)?),
                 _ => None,
             },
-            norm_offset: if arch == Arch::Gemma3 { 1.0 } else { 0.0 },
+            norm_offset: match arch == Arch::Gemma3 && !hf.norms_shifted {
+                true => 1.0,
+                false => 0.0,
+            },
             query_scale: gemma::query_scale(hf, arch, head_dim, name)?,
             bos_token: hf.bos_token_id,
             eos_tokens,

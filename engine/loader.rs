@@ -156,7 +156,7 @@ pub fn open(path: &Path) -> Result<OpenedModel> {
     check_vocab(&config, &tokenizer)?;
     // The converter permutes Q and K for `llama` files only.
     let qk_permuted = arch == "llama";
-    let mut raw = gguf_weights(g)?;
+    let mut raw = gguf_weights(g, &arch)?;
     split_fused(&config, &mut raw)?;
     ModelWeights::check(&config, &raw)?;
     Ok(OpenedModel {
@@ -295,7 +295,7 @@ fn gguf_config(g: &GgufFile) -> Result<HfConfig> {
         .and_then(MetaValue::as_array)
         .map(|a| a.len());
     let token_embd = g.tensors.iter().find(|t| t.name == "token_embd.weight");
-    Ok(HfConfig {
+    let mut hf = HfConfig {
         model_type: Some(model_type.to_owned()),
         hidden_size: num("embedding_length")?,
         intermediate_size: num("feed_forward_length")?,
@@ -322,8 +322,27 @@ fn gguf_config(g: &GgufFile) -> Result<HfConfig> {
         tie_word_embeddings: Some(!g.tensors.iter().any(|t| t.name == "output.weight")),
         bos_token_id: id("tokenizer.ggml.bos_token_id")?,
         eos_token_id: id("tokenizer.ggml.eos_token_id")?.map(OneOrMany::One),
+        sliding_window: num("attention.sliding_window")?,
+        sliding_window_pattern: num("attention.sliding_window_pattern")?,
+        rope_local_base_freq: float("rope.freq_base_swa")?,
+        final_logit_softcapping: float("final_logit_softcapping")?,
+        attn_logit_softcapping: float("attn_logit_softcapping")?,
+        norms_shifted: true,
         ..Default::default()
-    })
+    };
+    if arch == "gemma3" {
+        // The file does not say how queries are scaled; llama.cpp takes 27B's (62 layers)
+        // from hidden / heads and the others' from the head's width, as Google's
+        // configurations have them.
+        hf.query_pre_attn_scalar =
+            match (hf.num_hidden_layers, hf.hidden_size, hf.num_attention_heads) {
+                (Some(62), Some(dim), Some(heads)) if heads > 0 => Some((dim / heads) as f64),
+                _ => hf.head_dim.map(|d| d as f64),
+            };
+        // Its files leave the local layers' kind to llama.cpp's default: every 6th global.
+        hf = hf.language_model();
+    }
+    Ok(hf)
 }
 
 /// rustle's attention has one head width for keys and values: a GGUF file that says
@@ -366,6 +385,11 @@ fn gguf_key(arch: &str, field: &str) -> String {
         "rms_norm_eps" => "attention.layer_norm_rms_epsilon",
         "rope_theta" => "rope.freq_base",
         "rope_scaling" => "rope.scaling",
+        "sliding_window" => "attention.sliding_window",
+        "sliding_window_pattern" => "attention.sliding_window_pattern",
+        "rope_local_base_freq" => "rope.freq_base_swa",
+        "final_logit_softcapping" => "final_logit_softcapping",
+        "attn_logit_softcapping" => "attn_logit_softcapping",
         "vocab_size" => return "the vocabulary size (token_embd.weight's rows)".into(),
         "bos_token_id" | "eos_token_id" => {
             return format!("`tokenizer.ggml.{field}`");
@@ -428,8 +452,10 @@ fn gguf_longrope(g: &GgufFile, arch: &str) -> Result<Option<crate::config::HfRop
     }))
 }
 
-/// GGUF tensor names, translated to the Hugging Face names the model asks for.
-pub fn hf_name(gguf: &str) -> String {
+/// GGUF tensor names, translated to the Hugging Face names the model asks for; `arch` is
+/// the file's `general.architecture` (Gemma 3's norm before its MLP is `ffn_norm` too, but
+/// under another name in its folders).
+pub fn hf_name(gguf: &str, arch: &str) -> String {
     let fixed = match gguf {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
         "output_norm.weight" => Some("model.norm.weight"),
@@ -450,7 +476,10 @@ pub fn hf_name(gguf: &str) -> String {
     };
     let hf = match part {
         "attn_norm" => "input_layernorm",
+        "ffn_norm" if arch == "gemma3" => "pre_feedforward_layernorm",
         "ffn_norm" => "post_attention_layernorm",
+        "post_attention_norm" => "post_attention_layernorm",
+        "post_ffw_norm" => "post_feedforward_layernorm",
         "attn_q" => "self_attn.q_proj",
         "attn_k" => "self_attn.k_proj",
         "attn_v" => "self_attn.v_proj",
@@ -473,11 +502,11 @@ pub fn hf_name(gguf: &str) -> String {
 
 /// The tensor table under Hugging Face names. Two GGUF names for one weight (`output.weight`
 /// and `lm_head.weight`, say) are an error, not a silent choice.
-fn gguf_weights(g: GgufFile) -> Result<Weights> {
+fn gguf_weights(g: GgufFile, arch: &str) -> Result<Weights> {
     let mut tensors: HashMap<String, RawTensor> = HashMap::with_capacity(g.tensors.len());
     let mut gguf_names: HashMap<String, &str> = HashMap::with_capacity(g.tensors.len());
     for t in &g.tensors {
-        let name = hf_name(&t.name);
+        let name = hf_name(&t.name, arch);
         if let Some(other) = gguf_names.insert(name.clone(), &t.name) {
             return Err(Error::Format {
                 path: g.path.clone(),
@@ -527,24 +556,42 @@ mod tests {
 
     #[test]
     fn gguf_names_map_to_hf_names() {
-        assert_eq!(hf_name("token_embd.weight"), "model.embed_tokens.weight");
         assert_eq!(
-            hf_name("blk.12.ffn_down.weight"),
+            hf_name("token_embd.weight", "llama"),
+            "model.embed_tokens.weight"
+        );
+        assert_eq!(
+            hf_name("blk.12.ffn_down.weight", "llama"),
             "model.layers.12.mlp.down_proj.weight"
         );
         assert_eq!(
-            hf_name("blk.0.attn_q.bias"),
+            hf_name("blk.0.attn_q.bias", "llama"),
             "model.layers.0.self_attn.q_proj.bias"
         );
         assert_eq!(
-            hf_name("blk.3.attn_norm.weight"),
+            hf_name("blk.3.attn_norm.weight", "llama"),
             "model.layers.3.input_layernorm.weight"
         );
         assert_eq!(
-            hf_name("blk.5.attn_k_norm.weight"),
+            hf_name("blk.5.attn_k_norm.weight", "llama"),
             "model.layers.5.self_attn.k_norm.weight"
         );
-        assert_eq!(hf_name("rope_freqs.weight"), "rope_freqs.weight");
+        assert_eq!(hf_name("rope_freqs.weight", "llama"), "rope_freqs.weight");
+        // Gemma 3's four norms a layer.
+        let gemma = |n: &str| hf_name(&format!("blk.2.{n}.weight"), "gemma3");
+        assert_eq!(
+            gemma("ffn_norm"),
+            "model.layers.2.pre_feedforward_layernorm.weight"
+        );
+        assert_eq!(
+            gemma("post_attention_norm"),
+            "model.layers.2.post_attention_layernorm.weight"
+        );
+        assert_eq!(
+            gemma("post_ffw_norm"),
+            "model.layers.2.post_feedforward_layernorm.weight"
+        );
+        assert_eq!(gemma("attn_norm"), "model.layers.2.input_layernorm.weight");
     }
 
     /// A one-layer llama whose matrices hold the GGUF types that Q4_K_M, Q5_K_M and IQ4_XS

@@ -164,6 +164,15 @@ fn tiny_gemma3_fast_matches_transformers() {
 }
 
 #[test]
+fn tiny_gemma3_1b_gguf_fast_matches_transformers() {
+    check_model(
+        Some("tests/golden/tiny-gemma3-1b.gguf"),
+        "tiny-gemma3-1b",
+        256,
+    );
+}
+
+#[test]
 fn tiny_qwen3moe_fast_matches_transformers() {
     check_model(Some("tests/golden/tiny-qwen3moe"), "tiny-qwen3moe", 256);
 }

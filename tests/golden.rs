@@ -89,6 +89,19 @@ fn tiny_gemma3_matches_transformers() {
     check_model(Some("tests/golden/tiny-gemma3"), "tiny-gemma3");
 }
 
+/// Gemma 3 shaped as llama.cpp reads its GGUF files (every 6th layer global, queries scaled
+/// by the head's width), from its folder and from the converter's file (norms stored with
+/// their 1 added, the local layers' RoPE base under its own key).
+#[test]
+fn tiny_gemma3_1b_matches_transformers() {
+    check_model(Some("tests/golden/tiny-gemma3-1b"), "tiny-gemma3-1b");
+}
+
+#[test]
+fn tiny_gemma3_1b_gguf_matches_transformers() {
+    check_model(Some("tests/golden/tiny-gemma3-1b.gguf"), "tiny-gemma3-1b");
+}
+
 #[test]
 fn tiny_quant_gguf_matches_transformers() {
     check_model(Some("tests/golden/tiny-quant.gguf"), "tiny-quant");

@@ -84,6 +84,7 @@ fn every_golden_model_decodes_the_same_with_speculation() {
         ("tests/golden/tiny-mixtral", "tiny-mixtral"),
         ("tests/golden/tiny-qwen3moe", "tiny-qwen3moe"),
         ("tests/golden/tiny-gemma3", "tiny-gemma3"),
+        ("tests/golden/tiny-gemma3-1b.gguf", "tiny-gemma3-1b"),
         ("tests/golden/tiny-quant.gguf", "tiny-quant"),
     ];
     let mut kept = 0;

@@ -65,7 +65,11 @@ impl HfConfig {
     /// (its `text_config`, the vision tower left out), else this one. Gemma 3's fields that
     /// its files leave to transformers' defaults (`Gemma3TextConfig`'s) are filled in.
     pub fn language_model(self) -> HfConfig {
-        let wrapped = self.architectures.as_ref().and_then(|a| a.first()).map(String::as_str)
+        let wrapped = self
+            .architectures
+            .as_ref()
+            .and_then(|a| a.first())
+            .map(String::as_str)
             == Some("Gemma3ForConditionalGeneration");
         let mut text = match (wrapped, self.text_config.clone()) {
             (true, Some(text)) => HfConfig {

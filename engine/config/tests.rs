@@ -432,7 +432,14 @@ fn a_multimodal_gemma3_resolves_to_its_language_model() {
     let c = Config::resolve(&hf.language_model()).unwrap();
     assert_eq!(c.arch, Arch::Gemma3);
     assert_eq!(
-        (c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size),
+        (
+            c.dim,
+            c.n_layers,
+            c.n_heads,
+            c.n_kv_heads,
+            c.head_dim,
+            c.vocab_size
+        ),
         (2560, 34, 8, 4, 256, 262_208)
     );
     assert_eq!(c.rope_theta, 1_000_000.0);

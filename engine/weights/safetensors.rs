@@ -318,7 +318,10 @@ mod tests {
             name("language_model.lm_head.weight").as_deref(),
             Some("lm_head.weight")
         );
-        assert_eq!(name("vision_tower.vision_model.post_layernorm.weight"), None);
+        assert_eq!(
+            name("vision_tower.vision_model.post_layernorm.weight"),
+            None
+        );
         assert_eq!(
             name("model.multi_modal_projector.mm_input_projection_weight"),
             None

@@ -18,6 +18,10 @@ of what rustle claims, each in a few hundred kilobytes:
   before and after attention and the MLP, head norms, a query_pre_attn_scalar (24) that is
   not head_dim (32), a local layer over a sliding window of 8 positions (the prompts run past
   it, across KV blocks) with its own RoPE base, and a global layer with linear scaling.
+- tiny-gemma3-1b: Gemma 3 as its 1B's configuration has it, which is what llama.cpp's GGUF
+  says of a Gemma 3 (make_tiny_gguf.py): every 6th layer global, query_pre_attn_scalar =
+  head_dim, RoPE unscaled, the vocabulary the tokenizer's length (the converter cuts the
+  embedding to it).
 All share a byte-level BPE tokenizer of 256 byte tokens, a few merges and one special token.
 
     pip install torch transformers tokenizers
@@ -191,6 +195,18 @@ def main():
                          hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
                          final_logit_softcapping=None, attn_logit_softcapping=None,
                          attention_bias=False, pad_token_id=0, **rope),
+        torch.bfloat16, shard=False, norm_low=-0.5)
+    models["tiny-gemma3-1b"] = lambda: build(
+        "tiny-gemma3-1b",
+        Gemma3TextConfig(**{**common, "rms_norm_eps": 1e-6, "num_hidden_layers": 6,
+                            "vocab_size": len(tokenizer())},
+                         head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
+                         sliding_window_pattern=6,
+                         layer_types=["sliding_attention"] * 5 + ["full_attention"],
+                         hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+                         final_logit_softcapping=None, attn_logit_softcapping=None,
+                         attention_bias=False, pad_token_id=0, rope_theta=1000000.0,
+                         rope_local_base_freq=10000.0),
         torch.bfloat16, shard=False, norm_low=-0.5)
     names = sys.argv[1:] or list(models)
     for name in names:
