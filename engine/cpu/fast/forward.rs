@@ -238,7 +238,7 @@ pub fn forward<'s>(
                     Activation::GeluTanh => rec.time(
                         "geglu_f32",
                         || traffic::swiglu_f32(n * ffn),
-                        || geglu_f32(hidden, gate, up),
+                        || geglu(hidden, gate, up, ffn),
                     ),
                 }
                 let mut down = [Job {
@@ -329,11 +329,27 @@ fn rmsnorm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
 
 /// `swiglu_f32` over each token's row.
 fn swiglu(out: &mut [f32], gate: &[f32], up: &[f32], ffn: usize) {
+    gated(out, gate, up, ffn, swiglu_f32)
+}
+
+/// `geglu_f32` over each token's row.
+fn geglu(out: &mut [f32], gate: &[f32], up: &[f32], ffn: usize) {
+    gated(out, gate, up, ffn, geglu_f32)
+}
+
+/// `f(out, gate, up)` over the tokens' rows, in tasks of `ROWS_PER_TASK`.
+fn gated(
+    out: &mut [f32],
+    gate: &[f32],
+    up: &[f32],
+    ffn: usize,
+    f: impl Fn(&mut [f32], &[f32], &[f32]) + Sync,
+) {
     let chunk = ROWS_PER_TASK * ffn;
     if out.len() <= chunk {
-        return swiglu_f32(out, gate, up);
+        return f(out, gate, up);
     }
     out.par_chunks_mut(chunk)
         .zip(gate.par_chunks(chunk).zip(up.par_chunks(chunk)))
-        .for_each(|(o, (g, u))| swiglu_f32(o, g, u));
+        .for_each(|(o, (g, u))| f(o, g, u));
 }
