@@ -147,26 +147,9 @@ pub struct HfConfig {
     pub attention_bias: Option<bool>,
     pub sliding_window: Option<usize>,
     pub use_sliding_window: Option<bool>,
-    /// Gemma 3: every `sliding_window_pattern`-th layer global, the others local (older
-    /// files), or each layer's kind (`sliding_attention`, `full_attention`).
-    pub sliding_window_pattern: Option<usize>,
-    pub layer_types: Option<Vec<String>>,
-    /// Gemma 3's RoPE base of its local layers.
-    pub rope_local_base_freq: Option<f64>,
-    /// Gemma 3: attention scores scaled by `query_pre_attn_scalar^-1/2`, not `head_dim`'s.
-    pub query_pre_attn_scalar: Option<f64>,
-    /// The MLP's activation: Gemma's `gelu_pytorch_tanh` (`hidden_activation`, or
-    /// `hidden_act`); SiLU where unset.
-    pub hidden_activation: Option<String>,
-    pub hidden_act: Option<String>,
-    /// Gemma 2's soft caps of the logits and of attention scores, which rustle does not apply:
-    /// a model that sets them is refused.
-    pub final_logit_softcapping: Option<f64>,
-    pub attn_logit_softcapping: Option<f64>,
-    /// The weights' dtype (`torch_dtype`, transformers 5's `dtype`): Gemma rounds its
-    /// embedding's scale to it.
-    pub torch_dtype: Option<String>,
-    pub dtype: Option<String>,
+    /// What Gemma 3 adds (its activation, window pattern, local RoPE, query scale).
+    #[serde(flatten)]
+    pub gemma: HfGemma,
     /// The files store RMSNorm factors already shifted (GGUF's converter adds Gemma's 1 to
     /// its `w`); no `config.json` says so.
     #[serde(skip)]
@@ -176,6 +159,66 @@ pub struct HfConfig {
     pub text_config: Option<Box<HfConfig>>,
     pub bos_token_id: Option<u32>,
     pub eos_token_id: Option<OneOrMany>,
+}
+
+impl HfConfig {
+    /// The configuration of the model rustle runs: a multimodal Gemma 3's language model
+    /// (its `text_config`, the vision tower left out), else this one. Gemma 3's fields that
+    /// its files leave to transformers' defaults (`Gemma3TextConfig`'s) are filled in.
+    pub fn language_model(self) -> HfConfig {
+        let wrapped = self
+            .architectures
+            .as_ref()
+            .and_then(|a| a.first())
+            .map(String::as_str)
+            == Some("Gemma3ForConditionalGeneration");
+        let mut text = match (wrapped, self.text_config.clone()) {
+            (true, Some(text)) => HfConfig {
+                architectures: Some(vec!["Gemma3ForCausalLM".into()]),
+                model_type: Some("gemma3_text".into()),
+                bos_token_id: text.bos_token_id.or(self.bos_token_id),
+                eos_token_id: text.eos_token_id.clone().or(self.eos_token_id.clone()),
+                gemma: HfGemma {
+                    torch_dtype: text
+                        .gemma
+                        .torch_dtype
+                        .clone()
+                        .or(self.gemma.torch_dtype.clone()),
+                    dtype: text.gemma.dtype.clone().or(self.gemma.dtype.clone()),
+                    ..text.gemma.clone()
+                },
+                ..*text
+            },
+            _ => self,
+        };
+        if text.model_type.as_deref() == Some("gemma3_text") {
+            text.fill_gemma3_defaults();
+        }
+        text
+    }
+
+    /// `Gemma3TextConfig`'s defaults for the fields not set.
+    fn fill_gemma3_defaults(&mut self) {
+        fn or<T>(field: &mut Option<T>, default: T) {
+            field.get_or_insert(default);
+        }
+        or(&mut self.vocab_size, 262_208);
+        or(&mut self.num_attention_heads, 8);
+        or(&mut self.num_key_value_heads, 4);
+        or(&mut self.head_dim, 256);
+        or(&mut self.max_position_embeddings, 131_072);
+        or(&mut self.rms_norm_eps, 1e-6);
+        or(&mut self.gemma.query_pre_attn_scalar, 256.0);
+        or(&mut self.sliding_window, 4096);
+        or(&mut self.tie_word_embeddings, true);
+        if self.gemma.hidden_activation.is_none() && self.gemma.hidden_act.is_none() {
+            self.gemma.hidden_activation = Some("gelu_pytorch_tanh".into());
+        }
+        if self.rope_parameters.is_none() {
+            or(&mut self.rope_theta, 1_000_000.0);
+            or(&mut self.gemma.rope_local_base_freq, 10_000.0);
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -252,7 +295,7 @@ mod gemma;
 pub mod limits;
 mod rope_scaling;
 
-pub use gemma::{Activation, RopeParameters, Sliding};
+pub use gemma::{Activation, HfGemma, RopeParameters, Sliding};
 use rope_scaling::{Extension, resolve_rope_scaling, shown};
 pub use rope_scaling::{HfRopeScaling, RopeScaling};
 
@@ -496,18 +539,24 @@ impl Config {
             qkv_bias: arch == Arch::Qwen2 || hf.attention_bias.unwrap_or(false),
             qk_norm: matches!(arch, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3),
             moe: resolve_moe(hf, arch, ffn_dim, name)?,
-            activation: gemma::resolve_activation(hf, name)?,
-            embed_scale: (arch == Arch::Gemma3).then(|| gemma::embed_scale(hf, dim)),
+            activation: gemma::resolve_activation(&hf.gemma, name)?,
+            embed_scale: (arch == Arch::Gemma3).then(|| gemma::embed_scale(&hf.gemma, dim)),
             post_norms: arch == Arch::Gemma3,
             sliding: match arch {
-                Arch::Gemma3 => Some(gemma::resolve_sliding(hf, n_layers, name)?),
+                Arch::Gemma3 => Some(gemma::resolve_sliding(
+                    &hf.gemma,
+                    hf.sliding_window,
+                    hf.rope_parameters.as_ref(),
+                    n_layers,
+                    name,
+                )?),
                 _ => None,
             },
             norm_offset: match arch == Arch::Gemma3 && !hf.norms_shifted {
                 true => 1.0,
                 false => 0.0,
             },
-            query_scale: gemma::query_scale(hf, arch, head_dim, name)?,
+            query_scale: gemma::query_scale(&hf.gemma, arch == Arch::Gemma3, head_dim, name)?,
             bos_token: hf.bos_token_id,
             eos_tokens,
         })

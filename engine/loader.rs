@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::config::{Config, HfConfig, OneOrMany};
+use crate::config::{Config, HfConfig, HfGemma, OneOrMany};
 use crate::cpu::fast::weights::FastWeights;
 use crate::error::{Error, Result};
 use crate::model::{HeadOrder, ModelWeights, Stored};
@@ -323,10 +323,13 @@ fn gguf_config(g: &GgufFile) -> Result<HfConfig> {
         bos_token_id: id("tokenizer.ggml.bos_token_id")?,
         eos_token_id: id("tokenizer.ggml.eos_token_id")?.map(OneOrMany::One),
         sliding_window: num("attention.sliding_window")?,
-        sliding_window_pattern: num("attention.sliding_window_pattern")?,
-        rope_local_base_freq: float("rope.freq_base_swa")?,
-        final_logit_softcapping: float("final_logit_softcapping")?,
-        attn_logit_softcapping: float("attn_logit_softcapping")?,
+        gemma: HfGemma {
+            sliding_window_pattern: num("attention.sliding_window_pattern")?,
+            rope_local_base_freq: float("rope.freq_base_swa")?,
+            final_logit_softcapping: float("final_logit_softcapping")?,
+            attn_logit_softcapping: float("attn_logit_softcapping")?,
+            ..Default::default()
+        },
         norms_shifted: true,
         ..Default::default()
     };
@@ -334,7 +337,7 @@ fn gguf_config(g: &GgufFile) -> Result<HfConfig> {
         // The file does not say how queries are scaled; llama.cpp takes 27B's (62 layers)
         // from hidden / heads and the others' from the head's width, as Google's
         // configurations have them.
-        hf.query_pre_attn_scalar =
+        hf.gemma.query_pre_attn_scalar =
             match (hf.num_hidden_layers, hf.hidden_size, hf.num_attention_heads) {
                 (Some(62), Some(dim), Some(heads)) if heads > 0 => Some((dim / heads) as f64),
                 _ => hf.head_dim.map(|d| d as f64),

@@ -4,9 +4,33 @@
 
 use serde::Deserialize;
 
-use super::rope_scaling::shown;
-use super::{Arch, HfConfig, HfRopeScaling};
+use super::rope_scaling::{HfRopeScaling, shown};
 use crate::error::{Error, Result};
+
+/// The fields of `config.json` that Gemma 3 adds (flattened into `HfConfig`).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct HfGemma {
+    /// Every `sliding_window_pattern`-th layer global, the others local (older files), or
+    /// each layer's kind (`sliding_attention`, `full_attention`).
+    pub sliding_window_pattern: Option<usize>,
+    pub layer_types: Option<Vec<String>>,
+    /// The RoPE base of the local layers.
+    pub rope_local_base_freq: Option<f64>,
+    /// Attention scores scaled by `query_pre_attn_scalar^-1/2`, not `head_dim`'s.
+    pub query_pre_attn_scalar: Option<f64>,
+    /// The MLP's activation: Gemma's `gelu_pytorch_tanh` (`hidden_activation`, or
+    /// `hidden_act`); SiLU where unset.
+    pub hidden_activation: Option<String>,
+    pub hidden_act: Option<String>,
+    /// Gemma 2's soft caps of the logits and of attention scores, which rustle does not
+    /// apply: a model that sets them is refused.
+    pub final_logit_softcapping: Option<f64>,
+    pub attn_logit_softcapping: Option<f64>,
+    /// The weights' dtype (`torch_dtype`, transformers 5's `dtype`): Gemma rounds its
+    /// embedding's scale to it.
+    pub torch_dtype: Option<String>,
+    pub dtype: Option<String>,
+}
 
 /// The MLP's gate activation: `down(act(gate x) * up x)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,62 +84,9 @@ impl RopeParameters {
     }
 }
 
-impl HfConfig {
-    /// The configuration of the model rustle runs: a multimodal Gemma 3's language model
-    /// (its `text_config`, the vision tower left out), else this one. Gemma 3's fields that
-    /// its files leave to transformers' defaults (`Gemma3TextConfig`'s) are filled in.
-    pub fn language_model(self) -> HfConfig {
-        let wrapped = self
-            .architectures
-            .as_ref()
-            .and_then(|a| a.first())
-            .map(String::as_str)
-            == Some("Gemma3ForConditionalGeneration");
-        let mut text = match (wrapped, self.text_config.clone()) {
-            (true, Some(text)) => HfConfig {
-                architectures: Some(vec!["Gemma3ForCausalLM".into()]),
-                model_type: Some("gemma3_text".into()),
-                bos_token_id: text.bos_token_id.or(self.bos_token_id),
-                eos_token_id: text.eos_token_id.clone().or(self.eos_token_id.clone()),
-                torch_dtype: text.torch_dtype.clone().or(self.torch_dtype.clone()),
-                dtype: text.dtype.clone().or(self.dtype.clone()),
-                ..*text
-            },
-            _ => self,
-        };
-        if text.model_type.as_deref() == Some("gemma3_text") {
-            text.fill_gemma3_defaults();
-        }
-        text
-    }
-
-    /// `Gemma3TextConfig`'s defaults for the fields not set.
-    fn fill_gemma3_defaults(&mut self) {
-        fn or<T>(field: &mut Option<T>, default: T) {
-            field.get_or_insert(default);
-        }
-        or(&mut self.vocab_size, 262_208);
-        or(&mut self.num_attention_heads, 8);
-        or(&mut self.num_key_value_heads, 4);
-        or(&mut self.head_dim, 256);
-        or(&mut self.max_position_embeddings, 131_072);
-        or(&mut self.rms_norm_eps, 1e-6);
-        or(&mut self.query_pre_attn_scalar, 256.0);
-        or(&mut self.sliding_window, 4096);
-        or(&mut self.tie_word_embeddings, true);
-        if self.hidden_activation.is_none() && self.hidden_act.is_none() {
-            self.hidden_activation = Some("gelu_pytorch_tanh".into());
-        }
-        if self.rope_parameters.is_none() {
-            or(&mut self.rope_theta, 1_000_000.0);
-            or(&mut self.rope_local_base_freq, 10_000.0);
-        }
-    }
-}
-
 /// The activation `hidden_activation` (or `hidden_act`) names; SiLU where neither is set.
 pub(super) fn resolve_activation(
-    hf: &HfConfig,
+    hf: &HfGemma,
     name: &dyn Fn(&str) -> String,
 ) -> Result<Activation> {
     let (field, value) = match (&hf.hidden_activation, &hf.hidden_act) {
@@ -135,7 +106,7 @@ pub(super) fn resolve_activation(
 
 /// Gemma's embedding scale, sqrt(hidden), rounded to the weights' dtype as transformers
 /// multiplies in it.
-pub(super) fn embed_scale(hf: &HfConfig, dim: usize) -> f32 {
+pub(super) fn embed_scale(hf: &HfGemma, dim: usize) -> f32 {
     let scale = (dim as f32).sqrt();
     match hf.torch_dtype.as_deref().or(hf.dtype.as_deref()) {
         Some("bfloat16") => half::bf16::from_f32(scale).to_f32(),
@@ -144,14 +115,16 @@ pub(super) fn embed_scale(hf: &HfConfig, dim: usize) -> f32 {
     }
 }
 
-/// Which of `n_layers` layers are local, over what window, and their RoPE base.
+/// Which of `n_layers` layers are local, over what window (`sliding_window`), and their RoPE
+/// base (`rope_parameters`' for the local layers, where the file gives them).
 pub(super) fn resolve_sliding(
-    hf: &HfConfig,
+    hf: &HfGemma,
+    sliding_window: Option<usize>,
+    rope_parameters: Option<&RopeParameters>,
     n_layers: usize,
     name: &dyn Fn(&str) -> String,
 ) -> Result<Sliding> {
-    let window = hf
-        .sliding_window
+    let window = sliding_window
         .ok_or_else(|| Error::Config(format!("missing field {}", name("sliding_window"))))?;
     if window == 0 {
         return Err(Error::Config(format!(
@@ -194,9 +167,7 @@ pub(super) fn resolve_sliding(
     };
     let rope_theta = hf
         .rope_local_base_freq
-        .or(hf
-            .rope_parameters
-            .as_ref()
+        .or(rope_parameters
             .and_then(|p| p.local())
             .and_then(|p| p.rope_theta))
         .unwrap_or(10000.0);
@@ -214,11 +185,11 @@ pub(super) fn resolve_sliding(
     })
 }
 
-/// `sqrt(head_dim / query_pre_attn_scalar)` for Gemma 3 (1 for the others), and a refusal of
+/// `sqrt(head_dim / query_pre_attn_scalar)` for Gemma 3 (`gemma`; 1 for the others), and a refusal of
 /// the soft caps rustle does not apply.
 pub(super) fn query_scale(
-    hf: &HfConfig,
-    arch: Arch,
+    hf: &HfGemma,
+    gemma: bool,
     head_dim: usize,
     name: &dyn Fn(&str) -> String,
 ) -> Result<f32> {
@@ -233,7 +204,7 @@ pub(super) fn query_scale(
             )));
         }
     }
-    if arch != Arch::Gemma3 {
+    if !gemma {
         return Ok(1.0);
     }
     let scalar = hf.query_pre_attn_scalar.unwrap_or(head_dim as f64);
