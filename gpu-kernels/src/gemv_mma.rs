@@ -88,6 +88,20 @@ impl Lane {
     }
 }
 
+impl Lane {
+    /// Group `group`'s codes at bytes `4t` of each of its halves of 16 (the second operand
+    /// of a 32-value block's two `mma`s), and its scales.
+    ///
+    /// # Safety
+    /// As `scales`.
+    #[inline(always)]
+    unsafe fn group32(&self, group: usize) -> ([u32; 2], [[f32; 2]; 2]) {
+        // SAFETY (both): the caller's.
+        let half = |h: usize| unsafe { self.codes::<1>(32 * group + 16 * h + 4 * self.t) }[0];
+        ([half(0), half(1)], unsafe { self.scales(group) })
+    }
+}
+
 /// A type whose blocks `gemv_mma` multiplies: what a lane loads of a block of one row, and
 /// the sums of a block of its rows.
 pub trait MmaCodes: Blocks {
@@ -305,10 +319,7 @@ impl MmaCodes for Q4_1 {
         blk: usize,
     ) {
         // SAFETY: the caller's; the lane's codes match its nibbles in each half.
-        let (x, s) = unsafe {
-            let half = |h: usize| lane.codes::<1>(32 * blk + 16 * h + 4 * lane.t)[0];
-            ([half(0), half(1)], lane.scales(blk))
-        };
+        let (x, s) = unsafe { lane.group32(blk) };
         unroll!(m < M => {
             let mut c = [0i32; 4];
             unroll!(h < 2 => {
@@ -356,10 +367,7 @@ impl MmaCodes for Q8_0 {
         blk: usize,
     ) {
         // SAFETY: the caller's; the lane's codes match its weights in each half.
-        let (x, s) = unsafe {
-            let half = |h: usize| lane.codes::<1>(32 * blk + 16 * h + 4 * lane.t)[0];
-            ([half(0), half(1)], lane.scales(blk))
-        };
+        let (x, s) = unsafe { lane.group32(blk) };
         unroll!(m < M => {
             let mut c = [0i32; 4];
             unroll!(h < 2 => {
