@@ -342,7 +342,13 @@ fn gguf_config(g: &GgufFile) -> Result<HfConfig> {
                 (Some(62), Some(dim), Some(heads)) if heads > 0 => Some((dim / heads) as f64),
                 _ => hf.head_dim.map(|d| d as f64),
             };
-        // Its files leave the local layers' kind to llama.cpp's default: every 6th global.
+        // Its files leave the local layers' kind to llama.cpp's default, every 6th global;
+        // a file without a window has none (llama.cpp's reading), every layer global.
+        if hf.sliding_window.is_none() {
+            let n = hf.num_hidden_layers.unwrap_or(0);
+            hf.gemma.layer_types = Some(vec!["full_attention".into(); n]);
+            hf.sliding_window = hf.max_position_embeddings;
+        }
         hf = hf.language_model();
     }
     Ok(hf)
