@@ -118,3 +118,62 @@ impl Write for Bounded {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A template in the form Gemma 3's files carry: the system prompt folded into the first
+    /// user turn (`messages[1:]`, `loop.first`), the assistant's turns as `model`, content
+    /// trimmed, roles that do not alternate refused through `raise_exception`.
+    const GEMMA_STYLE: &str = "{{ bos_token }}\
+{%- if messages[0]['role'] == 'system' -%}\
+{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}\
+{%- set loop_messages = messages[1:] -%}\
+{%- else -%}\
+{%- set first_user_prefix = '' -%}\
+{%- set loop_messages = messages -%}\
+{%- endif -%}\
+{%- for message in loop_messages -%}\
+{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\
+{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}\
+{%- endif -%}\
+{%- if message['role'] == 'assistant' -%}{%- set role = 'model' -%}\
+{%- else -%}{%- set role = message['role'] -%}{%- endif -%}\
+{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}\
+{%- if message['content'] is string -%}{{ message['content'] | trim }}\
+{%- else -%}{{ raise_exception('Invalid content type') }}{%- endif -%}\
+{{ '<end_of_turn>\n' }}\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}";
+
+    fn message(role: &str, content: &str) -> Message {
+        Message {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+
+    #[test]
+    fn a_gemma_style_template_renders_and_refuses_bad_turns() {
+        let mut tok =
+            Tokenizer::from_hf_folder(std::path::Path::new("tests/golden/tiny-gemma3"), &[], None)
+                .unwrap();
+        tok.chat_template = Some(GEMMA_STYLE.into());
+        tok.bos_text = "<bos>".into();
+        let messages = [
+            message("system", "Be brief."),
+            message("user", " Hi "),
+            message("assistant", "Hello."),
+            message("user", "Why?"),
+        ];
+        assert_eq!(
+            render(&tok, &messages).unwrap(),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n\
+             <start_of_turn>model\nHello.<end_of_turn>\n\
+             <start_of_turn>user\nWhy?<end_of_turn>\n<start_of_turn>model\n"
+        );
+        let e = render(&tok, &[message("assistant", "first")]).unwrap_err();
+        assert!(e.to_string().contains("must alternate"), "{e}");
+    }
+}
