@@ -4,6 +4,7 @@
 
 use serde::Deserialize;
 
+use super::limits;
 use super::rope_scaling::{HfRopeScaling, shown};
 use crate::error::{Error, Result};
 
@@ -126,10 +127,11 @@ pub(super) fn resolve_sliding(
 ) -> Result<Sliding> {
     let window = sliding_window
         .ok_or_else(|| Error::Config(format!("missing field {}", name("sliding_window"))))?;
-    if window == 0 {
+    if window == 0 || window > limits::CONTEXT {
         return Err(Error::Config(format!(
-            "{} must be positive",
-            name("sliding_window")
+            "{} is {window}; it must be 1 to {}",
+            name("sliding_window"),
+            limits::CONTEXT
         )));
     }
     let local = match (&hf.layer_types, hf.sliding_window_pattern) {
@@ -208,9 +210,9 @@ pub(super) fn query_scale(
         return Ok(1.0);
     }
     let scalar = hf.query_pre_attn_scalar.unwrap_or(head_dim as f64);
-    if !(scalar > 0.0 && scalar.is_finite()) {
+    if !(scalar >= 1.0 && scalar.is_finite()) {
         return Err(Error::Config(format!(
-            "{} is {}; it must be a positive number such as the head's width",
+            "{} is {}; it must be a number of at least 1 such as the head's width",
             name("query_pre_attn_scalar"),
             shown(scalar)
         )));

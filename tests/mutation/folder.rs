@@ -220,7 +220,7 @@ pub(crate) fn return_case(
     });
 }
 
-pub(crate) const CONFIG_FIELDS: [&str; 21] = [
+pub(crate) const CONFIG_FIELDS: [&str; 28] = [
     "architectures",
     "model_type",
     "hidden_size",
@@ -242,6 +242,13 @@ pub(crate) const CONFIG_FIELDS: [&str; 21] = [
     "bos_token_id",
     "eos_token_id",
     "torch_dtype",
+    "layer_types",
+    "sliding_window_pattern",
+    "query_pre_attn_scalar",
+    "rope_local_base_freq",
+    "hidden_activation",
+    "final_logit_softcapping",
+    "text_config",
 ];
 
 pub(crate) fn config_cases(n: usize) -> Result<(), Failed> {
@@ -301,6 +308,8 @@ pub(crate) fn config_cases(n: usize) -> Result<(), Failed> {
                             json!(["MistralForCausalLM"]),
                             json!(["Qwen2ForCausalLM"]),
                             json!(["GPT2LMHeadModel"]),
+                            json!(["Gemma3ForCausalLM"]),
+                            json!(["Gemma3ForConditionalGeneration"]),
                             json!([]),
                             json!([""]),
                             json!("LlamaForCausalLM"),
