@@ -8,6 +8,7 @@ pub mod fast;
 pub mod ops;
 pub mod quant;
 pub mod quant_mma;
+pub mod tensor_parallel;
 pub mod timed;
 mod twins;
 
