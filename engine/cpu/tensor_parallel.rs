@@ -6,22 +6,25 @@
 //! the head's rows). A rank's o_proj and down each give a partial sum of the whole output, so
 //! the ranks meet in an all-reduce (here a sum in rank order) after each; the embedding is an
 //! all-reduce of rows that are zero on every rank but the one holding the token; the logits
-//! an all-gather of each rank's vocabulary. The rest (norms, residual adds) is replicated.
+//! an all-gather of each rank's vocabulary. The rest (norms, residual adds, a mixture's
+//! router) is replicated; a mixture of experts splits every expert as it would one MLP.
 //! Each step is the reference forward's (`cpu::forward`), on the rank's slice.
 
 use std::ops::Range;
 
 use crate::batch::Batch;
-use crate::config::{Activation, Config};
+use crate::config::{Activation, Config, Moe};
 use crate::cpu::Ropes;
+use crate::cpu::experts::experts_f32;
 use crate::cpu::ops::{
     attention_f32, geglu_f32, head_rmsnorm_f32, kv_write_f32, matmul_f32, residual_add_f32,
     rmsnorm_f32, rope_f32, scale_f32, swiglu_f32,
 };
+use crate::cpu::timed::Ops;
 use crate::error::{Error, Result};
 use crate::kernel_args::{Heads, Paged};
 use crate::kv_cache::KvCache;
-use crate::model::{LayerWeights, ModelWeights};
+use crate::model::{Experts, LayerWeights, Mlp, ModelWeights};
 
 /// One rank's slice of one layer.
 struct RankLayer {
@@ -34,11 +37,10 @@ struct RankLayer {
     bv: Option<Vec<f32>>,
     /// `[dim, q_dim / N]`: o_proj's columns of the rank's heads.
     wo: Vec<f32>,
-    /// `[ffn_dim / N, dim]` each.
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    /// `[dim, ffn_dim / N]`: down's columns of the rank's part of the MLP.
-    down: Vec<f32>,
+    /// The rank's part of the MLP: gate's and up's rows (`[ffn_dim / N, dim]`) and down's
+    /// columns (`[dim, ffn_dim / N]`), of the one MLP or of every expert (whose router every
+    /// rank holds whole: a token's experts and weights are the same on each).
+    mlp: Mlp<Vec<f32>>,
 }
 
 /// One rank: its heads and MLP width (`config`), its slices, its KV cache, its vocabulary.
@@ -86,19 +88,15 @@ fn all_reduce(parts: Vec<Vec<f32>>) -> Vec<f32> {
 
 impl<'w> Ranks<'w> {
     /// `w` split over `n` ranks, each with a KV cache of `n_blocks` blocks. Refused where `n`
-    /// does not divide the heads, the KV heads or the MLP's width, and for experts.
+    /// does not divide the heads, the KV heads or the MLP's (or each expert's) width.
     pub fn new(c: &Config, w: &'w ModelWeights, n: usize, n_blocks: usize) -> Result<Ranks<'w>> {
         let divides = |m: usize| n > 0 && m.is_multiple_of(n);
-        if !(divides(c.n_heads) && divides(c.n_kv_heads) && divides(c.ffn_dim)) {
+        let width = c.moe.map_or(c.ffn_dim, |m| m.expert_ffn_dim);
+        if !(divides(c.n_heads) && divides(c.n_kv_heads) && divides(width)) {
             return Err(Error::Usage(format!(
-                "{n} ranks must divide the {} query heads, {} KV heads and the MLP's {}",
-                c.n_heads, c.n_kv_heads, c.ffn_dim
+                "{n} ranks must divide the {} query heads, {} KV heads and the MLP's {width}",
+                c.n_heads, c.n_kv_heads
             )));
-        }
-        if c.moe.is_some() {
-            return Err(Error::Unsupported(
-                "tensor parallelism over a mixture of experts".into(),
-            ));
         }
         let dim = c.dim;
         let ranks = (0..n)
@@ -107,16 +105,45 @@ impl<'w> Ranks<'w> {
                     n_heads: c.n_heads / n,
                     n_kv_heads: c.n_kv_heads / n,
                     ffn_dim: c.ffn_dim / n,
+                    moe: c.moe.map(|m| Moe {
+                        expert_ffn_dim: m.expert_ffn_dim / n,
+                        ..m
+                    }),
                     ..c.clone()
                 };
                 let q = share(c.q_dim(), n, r);
                 let kv = share(c.kv_dim(), n, r);
-                let f = share(c.ffn_dim, n, r);
+                let f = share(width, n, r);
+                // gate, up and down of one MLP (or expert) of `width`, the rank's part.
+                let part = |gate: &[f32], up: &[f32], down: &[f32]| {
+                    (
+                        rows(gate, f.clone(), dim),
+                        rows(up, f.clone(), dim),
+                        cols(down, width, f.clone()),
+                    )
+                };
                 let slice = |b: &Option<Vec<f32>>, range: &Range<usize>| {
                     b.as_ref().map(|b| b[range.clone()].to_vec())
                 };
                 let layer = |lw: &LayerWeights| {
-                    let (gate, up, down) = lw.mlp.dense().expect("experts are refused above");
+                    let mlp = match &lw.mlp {
+                        Mlp::Dense { gate, up, down } => {
+                            let (gate, up, down) = part(gate, up, down);
+                            Mlp::Dense { gate, up, down }
+                        }
+                        Mlp::Experts(e) => {
+                            let parts: Vec<_> = (0..e.gate.len())
+                                .map(|x| part(&e.gate[x], &e.up[x], &e.down[x]))
+                                .collect();
+                            Mlp::Experts(Experts {
+                                moe: config.moe.expect("a rank of a model with experts"),
+                                router: e.router.clone(),
+                                gate: parts.iter().map(|p| p.0.clone()).collect(),
+                                up: parts.iter().map(|p| p.1.clone()).collect(),
+                                down: parts.into_iter().map(|p| p.2).collect(),
+                            })
+                        }
+                    };
                     RankLayer {
                         wq: rows(&lw.wq, q.clone(), dim),
                         wk: rows(&lw.wk, kv.clone(), dim),
@@ -125,9 +152,7 @@ impl<'w> Ranks<'w> {
                         bk: slice(&lw.bk, &kv),
                         bv: slice(&lw.bv, &kv),
                         wo: cols(&lw.wo, c.q_dim(), q.clone()),
-                        gate: rows(gate, f.clone(), dim),
-                        up: rows(up, f.clone(), dim),
-                        down: cols(down, c.ffn_dim, f.clone()),
+                        mlp,
                     }
                 };
                 Ok(Rank {
@@ -264,17 +289,24 @@ impl Rank {
     /// The rank's part of the MLP over the normed stream `xb`: its partial down output.
     fn mlp(&self, layer: usize, xb: &[f32], n: usize) -> Vec<f32> {
         let rc = &self.config;
-        let rl = &self.layers[layer];
-        let (dim, f) = (rc.dim, rc.ffn_dim);
+        let dim = rc.dim;
+        let mut out = vec![0.0; n * dim];
+        let (gate_w, up_w, down_w) = match &self.layers[layer].mlp {
+            Mlp::Dense { gate, up, down } => (gate, up, down),
+            Mlp::Experts(e) => {
+                experts_f32(&mut Ops::default(), &mut out, xb, e, dim);
+                return out;
+            }
+        };
+        let f = rc.ffn_dim;
         let (mut gate, mut up, mut hidden) = (vec![0.0; n * f], vec![0.0; n * f], vec![0.0; n * f]);
-        matmul_f32(&mut gate, xb, &rl.gate, None, dim);
-        matmul_f32(&mut up, xb, &rl.up, None, dim);
+        matmul_f32(&mut gate, xb, gate_w, None, dim);
+        matmul_f32(&mut up, xb, up_w, None, dim);
         match rc.activation {
             Activation::Silu => swiglu_f32(&mut hidden, &gate, &up),
             Activation::GeluTanh => geglu_f32(&mut hidden, &gate, &up),
         }
-        let mut out = vec![0.0; n * dim];
-        matmul_f32(&mut out, &hidden, &rl.down, None, f);
+        matmul_f32(&mut out, &hidden, down_w, None, f);
         out
     }
 }
@@ -286,9 +318,10 @@ mod tests {
     use crate::kv::block_manager::{BLOCK_SIZE, BlockTable};
     use crate::rope::RopeTables;
 
-    /// Every dense golden model split over 2 ranks (each has 4 query and 2 KV heads), and the
-    /// Llama 3 one over 1: a prompt's logits at every row, and a decode step's after it, equal
-    /// to the unsplit reference's up to the order of the sums.
+    /// Every golden model split over 2 ranks (each has 4 query and 2 KV heads; the mixtures
+    /// of experts split every expert), the Llama 3 one over 1, and the default model over 3
+    /// (9 query and 3 KV heads): a prompt's logits at every row, and a decode step's after it,
+    /// equal to the unsplit reference's up to the order of the sums.
     #[test]
     fn split_forward_matches_the_whole_on_the_golden_models() {
         let models = [
@@ -299,9 +332,18 @@ mod tests {
             ("tests/golden/tiny-phi3", 2),
             ("tests/golden/tiny-gemma3", 2),
             ("tests/golden/tiny-gemma3-1b.gguf", 2),
+            ("tests/golden/tiny-mixtral", 2),
+            ("tests/golden/tiny-qwen3moe", 2),
+            ("tests/golden/tiny-quant.gguf", 2),
+            ("", 3),
         ];
         for (path, n_ranks) in models {
-            let m = crate::loader::load(std::path::Path::new(path)).unwrap();
+            let path = match path {
+                "" => crate::default_model::ensure().unwrap(),
+                p => std::path::PathBuf::from(p),
+            };
+            let path = path.as_path();
+            let m = crate::loader::load(path).unwrap();
             let (c, w) = (m.config, m.weights);
             let n_blocks = 4;
             let rope =
@@ -350,7 +392,8 @@ mod tests {
                     .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
                 assert!(
                     worst <= 1e-4 * scale.max(1.0),
-                    "{path} over {n_ranks} ranks, {} tokens: largest difference {worst:e} of logits up to {scale}",
+                    "{} over {n_ranks} ranks, {} tokens: largest difference {worst:e} of logits up to {scale}",
+                    path.display(),
                     tokens.len()
                 );
             }
