@@ -724,31 +724,6 @@ fn block_sum_of_vectors(data: &[u32], b: usize, grid: usize) -> u32 {
     sum
 }
 
-/// SwiGLU: `out[i] = silu(gate[i]) * up[i]`, silu(x) = x / (1 + e^-x).
-///
-/// - `out`, `gate`, `up`: `[n, ffn_dim]`
-pub fn swiglu_f32(out: &mut [f32], gate: &[f32], up: &[f32]) {
-    for ((o, g), u) in out.iter_mut().zip(gate).zip(up) {
-        *o = g / (1.0 + (-g).exp()) * u;
-    }
-}
-
-/// GeGLU (Gemma): `out[i] = gelu(gate[i]) * up[i]`, GELU in its tanh form,
-/// `gelu(x) = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
-///
-/// - `out`, `gate`, `up`: `[n, ffn_dim]`
-pub fn geglu_f32(out: &mut [f32], gate: &[f32], up: &[f32]) {
-    for ((o, &g), u) in out.iter_mut().zip(gate).zip(up) {
-        *o = gelu_tanh(g) * u;
-    }
-}
-
-/// GELU's tanh form.
-pub fn gelu_tanh(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh())
-}
-
 /// `x[i] *= s`: Gemma's scale of the embedding's rows.
 ///
 /// - `x`: `[n, dim]`
@@ -805,6 +780,8 @@ pub fn sum_step2_block_f32(out: &mut [f32], x: &[f32], n_cols: usize) {
     row_sums_f32(out, x, n_cols);
 }
 
+mod gated;
+pub use gated::{geglu_f32, swiglu_f32};
 mod sampling;
 pub use sampling::{
     SAMPLE_PARAMS, argmax_f32, draw_bits, hash32, mask_logits_f32, penalize_f32, sample_f32,
