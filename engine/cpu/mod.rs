@@ -108,14 +108,6 @@ pub struct Ropes<'a> {
 }
 
 impl<'a> Ropes<'a> {
-    /// Only the one table.
-    pub fn one(global: &'a RopeTables) -> Ropes<'a> {
-        Ropes {
-            global,
-            local: None,
-        }
-    }
-
     /// Layer `layer`'s table.
     pub fn of_layer(&self, c: &Config, layer: usize) -> &'a RopeTables {
         match (c.window(layer), self.local) {
