@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 pub enum Arch {
     /// Llama 2 / 3 / 3.1 / 3.2, SmolLM / SmolLM2, TinyLlama.
     Llama,
-    /// Mistral: Llama with a sliding attention window (we cap the context at the window).
+    /// Mistral: Llama whose every layer attends over a sliding window (`sliding_window`,
+    /// where the file sets one: Mistral 7B v0.1's 4096).
     Mistral,
     /// Qwen2 / 2.5: bias on the q, k and v projections.
     Qwen2,
@@ -459,12 +460,15 @@ impl Config {
             limits::CONTEXT,
         )?;
         let mut max_seq_len = max_seq_len_before_window;
-        // Mistral's sliding window changes attention only past the window; capping the
-        // context there keeps every result exact without a windowed kernel.
-        if let Some(window) = hf.sliding_window
-            && hf.use_sliding_window != Some(false)
-            && window > 0
-            && arch != Arch::Gemma3
+        // Another architecture's sliding window (Qwen2's, where `use_sliding_window` turns
+        // it on for some layers only) changes attention only past the window: capping the
+        // context there keeps every result exact. Mistral's and Gemma 3's windows are
+        // attention's own (`Config::sliding`).
+        let window = hf
+            .sliding_window
+            .filter(|&w| w > 0 && hf.use_sliding_window != Some(false));
+        if let Some(window) = window
+            && !matches!(arch, Arch::Mistral | Arch::Gemma3)
         {
             max_seq_len = max_seq_len.min(window);
         }
@@ -550,6 +554,11 @@ impl Config {
                     n_layers,
                     name,
                 )?),
+                Arch::Mistral => window.filter(|&w| w < max_seq_len).map(|window| Sliding {
+                    window,
+                    local: vec![true; n_layers],
+                    rope_theta: None,
+                }),
                 _ => None,
             },
             norm_offset: match arch == Arch::Gemma3 && !hf.norms_shifted {

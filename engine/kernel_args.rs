@@ -93,14 +93,6 @@ impl PagedShape {
         let window = window.map_or(0, |w| u32_of(w, "window"));
         PagedShape { window, ..self }
     }
-
-    /// The first position the query at `position` attends to.
-    pub fn first_position(&self, position: usize) -> usize {
-        match self.window {
-            0 => 0,
-            w => (position + 1).saturating_sub(w as usize),
-        }
-    }
 }
 
 impl Splits {

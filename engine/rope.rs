@@ -84,13 +84,13 @@ pub fn inv_freqs(config: &Config, freq_factors: Option<&[f32]>, n_positions: usi
 
 impl RopeTables {
     /// The local layers' tables (`Config::sliding`: their own base, unscaled), where the
-    /// model has local layers.
+    /// model has local layers with a RoPE of their own.
     pub fn local(config: &Config, n_positions: usize) -> Result<Option<RopeTables>> {
-        let Some(s) = &config.sliding else {
+        let Some(theta) = config.sliding.as_ref().and_then(|s| s.rope_theta) else {
             return Ok(None);
         };
         let local = Config {
-            rope_theta: s.rope_theta,
+            rope_theta: theta,
             rope_scaling: RopeScaling::None,
             ..config.clone()
         };

@@ -129,6 +129,11 @@ fn tiny_qwen2_fast_matches_transformers() {
 }
 
 #[test]
+fn tiny_mistral_fast_matches_transformers() {
+    check_model(Some("tests/golden/tiny-mistral"), "tiny-mistral", 256);
+}
+
+#[test]
 fn tiny_qwen3_fast_matches_transformers() {
     check_model(Some("tests/golden/tiny-qwen3"), "tiny-qwen3", 256);
 }

@@ -36,6 +36,12 @@ fn tiny_qwen2_matches_transformers() {
     check_model(Some("tests/golden/tiny-qwen2"), "tiny-qwen2");
 }
 
+/// Every layer over a sliding window of 8 positions, which the prompts run past.
+#[test]
+fn tiny_mistral_matches_transformers() {
+    check_model(Some("tests/golden/tiny-mistral"), "tiny-mistral");
+}
+
 #[test]
 fn tiny_qwen3_matches_transformers() {
     check_model(Some("tests/golden/tiny-qwen3"), "tiny-qwen3");

@@ -1771,16 +1771,21 @@ fn kv_write_f32(g: &Gpu, rng: &mut StdRng) {
 /// One sequence per batch (the kernel's precondition), its blocks scattered over the pool,
 /// the batch a chunk that starts at 0 or deep into the sequence; heads of 64 and 128; GQA
 /// groups of 1, 3, 4, 7 (a group that does not divide a block's 64 rows) and 8; a single
-/// token; the sequence is the second row of the block table.
+/// token; the sequence is the second row of the block table. Sliding windows of 1 (a row's
+/// own key alone), 50 (a block's rows starting in different key tiles, a row's window
+/// starting past the block's first tile) and 100.
 fn attention_mma_bf16(g: &Gpu, rng: &mut StdRng) {
-    // (head_dim, n_heads, n_kv_heads, first position, tokens)
-    for (head_dim, n_heads, n_kv_heads, p0, n) in [
-        (64, 9, 3, 0usize, 40usize),
-        (128, 32, 8, 0, 200),
-        (128, 28, 4, 100, 77),
-        (64, 8, 8, 0, 1),
-        (128, 8, 1, 500, 130),
-        (64, 32, 4, 37, 300),
+    // (head_dim, n_heads, n_kv_heads, first position, tokens, window)
+    for (head_dim, n_heads, n_kv_heads, p0, n, window) in [
+        (64, 9, 3, 0usize, 40usize, None),
+        (128, 32, 8, 0, 200, None),
+        (128, 28, 4, 100, 77, None),
+        (64, 8, 8, 0, 1, None),
+        (128, 8, 1, 500, 130, None),
+        (64, 32, 4, 37, 300, None),
+        (128, 8, 1, 500, 130, Some(50)),
+        (64, 9, 3, 0, 200, Some(1)),
+        (128, 28, 4, 100, 77, Some(100)),
     ] {
         let blocks = (p0 + n).div_ceil(16);
         let n_blocks = blocks + 7;
@@ -1801,7 +1806,8 @@ fn attention_mma_bf16(g: &Gpu, rng: &mut StdRng) {
             bf16_weights(rng, kv_len, 1.0),
         );
         let q = normal(rng, n * n_heads * head_dim, 1.0);
-        let shape = PagedShape::new(max_blocks, Heads::new(n_heads, n_kv_heads, head_dim));
+        let shape =
+            PagedShape::new(max_blocks, Heads::new(n_heads, n_kv_heads, head_dim)).windowed(window);
         let host = Paged {
             q: &q[..],
             k_cache: &k_cache[..],
@@ -1817,22 +1823,28 @@ fn attention_mma_bf16(g: &Gpu, rng: &mut StdRng) {
         let device = Uploaded::new(g, &host);
         // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
         unsafe { g.attention_mma_bf16(&mut out.as_view_mut(), &device.view()) }.unwrap();
-        let what =
-            format!("head_dim {head_dim}, {n_heads} heads over {n_kv_heads}, {n} tokens from {p0}");
+        let what = format!(
+            "head_dim {head_dim}, {n_heads} heads over {n_kv_heads}, {n} tokens from {p0}, window {window:?}"
+        );
         assert_close(&what, &down(g, &out), &cpu, BF16_WEIGHTS);
     }
 }
 
 fn attention_f32(g: &Gpu, rng: &mut StdRng) {
-    // head_dim 64 and 128, and 16 and 80 (not multiples of a warp); GQA groups 1, 3, 4, 8.
-    for (head_dim, n_heads, n_kv_heads) in [
-        (64, 9, 3),
-        (128, 32, 8),
-        (64, 8, 8),
-        (128, 8, 1),
-        (64, 32, 4),
-        (16, 4, 2),
-        (80, 6, 2),
+    // head_dim 64 and 128, and 16 and 80 (not multiples of a warp); GQA groups 1, 3, 4, 8;
+    // sliding windows of 1 (a token's own key), 37 and 300 (splits wholly before a token's
+    // window, and one it starts inside).
+    for (head_dim, n_heads, n_kv_heads, window) in [
+        (64, 9, 3, None),
+        (128, 32, 8, None),
+        (64, 8, 8, None),
+        (128, 8, 1, None),
+        (64, 32, 4, None),
+        (16, 4, 2, None),
+        (80, 6, 2, None),
+        (128, 32, 8, Some(37)),
+        (64, 8, 8, Some(1)),
+        (80, 6, 2, Some(300)),
     ] {
         // Three sequences in one batch: a 40-token prompt chunk (crossing blocks), one decode
         // token at position 700 (44 blocks of context), three tokens at 100..103.
@@ -1862,7 +1874,8 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
         let kv_len = n_blocks * 16 * n_kv_heads * head_dim;
         let (k_cache, v_cache) = (normal(rng, kv_len, 1.0), normal(rng, kv_len, 1.0));
         let q = normal(rng, n * n_heads * head_dim, 1.0);
-        let shape = PagedShape::new(max_blocks, Heads::new(n_heads, n_kv_heads, head_dim));
+        let shape =
+            PagedShape::new(max_blocks, Heads::new(n_heads, n_kv_heads, head_dim)).windowed(window);
         let host = Paged {
             q: &q[..],
             k_cache: &k_cache[..],
@@ -1879,7 +1892,8 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
         unsafe { g.attention_f32(&mut out.as_view_mut(), &Uploaded::new(g, &host).view()) }
             .unwrap();
         // The kernel's exp is ex2.approx (about 2 ulp).
-        let what = format!("head_dim {head_dim}, {n_heads} heads over {n_kv_heads}");
+        let what =
+            format!("head_dim {head_dim}, {n_heads} heads over {n_kv_heads}, window {window:?}");
         assert_close(&what, &down(g, &out), &cpu, LONG_REDUCTION);
 
         // The same over a bf16 cache (what the backend keeps), against its twin.
@@ -3205,6 +3219,7 @@ fn tiny_models_gpu_match_transformers(g: &Gpu, _: &mut StdRng) {
     for (path, golden) in [
         ("tests/golden/tiny-llama3", "tiny-llama3"),
         ("tests/golden/tiny-qwen2", "tiny-qwen2"),
+        ("tests/golden/tiny-mistral", "tiny-mistral"),
         ("tests/golden/tiny-qwen3", "tiny-qwen3"),
         ("tests/golden/tiny-qwen3.gguf", "tiny-qwen3"),
         ("tests/golden/tiny-phi3", "tiny-phi3"),

@@ -78,6 +78,7 @@ fn every_golden_model_decodes_the_same_with_speculation() {
     let models = [
         ("tests/golden/tiny-llama3", "tiny-llama3"),
         ("tests/golden/tiny-qwen2", "tiny-qwen2"),
+        ("tests/golden/tiny-mistral", "tiny-mistral"),
         ("tests/golden/tiny-qwen3", "tiny-qwen3"),
         ("tests/golden/tiny-qwen3.gguf", "tiny-qwen3"),
         ("tests/golden/tiny-phi3", "tiny-phi3"),

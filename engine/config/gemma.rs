@@ -43,14 +43,16 @@ pub enum Activation {
 }
 
 /// Local layers that attend over a sliding window of the last `window` positions (their
-/// own included), with a RoPE of their own; the other layers are global.
+/// own included), with a RoPE of their own (Gemma 3) or the global layers' (Mistral, every
+/// layer local); the other layers are global.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sliding {
     pub window: usize,
     /// `[n_layers]`: which layers are local.
     pub local: Vec<bool>,
-    /// The local layers' RoPE base (their frequencies unscaled).
-    pub rope_theta: f64,
+    /// The local layers' RoPE base (their frequencies unscaled); `None`: the global layers'
+    /// RoPE.
+    pub rope_theta: Option<f64>,
 }
 
 /// `rope_parameters` as transformers 5 writes it: one set for every layer, or (Gemma 3) one
@@ -183,7 +185,7 @@ pub(super) fn resolve_sliding(
     Ok(Sliding {
         window,
         local,
-        rope_theta,
+        rope_theta: Some(rope_theta),
     })
 }
 

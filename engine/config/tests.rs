@@ -35,7 +35,7 @@ fn explicit_head_dim_wins() {
 }
 
 #[test]
-fn qwen2_has_qkv_bias_and_mistral_caps_context_at_window() {
+fn qwen2_has_qkv_bias_and_mistral_attends_over_its_window() {
     let q = parse(&SMOLLM2.replace("LlamaForCausalLM", "Qwen2ForCausalLM")).unwrap();
     assert!(q.qkv_bias);
     let m = parse(
@@ -44,7 +44,31 @@ fn qwen2_has_qkv_bias_and_mistral_caps_context_at_window() {
             .replace("\"vocab_size\"", "\"sliding_window\": 4096, \"vocab_size\""),
     )
     .unwrap();
-    assert_eq!((m.arch, m.max_seq_len), (Arch::Mistral, 4096));
+    // SmolLM2's context is 8192: the window is attention's, every layer's, with the global
+    // RoPE; not a cap on the context.
+    assert_eq!((m.arch, m.max_seq_len), (Arch::Mistral, 8192));
+    let s = m.sliding.as_ref().expect("a sliding window");
+    assert_eq!((s.window, s.rope_theta), (4096, None));
+    assert!(s.local.iter().all(|&l| l) && s.local.len() == m.n_layers);
+    assert_eq!(
+        (m.window(0), m.window(m.n_layers - 1)),
+        (Some(4096), Some(4096))
+    );
+    // A window as wide as the context is none; Qwen2's, turned on, caps the context.
+    let wide = parse(
+        &SMOLLM2
+            .replace("LlamaForCausalLM", "MistralForCausalLM")
+            .replace("\"vocab_size\"", "\"sliding_window\": 8192, \"vocab_size\""),
+    )
+    .unwrap();
+    assert_eq!(wide.sliding, None);
+    let q = parse(
+        &SMOLLM2
+            .replace("LlamaForCausalLM", "Qwen2ForCausalLM")
+            .replace("\"vocab_size\"", "\"sliding_window\": 4096, \"vocab_size\""),
+    )
+    .unwrap();
+    assert_eq!((q.max_seq_len, q.sliding), (4096, None));
 }
 
 #[test]
@@ -355,7 +379,7 @@ fn gemma3_reads_its_window_activation_and_scales() {
         windows,
         [local, local, local, local, local, None, local, local]
     );
-    assert_eq!(c.sliding.as_ref().unwrap().rope_theta, 10000.0);
+    assert_eq!(c.sliding.as_ref().unwrap().rope_theta, Some(10000.0));
     // layer_types wins over the pattern; query_pre_attn_scalar scales the queries.
     let c = parse(
         &GEMMA3
@@ -387,7 +411,7 @@ fn gemma3_rope_parameters_by_kind_of_layer() {
     let c = parse(&json).unwrap();
     assert_eq!(c.rope_theta, 1000000.0);
     assert_eq!(c.rope_scaling, RopeScaling::Linear { factor: 8.0 });
-    assert_eq!(c.sliding.unwrap().rope_theta, 20000.0);
+    assert_eq!(c.sliding.unwrap().rope_theta, Some(20000.0));
 }
 
 #[test]

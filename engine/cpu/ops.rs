@@ -503,7 +503,8 @@ pub fn attention_split_mma_bf16(
 }
 
 /// Flash-decoding's first half: for each token, query head and split of `split_len`
-/// positions, the unnormalised attention over that split: running maximum `m`, sum `l` of
+/// positions, the unnormalised attention over that split (its positions inside the token's
+/// sliding window, where the shape has one): running maximum `m`, sum `l` of
 /// `e^(score - m)`, and the weighted sum of values, over a bf16 cache. The twin of
 /// `attention_split_bf16`.
 ///
@@ -539,7 +540,8 @@ pub fn attention_split_bf16(
                 let o = &mut partial_o[at * head_dim..(at + 1) * head_dim];
                 o.fill(0.0);
                 let (mut m, mut l) = (f32::NEG_INFINITY, 0f32);
-                for p in s * split_len..((s + 1) * split_len).min(pos as usize + 1) {
+                let first = (s * split_len).max(shape.first_position(pos as usize));
+                for p in first..((s + 1) * split_len).min(pos as usize + 1) {
                     let slot = table[p / BLOCK_SIZE] as usize * BLOCK_SIZE + p % BLOCK_SIZE;
                     let base = slot * kv_dim + (h / group) * head_dim;
                     let score = dot(q, &k_cache[base..base + head_dim]) * scale;

@@ -328,6 +328,7 @@ mod tests {
             ("tests/golden/tiny-llama3", 1),
             ("tests/golden/tiny-llama3", 2),
             ("tests/golden/tiny-qwen2", 2),
+            ("tests/golden/tiny-mistral", 2),
             ("tests/golden/tiny-qwen3", 2),
             ("tests/golden/tiny-phi3", 2),
             ("tests/golden/tiny-gemma3", 2),

@@ -437,7 +437,7 @@ impl GpuBackend {
                 }
             }?;
             let o_plan = caps.plan(rules, &lw.wo, n);
-            let paged = b.paged(q.as_view(), kv.layer(l), heads);
+            let paged = b.paged(q.as_view(), kv.layer(l), heads, c.window(l));
             let copy = copy_for(rules, n, &[o_plan.input]);
             let held = splits.attend(g, mm, att, &paged, pass.attention, copy)?;
             let attended = Input {

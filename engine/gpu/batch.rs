@@ -142,12 +142,14 @@ impl DeviceBatch {
 }
 
 impl<'a> BatchView<'a> {
-    /// The queries `q` over one layer's cache, for these tokens.
+    /// The queries `q` over one layer's cache, for these tokens, over the layer's sliding
+    /// `window` where it has one.
     pub fn paged(
         &self,
         q: In<'a, f32>,
         (k_cache, v_cache): (In<'a, u16>, In<'a, u16>),
         heads: Heads,
+        window: Option<usize>,
     ) -> PagedIn<'a, u16> {
         PagedIn {
             q,
@@ -156,7 +158,7 @@ impl<'a> BatchView<'a> {
             block_tables: self.block_tables.slice(..),
             token_seq: self.token_seq.slice(..),
             positions: self.positions.slice(..),
-            shape: PagedShape::new(self.max_blocks, heads),
+            shape: PagedShape::new(self.max_blocks, heads).windowed(window),
         }
     }
 }

@@ -22,6 +22,16 @@ pub struct PagedShape {
     pub window: u32,
 }
 
+impl PagedShape {
+    /// The first position the query at `position` attends to: 0, or the window's first.
+    pub fn first_position(&self, position: usize) -> usize {
+        match self.window {
+            0 => 0,
+            w => (position + 1).saturating_sub(w as usize),
+        }
+    }
+}
+
 /// A layer's attention heads.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,8 +14,9 @@ const MAX_PER_LANE: usize = MAX_HEAD_DIM / 32;
 
 /// For token `t` (row `blockIdx.y`) and query head `h` (`blockIdx.x`):
 /// `out[t, h] = softmax(q[t, h] . K^T / sqrt(head_dim)) V` over the keys and values of the
-/// token's own sequence at positions `0..=positions[t]`, read from KV head
-/// `h / (n_heads / n_kv_heads)` through the sequence's block table.
+/// token's own sequence at positions `0..=positions[t]` (from `positions[t] + 1 - window`
+/// where `shape` has a sliding window), read from KV head `h / (n_heads / n_kv_heads)`
+/// through the sequence's block table.
 ///
 /// The first step of the lesson's attention, over an f32 cache (the CPU reference's): the
 /// backend runs the same body over its bf16 cache (`attention_bf16`), flash-decoding
@@ -27,7 +28,7 @@ const MAX_PER_LANE: usize = MAX_HEAD_DIM / 32;
 /// - `shape`: the heads and the block tables' stride
 ///
 /// Thread mapping: one block per (head, token). Its warps take keys in turn (warp `w` takes
-/// positions `w, w + n_warps, ...`); within a warp, lane `l` holds dimensions
+/// the first position plus `w`, `w + n_warps`, ...); within a warp, lane `l` holds dimensions
 /// `l, l + 32, ...` (those below `head_dim`) of q, of each key and of its running output, so every load is coalesced
 /// and a dot product is one shuffle reduction. Each warp keeps an online softmax (running
 /// maximum `m`, running sum `l`, output rescaled when `m` grows); at the end the warps' partial
@@ -178,7 +179,9 @@ unsafe fn per_head<T: KvElem>(out: *mut f32, input: PagedIn<T>, shape: PagedShap
 
     let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
     let mut acc = [0.0f32; MAX_PER_LANE];
-    let mut p = warp;
+    // From the window's first position (0 without one), a warp every n_warps positions.
+    let first = shape.first_position(pos);
+    let mut p = first + warp;
     while p <= pos {
         let slot = unsafe { *table.add(p / BLOCK_SIZE) } as usize * BLOCK_SIZE + p % BLOCK_SIZE;
         let base = slot * kv_dim + kv_off;
@@ -218,7 +221,8 @@ unsafe fn per_head<T: KvElem>(out: *mut f32, input: PagedIn<T>, shape: PagedShap
             }
         }
         sync_threads();
-        // Warp 0 processed position 0, so the maximum is finite and no weight is NaN.
+        // Warp 0 processed the first position, so the maximum is finite and no weight is
+        // NaN.
         let mut m_all = f32::NEG_INFINITY;
         for w in 0..n_warps {
             m_all = m_all.max(*sm.add(w));
@@ -259,7 +263,7 @@ unsafe fn per_head<T: KvElem>(out: *mut f32, input: PagedIn<T>, shape: PagedShap
 /// head `kv_head * group + g`, walks the split's positions in shared memory, four at a time,
 /// lane `l` holding dimensions `l, l + 32, ...` of the head; it starts on the first half of
 /// the split as soon as that half has arrived. A split past the token's
-/// position writes m = -inf, l = 0.
+/// position, or before its sliding window's first, writes m = -inf, l = 0.
 ///
 /// PRECONDITIONS: `head_dim <= 128` and `head_dim % 8 == 0`; the caches 16-byte aligned;
 /// `blockDim.x == 32 * (n_heads / n_kv_heads)`; `n_splits * split_len > positions[t]` for
@@ -308,8 +312,10 @@ pub unsafe extern "gpu-kernel" fn attention_split_bf16(
         let v_s = k_s.add(split_len * head_dim);
         let pos = *positions.add(t) as usize;
         let table = block_tables.add(*token_seq.add(t) as usize * max_blocks as usize);
-        let start = split * split_len;
-        let end = (start + split_len).min(pos + 1);
+        // The split's positions that the token attends to: none past its own, none before
+        // its window's first.
+        let start = (split * split_len).max(shape.first_position(pos));
+        let end = ((split + 1) * split_len).min(pos + 1);
         let len = end.saturating_sub(start);
 
         // Stage the split in two halves, each its own group of copies, so that the warps

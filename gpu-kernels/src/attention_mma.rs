@@ -24,7 +24,8 @@ use crate::tiles::{ATTN_MMA_KEYS, ATTN_MMA_ROWS, BLOCK_SIZE};
 use crate::unroll::unroll;
 
 /// For each (token, query head) row: `out = softmax(q . K^T / sqrt(head_dim)) V` over the keys
-/// and values of the token's sequence at positions `0..=positions[t]`, read from KV head
+/// and values of the token's sequence at positions `0..=positions[t]` (from the window's
+/// first where `shape` has a sliding window), read from KV head
 /// `h / (n_heads / n_kv_heads)` through the sequence's block table. The same result as
 /// `attention_bf16`, with q (scaled) and the softmax weights rounded to bf16 for the tensor
 /// cores, sums in f32.
@@ -39,7 +40,8 @@ use crate::unroll::unroll;
 /// `y`'s `n * group` (token, query head) rows, row `r` being token `r / group`, query head
 /// `y * group + r % group`: the heads that share a KV head share its tiles. Warp `w` owns
 /// 16 of the rows; in the `mma` layouts each lane holds two of them (`g = lane / 4` and
-/// `g + 8`). Each step stages keys `64 s .. 64 s + 64` up to the block's last position.
+/// `g + 8`). Each step stages 64 keys, from the first any row of the block attends to (0
+/// without a window) up to the block's last position.
 ///
 /// PRECONDITIONS: `head_dim` 64 or 128; the tokens of a block (rows `64 x .. 64 x + 64`) in
 /// one sequence; their keys and values written; every block-table entry they read valid;
@@ -74,6 +76,7 @@ pub unsafe extern "gpu-kernel" fn attention_mma_bf16(
         block_tables,
         token_seq,
         positions,
+        shape,
         max_blocks: shape.max_blocks as usize,
         n_heads: n_heads as usize,
         n_kv_heads: n_kv_heads as usize,
@@ -97,6 +100,7 @@ struct Args {
     block_tables: *const u32,
     token_seq: *const u32,
     positions: *const u32,
+    shape: PagedShape,
     max_blocks: usize,
     n_heads: usize,
     n_kv_heads: usize,
@@ -123,52 +127,71 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
     let row = |h: usize| r0 + 16 * warp + g + 8 * h;
     let token = |h: usize| row(h) / group;
     let exists = |h: usize| token(h) < a.n;
-    // A row past the end attends to key 0 alone (its result is not stored), so that every
-    // row has a finite maximum.
+    // Each row attends to keys lo[h] ..= pos[h]. A row past the end attends to every key
+    // the block stages (its result is not stored), so that every row has a finite maximum.
     // SAFETY: token(h) < n.
     let pos = [0, 1].map(|h| {
         if exists(h) {
             unsafe { *a.positions.add(token(h)) as usize }
         } else {
+            usize::MAX
+        }
+    });
+    let lo = pos.map(|p| {
+        if p == usize::MAX {
             0
+        } else {
+            a.shape.first_position(p)
         }
     });
     let row_offset =
         |h: usize| (token(h) * a.n_heads + kv_head * group + row(h) % group) * head_dim;
 
-    // The block's last position: every thread reads one token of the block's (at most 64),
-    // then a warp maximum, then the four warps' maxima through shared memory.
+    // The block's keys: from the first any of its rows attends to, to its last position.
+    // Every thread reads one token of the block's (at most 64), then a warp's minimum and
+    // maximum, then the four warps' through shared memory.
     let first = r0 / group;
     let last = ((r0 + ATTN_MMA_ROWS - 1) / group).min(a.n - 1);
-    // SAFETY: first + tid <= last < n.
-    let mut max_pos = if first + tid <= last {
-        unsafe { *a.positions.add(first + tid) }
-    } else {
-        0
-    };
+    let (mut min_lo, mut max_pos) = (u32::MAX, 0);
+    if first + tid <= last {
+        // SAFETY: first + tid <= last < n.
+        let p = unsafe { *a.positions.add(first + tid) };
+        (min_lo, max_pos) = (a.shape.first_position(p as usize) as u32, p);
+    }
     for mask in [16, 8, 4, 2, 1] {
+        min_lo = min_lo.min(shfl_xor_u32(min_lo, mask));
         max_pos = max_pos.max(shfl_xor_u32(max_pos, mask));
     }
     // Shared memory: two buffers, each keys [64][head_dim + 8] bf16 and values the same (one
-    // being multiplied, the next tile arriving in the other), then 4 u32.
+    // being multiplied, the next tile arriving in the other), then 4 u32 maxima and 4 u32
+    // minima.
     let stride = head_dim + 8;
     let tile_bytes = ATTN_MMA_KEYS * stride * 2;
     let smem = dynamic_shared::<u8>();
-    // SAFETY: 4 u32 past the four tiles (the launch's shared memory).
-    let maxima = unsafe { smem.add(4 * tile_bytes) } as *mut u32;
+    // SAFETY: 8 u32 past the four tiles (the launch's shared memory).
+    let (maxima, minima) = unsafe {
+        let maxima = smem.add(4 * tile_bytes) as *mut u32;
+        (maxima, maxima.add(4))
+    };
     if lane == 0 {
         // SAFETY: inside the launch's shared memory.
-        unsafe { *maxima.add(warp) = max_pos };
+        unsafe {
+            *maxima.add(warp) = max_pos;
+            *minima.add(warp) = min_lo;
+        }
     }
     // SAFETY: every thread reaches it.
     unsafe { sync_threads() };
     // SAFETY: written above.
-    let max_pos = unsafe {
-        (*maxima)
-            .max(*maxima.add(1))
-            .max(*maxima.add(2))
-            .max(*maxima.add(3))
-    } as usize;
+    let (min_lo, max_pos) = unsafe {
+        let mut bounds = (*minima, *maxima);
+        for w in 1..4 {
+            bounds = (bounds.0.min(*minima.add(w)), bounds.1.max(*maxima.add(w)));
+        }
+        (bounds.0 as usize, bounds.1 as usize)
+    };
+    // A row past the end takes the block's range.
+    let pos = pos.map(|p| p.min(max_pos));
     // SAFETY: first < n; the sequence's row of the table.
     let table = unsafe {
         a.block_tables
@@ -234,8 +257,8 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
         cp_async_commit();
     };
 
-    request(0, 0);
-    for (step, k0) in (0..=max_pos).step_by(ATTN_MMA_KEYS).enumerate() {
+    request(min_lo, 0);
+    for (step, k0) in (min_lo..=max_pos).step_by(ATTN_MMA_KEYS).enumerate() {
         let b = step % 2;
         // This thread's copies of the tile have landed; after the barrier, everyone's, and
         // everyone is done with the previous tile, whose buffer the next request refills.
@@ -260,31 +283,35 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
             });
         });
 
-        // Causal mask, then the online softmax of each row (its 16 values across a quad of
-        // lanes: the maximum and sum take two shuffles).
+        // Causal mask (and the window's), then the online softmax of each row (its 16 values
+        // across a quad of lanes: the maximum and sum take two shuffles).
         let mut step_max = m;
         unroll!(j < 8 => {
             unroll!(e < 4 => {
                 let h = e / 2;
-                if k0 + 8 * j + c + e % 2 > pos[h] {
+                let key = k0 + 8 * j + c + e % 2;
+                if key > pos[h] || key < lo[h] {
                     s[j][e] = f32::NEG_INFINITY;
                 }
                 step_max[h] = step_max[h].max(s[j][e]);
             });
         });
-        let mut rescale = [0.0f32; 2];
+        let (mut rescale, mut base) = ([0.0f32; 2], [0.0f32; 2]);
         unroll!(h < 2 => {
             step_max[h] = step_max[h].max(shfl_xor(step_max[h], 1));
             step_max[h] = step_max[h].max(shfl_xor(step_max[h], 2));
-            // Key 0 is in every row's range, so the maximum is finite from the first step;
-            // 2^-inf = 0 for the first step's empty history.
-            rescale[h] = exp2_approx(m[h] - step_max[h]);
+            // The weights are taken against the maximum so far, or against 0 by a row whose
+            // window starts past every key staged yet (its maximum still -inf): its weights
+            // are then 2^-inf = 0, not NaN. 2^-inf = 0 for the empty history before a row's
+            // first key.
+            base[h] = if step_max[h] == f32::NEG_INFINITY { 0.0 } else { step_max[h] };
+            rescale[h] = exp2_approx(m[h] - base[h]);
         });
         let mut sum = [0.0f32; 2];
         unroll!(j < 8 => {
             unroll!(e < 4 => {
                 let h = e / 2;
-                s[j][e] = exp2_approx(s[j][e] - step_max[h]);
+                s[j][e] = exp2_approx(s[j][e] - base[h]);
                 sum[h] += s[j][e];
             });
         });

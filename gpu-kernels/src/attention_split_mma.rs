@@ -40,7 +40,7 @@ use crate::unroll::unroll;
 /// bytes a copy, zeros past the split's end), multiplies, takes an online softmax per row
 /// (its values across a quad of lanes: two shuffles), and multiplies the weights, straight
 /// from the first product's output registers, by the values. A split past the token's
-/// position writes m = -inf, l = 0 and zeros.
+/// position, or before its sliding window's first, writes m = -inf, l = 0 and zeros.
 ///
 /// PRECONDITIONS: `head_dim` 64 or 128; `n_heads / n_kv_heads <= 8`; `split_len` a multiple
 /// of `ATTN_SPLIT_MMA_KEYS`; `n_splits * split_len > positions[t]` for every token; the keys
@@ -78,6 +78,7 @@ pub unsafe extern "gpu-kernel" fn attention_split_mma_bf16(
         block_tables,
         token_seq,
         positions,
+        shape,
         max_blocks: shape.max_blocks as usize,
         n_heads: n_heads as usize,
         n_kv_heads: n_kv_heads as usize,
@@ -102,6 +103,7 @@ struct Args {
     block_tables: *const u32,
     token_seq: *const u32,
     positions: *const u32,
+    shape: PagedShape,
     max_blocks: usize,
     n_heads: usize,
     n_kv_heads: usize,
@@ -136,11 +138,13 @@ unsafe fn split<const KC: usize, const NT: usize>(a: Args) {
                 .add(*a.token_seq.add(t) as usize * a.max_blocks),
         )
     };
-    let start = split * a.split_len;
-    let end = (start + a.split_len).min(pos + 1);
+    // The split's positions that the token attends to: none past its own, none before its
+    // window's first.
+    let start = (split * a.split_len).max(a.shape.first_position(pos));
+    let end = ((split + 1) * a.split_len).min(pos + 1);
     if start >= end {
-        // Past the token's position: an empty split (the combine skips it; written anyway,
-        // as the CPU twin does).
+        // Past the token's position or before its window: an empty split (the combine
+        // weighs it 0; written anyway, as the CPU twin does).
         if real {
             unroll!(j < NT => {
                 // SAFETY: row `at` of the partials; 8 j + c + 1 < head_dim.

@@ -98,7 +98,7 @@ pub const ATTN_MMA_THREADS: usize = 128;
 /// for heads of 128: over the default 48 KiB, so the host raises the kernel's limit when the
 /// module loads).
 pub const fn attn_mma_shared_bytes(head_dim: usize) -> usize {
-    2 * 2 * ATTN_MMA_KEYS * (head_dim + 8) * 2 + 16
+    2 * 2 * ATTN_MMA_KEYS * (head_dim + 8) * 2 + 32
 }
 
 /// Skinny GEMM (a few to 128 tokens): output features per block, 16 per warp.

@@ -10,6 +10,8 @@ of what rustle claims, each in a few hundred kilobytes:
 - tiny-qwen3: Qwen3, each query and key head RMSNormed before RoPE (q_norm, k_norm), a
   head_dim (32) that is not hidden / heads (16), an untied head, bf16. make_tiny_gguf.py
   converts it to GGUF with llama.cpp's own converter.
+- tiny-mistral: Mistral, every layer attending over a sliding window of 8 positions (the
+  prompts run past it, across KV blocks), an untied head, bf16.
 - tiny-phi3: Phi-3 / Phi-4-mini: fused qkv_proj and gate_up_proj, RoPE on half of each head,
   longrope scaling (its golden prompts run past the original context of 32 from the start).
 - tiny-mixtral, tiny-qwen3moe: mixtures of experts (4 experts, 2 a token; 8 of 48, 3 a token
@@ -38,8 +40,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from tokenizers.pre_tokenizers import ByteLevel
 import transformers
-from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MixtralConfig,
-                          Phi3Config, PreTrainedTokenizerFast, Qwen2Config, Qwen3Config,
+from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig,
+                          MixtralConfig, Phi3Config, PreTrainedTokenizerFast, Qwen2Config, Qwen3Config,
                           Qwen3MoeConfig)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -150,6 +152,12 @@ def main():
             "tiny-qwen3",
             Qwen3Config(**common, head_dim=32, rope_theta=1000000.0, tie_word_embeddings=False,
                         use_sliding_window=False, attention_bias=False),
+            torch.bfloat16, shard=False),
+        # Every layer over a sliding window of 8: the golden prompts and tokens run past it.
+        "tiny-mistral": lambda: build(
+            "tiny-mistral",
+            MistralConfig(**common, head_dim=16, rope_theta=10000.0, sliding_window=8,
+                          tie_word_embeddings=False),
             torch.bfloat16, shard=False),
         # Fused qkv_proj and gate_up_proj, RoPE on half of each head (partial_rotary_factor),
         # longrope: per-frequency factors and an attention factor past an original context.

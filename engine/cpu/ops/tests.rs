@@ -131,6 +131,78 @@ fn attention_weights_values_by_softmax_through_the_block_table() {
     );
 }
 
+/// Flash-decoding's twins over a sliding window: the splits (those wholly before a token's
+/// window empty, one cut by it) combined give the one-pass attention over the same window,
+/// which sees exactly the window's keys (a window of 1: the token's own value).
+#[test]
+fn split_attention_over_a_sliding_window_is_the_one_pass_attention() {
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+    let mut rng = StdRng::seed_from_u64(7);
+    let (n_heads, n_kv_heads, head_dim) = (4, 2, 8);
+    let kv_dim = n_kv_heads * head_dim;
+    let blocks = 5;
+    let mut bits = |n: usize| -> Vec<u16> {
+        (0..n)
+            .map(|_| half::bf16::from_f32(rng.random_range(-1.0..1.0)).to_bits())
+            .collect()
+    };
+    let (k, v) = (
+        bits(blocks * BLOCK_SIZE * kv_dim),
+        bits(blocks * BLOCK_SIZE * kv_dim),
+    );
+    let q: Vec<f32> = (0..3 * n_heads * head_dim)
+        .map(|i| (i as f32 * 0.37).sin())
+        .collect();
+    // Blocks in reverse order; three tokens of one sequence.
+    let tables: Vec<u32> = (0..blocks as u32).rev().collect();
+    let positions = [0u32, 40, 77];
+    for window in [None, Some(1), Some(10), Some(50)] {
+        let p: PagedRef<u16> = Paged {
+            q: &q,
+            k_cache: &k,
+            v_cache: &v,
+            block_tables: &tables,
+            token_seq: &[0, 0, 0],
+            positions: &positions,
+            shape: PagedShape::new(blocks, Heads::new(n_heads, n_kv_heads, head_dim))
+                .windowed(window),
+        };
+        let mut one_pass = vec![0.0; q.len()];
+        attention_bf16(&mut one_pass, &p);
+        let (split_len, n_splits) = (16, blocks);
+        let rows = 3 * n_heads * n_splits;
+        let (mut po, mut ml) = (vec![f32::NAN; rows * head_dim], vec![f32::NAN; rows * 2]);
+        attention_split_bf16(&mut po, &mut ml, &p, split_len);
+        let mut combined = vec![0.0; q.len()];
+        let splits = Splits::new(n_splits, split_len, head_dim);
+        attention_combine_f32(&mut combined, &po, &ml, &positions, splits);
+        for (a, b) in combined.iter().zip(&one_pass) {
+            assert!((a - b).abs() < 1e-5, "window {window:?}: {a} vs {b}");
+        }
+        // Token 2 (position 77) over splits of 16: with a window of 10, splits 0 to 3 are
+        // before it (empty), split 4 holds positions 68..=77.
+        if window == Some(10) {
+            let at = |s: usize| 2 * ((2 * n_heads) * n_splits + s);
+            assert!((0..4).all(|s| ml[at(s)] == f32::NEG_INFINITY && ml[at(s) + 1] == 0.0));
+            assert!(ml[at(4)].is_finite());
+        }
+        if window == Some(1) {
+            // Each token's own value: position p lives in block table[p / 16].
+            for (t, &pos) in positions.iter().enumerate() {
+                let slot = tables[pos as usize / BLOCK_SIZE] as usize * BLOCK_SIZE
+                    + pos as usize % BLOCK_SIZE;
+                for h in 0..n_heads {
+                    let value = &v[slot * kv_dim + (h / 2) * head_dim..][..head_dim];
+                    let out = &one_pass[(t * n_heads + h) * head_dim..][..head_dim];
+                    for (o, &b) in out.iter().zip(value) {
+                        assert!((o - half::bf16::from_bits(b).to_f32()).abs() < 1e-6);
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn swiglu_and_argmax() {
     let mut o = [0.0; 2];
