@@ -260,7 +260,11 @@ impl Runner {
         let max_context = config
             .max_seq_len
             .min(g.kv.n_blocks.saturating_mul(BLOCK_SIZE));
-        g.set_rope(&RopeTables::new(&config, max_context, rope_freq_factors)?)?;
+        let local = RopeTables::local(&config, max_context)?;
+        g.set_rope(
+            &RopeTables::new(&config, max_context, rope_freq_factors)?,
+            local.as_ref(),
+        )?;
         Ok(Runner {
             max_context,
             backend: Backend::Gpu(Box::new(g)),

@@ -1,4 +1,5 @@
-//! Named model shapes (llama3-8b, llama3.2-1b, qwen2.5-7b, qwen3-8b, phi4-mini, smollm2-135m), as their
+//! Named model shapes (llama3-8b, llama3.2-1b, qwen2.5-7b, qwen3-8b, phi4-mini, gemma3-12b,
+//! gemma3-1b, smollm2-135m), as their
 //! `config.json` files give them: benchmarks and profiles build synthetic weights of one, so
 //! that they need no download, and tests size their problems by them.
 
@@ -47,6 +48,29 @@ pub const SHAPES: &[(&str, &str)] = &[
             "rope_theta": 10000.0, "partial_rotary_factor": 0.75, "tie_word_embeddings": true}"#,
     ),
     (
+        // Gemma 3 12B's language model (`text_config`): heads of 256, five local layers over
+        // a window of 1024 for every global one, GeGLU, a tied vocabulary of 262208.
+        "gemma3-12b",
+        r#"{"architectures": ["Gemma3ForCausalLM"], "hidden_size": 3840,
+            "intermediate_size": 15360, "num_hidden_layers": 48, "num_attention_heads": 16,
+            "num_key_value_heads": 8, "head_dim": 256, "query_pre_attn_scalar": 256,
+            "vocab_size": 262208, "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+            "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window": 1024,
+            "sliding_window_pattern": 6, "hidden_activation": "gelu_pytorch_tanh",
+            "tie_word_embeddings": true}"#,
+    ),
+    (
+        "gemma3-1b",
+        r#"{"architectures": ["Gemma3ForCausalLM"], "hidden_size": 1152,
+            "intermediate_size": 6912, "num_hidden_layers": 26, "num_attention_heads": 4,
+            "num_key_value_heads": 1, "head_dim": 256, "query_pre_attn_scalar": 256,
+            "vocab_size": 262144, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "sliding_window": 512,
+            "sliding_window_pattern": 6, "hidden_activation": "gelu_pytorch_tanh",
+            "tie_word_embeddings": true}"#,
+    ),
+    (
         "smollm2-135m",
         r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 576, "intermediate_size": 1536,
             "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
@@ -84,6 +108,12 @@ mod tests {
         );
         let c = shape_config("llama3.2-1b").unwrap();
         assert!(c.tie_embeddings && c.head_dim == 64);
+        let c = shape_config("gemma3-12b").unwrap();
+        let s = c.sliding.as_ref().unwrap();
+        assert_eq!(
+            (c.head_dim, s.window, c.window(0), c.window(5)),
+            (256, 1024, Some(1024), None)
+        );
         assert!(
             shape_config("gpt-2")
                 .unwrap_err()

@@ -360,6 +360,11 @@ pub fn swiglu_f32(n: usize) -> Traffic {
     t(3 * n as u64 * F32, 6 * n as u64)
 }
 
+/// `x` read and written.
+pub fn scale_f32(n: usize) -> Traffic {
+    t(2 * n as u64 * F32, n as u64)
+}
+
 /// `x` read and written, `delta` read.
 pub fn residual_add_f32(n: usize) -> Traffic {
     t(3 * n as u64 * F32, n as u64)

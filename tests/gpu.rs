@@ -18,7 +18,7 @@ use cudarc::driver::CudaSlice;
 use libtest_mimic::{Arguments, Completion, Trial};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rustle::config::{Config, HfConfig};
+use rustle::config::{Activation, Config, HfConfig};
 use rustle::cpu::ops;
 use rustle::cpu::ops::PagedRef;
 use rustle::cpu::quant::BlocksRef;
@@ -34,6 +34,7 @@ use rustle::gpu::matrix::to_bf16;
 use rustle::kernel_args::{Blocks, Heads, MatmulShape, NormedQkv, Paged, PagedShape, Splits};
 use rustle::model::{LayerWeights, Mlp, ModelWeights};
 use rustle::runner::{Device, Runner, RunnerOptions};
+use rustle::tiles::SPLIT_MAX_HEAD_DIM;
 use rustle::weights::blocks::BlockType;
 
 type Test = fn(&Gpu, &mut StdRng);
@@ -104,8 +105,9 @@ const TESTS: &[(&str, Test)] = &[
         attention_f32,
     ),
     ("kernel::attention_mma_bf16", attention_mma_bf16),
-    ("kernel::swiglu_f32 (and _bf16)", swiglu_f32),
+    ("kernel::swiglu_f32, geglu_f32 (and _bf16)", gated_f32),
     ("kernel::residual_add_f32", residual_add_f32),
+    ("kernel::scale_f32", scale_f32),
     ("kernel::argmax_f32", argmax_f32),
     (
         "kernel::sample_f32, penalize_f32, mask_logits_f32",
@@ -1833,7 +1835,7 @@ fn attention_mma_bf16(g: &Gpu, rng: &mut StdRng) {
 fn attention_f32(g: &Gpu, rng: &mut StdRng) {
     // head_dim 64 and 128, and 16 and 80 (not multiples of a warp); GQA groups 1, 3, 4, 8;
     // sliding windows of 1 (a token's own key), 37 and 300 (splits wholly before a token's
-    // window, and one it starts inside).
+    // window, and one it starts inside); Gemma 3's heads of 256 (no split kernel takes them).
     for (head_dim, n_heads, n_kv_heads, window) in [
         (64, 9, 3, None),
         (128, 32, 8, None),
@@ -1845,6 +1847,8 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
         (128, 32, 8, Some(37)),
         (64, 8, 8, Some(1)),
         (80, 6, 2, Some(300)),
+        (256, 8, 4, None),
+        (256, 4, 1, Some(37)),
     ] {
         // Three sequences in one batch: a 40-token prompt chunk (crossing blocks), one decode
         // token at position 700 (44 blocks of context), three tokens at 100..103.
@@ -1932,7 +1936,10 @@ fn attention_f32(g: &Gpu, rng: &mut StdRng) {
         ) -> rustle::error::Result<()>;
         type Twin = fn(&mut [f32], &mut [f32], &PagedRef<u16>, usize);
         let mut kernels: Vec<(&str, Split, Twin, usize, f64)> = vec![];
-        for split_len in [32, 8] {
+        for split_len in [32, 8]
+            .into_iter()
+            .filter(|_| head_dim <= SPLIT_MAX_HEAD_DIM)
+        {
             let (gpu, twin): (Split, Twin) = (Gpu::attention_split_bf16, ops::attention_split_bf16);
             kernels.push(("attention_split_bf16", gpu, twin, split_len, LONG_REDUCTION));
         }
@@ -2125,35 +2132,60 @@ fn combine_codes(
     );
 }
 
-fn swiglu_f32(g: &Gpu, rng: &mut StdRng) {
-    for n in [1, 1536, 100_003] {
-        let (gate, upv) = (normal(rng, n, 3.0), normal(rng, n, 1.0));
-        let mut cpu = vec![0.0; n];
-        ops::swiglu_f32(&mut cpu, &gate, &upv);
-        let mut out = poisoned(g, n);
-        g.swiglu_f32(
-            &mut out.as_view_mut(),
-            &up(g, &gate).as_view(),
-            &up(g, &upv).as_view(),
-        )
-        .unwrap();
-        assert_close(&format!("n {n}"), &down(g, &out), &cpu, APPROX_EXP);
+/// SwiGLU's and GeGLU's kernels (through `Gpu::gated`, which the forward calls) against
+/// their twins, gates wide enough (sd 3) to reach both tails of each activation.
+fn gated_f32(g: &Gpu, rng: &mut StdRng) {
+    type Twin = fn(&mut [f32], &[f32], &[f32]);
+    let acts: [(Activation, Twin); 2] = [
+        (Activation::Silu, ops::swiglu_f32),
+        (Activation::GeluTanh, ops::geglu_f32),
+    ];
+    for (act, twin) in acts {
+        for n in [1, 1536, 100_003] {
+            let (gate, upv) = (normal(rng, n, 3.0), normal(rng, n, 1.0));
+            let mut cpu = vec![0.0; n];
+            twin(&mut cpu, &gate, &upv);
+            let mut out = poisoned(g, n);
+            let (gate_d, up_d) = (up(g, &gate), up(g, &upv));
+            g.gated(
+                act,
+                &mut out.as_view_mut(),
+                None,
+                &gate_d.as_view(),
+                &up_d.as_view(),
+            )
+            .unwrap();
+            let what = format!("{act:?}, n {n}");
+            assert_close(&what, &down(g, &out), &cpu, APPROX_EXP);
 
-        // With the bf16 copy: the f32 output as before, the copy exactly it rounded.
-        let mut out = poisoned(g, n);
-        let mut out_bf16 = up(g, &vec![0x7fc1u16; n]);
-        g.swiglu_f32_bf16(
-            &mut out.as_view_mut(),
-            &mut out_bf16.as_view_mut(),
-            &up(g, &gate).as_view(),
-            &up(g, &upv).as_view(),
-        )
-        .unwrap();
-        let out = down(g, &out);
-        assert_close(&format!("n {n}, with bf16"), &out, &cpu, APPROX_EXP);
-        let mut rounded = vec![0u16; n];
-        ops::f32_to_bf16(&mut rounded, &out);
-        assert!(down(g, &out_bf16) == rounded, "n {n}: the bf16 copy");
+            // With the bf16 copy: the f32 output as before, the copy exactly it rounded.
+            let mut out = poisoned(g, n);
+            let mut out_bf16 = up(g, &vec![0x7fc1u16; n]);
+            g.gated(
+                act,
+                &mut out.as_view_mut(),
+                Some(&mut out_bf16.as_view_mut()),
+                &gate_d.as_view(),
+                &up_d.as_view(),
+            )
+            .unwrap();
+            let out = down(g, &out);
+            assert_close(&format!("{what}, with bf16"), &out, &cpu, APPROX_EXP);
+            let mut rounded = vec![0u16; n];
+            ops::f32_to_bf16(&mut rounded, &out);
+            assert!(down(g, &out_bf16) == rounded, "{what}: the bf16 copy");
+        }
+    }
+}
+
+fn scale_f32(g: &Gpu, rng: &mut StdRng) {
+    for (n, s) in [(1, 2.0f32), (1152, 33.94), (100_003, -0.5)] {
+        let x = normal(rng, n, 1.0);
+        let mut cpu = x.clone();
+        ops::scale_f32(&mut cpu, s);
+        let mut dev = up(g, &x);
+        g.scale_f32(&mut dev.as_view_mut(), s).unwrap();
+        assert_close(&format!("n {n}"), &down(g, &dev), &cpu, 0.0);
     }
 }
 
@@ -3224,6 +3256,9 @@ fn tiny_models_gpu_match_transformers(g: &Gpu, _: &mut StdRng) {
         ("tests/golden/tiny-qwen3.gguf", "tiny-qwen3"),
         ("tests/golden/tiny-phi3", "tiny-phi3"),
         ("tests/golden/tiny-phi3.gguf", "tiny-phi3"),
+        ("tests/golden/tiny-gemma3", "tiny-gemma3"),
+        ("tests/golden/tiny-gemma3-1b", "tiny-gemma3-1b"),
+        ("tests/golden/tiny-gemma3-1b.gguf", "tiny-gemma3-1b"),
         ("tests/golden/tiny-quant.gguf", "tiny-quant"),
     ] {
         let (mut r, tok) = common::load(Some(path), 256, gpu_device(g));

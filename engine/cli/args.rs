@@ -282,7 +282,7 @@ pub struct PerplexityCli {
 #[derive(Args, Debug)]
 pub struct ProfileCli {
     /// A model shape with random weights: llama3-8b, llama3.2-1b, qwen2.5-7b, qwen3-8b,
-    /// phi4-mini, smollm2-135m.
+    /// phi4-mini, gemma3-12b, gemma3-1b, smollm2-135m.
     /// Default: llama3-8b on the GPU; on the CPU the default model (real weights).
     #[arg(long)]
     pub shape: Option<String>,
@@ -331,7 +331,8 @@ pub enum ProfileDevice {
 #[derive(Args, Debug)]
 pub struct BenchCli {
     /// A model shape, built on the GPU with random weights (no download):
-    /// llama3-8b, llama3.2-1b, qwen2.5-7b, qwen3-8b, phi4-mini, smollm2-135m.
+    /// llama3-8b, llama3.2-1b, qwen2.5-7b, qwen3-8b, phi4-mini, gemma3-12b, gemma3-1b,
+    /// smollm2-135m.
     #[arg(long, default_value = "llama3-8b")]
     pub shape: String,
 

@@ -726,18 +726,11 @@ fn block_sum_of_vectors(data: &[u32], b: usize, grid: usize) -> u32 {
     sum
 }
 
-/// `x[i] *= s`: Gemma's scale of the embedding's rows.
+/// `x[i] *= s`: Gemma's scale of the embedding's rows. The twin of `scale_f32`.
 ///
 /// - `x`: `[n, dim]`
 pub fn scale_f32(x: &mut [f32], s: f32) {
     x.iter_mut().for_each(|v| *v *= s);
-}
-
-/// `swiglu_f32`, the output also rounded to bf16 bits into `out_bf16`. The twin of
-/// `swiglu_f32_bf16`.
-pub fn swiglu_f32_bf16(out: &mut [f32], out_bf16: &mut [u16], gate: &[f32], up: &[f32]) {
-    swiglu_f32(out, gate, up);
-    f32_to_bf16(out_bf16, out);
 }
 
 /// The residual connection: `x[i] += delta[i]`.
@@ -783,7 +776,7 @@ pub fn sum_step2_block_f32(out: &mut [f32], x: &[f32], n_cols: usize) {
 }
 
 mod gated;
-pub use gated::{geglu_f32, swiglu_f32};
+pub use gated::{geglu_f32, geglu_f32_bf16, swiglu_f32, swiglu_f32_bf16};
 mod sampling;
 pub use sampling::{
     SAMPLE_PARAMS, argmax_f32, draw_bits, hash32, mask_logits_f32, penalize_f32, sample_f32,

@@ -15,6 +15,7 @@ use crate::batch::Batch;
 use crate::config::Config;
 use crate::error::Result;
 use crate::kernel_args::Splits;
+use crate::tiles::SPLIT_MAX_HEAD_DIM;
 
 /// Positions per flash-decoding split, at the least: a pass with few (token, KV head) pairs
 /// needs many splits to fill the GPU (docs/lessons.md#attention).
@@ -82,13 +83,17 @@ pub struct SplitPlan {
 /// positions long while the pass has few (token, KV head) pairs, and twice as long for each
 /// doubling that still leaves `SPLIT_WARPS_PER_SM` warps an SM of non-empty splits; only
 /// `attention_split_mma_bf16` takes them longer than `SPLIT_LEN` (the per-lane kernel
-/// stages a whole split in shared memory).
+/// stages a whole split in shared memory). Heads wider than either split kernel takes
+/// (Gemma 3's 256) have none: a block per token and head.
 pub fn splits_needed(
     c: &Config,
     batch: &Batch,
     partial_rows: usize,
     sm_count: usize,
 ) -> Option<SplitPlan> {
+    if c.head_dim > SPLIT_MAX_HEAD_DIM {
+        return None;
+    }
     let longest = batch.positions.iter().max().map_or(1, |&p| p as usize + 1);
     let warps = |len: usize| -> usize {
         let per_head: usize = batch

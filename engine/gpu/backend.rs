@@ -23,7 +23,7 @@ use super::step_clock::{Span, StepClock};
 use super::steps::{GateUp, Mlp, copy_for, embed, rmsnorm, swiglu};
 use super::weights::GpuWeights;
 use crate::batch::Batch;
-use crate::config::{Arch, Config};
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::kernel_args::{Heads, NormedQkv};
 use crate::kv::block_manager::blocks_for;
@@ -40,10 +40,6 @@ pub fn check_supported(c: &Config) -> Result<()> {
     };
     if c.moe.is_some() {
         return Err(super::weights::experts_unsupported());
-    }
-    // Its sliding window, GeGLU, post-norms and embedding scale have no kernels yet.
-    if c.arch == Arch::Gemma3 {
-        return unsupported("Gemma 3 runs on the CPU only for now".into());
     }
     if c.head_dim > MAX_HEAD_DIM || !c.head_dim.is_multiple_of(8) {
         return unsupported(format!(
@@ -73,16 +69,19 @@ pub fn check_supported(c: &Config) -> Result<()> {
 
 /// Activations for up to `max_tokens` tokens in one pass, `[max_tokens, width]` each.
 struct Activations {
-    x: CudaSlice<f32>,        // [.., dim] the residual stream
-    xb: CudaSlice<f32>,       // [.., dim] a block's normed input, or an output before its add
-    qkv: CudaSlice<f32>,      // [.., q_dim + 2 kv_dim]
-    q: CudaSlice<f32>,        // [.., q_dim] rotated queries
-    att: CudaSlice<f32>,      // [.., q_dim] attention output
-    gate: CudaSlice<f32>,     // [.., ffn_dim]
-    up: CudaSlice<f32>,       // [.., ffn_dim]
-    hidden: CudaSlice<f32>,   // [.., ffn_dim] silu(gate) * up
-    head_in: CudaSlice<f32>,  // [.., dim] final-normed rows whose logits are wanted
-    logits: CudaSlice<f32>,   // [.., vocab]
+    x: CudaSlice<f32>,      // [.., dim] the residual stream
+    xb: CudaSlice<f32>,     // [.., dim] a block's normed input, or an output before its add
+    qkv: CudaSlice<f32>,    // [.., q_dim + 2 kv_dim]
+    q: CudaSlice<f32>,      // [.., q_dim] rotated queries
+    att: CudaSlice<f32>,    // [.., q_dim] attention output
+    gate: CudaSlice<f32>,   // [.., ffn_dim]
+    up: CudaSlice<f32>,     // [.., ffn_dim]
+    hidden: CudaSlice<f32>, // [.., ffn_dim] act(gate) * up
+    /// `[.., dim]` a block's output normed before its add (Gemma 3's post-norms); one row
+    /// for models without them.
+    post: CudaSlice<f32>,
+    head_in: CudaSlice<f32>, // [.., dim] final-normed rows whose logits are wanted
+    logits: CudaSlice<f32>,  // [.., vocab]
     next_ids: CudaSlice<u32>, // [max_tokens] the token chosen for each logits row
 }
 
@@ -98,6 +97,10 @@ impl Activations {
             gate: act(c.ffn_dim)?,
             up: act(c.ffn_dim)?,
             hidden: act(c.ffn_dim)?,
+            post: match c.post_norms {
+                true => act(c.dim)?,
+                false => gpu.zeros(1, "activations")?,
+            },
             head_in: act(c.dim)?,
             logits: act(c.vocab_size)?,
             next_ids: gpu.zeros(max_tokens, "the batch")?,
@@ -120,6 +123,8 @@ pub struct GpuBackend {
     pub kv: KvPool,
     rope_cos: CudaSlice<f32>, // [max_pos, head_dim / 2]
     rope_sin: CudaSlice<f32>, // [max_pos, head_dim / 2]
+    /// The local layers' (cos, sin) tables, where they have their own (Gemma 3).
+    rope_local: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
     act: Activations,
     mm: MatmulScratch,
     /// What the matmul plans may choose from on this GPU, for this model.
@@ -174,6 +179,7 @@ impl GpuBackend {
             sampler: DeviceSampler::new(&gpu)?,
             rope_cos: gpu.zeros(1, "RoPE tables")?,
             rope_sin: gpu.zeros(1, "RoPE tables")?,
+            rope_local: None,
             graphs: Graphs::default(),
             batch_invariant: false,
             all_codes: weights.all_codes(),
@@ -208,9 +214,18 @@ impl GpuBackend {
         };
     }
 
-    pub fn set_rope(&mut self, rope: &RopeTables) -> Result<()> {
+    /// The RoPE tables: the global layers', and the local layers' where they have their own
+    /// (`RopeTables::local`).
+    pub fn set_rope(&mut self, rope: &RopeTables, local: Option<&RopeTables>) -> Result<()> {
         self.rope_cos = self.gpu.upload(&rope.cos, "RoPE tables")?;
         self.rope_sin = self.gpu.upload(&rope.sin, "RoPE tables")?;
+        self.rope_local = match local {
+            Some(t) => Some((
+                self.gpu.upload(&t.cos, "RoPE tables")?,
+                self.gpu.upload(&t.sin, "RoPE tables")?,
+            )),
+            None => None,
+        };
         Ok(())
     }
 
@@ -386,6 +401,7 @@ impl GpuBackend {
             batch,
             rope_cos,
             rope_sin,
+            rope_local,
             ..
         } = self;
         let (rules, b) = (&pass.rules, &batch.view(n));
@@ -400,8 +416,12 @@ impl GpuBackend {
         let gate = &mut act.gate.slice_mut(..n * ffn);
         let up = &mut act.up.slice_mut(..n * ffn);
         let hidden = &mut act.hidden.slice_mut(..n * ffn);
+        let post = &mut act.post.slice_mut(..if c.post_norms { n * dim } else { 1 });
 
         embed(g, x, &w.embed, &b.tokens)?;
+        if let Some(scale) = c.embed_scale {
+            g.scale_f32(x, scale)?;
+        }
         for (l, lw) in w.layers.iter().enumerate() {
             // Attention: x += o_proj(attention(rope(q), rope(k), v)) over the normed stream (q
             // and k each normed by head first where the model says: Qwen3).
@@ -417,7 +437,11 @@ impl GpuBackend {
             let (mut k_cache, mut v_cache) = kv.layer_mut(l);
             let caches = (&mut k_cache, &mut v_cache);
             let rows = (&b.positions, &b.slots);
-            let tables = (&rope_cos.as_view(), &rope_sin.as_view());
+            let (cos, sin) = match (c.window(l), &*rope_local) {
+                (Some(_), Some((cos, sin))) => (cos.as_view(), sin.as_view()),
+                _ => (rope_cos.as_view(), rope_sin.as_view()),
+            };
+            let tables = (&cos, &sin);
             // SAFETY: positions are below the context the RoPE tables cover (the engine
             // checks every request against it); slots come from the block manager, inside
             // the pool and distinct, but for the graphs' padding rows, which write the same
@@ -444,10 +468,18 @@ impl GpuBackend {
                 rows: att.as_view(),
                 held,
             };
-            mm.add_matmul(g, x, &attended, &lw.wo, &o_plan, xb)?;
+            match &lw.post_norms {
+                None => mm.add_matmul(g, x, &attended, &lw.wo, &o_plan, xb)?,
+                Some((norm, _)) => {
+                    // Gemma 3: x += rmsnorm(o_proj(att)) * post_attention_norm.
+                    mm.matmul(g, xb, &attended, &lw.wo, None, &o_plan)?;
+                    g.rmsnorm_f32(post, &xb.as_view(), &norm.as_view(), eps, dim)?;
+                    g.residual_add_f32(x, &post.as_view())?;
+                }
+            }
 
-            // MLP: x += down(silu(gate(x)) * up(x)) over the normed stream.
-            let gate_up = GateUp::plan(caps, rules, lw, n);
+            // MLP: x += down(act(gate(x)) * up(x)) over the normed stream.
+            let gate_up = GateUp::plan(caps, rules, lw, n, c.activation);
             let copy = copy_for(rules, n, &gate_up.inputs());
             let held = rmsnorm(g, mm, xb, &x.as_view(), &lw.ffn_norm.as_view(), eps, copy)?;
             let normed = Input {
@@ -466,7 +498,14 @@ impl GpuBackend {
                 rows: hidden.as_view(),
                 held,
             };
-            mm.add_matmul(g, x, &hidden_in, &lw.w_down, &down_plan, xb)?;
+            match &lw.post_norms {
+                None => mm.add_matmul(g, x, &hidden_in, &lw.w_down, &down_plan, xb)?,
+                Some((_, norm)) => {
+                    mm.matmul(g, xb, &hidden_in, &lw.w_down, None, &down_plan)?;
+                    g.rmsnorm_f32(post, &xb.as_view(), &norm.as_view(), eps, dim)?;
+                    g.residual_add_f32(x, &post.as_view())?;
+                }
+            }
         }
 
         // The final norm and the output head, for the rows that want logits only.

@@ -8,6 +8,7 @@ use super::matmul::{Held, Input, MatmulScratch};
 use super::matrix::{GpuMatrix, MatrixData};
 use super::plan::{Caps, Form, Plan, Rules};
 use super::weights::GpuLayer;
+use crate::config::Activation;
 use crate::error::Result;
 use crate::kernel_args::MatmulShape;
 use crate::weights::blocks::BlockType;
@@ -86,16 +87,21 @@ pub enum GateUp {
     Codes(BlockType),
     /// `gemv_swiglu_fp8`: fp8 gate and up.
     Fp8,
-    /// The two matmuls on their plans, then `swiglu_f32` (rounding its output for the down
-    /// projection's tensor cores where the pass rounds).
-    Two { gate: Plan, up: Plan },
+    /// The two matmuls on their plans, then `swiglu_f32` or `geglu_f32` as `act` says
+    /// (rounding its output for the down projection's tensor cores where the pass rounds).
+    Two {
+        gate: Plan,
+        up: Plan,
+        act: Activation,
+    },
 }
 
 impl GateUp {
     /// One fused GEMV for tokens kept in f32 (a token over bf16 or fp8; up to
-    /// `Rules::gemv_tokens` over gate and up of one GGUF type), else the two matmuls.
-    pub fn plan(caps: &Caps, rules: &Rules, lw: &GpuLayer, n: usize) -> GateUp {
-        if !rules.rounds(n) {
+    /// `Rules::gemv_tokens` over gate and up of one GGUF type), else the two matmuls. The
+    /// fused GEMVs are SwiGLU's: another activation (Gemma 3's GeGLU) takes the two matmuls.
+    pub fn plan(caps: &Caps, rules: &Rules, lw: &GpuLayer, n: usize, act: Activation) -> GateUp {
+        if !rules.rounds(n) && act == Activation::Silu {
             if n == 1 && lw.w_gate.as_bf16().is_some() && lw.w_up.as_bf16().is_some() {
                 return GateUp::Bf16;
             }
@@ -114,6 +120,7 @@ impl GateUp {
         GateUp::Two {
             gate: caps.plan(rules, &lw.w_gate, n),
             up: caps.plan(rules, &lw.w_up, n),
+            act,
         }
     }
 
@@ -122,7 +129,7 @@ impl GateUp {
         match self {
             GateUp::Bf16 | GateUp::Fp8 => vec![Form::F32],
             GateUp::Codes(_) => vec![Form::Codes],
-            GateUp::Two { gate, up } => vec![gate.input, up.input],
+            GateUp::Two { gate, up, .. } => vec![gate.input, up.input],
         }
     }
 }
@@ -134,7 +141,8 @@ pub struct Mlp<'a, 'b> {
     pub up: &'a mut Out<'b, f32>,
 }
 
-/// Layer `lw`'s `hidden = silu(x w_gate^T) * (x w_up^T)` as `plan` says, the SwiGLU's output
+/// Layer `lw`'s `hidden = act(x w_gate^T) * (x w_up^T)` as `plan` says (SwiGLU's silu, or
+/// GeGLU's GELU), the SwiGLU's output
 /// rounded to bf16 too where `copy` asks (`copy_for` of the down projection's plan). Returns
 /// what it made of `hidden`.
 pub fn swiglu(
@@ -193,6 +201,7 @@ pub fn swiglu(
         GateUp::Two {
             gate: gate_plan,
             up: up_plan,
+            act,
         } => {
             // Up reads the input in the form gate's matmul left it.
             let held = mm.matmul(g, gate, x, &lw.w_gate, None, &gate_plan)?;
@@ -205,10 +214,11 @@ pub fn swiglu(
             if copy == Some(Form::Bf16) {
                 // The down projection's input, rounded for its tensor cores by the same
                 // launch (the matmuls are done with the scratch).
-                g.swiglu_f32_bf16(hidden, &mut mm.x_bf16.slice_mut(..n * ffn), gate, up)?;
+                let bf16 = &mut mm.x_bf16.slice_mut(..n * ffn);
+                g.gated(act, hidden, Some(bf16), gate, up)?;
                 return Ok(Held::rows_and(Form::Bf16));
             }
-            g.swiglu_f32(hidden, gate, up)?;
+            g.gated(act, hidden, None, gate, up)?;
         }
     }
     Ok(Held::ROWS)

@@ -22,9 +22,12 @@ pub struct GpuLayer {
     pub qk_norm: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
     pub wo: GpuMatrix,            // [dim, q_dim]
     pub ffn_norm: CudaSlice<f32>, // [dim]
-    pub w_gate: GpuMatrix,        // [ffn_dim, dim]
-    pub w_up: GpuMatrix,          // [ffn_dim, dim]
-    pub w_down: GpuMatrix,        // [dim, ffn_dim]
+    /// `[dim]` each: the norms of the attention's and the MLP's outputs before their adds
+    /// (Gemma 3).
+    pub post_norms: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
+    pub w_gate: GpuMatrix, // [ffn_dim, dim]
+    pub w_up: GpuMatrix,   // [ffn_dim, dim]
+    pub w_down: GpuMatrix, // [dim, ffn_dim]
 }
 
 impl GpuLayer {
@@ -36,6 +39,10 @@ impl GpuLayer {
     fn bytes(&self) -> usize {
         let vectors = self.attn_norm.len()
             + self.ffn_norm.len()
+            + self
+                .post_norms
+                .as_ref()
+                .map_or(0, |(a, f)| a.len() + f.len())
             + self.bqkv.as_ref().map_or(0, |b| b.len())
             + self.qk_norm.as_ref().map_or(0, |(q, k)| q.len() + k.len());
         self.matrices().iter().map(|m| m.bytes()).sum::<usize>() + 4 * vectors
@@ -103,6 +110,13 @@ impl GpuWeights {
                 (Some(q), Some(k)) => Some((f32s(q, &what("q_norm"))?, f32s(k, &what("k_norm"))?)),
                 _ => None,
             };
+            let post_norms = match (&lw.post_attn_norm, &lw.post_ffn_norm) {
+                (Some(a), Some(f)) => Some((
+                    f32s(a, &what("post_attention_norm"))?,
+                    f32s(f, &what("post_feedforward_norm"))?,
+                )),
+                _ => None,
+            };
             let qkv = [
                 Piece {
                     name: name("self_attn.q_proj"),
@@ -131,6 +145,7 @@ impl GpuWeights {
                     &what("o_proj"),
                 )?,
                 ffn_norm: f32s(&lw.ffn_norm, &what("ffn_norm"))?,
+                post_norms,
                 w_gate: up.matrix(&one(name("mlp.gate_proj"), w_gate), dim, &what("gate"))?,
                 w_up: up.matrix(&one(name("mlp.up_proj"), w_up), dim, &what("up_proj"))?,
                 w_down: up.matrix(&one(name("mlp.down_proj"), w_down), ffn, &what("down"))?,
@@ -214,6 +229,10 @@ impl GpuWeights {
                 },
                 wo: matrix(ty, dim, q, &what)?,
                 ffn_norm: gpu.upload(&ones, &what)?,
+                post_norms: match c.post_norms {
+                    true => Some((gpu.upload(&ones, &what)?, gpu.upload(&ones, &what)?)),
+                    false => None,
+                },
                 w_gate: matrix(ty, ffn, dim, &what)?,
                 w_up: matrix(ty, ffn, dim, &what)?,
                 w_down: matrix(wider, dim, ffn, &what)?,

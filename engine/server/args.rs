@@ -88,7 +88,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub no_prefix_cache: bool,
     /// Serve random weights of a named shape (llama3-8b, llama3.2-1b, qwen2.5-7b, qwen3-8b,
-    /// phi4-mini, smollm2-135m) made on the GPU, for load tests without a download: the tokenizer and
+    /// phi4-mini, gemma3-12b, gemma3-1b, smollm2-135m) made on the GPU, for load tests without a download: the tokenizer and
     /// chat template are --model's (default: the default model's), and so is the
     /// vocabulary's size. The text is noise.
     #[arg(long, value_name = "NAME")]

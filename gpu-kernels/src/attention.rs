@@ -5,12 +5,16 @@ use crate::device::{
     WARP, bf16_to_f32, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp, sqrt,
     sync_threads, thread_idx_x, warp_sum,
 };
-use crate::tiles::{BLOCK_SIZE, COMBINE_IN_FLIGHT, MAX_HEAD_DIM};
+use crate::tiles::{BLOCK_SIZE, COMBINE_IN_FLIGHT, MAX_HEAD_DIM, SPLIT_MAX_HEAD_DIM};
 
-/// Most dimensions of a head one lane holds: `head_dim <= 32 * MAX_PER_LANE` =
-/// `MAX_HEAD_DIM`, the widest head of the Llama family. Holding only what a 128-wide head needs keeps the split
-/// kernel's four keys and values in ~60 registers, so eight of its blocks fit on an SM.
+/// Most dimensions of a head one lane holds in the per-head kernels: `head_dim <= 32 *
+/// MAX_PER_LANE` = `MAX_HEAD_DIM`.
 const MAX_PER_LANE: usize = MAX_HEAD_DIM / 32;
+
+/// The same in the per-lane split kernel: only what a 128-wide head (the Llama family's
+/// widest) needs, which keeps its four keys and values in ~60 registers, so eight of its
+/// blocks fit on an SM.
+const SPLIT_PER_LANE: usize = SPLIT_MAX_HEAD_DIM / 32;
 
 /// For token `t` (row `blockIdx.y`) and query head `h` (`blockIdx.x`):
 /// `out[t, h] = softmax(q[t, h] . K^T / sqrt(head_dim)) V` over the keys and values of the
@@ -34,7 +38,7 @@ const MAX_PER_LANE: usize = MAX_HEAD_DIM / 32;
 /// maximum `m`, running sum `l`, output rescaled when `m` grows); at the end the warps' partial
 /// results meet in shared memory and are merged with the same rescaling.
 ///
-/// PRECONDITIONS: `head_dim <= 128`; `blockDim.x` a multiple of 32;
+/// PRECONDITIONS: `head_dim <= MAX_HEAD_DIM` (256); `blockDim.x` a multiple of 32;
 /// dynamic shared memory `n_warps * (head_dim + 2) * 4` bytes; the token's own key and value
 /// already written; every block-table entry it reads valid.
 ///
@@ -344,15 +348,15 @@ pub unsafe extern "gpu-kernel" fn attention_split_bf16(
 
         // The query, pre-scaled, while the copies fly.
         let q_row = q.add((t * n_heads + h) * head_dim);
-        let mut q_reg = [0.0f32; MAX_PER_LANE];
-        for e in 0..MAX_PER_LANE {
+        let mut q_reg = [0.0f32; SPLIT_PER_LANE];
+        for e in 0..SPLIT_PER_LANE {
             if lane + WARP * e < head_dim {
                 q_reg[e] = *q_row.add(lane + WARP * e) * scale;
             }
         }
 
         let (mut m, mut l) = (f32::NEG_INFINITY, 0.0f32);
-        let mut acc = [0.0f32; MAX_PER_LANE];
+        let mut acc = [0.0f32; SPLIT_PER_LANE];
         for part in 0..2 {
             let first = part == 0;
             let (lo, hi) = if first { (0, half) } else { (half, len) };
@@ -373,18 +377,18 @@ pub unsafe extern "gpu-kernel" fn attention_split_bf16(
                 let row = |i: usize| (j + i).min(hi - 1) * head_dim;
                 let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
                 let (mut k0, mut k1, mut k2, mut k3) = (
-                    [0.0f32; MAX_PER_LANE],
-                    [0.0f32; MAX_PER_LANE],
-                    [0.0f32; MAX_PER_LANE],
-                    [0.0f32; MAX_PER_LANE],
+                    [0.0f32; SPLIT_PER_LANE],
+                    [0.0f32; SPLIT_PER_LANE],
+                    [0.0f32; SPLIT_PER_LANE],
+                    [0.0f32; SPLIT_PER_LANE],
                 );
                 let (mut v0, mut v1, mut v2, mut v3) = (
-                    [0.0f32; MAX_PER_LANE],
-                    [0.0f32; MAX_PER_LANE],
-                    [0.0f32; MAX_PER_LANE],
-                    [0.0f32; MAX_PER_LANE],
+                    [0.0f32; SPLIT_PER_LANE],
+                    [0.0f32; SPLIT_PER_LANE],
+                    [0.0f32; SPLIT_PER_LANE],
+                    [0.0f32; SPLIT_PER_LANE],
                 );
-                for e in 0..MAX_PER_LANE {
+                for e in 0..SPLIT_PER_LANE {
                     let d = lane + WARP * e;
                     if d < head_dim {
                         let (k, v) = (
@@ -395,9 +399,9 @@ pub unsafe extern "gpu-kernel" fn attention_split_bf16(
                         (v0[e], v1[e], v2[e], v3[e]) = (v(r0), v(r1), v(r2), v(r3));
                     }
                 }
-                let score = |k: &[f32; MAX_PER_LANE], i: usize| {
+                let score = |k: &[f32; SPLIT_PER_LANE], i: usize| {
                     let mut partial = 0.0f32;
-                    for e in 0..MAX_PER_LANE {
+                    for e in 0..SPLIT_PER_LANE {
                         partial += q_reg[e] * k[e]; // q_reg is zero past head_dim
                     }
                     let s = warp_sum(partial);
@@ -413,7 +417,7 @@ pub unsafe extern "gpu-kernel" fn attention_split_bf16(
                     exp(s3 - m_new),
                 );
                 l = l * rescale + w0 + w1 + w2 + w3;
-                for e in 0..MAX_PER_LANE {
+                for e in 0..SPLIT_PER_LANE {
                     acc[e] = acc[e] * rescale + w0 * v0[e] + w1 * v1[e] + w2 * v2[e] + w3 * v3[e];
                 }
                 m = m_new;
@@ -421,7 +425,7 @@ pub unsafe extern "gpu-kernel" fn attention_split_bf16(
             }
         }
         let at = (t * n_heads + h) * n_splits + split;
-        for e in 0..MAX_PER_LANE {
+        for e in 0..SPLIT_PER_LANE {
             if lane + WARP * e < head_dim {
                 *partial_o.add(at * head_dim + lane + WARP * e) = acc[e];
             }

@@ -1,4 +1,5 @@
-//! Residual add: the skip connection around attention and around the MLP.
+//! Residual add: the skip connection around attention and around the MLP; and the scale of
+//! the stream Gemma 3 puts on its embeddings.
 
 use crate::device::global_idx_x;
 
@@ -20,5 +21,24 @@ pub unsafe extern "gpu-kernel" fn residual_add_f32(x: *mut f32, delta: *const f3
     if i < n as usize {
         // SAFETY: i < n and both buffers hold n elements (preconditions).
         unsafe { *x.add(i) += *delta.add(i) };
+    }
+}
+
+/// `x[i] *= scale` for `i < n`: Gemma 3's embeddings, times sqrt(hidden) before the first
+/// layer.
+///
+/// - `x`: `[n]` f32, updated in place.
+///
+/// Thread mapping: one thread per element, a one-dimensional grid of any block size.
+///
+/// # Safety
+/// `x` holds at least `n` elements.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn scale_f32(x: *mut f32, scale: f32, n: u32) {
+    crate::device::wait_for_previous_kernel();
+    let i = global_idx_x();
+    if i < n as usize {
+        // SAFETY: i < n.
+        unsafe { *x.add(i) *= scale };
     }
 }

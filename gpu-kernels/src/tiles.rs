@@ -6,9 +6,14 @@
 /// slot is `block * BLOCK_SIZE + offset`.
 pub const BLOCK_SIZE: usize = 16;
 
-/// Widest head the attention kernels take: a lane of a warp holds at most 4 of its
-/// dimensions.
-pub const MAX_HEAD_DIM: usize = 128;
+/// Widest head the attention kernels take (Gemma 3's 256): a lane of a warp holds at most 8
+/// of its dimensions.
+pub const MAX_HEAD_DIM: usize = 256;
+
+/// Widest head the per-lane flash-decoding kernel (`attention_split_bf16`) takes: a lane
+/// holds at most 4 of its dimensions, for each of the four keys and values it has in
+/// registers at once. Wider heads attend a block per token and head.
+pub const SPLIT_MAX_HEAD_DIM: usize = 128;
 
 /// Tensor-core GEMM: tokens per block tile.
 pub const MMA_BM: usize = 128;

@@ -8,7 +8,7 @@ use super::{In, Out, aligned16, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
 use crate::kernel_args::{Paged, Splits};
-use crate::tiles::{BLOCK_SIZE, COMBINE_IN_FLIGHT, MAX_HEAD_DIM};
+use crate::tiles::{BLOCK_SIZE, COMBINE_IN_FLIGHT, MAX_HEAD_DIM, SPLIT_MAX_HEAD_DIM};
 use crate::traffic;
 
 const ATTENTION_THREADS: u32 = 128;
@@ -58,8 +58,7 @@ impl Gpu {
         let (n_heads, n_kv_heads, head_dim) = heads.sizes();
         assert!(
             head_dim <= MAX_HEAD_DIM,
-            "{} holds at most 128 dimensions per head (got {head_dim})",
-            name
+            "{name} holds at most {MAX_HEAD_DIM} dimensions per head (got {head_dim})"
         );
         assert!(
             n_kv_heads > 0
@@ -113,7 +112,7 @@ impl Gpu {
         let heads = p.shape.heads;
         let head_dim = heads.head_dim as usize;
         assert!(
-            head_dim <= MAX_HEAD_DIM
+            head_dim <= SPLIT_MAX_HEAD_DIM
                 && head_dim.is_multiple_of(8)
                 && heads.n_kv_heads > 0
                 && heads.n_heads.is_multiple_of(heads.n_kv_heads)
