@@ -20,7 +20,7 @@ use super::matmul::{Held, Input, MatmulScratch};
 use super::plan::{Caps, Rules};
 use super::sampling::DeviceSampler;
 use super::step_clock::{Span, StepClock};
-use super::steps::{GateUp, Mlp, copy_for, embed, rmsnorm, swiglu};
+use super::steps::{BlockOut, GateUp, Mlp, add_output, copy_for, embed, rmsnorm, swiglu};
 use super::weights::GpuWeights;
 use crate::batch::Batch;
 use crate::config::{Arch, Config};
@@ -479,15 +479,9 @@ impl GpuBackend {
                 rows: att.as_view(),
                 held,
             };
-            match &lw.post_norms {
-                None => mm.add_matmul(g, x, &attended, &lw.wo, &o_plan, xb)?,
-                Some((norm, _)) => {
-                    // Gemma 3: x += rmsnorm(o_proj(att)) * post_attention_norm.
-                    mm.matmul(g, xb, &attended, &lw.wo, None, &o_plan)?;
-                    g.rmsnorm_f32(post, &xb.as_view(), &norm.as_view(), eps, dim)?;
-                    g.residual_add_f32(x, &post.as_view())?;
-                }
-            }
+            let post_attn = lw.post_norms.as_ref().map(|(a, _)| a);
+            let out = BlockOut { x, xb, post };
+            add_output(g, mm, out, &attended, (&lw.wo, &o_plan), post_attn, eps)?;
 
             // MLP: x += down(act(gate(x)) * up(x)) over the normed stream.
             let gate_up = GateUp::plan(caps, rules, lw, n, c.activation);
@@ -509,14 +503,17 @@ impl GpuBackend {
                 rows: hidden.as_view(),
                 held,
             };
-            match &lw.post_norms {
-                None => mm.add_matmul(g, x, &hidden_in, &lw.w_down, &down_plan, xb)?,
-                Some((_, norm)) => {
-                    mm.matmul(g, xb, &hidden_in, &lw.w_down, None, &down_plan)?;
-                    g.rmsnorm_f32(post, &xb.as_view(), &norm.as_view(), eps, dim)?;
-                    g.residual_add_f32(x, &post.as_view())?;
-                }
-            }
+            let post_ffn = lw.post_norms.as_ref().map(|(_, f)| f);
+            let out = BlockOut { x, xb, post };
+            add_output(
+                g,
+                mm,
+                out,
+                &hidden_in,
+                (&lw.w_down, &down_plan),
+                post_ffn,
+                eps,
+            )?;
         }
 
         // The final norm and the output head, for the rows that want logits only.

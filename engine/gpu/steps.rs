@@ -2,6 +2,8 @@
 //! either matrix format, the norms that make a matmul's input in the form its plan reads,
 //! and the MLP's gate, up and SwiGLU, fused where one kernel takes them.
 
+use cudarc::driver::CudaSlice;
+
 use super::context::Gpu;
 use super::kernels::{In, Out};
 use super::matmul::{Held, Input, MatmulScratch};
@@ -222,4 +224,32 @@ pub fn swiglu(
         }
     }
     Ok(Held::ROWS)
+}
+
+/// Where a block's output goes: `x` `[n, dim]` the residual stream it is added to, `xb` and
+/// `post` `[n, dim]` scratch for the output before its add and normed.
+pub struct BlockOut<'a, 'b> {
+    pub x: &'a mut Out<'b, f32>,
+    pub xb: &'a mut Out<'b, f32>,
+    pub post: &'a mut Out<'b, f32>,
+}
+
+/// `x += input w^T` (o_proj after attention, down after the MLP), or where the layer has a
+/// post-norm (Gemma 3), `x += rmsnorm(input w^T) * norm`.
+pub fn add_output(
+    g: &Gpu,
+    mm: &mut MatmulScratch,
+    out: BlockOut,
+    input: &Input,
+    (w, plan): (&GpuMatrix, &Plan),
+    norm: Option<&CudaSlice<f32>>,
+    eps: f32,
+) -> Result<()> {
+    let BlockOut { x, xb, post } = out;
+    let Some(norm) = norm else {
+        return mm.add_matmul(g, x, input, w, plan, xb);
+    };
+    mm.matmul(g, xb, input, w, None, plan)?;
+    g.rmsnorm_f32(post, &xb.as_view(), &norm.as_view(), eps, w.n_out)?;
+    g.residual_add_f32(x, &post.as_view())
 }

@@ -1,59 +1,14 @@
 //! The MLP's gates: SwiGLU, `silu(gate) * up` (Llama and most others), and GeGLU,
-//! `gelu(gate) * up` with GELU's tanh form (Gemma 3).
+//! `gelu(gate) * up` with GELU's tanh form (Gemma 3); each also in a form that writes its
+//! output rounded to bf16 besides (the down projection's tensor-core input, without a
+//! rounding launch of its own).
 
 use crate::device::{exp, f32_to_bf16, global_idx_x};
 
-/// `out[i] = gate[i] / (1 + e^-gate[i]) * up[i]`.
-///
-/// - `out`, `gate`, `up`: `[n]` f32 (`n = tokens * ffn_dim`)
-///
-/// Thread mapping: one thread per element. `e^x` is the fast `ex2.approx` one.
-///
-/// # Safety
-/// All three buffers hold `n` floats.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn swiglu_f32(
-    out: *mut f32,
-    gate: *const f32,
-    up: *const f32,
-    n: u32,
-) {
-    crate::device::wait_for_previous_kernel();
-    let i = global_idx_x();
-    if i < n as usize {
-        // SAFETY: i < n.
-        unsafe {
-            let g = *gate.add(i);
-            *out.add(i) = g / (1.0 + exp(-g)) * *up.add(i);
-        }
-    }
-}
-
-/// `swiglu_f32`, each output also rounded to bf16 into `out_bf16` (`[n]`, as `u16` bits,
-/// rounded as `f32_to_bf16` rounds): the down projection's input, without a rounding launch
-/// of its own.
-///
-/// # Safety
-/// All four buffers hold `n` values.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn swiglu_f32_bf16(
-    out: *mut f32,
-    out_bf16: *mut u16,
-    gate: *const f32,
-    up: *const f32,
-    n: u32,
-) {
-    crate::device::wait_for_previous_kernel();
-    let i = global_idx_x();
-    if i < n as usize {
-        // SAFETY: i < n.
-        unsafe {
-            let g = *gate.add(i);
-            let v = g / (1.0 + exp(-g)) * *up.add(i);
-            *out.add(i) = v;
-            *out_bf16.add(i) = f32_to_bf16(v);
-        }
-    }
+/// `silu(x) = x / (1 + e^-x)`, with the fast `ex2.approx` exponential.
+#[inline(always)]
+fn silu(x: f32) -> f32 {
+    x / (1.0 + exp(-x))
 }
 
 /// GELU's tanh form, `x/2 (1 + tanh(u))` with `u = sqrt(2/pi) (x + 0.044715 x^3)`, written
@@ -66,36 +21,15 @@ fn gelu_tanh(x: f32) -> f32 {
     x / (1.0 + exp(-2.0 * u))
 }
 
-/// `out[i] = gelu(gate[i]) * up[i]`, GELU in its tanh form (`gelu_tanh`).
-///
-/// - `out`, `gate`, `up`: `[n]` f32 (`n = tokens * ffn_dim`)
-///
-/// Thread mapping: one thread per element.
+/// The body of the four kernels: `out[i] = act(gate[i]) * up[i]`, and where `out_bf16` is
+/// not null, the same rounded to bf16 (as `f32_to_bf16` rounds) into it. One thread per
+/// element.
 ///
 /// # Safety
-/// All three buffers hold `n` floats.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn geglu_f32(
-    out: *mut f32,
-    gate: *const f32,
-    up: *const f32,
-    n: u32,
-) {
-    crate::device::wait_for_previous_kernel();
-    let i = global_idx_x();
-    if i < n as usize {
-        // SAFETY: i < n.
-        unsafe { *out.add(i) = gelu_tanh(*gate.add(i)) * *up.add(i) };
-    }
-}
-
-/// `geglu_f32`, each output also rounded to bf16 into `out_bf16` (`[n]`), as
-/// `swiglu_f32_bf16` rounds.
-///
-/// # Safety
-/// All four buffers hold `n` values.
-#[unsafe(no_mangle)]
-pub unsafe extern "gpu-kernel" fn geglu_f32_bf16(
+/// `out`, `gate`, `up` (and `out_bf16` where given) hold `n` values.
+#[inline(always)]
+unsafe fn gated(
+    act: fn(f32) -> f32,
     out: *mut f32,
     out_bf16: *mut u16,
     gate: *const f32,
@@ -107,9 +41,77 @@ pub unsafe extern "gpu-kernel" fn geglu_f32_bf16(
     if i < n as usize {
         // SAFETY: i < n.
         unsafe {
-            let v = gelu_tanh(*gate.add(i)) * *up.add(i);
+            let v = act(*gate.add(i)) * *up.add(i);
             *out.add(i) = v;
-            *out_bf16.add(i) = f32_to_bf16(v);
+            if !out_bf16.is_null() {
+                *out_bf16.add(i) = f32_to_bf16(v);
+            }
         }
     }
+}
+
+/// `out[i] = silu(gate[i]) * up[i]`.
+///
+/// - `out`, `gate`, `up`: `[n]` f32 (`n = tokens * ffn_dim`)
+///
+/// # Safety
+/// All three buffers hold `n` floats.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn swiglu_f32(
+    out: *mut f32,
+    gate: *const f32,
+    up: *const f32,
+    n: u32,
+) {
+    // SAFETY: the caller's promise.
+    unsafe { gated(silu, out, core::ptr::null_mut(), gate, up, n) }
+}
+
+/// `swiglu_f32`, each output also rounded to bf16 into `out_bf16` (`[n]`, as `u16` bits).
+///
+/// # Safety
+/// All four buffers hold `n` values.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn swiglu_f32_bf16(
+    out: *mut f32,
+    out_bf16: *mut u16,
+    gate: *const f32,
+    up: *const f32,
+    n: u32,
+) {
+    // SAFETY: the caller's promise.
+    unsafe { gated(silu, out, out_bf16, gate, up, n) }
+}
+
+/// `out[i] = gelu(gate[i]) * up[i]`, GELU in its tanh form (`gelu_tanh`).
+///
+/// - `out`, `gate`, `up`: `[n]` f32 (`n = tokens * ffn_dim`)
+///
+/// # Safety
+/// All three buffers hold `n` floats.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn geglu_f32(
+    out: *mut f32,
+    gate: *const f32,
+    up: *const f32,
+    n: u32,
+) {
+    // SAFETY: the caller's promise.
+    unsafe { gated(gelu_tanh, out, core::ptr::null_mut(), gate, up, n) }
+}
+
+/// `geglu_f32`, each output also rounded to bf16 into `out_bf16` (`[n]`, as `u16` bits).
+///
+/// # Safety
+/// All four buffers hold `n` values.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn geglu_f32_bf16(
+    out: *mut f32,
+    out_bf16: *mut u16,
+    gate: *const f32,
+    up: *const f32,
+    n: u32,
+) {
+    // SAFETY: the caller's promise.
+    unsafe { gated(gelu_tanh, out, out_bf16, gate, up, n) }
 }

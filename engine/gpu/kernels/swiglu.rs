@@ -1,5 +1,5 @@
 //! The MLP's gated activations: `swiglu_f32` and `geglu_f32`, and their `_bf16` forms (the
-//! same, the output also rounded to bf16).
+//! same, the output also rounded to bf16), all through `Gpu::gated`.
 
 use super::{In, Out, linear, u32_of};
 use crate::config::Activation;
@@ -9,7 +9,7 @@ use crate::traffic;
 
 impl Gpu {
     /// `out = act(gate) * up`, all `[n]`: `swiglu_f32` or `geglu_f32` as `act` says, and
-    /// where `out_bf16` is given, their `_bf16` form that also writes it rounded.
+    /// where `out_bf16` (`[n]`) is given, their `_bf16` form that also writes it rounded.
     pub fn gated(
         &self,
         act: Activation,
@@ -18,82 +18,28 @@ impl Gpu {
         gate: &In<f32>,
         up: &In<f32>,
     ) -> Result<()> {
-        match (act, out_bf16) {
-            (Activation::Silu, None) => self.swiglu_f32(out, gate, up),
-            (Activation::Silu, Some(b)) => self.swiglu_f32_bf16(out, b, gate, up),
-            (Activation::GeluTanh, None) => self.geglu_f32(out, gate, up),
-            (Activation::GeluTanh, Some(b)) => self.geglu_f32_bf16(out, b, gate, up),
+        let n = gate.len();
+        assert!(up.len() == n && out.len() == n);
+        assert!(out_bf16.as_ref().is_none_or(|b| b.len() == n));
+        let k = &self.kernels;
+        let (func, name) = match (act, out_bf16.is_some()) {
+            (Activation::Silu, false) => (&k.swiglu_f32, "swiglu_f32"),
+            (Activation::Silu, true) => (&k.swiglu_f32_bf16, "swiglu_f32_bf16"),
+            (Activation::GeluTanh, false) => (&k.geglu_f32, "geglu_f32"),
+            (Activation::GeluTanh, true) => (&k.geglu_f32_bf16, "geglu_f32_bf16"),
+        };
+        let mut traffic = traffic::swiglu_f32(n);
+        if out_bf16.is_some() {
+            traffic.bytes += 2 * n as u64;
         }
-    }
-
-    /// `out = gelu(gate) * up` (GELU's tanh form), all `[n]`.
-    pub fn geglu_f32(&self, out: &mut Out<f32>, gate: &In<f32>, up: &In<f32>) -> Result<()> {
-        let n = gate.len();
-        assert!(up.len() == n && out.len() == n);
         let nn = u32_of(n, "n");
-        let traffic = traffic::swiglu_f32(n);
-        let mut b = self.launcher(&self.kernels.geglu_f32);
-        b.arg(out).arg(gate).arg(up).arg(&nn);
-        // SAFETY: all three hold n floats.
-        self.timed("geglu_f32", traffic, || unsafe { b.launch(linear(n)) })
-    }
-
-    /// `geglu_f32`, also writing the output rounded to bf16 into `out_bf16` (`[n]`).
-    pub fn geglu_f32_bf16(
-        &self,
-        out: &mut Out<f32>,
-        out_bf16: &mut Out<u16>,
-        gate: &In<f32>,
-        up: &In<f32>,
-    ) -> Result<()> {
-        let n = gate.len();
-        assert!(up.len() == n && out.len() == n && out_bf16.len() == n);
-        let nn = u32_of(n, "n");
-        let t = traffic::swiglu_f32(n);
-        let traffic = traffic::Traffic {
-            bytes: t.bytes + 2 * n as u64,
-            flops: t.flops,
-        };
-        let mut b = self.launcher(&self.kernels.geglu_f32_bf16);
-        b.arg(out).arg(out_bf16).arg(gate).arg(up).arg(&nn);
-        // SAFETY: all four hold n values.
-        self.timed("geglu_f32_bf16", traffic, || unsafe { b.launch(linear(n)) })
-    }
-
-    /// `out = silu(gate) * up`, all `[n]`.
-    pub fn swiglu_f32(&self, out: &mut Out<f32>, gate: &In<f32>, up: &In<f32>) -> Result<()> {
-        let n = gate.len();
-        assert!(up.len() == n && out.len() == n);
-        let nn = u32_of(n, "n");
-        let traffic = traffic::swiglu_f32(n);
-        let mut b = self.launcher(&self.kernels.swiglu_f32);
-        b.arg(out).arg(gate).arg(up).arg(&nn);
-        // SAFETY: all three hold n floats.
-        self.timed("swiglu_f32", traffic, || unsafe { b.launch(linear(n)) })
-    }
-
-    /// `swiglu_f32`, also writing the output rounded to bf16 into `out_bf16` (`[n]`): the
-    /// down projection's tensor-core input without a rounding launch of its own.
-    pub fn swiglu_f32_bf16(
-        &self,
-        out: &mut Out<f32>,
-        out_bf16: &mut Out<u16>,
-        gate: &In<f32>,
-        up: &In<f32>,
-    ) -> Result<()> {
-        let n = gate.len();
-        assert!(up.len() == n && out.len() == n && out_bf16.len() == n);
-        let nn = u32_of(n, "n");
-        let t = traffic::swiglu_f32(n);
-        let traffic = traffic::Traffic {
-            bytes: t.bytes + 2 * n as u64,
-            flops: t.flops,
-        };
-        let mut b = self.launcher(&self.kernels.swiglu_f32_bf16);
-        b.arg(out).arg(out_bf16).arg(gate).arg(up).arg(&nn);
-        // SAFETY: all four hold n values.
-        self.timed("swiglu_f32_bf16", traffic, || unsafe {
-            b.launch(linear(n))
-        })
+        let mut b = self.launcher(func);
+        b.arg(out);
+        if let Some(out_bf16) = out_bf16 {
+            b.arg(out_bf16);
+        }
+        b.arg(gate).arg(up).arg(&nn);
+        // SAFETY: every buffer holds n values (checked).
+        self.timed(name, traffic, || unsafe { b.launch(linear(n)) })
     }
 }
