@@ -40,11 +40,6 @@ pub fn embedding_bf16(out: &mut [f32], table: &[u16], tokens: &[u32], dim: usize
     }
 }
 
-/// A bf16 (the top half of an f32's bits) as f32.
-pub fn bf16_to_f32(bits: u16) -> f32 {
-    f32::from_bits((bits as u32) << 16)
-}
-
 /// RMSNorm: `out[t, i] = x[t, i] / sqrt(mean_j x[t, j]^2 + eps) * weight[i]`
 ///
 /// - `out`, `x`: `[n, dim]`
@@ -255,13 +250,6 @@ pub fn gemm_skinny_reduce_f32(
 pub fn mma_probe_bf16(out: &mut [f32], a_bits: u16, b_bits: u16, iters: u32) {
     let (a, b) = (bf16_to_f32(a_bits), bf16_to_f32(b_bits));
     out.fill(64.0 * iters as f32 * 16.0 * a * b);
-}
-
-/// `out[i] = bf16(x[i])`, rounded to nearest even, as bits.
-pub fn f32_to_bf16(out: &mut [u16], x: &[f32]) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = half::bf16::from_f32(v).to_bits();
-    }
 }
 
 /// Rotate-half RoPE, in place: in each head, the pair `(x[i], x[i + d/2])` turns by the
@@ -775,7 +763,9 @@ pub fn sum_step2_block_f32(out: &mut [f32], x: &[f32], n_cols: usize) {
     row_sums_f32(out, x, n_cols);
 }
 
+mod bf16;
 mod gated;
+pub use bf16::{bf16_to_f32, f32_to_bf16};
 pub use gated::{geglu_f32, geglu_f32_bf16, swiglu_f32, swiglu_f32_bf16};
 mod sampling;
 pub use sampling::{

@@ -77,7 +77,6 @@ pub unsafe extern "gpu-kernel" fn attention_mma_bf16(
         token_seq,
         positions,
         shape,
-        max_blocks: shape.max_blocks as usize,
         n_heads: n_heads as usize,
         n_kv_heads: n_kv_heads as usize,
         n: n as usize,
@@ -101,7 +100,6 @@ struct Args {
     token_seq: *const u32,
     positions: *const u32,
     shape: PagedShape,
-    max_blocks: usize,
     n_heads: usize,
     n_kv_heads: usize,
     n: usize,
@@ -195,7 +193,7 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
     // SAFETY: first < n; the sequence's row of the table.
     let table = unsafe {
         a.block_tables
-            .add(*a.token_seq.add(first) as usize * a.max_blocks)
+            .add(*a.token_seq.add(first) as usize * a.shape.max_blocks as usize)
     };
 
     // Buffer `b`'s keys' and values' tiles.

@@ -79,7 +79,6 @@ pub unsafe extern "gpu-kernel" fn attention_split_mma_bf16(
         token_seq,
         positions,
         shape,
-        max_blocks: shape.max_blocks as usize,
         n_heads: n_heads as usize,
         n_kv_heads: n_kv_heads as usize,
         split_len: split_len as usize,
@@ -104,7 +103,6 @@ struct Args {
     token_seq: *const u32,
     positions: *const u32,
     shape: PagedShape,
-    max_blocks: usize,
     n_heads: usize,
     n_kv_heads: usize,
     split_len: usize,
@@ -135,7 +133,7 @@ unsafe fn split<const KC: usize, const NT: usize>(a: Args) {
         (
             *a.positions.add(t) as usize,
             a.block_tables
-                .add(*a.token_seq.add(t) as usize * a.max_blocks),
+                .add(*a.token_seq.add(t) as usize * a.shape.max_blocks as usize),
         )
     };
     // The split's positions that the token attends to: none past its own, none before its

@@ -1,6 +1,8 @@
 //! The MLP's gated activations, `out = act(gate) * up`: SwiGLU (Llama and most others) and
 //! GeGLU (Gemma); each the twin of the GPU's kernel of its name.
 
+use super::bf16::f32_to_bf16;
+
 /// SwiGLU: `out[i] = silu(gate[i]) * up[i]`, silu(x) = x / (1 + e^-x).
 ///
 /// - `out`, `gate`, `up`: `[n, ffn_dim]`
@@ -20,23 +22,18 @@ pub fn geglu_f32(out: &mut [f32], gate: &[f32], up: &[f32]) {
     }
 }
 
-/// `swiglu_f32`, the output also rounded to bf16 bits (to nearest even) into `out_bf16`.
+/// `swiglu_f32`, the output also rounded to bf16 bits (to nearest even) into `out_bf16`. The twin
+/// of the kernel of its name.
 pub fn swiglu_f32_bf16(out: &mut [f32], out_bf16: &mut [u16], gate: &[f32], up: &[f32]) {
     swiglu_f32(out, gate, up);
-    round_bf16(out_bf16, out);
+    f32_to_bf16(out_bf16, out);
 }
 
-/// `geglu_f32`, the output also rounded to bf16 bits (to nearest even) into `out_bf16`.
+/// `geglu_f32`, the output also rounded to bf16 bits (to nearest even) into `out_bf16`. The twin
+/// of the kernel of its name.
 pub fn geglu_f32_bf16(out: &mut [f32], out_bf16: &mut [u16], gate: &[f32], up: &[f32]) {
     geglu_f32(out, gate, up);
-    round_bf16(out_bf16, out);
-}
-
-/// `out[i] = bf16(x[i])` as bits, as `ops::f32_to_bf16` rounds.
-fn round_bf16(out: &mut [u16], x: &[f32]) {
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = half::bf16::from_f32(v).to_bits();
-    }
+    f32_to_bf16(out_bf16, out);
 }
 
 /// GELU's tanh form.
