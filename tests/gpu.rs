@@ -167,6 +167,10 @@ const TESTS: &[(&str, Test)] = &[
         tiny_models_gpu_match_transformers,
     ),
     (
+        "model::tiny_gemma3_gpu_matches_transformers",
+        tiny_gemma3_gpu_matches_transformers,
+    ),
+    (
         "model::default_model_speculation_keeps_greedy_tokens",
         speculation::default_model_speculation_keeps_greedy_tokens,
     ),
@@ -3248,18 +3252,24 @@ fn default_model_gpu_matches_transformers(g: &Gpu, _: &mut StdRng) {
 /// Every tiny golden model (each architecture, HF folders and GGUF files) on the GPU against
 /// transformers, as tests/golden.rs holds the CPU.
 fn tiny_models_gpu_match_transformers(g: &Gpu, _: &mut StdRng) {
-    for (path, golden) in [
-        ("tests/golden/tiny-llama3", "tiny-llama3"),
-        ("tests/golden/tiny-qwen2", "tiny-qwen2"),
-        ("tests/golden/tiny-mistral", "tiny-mistral"),
-        ("tests/golden/tiny-qwen3", "tiny-qwen3"),
-        ("tests/golden/tiny-qwen3.gguf", "tiny-qwen3"),
-        ("tests/golden/tiny-phi3", "tiny-phi3"),
-        ("tests/golden/tiny-phi3.gguf", "tiny-phi3"),
-        ("tests/golden/tiny-quant.gguf", "tiny-quant"),
-        // With `GEMMA3_ON_GPU` (engine/gpu/backend.rs): tiny-gemma3, tiny-gemma3-1b and
-        // tiny-gemma3-1b.gguf.
-    ] {
+    golden_models_match(
+        g,
+        &[
+            ("tests/golden/tiny-llama3", "tiny-llama3"),
+            ("tests/golden/tiny-qwen2", "tiny-qwen2"),
+            ("tests/golden/tiny-mistral", "tiny-mistral"),
+            ("tests/golden/tiny-qwen3", "tiny-qwen3"),
+            ("tests/golden/tiny-qwen3.gguf", "tiny-qwen3"),
+            ("tests/golden/tiny-phi3", "tiny-phi3"),
+            ("tests/golden/tiny-phi3.gguf", "tiny-phi3"),
+            ("tests/golden/tiny-quant.gguf", "tiny-quant"),
+        ],
+    );
+}
+
+/// Each (model path, golden file) on the GPU against transformers' logits and tokens.
+fn golden_models_match(g: &Gpu, models: &[(&str, &str)]) {
+    for &(path, golden) in models {
         let (mut r, tok) = common::load(Some(path), 256, gpu_device(g));
         let mut worst = 0f32;
         for case in &common::golden(golden).cases {
@@ -3267,6 +3277,19 @@ fn tiny_models_gpu_match_transformers(g: &Gpu, _: &mut StdRng) {
         }
         eprintln!("  {path}: largest top-logit error against transformers: {worst:.3e}");
     }
+}
+
+/// Gemma 3's tiny golden models (its GeGLU, scaled embedding, post-norms, local layers with
+/// their window and RoPE base, heads of 256) on the GPU against transformers.
+fn tiny_gemma3_gpu_matches_transformers(g: &Gpu, _: &mut StdRng) {
+    golden_models_match(
+        g,
+        &[
+            ("tests/golden/tiny-gemma3", "tiny-gemma3"),
+            ("tests/golden/tiny-gemma3-1b", "tiny-gemma3-1b"),
+            ("tests/golden/tiny-gemma3-1b.gguf", "tiny-gemma3-1b"),
+        ],
+    );
 }
 
 /// The profiler sees every launch of a decode step (graphs off), and the byte counts of the

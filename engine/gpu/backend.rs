@@ -23,15 +23,12 @@ use super::step_clock::{Span, StepClock};
 use super::steps::{BlockOut, GateUp, Mlp, add_output, copy_for, embed, rmsnorm, swiglu};
 use super::weights::GpuWeights;
 use crate::batch::Batch;
-use crate::config::{Arch, Config};
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::kernel_args::{Heads, NormedQkv};
 use crate::kv::block_manager::blocks_for;
 use crate::rope::RopeTables;
 use crate::tiles::{BLOCKS_MMA_MAX_TOKENS, MAX_HEAD_DIM, QUANT_MAX_TOKENS};
-
-/// Whether Gemma 3 runs on the GPU (`check_supported`).
-const GEMMA3_ON_GPU: bool = false;
 
 /// Whether the GPU kernels can run this model: the GEMV reads 8 weights at a time, so every
 /// matrix's input width must be a multiple of 8, and a head must fit the attention kernels.
@@ -43,14 +40,6 @@ pub fn check_supported(c: &Config) -> Result<()> {
     };
     if c.moe.is_some() {
         return Err(super::weights::experts_unsupported());
-    }
-    // Its kernels and forward are built (GeGLU, the embedding's scale, post-norms, the local
-    // layers' windows and RoPE, heads of 256) and pass their twins' tests on the CPU side,
-    // but have not run on a GPU: no device machine started in the sessions that wrote them
-    // (2026-12-07). `GEMMA3_ON_GPU` opens them once the GPU suite has held them to
-    // transformers (`model::tiny_models_gpu_match_transformers` with tiny-gemma3).
-    if c.arch == Arch::Gemma3 && !GEMMA3_ON_GPU {
-        return unsupported("Gemma 3 runs on the CPU only for now".into());
     }
     if c.head_dim > MAX_HEAD_DIM || !c.head_dim.is_multiple_of(8) {
         return unsupported(format!(
