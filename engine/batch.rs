@@ -104,6 +104,7 @@ mod tests {
     fn table(blocks: &[u32], len: usize) -> BlockTable {
         BlockTable {
             blocks: blocks.to_vec(),
+            dropped: 0,
             len,
             chain: vec![],
         }

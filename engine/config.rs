@@ -317,6 +317,13 @@ impl Config {
         s.local[layer].then_some(s.window)
     }
 
+    /// The sliding window, where every layer attends over one (Mistral's; Gemma 3's global
+    /// layers see the whole context).
+    pub fn window_everywhere(&self) -> Option<usize> {
+        let s = self.sliding.as_ref()?;
+        s.local.iter().all(|&l| l).then_some(s.window)
+    }
+
     /// Query heads that share one key/value head (grouped-query attention).
     pub fn group_size(&self) -> usize {
         self.n_heads / self.n_kv_heads

@@ -108,6 +108,9 @@ pub struct Limits {
     pub max_batch_tokens: usize,
     /// Most sequences in one forward pass.
     pub max_batch_seqs: usize,
+    /// The sliding window every layer attends over, where every layer has one (Mistral's):
+    /// a sequence's blocks that fall out of it can be given back (`Scheduler::advance`).
+    pub window: Option<usize>,
 }
 
 /// One forward pass over a batch: what the serving engine needs from a runner (the `Runner`,
@@ -617,6 +620,7 @@ impl Forward for Runner {
                 Backend::Cpu(_) | Backend::Fast(_) => self.max_batch_tokens,
                 Backend::Gpu(_) => MAX_SEQS.min(self.max_batch_tokens),
             },
+            window: self.config.window_everywhere(),
         }
     }
 

@@ -359,6 +359,7 @@ mod tests {
             let mut scratch = Scratch::new(&c, 64);
             let table = BlockTable {
                 blocks: vec![2, 0, 3, 1],
+                dropped: 0,
                 len: 0,
                 chain: vec![],
             };

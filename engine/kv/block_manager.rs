@@ -27,10 +27,17 @@ pub struct BlockManager {
     pub prefix: PrefixCache,
 }
 
+/// A block table's entry for a block given back because no layer will attend to its
+/// positions again (`BlockManager::drop_before`): no kernel reads it.
+pub const DROPPED: u32 = u32::MAX;
+
 /// One sequence's blocks, in token order, and how many of its tokens are in the cache.
 #[derive(Clone, Debug, Default)]
 pub struct BlockTable {
+    /// The first `dropped` are `DROPPED`.
     pub blocks: Vec<u32>,
+    /// Leading blocks given back because they fell out of every layer's sliding window.
+    pub dropped: usize,
     /// Tokens whose keys and values are in the cache (the next one goes at this position).
     pub len: usize,
     /// The prefix-cache identity of the first `chain.len()` blocks (all full): the parent of
@@ -173,7 +180,7 @@ impl BlockManager {
             return;
         }
         let full = table.len / BLOCK_SIZE;
-        while table.chain.len() < full {
+        while table.chain.len() < full && table.chain.len() >= table.dropped {
             let i = table.chain.len();
             let parent = table.chain.last().copied();
             let block_tokens = &tokens[i * BLOCK_SIZE..(i + 1) * BLOCK_SIZE];
@@ -189,20 +196,44 @@ impl BlockManager {
     /// Blocks go last first, so a prefix's tail is evicted before its head (a tail is useless
     /// without its head; the head may serve other sequences).
     pub fn release(&mut self, table: &mut BlockTable) {
-        for b in table.blocks.drain(..).rev() {
-            let rc = &mut self.refcount[b as usize];
-            assert!(*rc > 0, "block {b} released twice");
-            *rc -= 1;
-            if *rc == 0 {
-                if self.prefix.is_cached(b) {
-                    self.prefix.park(b);
-                } else {
-                    self.free.push(b);
-                }
-            }
+        let dropped = table.dropped;
+        for b in table.blocks.drain(..).skip(dropped).rev() {
+            self.give_back(b);
         }
         table.chain.clear();
         table.len = 0;
+        table.dropped = 0;
+    }
+
+    /// Gives back `table`'s blocks that lie wholly before position `first` (the first any
+    /// layer will attend to again: every layer's sliding window has passed them), keeping
+    /// their places in the table as `DROPPED`. Their content stays findable where the
+    /// prefix cache holds it. Returns how many were given back.
+    pub fn drop_before(&mut self, table: &mut BlockTable, first: usize) -> usize {
+        let end = (first / BLOCK_SIZE).min(table.blocks.len());
+        let mut n = 0;
+        for i in table.dropped..end {
+            let b = std::mem::replace(&mut table.blocks[i], DROPPED);
+            self.give_back(b);
+            n += 1;
+        }
+        table.dropped = table.dropped.max(end);
+        n
+    }
+
+    /// One holder less for block `b`: with none left it goes back to the free list, or, if
+    /// cached, to the end of the LRU list.
+    fn give_back(&mut self, b: u32) {
+        let rc = &mut self.refcount[b as usize];
+        assert!(*rc > 0, "block {b} released twice");
+        *rc -= 1;
+        if *rc == 0 {
+            if self.prefix.is_cached(b) {
+                self.prefix.park(b);
+            } else {
+                self.free.push(b);
+            }
+        }
     }
 
     /// Checks every invariant against the block tables that exist (for tests and debugging):
@@ -225,7 +256,18 @@ impl BlockManager {
             if t.chain.len() > t.len / BLOCK_SIZE {
                 return Err("a table's chain is longer than its full blocks".into());
             }
-            for &b in &t.blocks {
+            if t.dropped > t.blocks.len()
+                || t.blocks
+                    .iter()
+                    .enumerate()
+                    .any(|(i, &b)| (b == DROPPED) != (i < t.dropped))
+            {
+                return Err(format!(
+                    "a table's {} dropped blocks are not its first",
+                    t.dropped
+                ));
+            }
+            for &b in &t.blocks[t.dropped..] {
                 holders[b as usize] += 1;
             }
         }
@@ -290,10 +332,37 @@ mod tests {
         assert_eq!(t.slot(17), 16 + 1);
     }
 
+    /// Blocks wholly before a window's first position go back (cached ones parked, still
+    /// findable), keep their places as `DROPPED`, and are not given back twice.
+    #[test]
+    fn blocks_out_of_the_window_go_back_once() {
+        let mut m = BlockManager::new(6, true);
+        let tokens = toks(0..70);
+        let mut t = BlockTable::default();
+        m.reserve(&mut t, 70).unwrap(); // 5 blocks
+        t.len = 70;
+        m.cache_full_blocks(&mut t, &tokens); // 4 full ones cached
+        assert_eq!(
+            m.drop_before(&mut t, 40),
+            2,
+            "positions 0..32 are two whole blocks"
+        );
+        assert_eq!((t.dropped, &t.blocks[..2]), (2, &[DROPPED, DROPPED][..]));
+        assert_eq!((m.n_free(), m.n_cached()), (3, 2));
+        assert_eq!(m.drop_before(&mut t, 40), 0);
+        m.audit([&t]).unwrap();
+        // The dropped blocks' content still serves a new sequence's prefix.
+        assert_eq!(m.lookup(&tokens[..69]).blocks.len(), 4);
+        m.release(&mut t);
+        assert_eq!((m.n_free(), t.dropped), (6, 0));
+        m.audit([&t]).unwrap();
+    }
+
     #[test]
     fn slots_follow_the_block_table() {
         let t = BlockTable {
             blocks: vec![7, 2],
+            dropped: 0,
             len: 20,
             chain: vec![],
         };

@@ -193,6 +193,7 @@ impl<M: Forward> Engine<M> {
             token_budget,
             max_seqs: opts.max_seqs.min(limits.max_batch_seqs),
             guess_rows: opts.guess_rows,
+            window: limits.window,
         };
         let blocks = BlockManager::new(limits.n_blocks, opts.prefix_cache);
         Ok(Engine {

@@ -52,6 +52,7 @@ impl FakeModel {
                 n_blocks,
                 max_batch_tokens,
                 max_batch_seqs: max_batch_tokens,
+                window: None,
             },
             // Poisoned: a read of a slot never written gives its own garbage.
             kv: (0..(n_blocks * BLOCK_SIZE) as u64)
@@ -64,6 +65,14 @@ impl FakeModel {
             max_tokens_seen: 0,
             max_seqs_seen: 0,
         }
+    }
+
+    /// Says every layer attends over a sliding window of `window` positions (at least 2:
+    /// the fake reads only the position before a token's own).
+    pub fn with_window(mut self, window: usize) -> FakeModel {
+        assert!(window >= 2);
+        self.limits.window = Some(window);
+        self
     }
 
     /// Also caps the sequences per pass, as the GPU does.

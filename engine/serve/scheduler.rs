@@ -29,6 +29,9 @@ pub struct SchedulerConfig {
     /// Guessed tokens (speculative decoding) fill a step only up to this many tokens in all:
     /// past it a row costs compute, not just the weights' read that every row shares.
     pub guess_rows: usize,
+    /// Every layer's sliding window, where all have one: blocks that fall wholly out of it
+    /// are given back as a sequence advances.
+    pub window: Option<usize>,
 }
 
 /// One sequence's part of a step: its tokens `start..start + len` (`start` is what it has
@@ -293,6 +296,12 @@ impl Scheduler {
             seq.table.len = (c.start + c.len).min(seq.tokens().len());
             let (table, tokens) = seq.table_and_tokens();
             self.blocks.cache_full_blocks(table, tokens);
+            // The next token, at position `len`, attends from `len + 1 - window` on, and
+            // every later one from further on.
+            if let Some(window) = self.config.window {
+                let first = (seq.table.len + 1).saturating_sub(window);
+                self.blocks.drop_before(&mut seq.table, first);
+            }
         }
     }
 
@@ -354,6 +363,7 @@ mod tests {
             token_budget,
             max_seqs,
             guess_rows: 32,
+            window: None,
         };
         Scheduler::new(config, BlockManager::new(n_blocks, true))
     }

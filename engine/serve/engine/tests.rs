@@ -421,3 +421,50 @@ fn random_workloads_never_leak_and_never_change_a_token() {
 }
 
 mod speculation;
+
+/// A model whose every layer attends over a sliding window (Mistral's): a sequence gives
+/// back its blocks as they fall out of the window, so requests that would each outgrow a
+/// third of the pool run side by side without preemption, with the tokens of a run alone.
+#[test]
+fn a_windowed_model_gives_back_the_blocks_out_of_its_window() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let reqs: Vec<Vec<u32>> = (0..3).map(|_| prompt(&mut rng, 20)).collect();
+    let params = RequestParams {
+        ignore_eos: true,
+        ..greedy(60)
+    };
+    // 10 blocks of 16: each request reaches 80 positions (5 blocks), 15 in all; a window of
+    // 24 keeps at most 3 blocks a sequence (2 wholly or partly inside, 1 being filled).
+    let model = FakeModel::new(VOCAB, 256, 10, 32).with_window(24);
+    let opts = EngineOptions {
+        token_budget: 32,
+        max_seqs: 1000,
+        prefix_cache: true,
+        eos: vec![EOS],
+        ..Default::default()
+    };
+    let mut e = Engine::new(model, opts).unwrap();
+    let ids: Vec<_> = reqs
+        .iter()
+        .map(|p| e.add_request(p.clone(), params.clone()).unwrap())
+        .collect();
+    let mut out = Outputs::new();
+    let mut most_used = 0;
+    while e.has_work() {
+        let step = e.step().unwrap();
+        collect(&mut out, step);
+        e.scheduler.audit().unwrap();
+        most_used = most_used.max(e.scheduler.blocks.n_used());
+    }
+    assert_eq!(
+        e.stats().preemptions,
+        0,
+        "the window was meant to make room"
+    );
+    assert!(most_used <= 9, "{most_used} blocks held at once");
+    for (id, p) in ids.iter().zip(&reqs) {
+        let want = alone(p, &params);
+        assert_eq!(out[id], (want.0, Some(want.1)), "request {id}");
+    }
+    assert_eq!(e.scheduler.blocks.n_used(), 0, "every block given back");
+}

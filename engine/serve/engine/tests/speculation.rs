@@ -185,6 +185,7 @@ impl Forward for Markov {
             n_blocks: 4096,
             max_batch_tokens: 1024,
             max_batch_seqs: 256,
+            window: None,
         }
     }
 
