@@ -1,5 +1,5 @@
 //! Named model shapes (llama3-8b, llama3.2-1b, qwen2.5-7b, qwen3-8b, phi4-mini, gemma3-12b,
-//! gemma3-1b, smollm2-135m), as their
+//! gemma3-1b, qwen3-30b-a3b, smollm2-135m), as their
 //! `config.json` files give them: benchmarks and profiles build synthetic weights of one, so
 //! that they need no download, and tests size their problems by them.
 
@@ -71,6 +71,17 @@ pub const SHAPES: &[(&str, &str)] = &[
             "tie_word_embeddings": true}"#,
     ),
     (
+        // Qwen3-30B-A3B: 48 layers of 128 experts 768 wide, 8 a token renormalized (about 3.3
+        // billion of its 30.5 billion weights read a token), heads of 128.
+        "qwen3-30b-a3b",
+        r#"{"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048,
+            "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+            "num_experts_per_tok": 8, "norm_topk_prob": true, "decoder_sparse_step": 1,
+            "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+            "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+            "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": false}"#,
+    ),
+    (
         "smollm2-135m",
         r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 576, "intermediate_size": 1536,
             "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
@@ -108,6 +119,13 @@ mod tests {
         );
         let c = shape_config("llama3.2-1b").unwrap();
         assert!(c.tie_embeddings && c.head_dim == 64);
+        let c = shape_config("qwen3-30b-a3b").unwrap();
+        let moe = c.moe.unwrap();
+        assert_eq!(
+            (moe.n_experts, moe.top_k, moe.expert_ffn_dim),
+            (128, 8, 768)
+        );
+        assert!(moe.renormalize && c.qk_norm);
         let c = shape_config("gemma3-12b").unwrap();
         let s = c.sliding.as_ref().unwrap();
         assert_eq!(

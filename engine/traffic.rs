@@ -355,6 +355,18 @@ pub fn embedding_f32(n: usize, dim: usize) -> Traffic {
     t(2 * n * dim * F32 + n * F32, 0)
 }
 
+/// `m` rows of `dim` read and written, their indices read.
+pub fn gather_rows_f32(m: usize, dim: usize) -> Traffic {
+    let (m, dim) = (m as u64, dim as u64);
+    t(2 * m * dim * F32 + m * F32, 0)
+}
+
+/// `m` rows read, `m` rows of the sum read and written, their indices and weights read.
+pub fn scatter_add_rows_f32(m: usize, dim: usize) -> Traffic {
+    let (m, dim) = (m as u64, dim as u64);
+    t(3 * m * dim * F32 + 2 * m * F32, 2 * m * dim)
+}
+
 /// Two inputs read, one output written.
 pub fn swiglu_f32(n: usize) -> Traffic {
     t(3 * n as u64 * F32, 6 * n as u64)

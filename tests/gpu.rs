@@ -108,6 +108,10 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::swiglu_f32, geglu_f32 (and _bf16)", gated_f32),
     ("kernel::residual_add_f32", residual_add_f32),
     ("kernel::scale_f32", scale_f32),
+    (
+        "kernel::gather_rows_f32, scatter_add_rows_f32",
+        gather_scatter_rows_f32,
+    ),
     ("kernel::argmax_f32", argmax_f32),
     (
         "kernel::sample_f32, penalize_f32, mask_logits_f32",
@@ -165,6 +169,10 @@ const TESTS: &[(&str, Test)] = &[
     (
         "model::tiny_models_gpu_match_transformers",
         tiny_models_gpu_match_transformers,
+    ),
+    (
+        "model::tiny_experts_gpu_match_transformers",
+        tiny_experts_gpu_match_transformers,
     ),
     (
         "model::tiny_gemma3_gpu_matches_transformers",
@@ -1839,7 +1847,8 @@ fn attention_mma_bf16(g: &Gpu, rng: &mut StdRng) {
 fn attention_f32(g: &Gpu, rng: &mut StdRng) {
     // head_dim 64 and 128, and 16 and 80 (not multiples of a warp); GQA groups 1, 3, 4, 8;
     // sliding windows of 1 (a token's own key), 37 and 300 (splits wholly before a token's
-    // window, and one it starts inside); Gemma 3's heads of 256 (no split kernel takes them).
+    // window, and one it starts inside); Gemma 3's heads of 256 (only the tensor-core split kernel
+    // takes them).
     for (head_dim, n_heads, n_kv_heads, window) in [
         (64, 9, 3, None),
         (128, 32, 8, None),
@@ -2190,6 +2199,60 @@ fn scale_f32(g: &Gpu, rng: &mut StdRng) {
         let mut dev = up(g, &x);
         g.scale_f32(&mut dev.as_view_mut(), s).unwrap();
         assert_close(&format!("n {n}"), &down(g, &dev), &cpu, 0.0);
+    }
+}
+
+/// An expert's tokens gathered from a batch and its outputs added back, weighted, as the
+/// routing of a mixture of experts makes them: a random subset of the tokens in order.
+fn gather_scatter_rows_f32(g: &Gpu, rng: &mut StdRng) {
+    for (n, dim) in [(1, 8), (7, 576), (130, 2048), (33, 300)] {
+        let x = normal(rng, n * dim, 1.0);
+        let index: Vec<u32> = (0..n as u32)
+            .filter(|_| rng.random::<f32>() < 0.6)
+            .collect();
+        let index = if index.is_empty() { vec![0] } else { index };
+        let m = index.len();
+        let (x_dev, index_dev) = (up(g, &x), up(g, &index));
+        let mut cpu = vec![0.0; m * dim];
+        ops::gather_rows_f32(&mut cpu, &x, &index, dim);
+        let mut rows = poisoned(g, m * dim);
+        unsafe {
+            g.gather_rows_f32(
+                &mut rows.as_view_mut(),
+                &x_dev.as_view(),
+                &index_dev.as_view(),
+                dim,
+            )
+        }
+        .unwrap();
+        assert_close(
+            &format!("gather {m} of {n}x{dim}"),
+            &down(g, &rows),
+            &cpu,
+            0.0,
+        );
+
+        let weight: Vec<f32> = (0..m).map(|_| rng.random::<f32>()).collect();
+        let expert_out = normal(rng, m * dim, 1.0);
+        let mut cpu = normal(rng, n * dim, 1.0);
+        let mut sum = up(g, &cpu);
+        ops::scatter_add_rows_f32(&mut cpu, &expert_out, &index, &weight, dim);
+        unsafe {
+            g.scatter_add_rows_f32(
+                &mut sum.as_view_mut(),
+                &up(g, &expert_out).as_view(),
+                &index_dev.as_view(),
+                &up(g, &weight).as_view(),
+                dim,
+            )
+        }
+        .unwrap();
+        assert_close(
+            &format!("scatter {m} into {n}x{dim}"),
+            &down(g, &sum),
+            &cpu,
+            ELEMENTWISE,
+        );
     }
 }
 
@@ -3277,6 +3340,20 @@ fn golden_models_match(g: &Gpu, models: &[(&str, &str)]) {
         }
         eprintln!("  {path}: largest top-logit error against transformers: {worst:.3e}");
     }
+}
+
+/// The tiny mixtures of experts (Mixtral's top 2 of 4, Qwen3-MoE's top 3 of 8, renormalized;
+/// HF folders and GGUF files) on the GPU against transformers.
+fn tiny_experts_gpu_match_transformers(g: &Gpu, _: &mut StdRng) {
+    golden_models_match(
+        g,
+        &[
+            ("tests/golden/tiny-mixtral", "tiny-mixtral"),
+            ("tests/golden/tiny-mixtral.gguf", "tiny-mixtral"),
+            ("tests/golden/tiny-qwen3moe", "tiny-qwen3moe"),
+            ("tests/golden/tiny-qwen3moe.gguf", "tiny-qwen3moe"),
+        ],
+    );
 }
 
 /// Gemma 3's tiny golden models (its GeGLU, scaled embedding, post-norms, local layers with

@@ -41,8 +41,39 @@ pub fn by_expert(logits: &[f32], moe: &Moe) -> Vec<Vec<(usize, f32)>> {
     groups
 }
 
+/// A batch's tokens grouped by the experts they chose, flat: for each expert chosen by some
+/// token, a run of `index` (its tokens, in order) and `weight` (its weight for each), the
+/// experts in order. What the GPU uploads in one copy each, and both backends walk.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Routed {
+    /// `[n * top_k]`: the token of each (token, expert) pair.
+    pub index: Vec<u32>,
+    /// `[n * top_k]`: the router's weight of each pair.
+    pub weight: Vec<f32>,
+    /// (expert, first pair, pairs) for each expert some token chose.
+    pub runs: Vec<(usize, usize, usize)>,
+}
+
+impl Routed {
+    /// The routing of `logits` (`[n, n_experts]`), grouped by expert.
+    pub fn of(logits: &[f32], moe: &Moe) -> Routed {
+        let mut r = Routed::default();
+        for (expert, tokens) in by_expert(logits, moe).iter().enumerate() {
+            if tokens.is_empty() {
+                continue;
+            }
+            r.runs.push((expert, r.index.len(), tokens.len()));
+            r.index.extend(tokens.iter().map(|&(t, _)| t as u32));
+            r.weight.extend(tokens.iter().map(|&(_, w)| w));
+        }
+        r
+    }
+}
+
 /// `out = sum over each token's chosen experts of weight * down(silu(gate(x)) * up(x))`: the
-/// MLP of a mixture of experts. `out`, `x`: `[n, dim]`, `x` normed.
+/// MLP of a mixture of experts. `out`, `x`: `[n, dim]`, `x` normed. The GPU's step for step:
+/// each expert's tokens gathered, its MLP over them, its outputs added back weighted, the
+/// experts in order.
 pub fn experts_f32(o: &mut Ops, out: &mut [f32], x: &[f32], e: &Experts<Vec<f32>>, dim: usize) {
     let moe = &e.moe;
     let n = x.len() / dim;
@@ -50,27 +81,21 @@ pub fn experts_f32(o: &mut Ops, out: &mut [f32], x: &[f32], e: &Experts<Vec<f32>
     let mut logits = vec![0.0; n * moe.n_experts];
     o.matmul_f32(&mut logits, x, &e.router, None, dim);
     out.fill(0.0);
-    for (expert, tokens) in by_expert(&logits, moe).iter().enumerate() {
-        if tokens.is_empty() {
-            continue;
-        }
-        let m = tokens.len();
-        let rows: Vec<f32> = tokens
-            .iter()
-            .flat_map(|&(t, _)| &x[t * dim..(t + 1) * dim])
-            .copied()
-            .collect();
+    let routed = Routed::of(&logits, moe);
+    for &(expert, first, m) in &routed.runs {
+        let (index, weight) = (
+            &routed.index[first..first + m],
+            &routed.weight[first..first + m],
+        );
+        let mut rows = vec![0.0; m * dim];
+        o.gather_rows_f32(&mut rows, x, index, dim);
         let (mut gate, mut up, mut hidden) = (vec![0.0; m * f], vec![0.0; m * f], vec![0.0; m * f]);
         let mut down = vec![0.0; m * dim];
         o.matmul_f32(&mut gate, &rows, &e.gate[expert], None, dim);
         o.matmul_f32(&mut up, &rows, &e.up[expert], None, dim);
         o.swiglu_f32(&mut hidden, &gate, &up);
         o.matmul_f32(&mut down, &hidden, &e.down[expert], None, f);
-        for (&(t, w), d) in tokens.iter().zip(down.chunks_exact(dim)) {
-            for (o, d) in out[t * dim..(t + 1) * dim].iter_mut().zip(d) {
-                *o += w * d;
-            }
-        }
+        o.scatter_add_rows_f32(out, &down, index, weight, dim);
     }
 }
 
@@ -107,5 +132,13 @@ mod tests {
             .map(|g| g.iter().map(|p| p.0).collect())
             .collect();
         assert_eq!(tokens, vec![vec![1], vec![0], vec![1], vec![0]]);
+        // Flat, as the GPU uploads it: every expert some token chose, in order.
+        let routed = Routed::of(&[0.0, 2.0, 1.0, 2.0, 5.0, 0.0, 4.0, 0.0], &moe);
+        assert_eq!(routed.index, vec![1, 0, 1, 0]);
+        assert_eq!(
+            routed.runs,
+            vec![(0, 0, 1), (1, 1, 1), (2, 2, 1), (3, 3, 1)]
+        );
+        assert!((routed.weight.iter().sum::<f32>() - 2.0).abs() < 1e-6);
     }
 }

@@ -115,6 +115,17 @@ timed_ops! {
 
     fn residual_add_f32(x: &mut [f32], delta: &[f32])
         => traffic::residual_add_f32(delta.len());
+
+    fn gather_rows_f32(out: &mut [f32], x: &[f32], index: &[u32], dim: usize)
+        => traffic::gather_rows_f32(index.len(), dim);
+
+    fn scatter_add_rows_f32(
+        out: &mut [f32],
+        rows: &[f32],
+        index: &[u32],
+        weight: &[f32],
+        dim: usize,
+    ) => traffic::scatter_add_rows_f32(index.len(), dim);
 }
 
 #[cfg(test)]

@@ -83,15 +83,17 @@ pub struct SplitPlan {
 /// positions long while the pass has few (token, KV head) pairs, and twice as long for each
 /// doubling that still leaves `SPLIT_WARPS_PER_SM` warps an SM of non-empty splits; only
 /// `attention_split_mma_bf16` takes them longer than `SPLIT_LEN` (the per-lane kernel
-/// stages a whole split in shared memory). Heads wider than either split kernel takes
-/// (Gemma 3's 256) have none: a block per token and head.
+/// stages a whole split in shared memory). Heads wider than the per-lane kernel takes
+/// (Gemma 3's 256) have splits where the tensor-core kernel takes their groups, else none:
+/// a block per token and head.
 pub fn splits_needed(
     c: &Config,
     batch: &Batch,
     partial_rows: usize,
     sm_count: usize,
 ) -> Option<SplitPlan> {
-    if c.head_dim > SPLIT_MAX_HEAD_DIM {
+    let mma = |len: usize| attention_split_mma_supports(c.head_dim, c.n_heads, c.n_kv_heads, len);
+    if c.head_dim > SPLIT_MAX_HEAD_DIM && !mma(SPLIT_LEN) {
         return None;
     }
     let longest = batch.positions.iter().max().map_or(1, |&p| p as usize + 1);
@@ -104,7 +106,7 @@ pub fn splits_needed(
         per_head * c.n_kv_heads
     };
     let mut len = SPLIT_LEN;
-    if attention_split_mma_supports(c.head_dim, c.n_heads, c.n_kv_heads, MAX_SPLIT_LEN) {
+    if mma(MAX_SPLIT_LEN) {
         while len < MAX_SPLIT_LEN && warps(2 * len) >= SPLIT_WARPS_PER_SM * sm_count {
             len *= 2;
         }
@@ -266,6 +268,10 @@ mod tests {
         // per-lane split kernel takes, whose splits stay short).
         assert_eq!(of(&c, &batch(0, 128, &[0, 1])), "split");
         assert_eq!(of(&c, &batch(1024, 128, &[0, 1])), "split");
+        // Gemma 3's heads of 256: the tensor-core split kernel's, not the prompt kernel's.
+        c.head_dim = 256;
+        assert_eq!(of(&c, &batch(1299, 1, &[0])), "split");
+        assert_eq!(of(&c, &batch(0, 256, &[0])), "split");
         // Heads the tensor-core kernel does not take.
         c.head_dim = 96;
         assert_eq!(of(&c, &batch(1024, 256, &[0])), "per head");

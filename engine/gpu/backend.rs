@@ -3,7 +3,7 @@
 //! the CPU's (`cpu::forward`), with the GPU's fusions: q, k and v in one matmul followed by
 //! one RoPE-and-cache-write kernel; the residual adds inside the output matmuls; gate, up and
 //! SwiGLU in one kernel where one takes them; attention split over the context
-//! (flash-decoding). Each matmul follows its plan (`plan.rs`), and the kernel before it makes
+//! (flash-decoding); a mixture of experts routed on the host (`experts.rs`). Each matmul follows its plan (`plan.rs`), and the kernel before it makes
 //! its input in the form the plan reads. A decode step replays a CUDA graph (`graphs.rs`);
 //! greedy decoding's argmax and sampling run on the device (`sampling.rs`).
 
@@ -12,6 +12,7 @@ use cudarc::driver::{CudaGraph, CudaSlice};
 use super::attend::{Attention, SplitPlan, SplitScratch, splits_needed};
 use super::batch::{DeviceBatch, MAX_SEQS};
 use super::context::{Gpu, capture_graph};
+use super::experts::{ExpertScratch, ExpertStep};
 use super::graphs::{GraphKey, Graphs, is_decode_step};
 use super::kernels::gemm_blocks::blocks_mma_splits;
 use super::kernels::gemm_skinny::{SKINNY_MAX_TOKENS, skinny_splits};
@@ -21,7 +22,7 @@ use super::plan::{Caps, Rules};
 use super::sampling::DeviceSampler;
 use super::step_clock::{Span, StepClock};
 use super::steps::{BlockOut, GateUp, Mlp, add_output, copy_for, embed, rmsnorm, swiglu};
-use super::weights::GpuWeights;
+use super::weights::{GpuWeights, LayerMlp};
 use crate::batch::Batch;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -38,9 +39,6 @@ pub fn check_supported(c: &Config) -> Result<()> {
             "{what}; run this model with --device cpu"
         )))
     };
-    if c.moe.is_some() {
-        return Err(super::weights::experts_unsupported());
-    }
     if c.head_dim > MAX_HEAD_DIM || !c.head_dim.is_multiple_of(8) {
         return unsupported(format!(
             "head_dim {} is not a multiple of 8 up to the attention kernels' {MAX_HEAD_DIM}",
@@ -94,9 +92,9 @@ impl Activations {
             qkv: act(c.q_dim() + 2 * c.kv_dim())?,
             q: act(c.q_dim())?,
             att: act(c.q_dim())?,
-            gate: act(c.ffn_dim)?,
-            up: act(c.ffn_dim)?,
-            hidden: act(c.ffn_dim)?,
+            gate: act(mlp_width(c))?,
+            up: act(mlp_width(c))?,
+            hidden: act(mlp_width(c))?,
             post: match c.post_norms {
                 true => act(c.dim)?,
                 false => gpu.zeros(1, "activations")?,
@@ -106,6 +104,11 @@ impl Activations {
             next_ids: gpu.zeros(max_tokens, "the batch")?,
         })
     }
+}
+
+/// The widest MLP hidden layer of `c`: the dense one's, or an expert's.
+fn mlp_width(c: &Config) -> usize {
+    c.moe.map_or(c.ffn_dim, |m| m.expert_ffn_dim.max(c.ffn_dim))
 }
 
 /// What one pass decides before its first launch.
@@ -130,6 +133,8 @@ pub struct GpuBackend {
     /// What the matmul plans may choose from on this GPU, for this model.
     caps: Caps,
     splits: SplitScratch,
+    /// A mixture of experts' buffers, where the model has one.
+    experts: Option<ExpertScratch>,
     batch: DeviceBatch,
     sampler: DeviceSampler,
     pub graphs: Graphs,
@@ -175,6 +180,10 @@ impl GpuBackend {
             mm: matmul_scratch(&gpu, c, &caps, max_tokens, weights.has_blocks())?,
             act: Activations::new(&gpu, c, max_tokens)?,
             splits: SplitScratch::new(&gpu, c)?,
+            experts: c
+                .moe
+                .map(|m| ExpertScratch::new(&gpu, &m, c.dim, max_tokens))
+                .transpose()?,
             batch: DeviceBatch::new(&gpu, max_tokens, max_blocks, kv.pad_block())?,
             sampler: DeviceSampler::new(&gpu)?,
             rope_cos: gpu.zeros(1, "RoPE tables")?,
@@ -323,7 +332,11 @@ impl GpuBackend {
             clock.start(&self.gpu)?;
         }
         let decode = is_decode_step(batch);
-        let bucket = self.graphs.bucket(batch, decode);
+        // A mixture of experts routes on the host between layers: no graph holds that.
+        let bucket = match self.experts {
+            Some(_) => None,
+            None => self.graphs.bucket(batch, decode),
+        };
         let rules = Rules {
             invariant: self.batch_invariant,
             // A short prompt keeps the integer GEMV up to `QUANT_MAX_TOKENS` tokens, for its
@@ -402,10 +415,11 @@ impl GpuBackend {
             rope_cos,
             rope_sin,
             rope_local,
+            experts,
             ..
         } = self;
         let (rules, b) = (&pass.rules, &batch.view(n));
-        let (dim, q_dim, ffn, eps) = (c.dim, c.q_dim(), c.ffn_dim, c.rms_eps);
+        let (dim, q_dim, ffn, eps) = (c.dim, c.q_dim(), mlp_width(c), c.rms_eps);
         let qkv_dim = q_dim + 2 * c.kv_dim();
         let heads = Heads::of(c);
         let x = &mut act.x.slice_mut(..n * dim);
@@ -472,37 +486,50 @@ impl GpuBackend {
             let out = BlockOut { x, xb, post };
             add_output(g, mm, out, &attended, (&lw.wo, &o_plan), post_attn, eps)?;
 
-            // MLP: x += down(act(gate(x)) * up(x)) over the normed stream.
-            let gate_up = GateUp::plan(caps, rules, lw, n, c.activation);
+            // MLP: x += down(act(gate(x)) * up(x)) over the normed stream, or its mixture
+            // of experts.
+            let mlp = Mlp {
+                hidden: &mut *hidden,
+                gate: &mut *gate,
+                up: &mut *up,
+            };
+            let post_ffn = lw.post_norms.as_ref().map(|(_, f)| f);
+            let w = match &lw.mlp {
+                LayerMlp::Dense(w) => w,
+                LayerMlp::Experts(e) => {
+                    let held = rmsnorm(g, mm, xb, &x.as_view(), &lw.ffn_norm.as_view(), eps, None)?;
+                    let normed = Input {
+                        rows: xb.as_view(),
+                        held,
+                    };
+                    let scratch = experts
+                        .as_mut()
+                        .expect("a model of experts has their scratch");
+                    let step = ExpertStep {
+                        caps,
+                        rules,
+                        act: c.activation,
+                    };
+                    super::experts::experts(g, mm, scratch, (x, &normed), mlp, e, &step)?;
+                    continue;
+                }
+            };
+            let gate_up = GateUp::plan(caps, rules, w, n, c.activation);
             let copy = copy_for(rules, n, &gate_up.inputs());
             let held = rmsnorm(g, mm, xb, &x.as_view(), &lw.ffn_norm.as_view(), eps, copy)?;
             let normed = Input {
                 rows: xb.as_view(),
                 held,
             };
-            let down_plan = caps.plan(rules, &lw.w_down, n);
+            let down_plan = caps.plan(rules, &w.down, n);
             let copy = copy_for(rules, n, &[down_plan.input]);
-            let mlp = Mlp {
-                hidden: &mut *hidden,
-                gate: &mut *gate,
-                up: &mut *up,
-            };
-            let held = swiglu(g, mm, mlp, &normed, lw, &gate_up, copy)?;
+            let held = swiglu(g, mm, mlp, &normed, w, &gate_up, copy)?;
             let hidden_in = Input {
                 rows: hidden.as_view(),
                 held,
             };
-            let post_ffn = lw.post_norms.as_ref().map(|(_, f)| f);
             let out = BlockOut { x, xb, post };
-            add_output(
-                g,
-                mm,
-                out,
-                &hidden_in,
-                (&lw.w_down, &down_plan),
-                post_ffn,
-                eps,
-            )?;
+            add_output(g, mm, out, &hidden_in, (&w.down, &down_plan), post_ffn, eps)?;
         }
 
         // The final norm and the output head, for the rows that want logits only.
@@ -569,11 +596,16 @@ fn matmul_scratch(
     blocks: bool,
 ) -> Result<MatmulScratch> {
     let (dim, q, kv, ffn) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim);
+    let expert = c.moe.map_or(ffn, |m| m.expert_ffn_dim);
+    let n_experts = c.moe.map_or(1, |m| m.n_experts);
     let matrices = [
         (dim, q + 2 * kv),
         (q, dim),
         (dim, ffn),
         (ffn, dim),
+        (dim, expert),
+        (expert, dim),
+        (dim, n_experts),
         (dim, c.vocab_size),
     ];
     let skinny = |&(n_in, n_out): &(usize, usize)| match skinny_splits(n_in, n_out, gpu.sm_count) {
@@ -609,7 +641,7 @@ fn matmul_scratch(
         .map(|m| skinny(m).max(wgmma(m)).max(blocks(m)))
         .max()
         .unwrap_or(0);
-    let widest = dim.max(q).max(ffn);
+    let widest = dim.max(q).max(ffn).max(expert);
     Ok(MatmulScratch {
         x_bf16: gpu.zeros(max_tokens * widest, "activations")?,
         codes: gpu.zeros(QUANT_MAX_TOKENS * widest, "activations as 8-bit codes")?,

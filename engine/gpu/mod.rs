@@ -26,6 +26,7 @@ pub mod attend;
 pub mod backend;
 pub mod batch;
 pub mod context;
+pub mod experts;
 pub mod gemm_plan;
 pub mod graphs;
 pub mod kernels;

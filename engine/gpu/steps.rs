@@ -9,7 +9,7 @@ use super::kernels::{In, Out};
 use super::matmul::{Held, Input, MatmulScratch};
 use super::matrix::{GpuMatrix, MatrixData};
 use super::plan::{Caps, Form, Plan, Rules};
-use super::weights::GpuLayer;
+use super::weights::GpuMlp;
 use crate::config::Activation;
 use crate::error::Result;
 use crate::kernel_args::MatmulShape;
@@ -102,26 +102,25 @@ impl GateUp {
     /// One fused GEMV for tokens kept in f32 (a token over bf16 or fp8; up to
     /// `Rules::gemv_tokens` over gate and up of one GGUF type), else the two matmuls. The
     /// fused GEMVs are SwiGLU's: another activation (Gemma 3's GeGLU) takes the two matmuls.
-    pub fn plan(caps: &Caps, rules: &Rules, lw: &GpuLayer, n: usize, act: Activation) -> GateUp {
+    pub fn plan(caps: &Caps, rules: &Rules, w: &GpuMlp, n: usize, act: Activation) -> GateUp {
         if !rules.rounds(n) && act == Activation::Silu {
-            if n == 1 && lw.w_gate.as_bf16().is_some() && lw.w_up.as_bf16().is_some() {
+            if n == 1 && w.gate.as_bf16().is_some() && w.up.as_bf16().is_some() {
                 return GateUp::Bf16;
             }
-            if let (MatrixData::Blocks(gate), MatrixData::Blocks(up)) =
-                (&lw.w_gate.data, &lw.w_up.data)
+            if let (MatrixData::Blocks(gate), MatrixData::Blocks(up)) = (&w.gate.data, &w.up.data)
                 && let ([gate], [up]) = (gate.as_slice(), up.as_slice())
                 && gate.ty == up.ty
                 && gate.ty != BlockType::Fp8
             {
                 return GateUp::Codes(gate.ty);
             }
-            if lw.w_gate.as_fp8().is_some() && lw.w_up.as_fp8().is_some() {
+            if w.gate.as_fp8().is_some() && w.up.as_fp8().is_some() {
                 return GateUp::Fp8;
             }
         }
         GateUp::Two {
-            gate: caps.plan(rules, &lw.w_gate, n),
-            up: caps.plan(rules, &lw.w_up, n),
+            gate: caps.plan(rules, &w.gate, n),
+            up: caps.plan(rules, &w.up, n),
             act,
         }
     }
@@ -143,7 +142,7 @@ pub struct Mlp<'a, 'b> {
     pub up: &'a mut Out<'b, f32>,
 }
 
-/// Layer `lw`'s `hidden = act(x w_gate^T) * (x w_up^T)` as `plan` says (SwiGLU's silu, or
+/// The MLP `w`'s `hidden = act(x w_gate^T) * (x w_up^T)` as `plan` says (SwiGLU's silu, or
 /// GeGLU's GELU), the SwiGLU's output
 /// rounded to bf16 too where `copy` asks (`copy_for` of the down projection's plan). Returns
 /// what it made of `hidden`.
@@ -152,16 +151,16 @@ pub fn swiglu(
     mm: &mut MatmulScratch,
     out: Mlp,
     x: &Input,
-    lw: &GpuLayer,
+    w: &GpuMlp,
     plan: &GateUp,
     copy: Option<Form>,
 ) -> Result<Held> {
-    let (dim, ffn) = (lw.w_gate.n_in, lw.w_gate.n_out);
+    let (dim, ffn) = (w.gate.n_in, w.gate.n_out);
     let n = x.rows.len() / dim;
     let Mlp { hidden, gate, up } = out;
     match *plan {
         GateUp::Bf16 => {
-            let (w_gate, w_up) = (lw.w_gate.as_bf16(), lw.w_up.as_bf16());
+            let (w_gate, w_up) = (w.gate.as_bf16(), w.up.as_bf16());
             let (w_gate, w_up) = (w_gate.expect("bf16 gate"), w_up.expect("bf16 up"));
             g.gemv_swiglu_bf16(
                 hidden,
@@ -173,8 +172,7 @@ pub fn swiglu(
             )?;
         }
         GateUp::Codes(_) => {
-            let (MatrixData::Blocks(w_gate), MatrixData::Blocks(w_up)) =
-                (&lw.w_gate.data, &lw.w_up.data)
+            let (MatrixData::Blocks(w_gate), MatrixData::Blocks(w_up)) = (&w.gate.data, &w.up.data)
             else {
                 unreachable!("GateUp::Codes is for blocks")
             };
@@ -195,7 +193,7 @@ pub fn swiglu(
             )?;
         }
         GateUp::Fp8 => {
-            let (w_gate, w_up) = (lw.w_gate.as_fp8(), lw.w_up.as_fp8());
+            let (w_gate, w_up) = (w.gate.as_fp8(), w.up.as_fp8());
             let (w_gate, w_up) = (w_gate.expect("fp8 gate"), w_up.expect("fp8 up"));
             let shape = MatmulShape::new(n, dim, ffn, ffn, false);
             g.gemv_swiglu_fp8(hidden, &x.rows, &w_gate.view(), &w_up.view(), shape)?;
@@ -206,12 +204,12 @@ pub fn swiglu(
             act,
         } => {
             // Up reads the input in the form gate's matmul left it.
-            let held = mm.matmul(g, gate, x, &lw.w_gate, None, &gate_plan)?;
+            let held = mm.matmul(g, gate, x, &w.gate, None, &gate_plan)?;
             let x = Input {
                 rows: x.rows.slice(..),
                 held,
             };
-            mm.matmul(g, up, &x, &lw.w_up, None, &up_plan)?;
+            mm.matmul(g, up, &x, &w.up, None, &up_plan)?;
             let (gate, up) = (&gate.as_view(), &up.as_view());
             if copy == Some(Form::Bf16) {
                 // The down projection's input, rounded for its tensor cores by the same

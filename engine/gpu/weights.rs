@@ -8,9 +8,9 @@ use super::context::Gpu;
 use super::matrix::{
     GpuMatrix, MatrixData, Piece, Synthetic, Uploader, WeightFormat, random_matrix,
 };
-use crate::config::Config;
-use crate::error::{Error, Result};
-use crate::model::ModelWeights;
+use crate::config::{Config, Moe};
+use crate::error::Result;
+use crate::model::{Mlp, ModelWeights};
 use crate::weights::blocks::BlockType;
 
 /// One decoder layer's weights.
@@ -25,14 +25,71 @@ pub struct GpuLayer {
     /// `[dim]` each: the norms of the attention's and the MLP's outputs before their adds
     /// (Gemma 3).
     pub post_norms: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
-    pub w_gate: GpuMatrix, // [ffn_dim, dim]
-    pub w_up: GpuMatrix,   // [ffn_dim, dim]
-    pub w_down: GpuMatrix, // [dim, ffn_dim]
+    pub mlp: LayerMlp,
+}
+
+/// A SwiGLU (or GeGLU) MLP's three matrices: a dense layer's, or one expert's.
+pub struct GpuMlp {
+    pub gate: GpuMatrix, // [ffn_dim, dim]
+    pub up: GpuMatrix,   // [ffn_dim, dim]
+    pub down: GpuMatrix, // [dim, ffn_dim]
+}
+
+impl GpuMlp {
+    pub fn matrices(&self) -> [&GpuMatrix; 3] {
+        [&self.gate, &self.up, &self.down]
+    }
+}
+
+/// A layer's mixture of experts on the device.
+pub struct GpuExperts {
+    pub moe: Moe,
+    /// `[n_experts, dim]`, bf16 whatever the experts' format: the routing's choices are
+    /// worth the precision, and the matrix is small.
+    pub router: GpuMatrix,
+    /// `[n_experts]`, each `expert_ffn_dim` wide.
+    pub experts: Vec<GpuMlp>,
+}
+
+/// A layer's MLP on the device: one, or a mixture of experts.
+pub enum LayerMlp {
+    Dense(GpuMlp),
+    Experts(GpuExperts),
 }
 
 impl GpuLayer {
-    fn matrices(&self) -> [&GpuMatrix; 5] {
-        [&self.wqkv, &self.wo, &self.w_gate, &self.w_up, &self.w_down]
+    /// The layer's matrices, every expert's included (the experts' router, bf16 whatever
+    /// the others are, aside).
+    fn matrices(&self) -> Vec<&GpuMatrix> {
+        let mut m = vec![&self.wqkv, &self.wo];
+        match &self.mlp {
+            LayerMlp::Dense(d) => m.extend(d.matrices()),
+            LayerMlp::Experts(e) => m.extend(e.experts.iter().flat_map(GpuMlp::matrices)),
+        }
+        m
+    }
+
+    /// The router's bytes, where the layer has experts.
+    fn router_bytes(&self) -> usize {
+        match &self.mlp {
+            LayerMlp::Dense(_) => 0,
+            LayerMlp::Experts(e) => e.router.bytes(),
+        }
+    }
+
+    /// Bytes one token's step reads of the layer: a mixture of experts reads its router
+    /// and `top_k` experts (their average size), not all of them.
+    fn bytes_per_token(&self) -> usize {
+        let LayerMlp::Experts(e) = &self.mlp else {
+            return self.bytes();
+        };
+        let experts: usize = e
+            .experts
+            .iter()
+            .flat_map(GpuMlp::matrices)
+            .map(GpuMatrix::bytes)
+            .sum();
+        self.bytes() - experts + experts * e.moe.top_k / e.moe.n_experts
     }
 
     /// Bytes of the layer's matrices, norms and bias on the device.
@@ -45,16 +102,34 @@ impl GpuLayer {
                 .map_or(0, |(a, f)| a.len() + f.len())
             + self.bqkv.as_ref().map_or(0, |b| b.len())
             + self.qk_norm.as_ref().map_or(0, |(q, k)| q.len() + k.len());
-        self.matrices().iter().map(|m| m.bytes()).sum::<usize>() + 4 * vectors
+        self.matrices().iter().map(|m| m.bytes()).sum::<usize>() + self.router_bytes() + 4 * vectors
     }
 }
 
-/// The GPU has no kernels for a mixture of experts yet: the CPU runs them.
-pub fn experts_unsupported() -> Error {
-    Error::Unsupported(
-        "a mixture of experts runs on the CPU only for now; run this model with --device cpu"
-            .into(),
-    )
+/// An MLP's gate, up and down (`[ffn, dim]`, `[ffn, dim]`, `[dim, ffn]`) under `prefix`
+/// (`model.layers.L.mlp`, or `...mlp.experts.E`): the names the stored blocks go by.
+fn mlp_of(
+    up: &mut Uploader,
+    prefix: &str,
+    [gate, w_up, down]: [&Vec<f32>; 3],
+    ffn: usize,
+) -> Result<GpuMlp> {
+    let dim = gate.len() / ffn;
+    let name = |s: &str| format!("{prefix}.{s}.weight");
+    Ok(GpuMlp {
+        gate: up.matrix(&one(name("gate_proj"), gate), dim, &name("gate_proj"))?,
+        up: up.matrix(&one(name("up_proj"), w_up), dim, &name("up_proj"))?,
+        down: up.matrix(&one(name("down_proj"), down), ffn, &name("down_proj"))?,
+    })
+}
+
+/// `values` (`[rows, n_in]`) in bf16 whatever the upload's format.
+fn bf16_matrix(gpu: &Gpu, values: &[f32], n_in: usize, what: &str) -> Result<GpuMatrix> {
+    Ok(GpuMatrix {
+        n_out: values.len() / n_in,
+        n_in,
+        data: MatrixData::Bf16(gpu.upload(&super::matrix::to_bf16(values), what)?),
+    })
 }
 
 /// A matrix of one tensor, as `Uploader::matrix` takes it.
@@ -96,10 +171,7 @@ impl GpuWeights {
         let mut layers = vec![];
         for (l, lw) in w.layers.iter().enumerate() {
             let what = |s: &str| format!("layer {l} {s}");
-            let name = |s: &str| format!("model.layers.{l}.{s}.weight");
-            let Some((w_gate, w_up, w_down)) = lw.mlp.dense() else {
-                return Err(experts_unsupported());
-            };
+            let name = |s: &str| format!("model.layers.{l}.{s}");
             let bqkv = match (&lw.bq, &lw.bk, &lw.bv) {
                 (Some(q), Some(k), Some(v)) => {
                     Some(f32s(&[q.as_slice(), k, v].concat(), &what("qkv bias"))?)
@@ -119,17 +191,17 @@ impl GpuWeights {
             };
             let qkv = [
                 Piece {
-                    name: name("self_attn.q_proj"),
+                    name: name("self_attn.q_proj.weight"),
                     values: &lw.wq,
                     heads: Some(c.n_heads),
                 },
                 Piece {
-                    name: name("self_attn.k_proj"),
+                    name: name("self_attn.k_proj.weight"),
                     values: &lw.wk,
                     heads: Some(c.n_kv_heads),
                 },
                 Piece {
-                    name: name("self_attn.v_proj"),
+                    name: name("self_attn.v_proj.weight"),
                     values: &lw.wv,
                     heads: None,
                 },
@@ -140,15 +212,34 @@ impl GpuWeights {
                 bqkv,
                 qk_norm,
                 wo: up.matrix(
-                    &one(name("self_attn.o_proj"), &lw.wo),
+                    &one(name("self_attn.o_proj.weight"), &lw.wo),
                     q_dim,
                     &what("o_proj"),
                 )?,
                 ffn_norm: f32s(&lw.ffn_norm, &what("ffn_norm"))?,
                 post_norms,
-                w_gate: up.matrix(&one(name("mlp.gate_proj"), w_gate), dim, &what("gate"))?,
-                w_up: up.matrix(&one(name("mlp.up_proj"), w_up), dim, &what("up_proj"))?,
-                w_down: up.matrix(&one(name("mlp.down_proj"), w_down), ffn, &what("down"))?,
+                mlp: match &lw.mlp {
+                    Mlp::Dense {
+                        gate,
+                        up: w_up,
+                        down,
+                    } => LayerMlp::Dense(mlp_of(&mut up, &name("mlp"), [gate, w_up, down], ffn)?),
+                    Mlp::Experts(e) => {
+                        let mut experts = vec![];
+                        for (i, ((gate, w_up), down)) in
+                            e.gate.iter().zip(&e.up).zip(&e.down).enumerate()
+                        {
+                            let name = name(&format!("mlp.experts.{i}"));
+                            let f = e.moe.expert_ffn_dim;
+                            experts.push(mlp_of(&mut up, &name, [gate, w_up, down], f)?);
+                        }
+                        LayerMlp::Experts(GpuExperts {
+                            moe: e.moe,
+                            router: bf16_matrix(gpu, &e.router, dim, &what("router"))?,
+                            experts,
+                        })
+                    }
+                },
             });
         }
         let embed_name = "model.embed_tokens.weight".to_owned();
@@ -233,9 +324,29 @@ impl GpuWeights {
                     true => Some((gpu.upload(&ones, &what)?, gpu.upload(&ones, &what)?)),
                     false => None,
                 },
-                w_gate: matrix(ty, ffn, dim, &what)?,
-                w_up: matrix(ty, ffn, dim, &what)?,
-                w_down: matrix(wider, dim, ffn, &what)?,
+                mlp: match c.moe {
+                    None => LayerMlp::Dense(GpuMlp {
+                        gate: matrix(ty, ffn, dim, &what)?,
+                        up: matrix(ty, ffn, dim, &what)?,
+                        down: matrix(wider, dim, ffn, &what)?,
+                    }),
+                    Some(moe) => {
+                        let f = moe.expert_ffn_dim;
+                        let mut experts = vec![];
+                        for _ in 0..moe.n_experts {
+                            experts.push(GpuMlp {
+                                gate: matrix(ty, f, dim, &what)?,
+                                up: matrix(ty, f, dim, &what)?,
+                                down: matrix(wider, dim, f, &what)?,
+                            });
+                        }
+                        LayerMlp::Experts(GpuExperts {
+                            moe,
+                            router: matrix(None, moe.n_experts, dim, &what)?,
+                            experts,
+                        })
+                    }
+                },
             });
         }
         Ok(GpuWeights {
@@ -254,7 +365,7 @@ impl GpuWeights {
     /// Bytes one decode step must read from the weights: every matrix and norm once, the
     /// embedding only for its one row (unless it doubles as the head).
     pub fn bytes_per_token(&self, c: &Config) -> usize {
-        let layer: usize = self.layers.iter().map(GpuLayer::bytes).sum();
+        let layer: usize = self.layers.iter().map(GpuLayer::bytes_per_token).sum();
         let head = self.head().bytes();
         let embed_row = match &self.lm_head {
             Some(_) => self.embed.bytes() / c.vocab_size,
@@ -279,10 +390,15 @@ impl GpuWeights {
             Some(b) => b.1 += bytes,
             None => by.push((name, bytes)),
         };
+        let routers = self.layers.iter().filter_map(|l| match &l.mlp {
+            LayerMlp::Experts(e) => Some(&e.router),
+            LayerMlp::Dense(_) => None,
+        });
         let matrices = self
             .layers
             .iter()
             .flat_map(|l| l.matrices())
+            .chain(routers)
             .chain([&self.embed])
             .chain(self.lm_head.as_ref());
         for m in matrices {

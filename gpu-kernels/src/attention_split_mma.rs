@@ -42,7 +42,9 @@ use crate::unroll::unroll;
 /// from the first product's output registers, by the values. A split past the token's
 /// position, or before its sliding window's first, writes m = -inf, l = 0 and zeros.
 ///
-/// PRECONDITIONS: `head_dim` 64 or 128; `n_heads / n_kv_heads <= 8`; `split_len` a multiple
+/// PRECONDITIONS: `head_dim` 64, 128 or 256 (Gemma 3's: its query in 64 registers a lane and
+/// its output in 128, which the compiler may spill in part; still a warp per split, where
+/// the one-pass kernel gives a block a whole context); `n_heads / n_kv_heads <= 8`; `split_len` a multiple
 /// of `ATTN_SPLIT_MMA_KEYS`; `n_splits * split_len > positions[t]` for every token; the keys
 /// and values of every position up to each token's own written, and their block-table
 /// entries valid; the caches 16-byte aligned; block `(32)`; dynamic shared memory
@@ -85,10 +87,10 @@ pub unsafe extern "gpu-kernel" fn attention_split_mma_bf16(
     };
     // SAFETY: the preconditions, passed on; the head width becomes a constant.
     unsafe {
-        if head_dim == 64 {
-            split::<4, 8>(args)
-        } else {
-            split::<8, 16>(args)
+        match head_dim {
+            64 => split::<4, 8>(args),
+            128 => split::<8, 16>(args),
+            _ => split::<16, 32>(args),
         }
     }
 }

@@ -8,7 +8,7 @@ use crate::gpu::context::Gpu;
 use crate::tiles::{ATTN_SPLIT_MMA_KEYS, ATTN_SPLIT_MMA_MAX_GROUP, attn_split_mma_shared_bytes};
 
 /// Whether `attention_split_mma_bf16` takes this model's heads and splits of `split_len`:
-/// heads 64 or 128 wide, at most 8 query heads per KV head (the rows of its `mma` that are
+/// heads 64, 128 or 256 wide, at most 8 query heads per KV head (the rows of its `mma` that are
 /// not padding), splits a whole number of its key tiles.
 pub fn attention_split_mma_supports(
     head_dim: usize,
@@ -16,7 +16,7 @@ pub fn attention_split_mma_supports(
     n_kv_heads: usize,
     split_len: usize,
 ) -> bool {
-    (head_dim == 64 || head_dim == 128)
+    matches!(head_dim, 64 | 128 | 256)
         && n_kv_heads > 0
         && n_heads.is_multiple_of(n_kv_heads)
         && n_heads / n_kv_heads <= ATTN_SPLIT_MMA_MAX_GROUP

@@ -31,6 +31,7 @@ pub mod read_staged;
 pub mod residual;
 pub mod rmsnorm;
 pub mod rope;
+pub mod rows;
 pub mod sample;
 pub mod sum_steps;
 pub mod swiglu;
