@@ -1,5 +1,5 @@
-//! Named model shapes (llama3-8b, llama3.2-1b, qwen2.5-7b, qwen3-8b, phi4-mini, gemma3-12b,
-//! gemma3-1b, qwen3-30b-a3b, smollm2-135m), as their
+//! Named model shapes (llama3-8b, llama3.2-1b, qwen2.5-7b, qwen3-8b, phi4-mini, gemma3-12b and
+//! gemma3-12b-global, gemma3-1b, qwen3-30b-a3b, smollm2-135m), as their
 //! `config.json` files give them: benchmarks and profiles build synthetic weights of one, so
 //! that they need no download, and tests size their problems by them.
 
@@ -61,6 +61,19 @@ pub const SHAPES: &[(&str, &str)] = &[
             "tie_word_embeddings": true}"#,
     ),
     (
+        // The same with every layer global (a window pattern of 1): what its local layers
+        // save at long contexts, measured against it.
+        "gemma3-12b-global",
+        r#"{"architectures": ["Gemma3ForCausalLM"], "hidden_size": 3840,
+            "intermediate_size": 15360, "num_hidden_layers": 48, "num_attention_heads": 16,
+            "num_key_value_heads": 8, "head_dim": 256, "query_pre_attn_scalar": 256,
+            "vocab_size": 262208, "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+            "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window": 1024,
+            "sliding_window_pattern": 1, "hidden_activation": "gelu_pytorch_tanh",
+            "tie_word_embeddings": true}"#,
+    ),
+    (
         "gemma3-1b",
         r#"{"architectures": ["Gemma3ForCausalLM"], "hidden_size": 1152,
             "intermediate_size": 6912, "num_hidden_layers": 26, "num_attention_heads": 4,
@@ -119,6 +132,8 @@ mod tests {
         );
         let c = shape_config("llama3.2-1b").unwrap();
         assert!(c.tie_embeddings && c.head_dim == 64);
+        let global = shape_config("gemma3-12b-global").unwrap();
+        assert!((0..48).all(|l| global.window(l).is_none()));
         let c = shape_config("qwen3-30b-a3b").unwrap();
         let moe = c.moe.unwrap();
         assert_eq!(
