@@ -61,19 +61,6 @@ pub const SHAPES: &[(&str, &str)] = &[
             "tie_word_embeddings": true}"#,
     ),
     (
-        // The same with every layer global (a window pattern of 1): what its local layers
-        // save at long contexts, measured against it.
-        "gemma3-12b-global",
-        r#"{"architectures": ["Gemma3ForCausalLM"], "hidden_size": 3840,
-            "intermediate_size": 15360, "num_hidden_layers": 48, "num_attention_heads": 16,
-            "num_key_value_heads": 8, "head_dim": 256, "query_pre_attn_scalar": 256,
-            "vocab_size": 262208, "max_position_embeddings": 131072, "rms_norm_eps": 1e-6,
-            "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
-            "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window": 1024,
-            "sliding_window_pattern": 1, "hidden_activation": "gelu_pytorch_tanh",
-            "tie_word_embeddings": true}"#,
-    ),
-    (
         "gemma3-1b",
         r#"{"architectures": ["Gemma3ForCausalLM"], "hidden_size": 1152,
             "intermediate_size": 6912, "num_hidden_layers": 26, "num_attention_heads": 4,
@@ -103,16 +90,49 @@ pub const SHAPES: &[(&str, &str)] = &[
     ),
 ];
 
+/// Shapes that are another with some fields changed: (name, the shape it changes, the
+/// fields as JSON).
+pub const VARIANTS: &[(&str, &str, &str)] = &[
+    // Gemma 3 12B with every layer global (a window pattern of 1): what its local layers
+    // save at long contexts, measured against it.
+    (
+        "gemma3-12b-global",
+        "gemma3-12b",
+        r#"{"sliding_window_pattern": 1}"#,
+    ),
+];
+
 /// The resolved `Config` of the shape named `name`, or a usage error listing the names.
 pub fn shape_config(name: &str) -> Result<Config> {
-    let (_, json) = SHAPES.iter().find(|(n, _)| *n == name).ok_or_else(|| {
-        let names: Vec<&str> = SHAPES.iter().map(|(n, _)| *n).collect();
-        Error::Usage(format!(
-            "unknown shape {name:?}; known: {}",
-            names.join(", ")
-        ))
-    })?;
-    let hf: HfConfig = serde_json::from_str(json).map_err(|e| Error::Config(e.to_string()))?;
+    let parse = |json: &str| -> Result<serde_json::Value> {
+        serde_json::from_str(json).map_err(|e| Error::Config(e.to_string()))
+    };
+    let json = |n: &str| SHAPES.iter().find(|(s, _)| *s == n).map(|(_, j)| *j);
+    let value = match (json(name), VARIANTS.iter().find(|(v, ..)| *v == name)) {
+        (Some(j), _) => parse(j)?,
+        (None, Some((_, base, fields))) => {
+            let mut value = parse(json(base).expect("a variant's base is a shape"))?;
+            let (Some(obj), serde_json::Value::Object(changed)) =
+                (value.as_object_mut(), parse(fields)?)
+            else {
+                unreachable!("shapes are JSON objects")
+            };
+            obj.extend(changed);
+            value
+        }
+        (None, None) => {
+            let names: Vec<&str> = SHAPES
+                .iter()
+                .map(|(n, _)| *n)
+                .chain(VARIANTS.iter().map(|(n, ..)| *n))
+                .collect();
+            return Err(Error::Usage(format!(
+                "unknown shape {name:?}; known: {}",
+                names.join(", ")
+            )));
+        }
+    };
+    let hf: HfConfig = serde_json::from_value(value).map_err(|e| Error::Config(e.to_string()))?;
     Config::resolve(&hf)
 }
 
@@ -122,7 +142,11 @@ mod tests {
 
     #[test]
     fn every_named_shape_resolves() {
-        for (name, _) in SHAPES {
+        for name in SHAPES
+            .iter()
+            .map(|s| s.0)
+            .chain(VARIANTS.iter().map(|v| v.0))
+        {
             shape_config(name).unwrap();
         }
         let c = shape_config("llama3-8b").unwrap();
@@ -134,6 +158,9 @@ mod tests {
         assert!(c.tie_embeddings && c.head_dim == 64);
         let global = shape_config("gemma3-12b-global").unwrap();
         assert!((0..48).all(|l| global.window(l).is_none()));
+        let local = shape_config("gemma3-12b").unwrap();
+        assert!((0..48).filter(|&l| local.window(l).is_some()).count() == 40);
+        assert_eq!((global.dim, global.head_dim), (local.dim, local.head_dim));
         let c = shape_config("qwen3-30b-a3b").unwrap();
         let moe = c.moe.unwrap();
         assert_eq!(

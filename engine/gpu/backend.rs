@@ -39,6 +39,11 @@ pub fn check_supported(c: &Config) -> Result<()> {
             "{what}; run this model with --device cpu"
         )))
     };
+    // The experts' step adds their sum straight to the stream (`experts::experts`); no model
+    // rustle reads has both.
+    if c.moe.is_some() && c.post_norms {
+        return unsupported("a mixture of experts with a norm after the MLP".into());
+    }
     if c.head_dim > MAX_HEAD_DIM || !c.head_dim.is_multiple_of(8) {
         return unsupported(format!(
             "head_dim {} is not a multiple of 8 up to the attention kernels' {MAX_HEAD_DIM}",
