@@ -812,3 +812,89 @@ fn tiny_with_tools() -> std::path::PathBuf {
     .unwrap();
     dir
 }
+
+/// A model whose every layer attends over a sliding window (the tiny Mistral's 8 positions)
+/// served from a pool too small for its requests' whole contexts: their blocks go back as
+/// they fall out of the window, so four requests of 69 positions (5 blocks each) run side by
+/// side in 12 blocks without preemption, each with the text it gets alone; clients that
+/// leave mid-stream and a bad request beside them change nothing; every block ends free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_windowed_model_serves_past_its_window_in_a_small_pool() {
+    let s = Server::start(
+        &[
+            "-m",
+            "tests/golden/tiny-mistral",
+            "--served-model-name",
+            "tiny",
+            "--kv-blocks",
+            "12",
+        ],
+        &[],
+    );
+    let c = Client::new();
+    let body = |i: usize, extra: Value| {
+        let mut b = json!({"model": "tiny", "prompt": format!("Window {i}: the quick brown"),
+            "temperature": 0, "max_tokens": 60, "ignore_eos": true});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let text = |v: &Value| v["choices"][0]["text"].as_str().unwrap().to_owned();
+    let mut alone = vec![];
+    for i in 0..4 {
+        let (status, v) = post(&c, &s, "/v1/completions", &body(i, json!({}))).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["usage"]["completion_tokens"], 60, "{v}");
+        alone.push(text(&v));
+    }
+
+    let mut together = vec![];
+    for i in 0..4 {
+        let (c, url, b) = (c.clone(), s.url("/v1/completions"), body(i, json!({})));
+        together.push(tokio::spawn(async move {
+            let r = c.post(url).json(&b).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()
+        }));
+    }
+    let mut leavers = vec![];
+    for i in 4..6 {
+        let (c, url, b) = (
+            c.clone(),
+            s.url("/v1/completions"),
+            body(i, json!({"stream": true})),
+        );
+        leavers.push(tokio::spawn(async move {
+            let mut r = c.post(url).json(&b).send().await.unwrap();
+            for _ in 0..3 {
+                r.chunk().await.unwrap();
+            }
+            // Dropping the response closes the connection mid-stream.
+        }));
+    }
+    let (status, bad) = post(
+        &c,
+        &s,
+        "/v1/completions",
+        &body(9, json!({"max_tokens": -1})),
+    )
+    .await;
+    error_of(status, &bad, StatusCode::BAD_REQUEST);
+    for l in leavers {
+        l.await.unwrap();
+    }
+    for (i, t) in together.into_iter().enumerate() {
+        let v = t.await.unwrap();
+        assert_eq!(text(&v), alone[i], "request {i} side by side against alone");
+    }
+    wait_for(&c, &s, "rustle_requests_running", |v| v == 0.0).await;
+    wait_for(&c, &s, "rustle_kv_blocks_used", |v| v == 0.0).await;
+    assert_eq!(metric(&c, &s, "rustle_kv_blocks_free").await, 12.0);
+    assert_eq!(
+        metric(&c, &s, "rustle_preemptions_total").await,
+        0.0,
+        "{}",
+        s.log()
+    );
+}
