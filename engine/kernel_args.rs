@@ -23,6 +23,7 @@ unsafe impl ByValue for PagedShape {}
 unsafe impl ByValue for Heads {}
 unsafe impl ByValue for Splits {}
 unsafe impl ByValue for MatmulShape {}
+unsafe impl ByValue for RouteShape {}
 
 /// Every `ByValue` struct and its size: what a kernel's parameter of that type must take in
 /// the PTX (`gpu::ptx`'s test).
@@ -31,6 +32,7 @@ pub const BY_VALUE: &[(&str, usize)] = &[
     ("Heads", size_of::<Heads>()),
     ("Splits", size_of::<Splits>()),
     ("MatmulShape", size_of::<MatmulShape>()),
+    ("RouteShape", size_of::<RouteShape>()),
 ];
 
 /// A size as a kernel's `u32`; one that does not fit is a bug in the caller (the model's
@@ -158,6 +160,18 @@ impl<'a, K> Paged<&'a [f32], &'a [K], &'a [u32]> {
     }
 }
 
+impl RouteShape {
+    /// `n_tokens` tokens' routing over `moe`'s experts.
+    pub fn new(n_tokens: usize, moe: &crate::config::Moe) -> RouteShape {
+        RouteShape {
+            n_tokens: u32_of(n_tokens, "n_tokens"),
+            n_experts: u32_of(moe.n_experts, "n_experts"),
+            top_k: u32_of(moe.top_k, "top_k"),
+            renormalize: moe.renormalize as u32,
+        }
+    }
+}
+
 impl MatmulShape {
     /// `n_tokens` rows of `n_in` through `n_out` rows of weights, into rows of `out_stride`
     /// floats, added to what they hold where `accumulate`.
@@ -189,4 +203,32 @@ pub struct Blocks<B, S> {
     pub ty: BlockType,
     pub bytes: B,
     pub row_scales: Option<S>,
+}
+
+/// A mixture of experts' routing as `route_experts_f32` writes it and the grouped GEMVs and
+/// `combine_experts_f32` read it (`gpu-kernels/src/route.rs` gives the shapes): `U` and `F`
+/// are how its `u32` and `f32` buffers are held, device views for the kernels' wrappers and
+/// host slices for their CPU twins.
+pub struct Routing<U, F> {
+    /// `[n_tokens, top_k]`: each token's experts, the most probable first.
+    pub choice: U,
+    /// `[n_tokens, top_k]`: their weights.
+    pub choice_weight: F,
+    /// `[n_tokens * top_k]`: the token of each pair, pairs grouped by expert.
+    pub index: U,
+    /// `[n_experts]`: the expert of each run of pairs (0 for the empty runs at the end).
+    pub run_expert: U,
+    /// `[n_experts + 1]`: where each run starts (the last, `n_tokens * top_k`, where all end).
+    pub run_start: U,
+    /// `[n_tokens, top_k]`: the pair that each token's choice became.
+    pub pair_of: U,
+}
+
+/// A grouped GEMV's runs of pairs, `Routing`'s `run_expert` and `run_start`: `U` as there.
+#[derive(Clone, Copy)]
+pub struct Runs<U> {
+    /// `[n_experts]`
+    pub expert: U,
+    /// `[n_experts + 1]`
+    pub start: U,
 }

@@ -367,6 +367,19 @@ pub fn scatter_add_rows_f32(m: usize, dim: usize) -> Traffic {
     t(3 * m * dim * F32 + 2 * m * F32, 2 * m * dim)
 }
 
+/// The logits read; each token's choices, their weights and pairs written; each expert's
+/// walk over the choices twice (L1 and L2, counted once).
+pub fn route_experts_f32(n: usize, experts: usize, k: usize) -> Traffic {
+    let (n, experts, k) = (n as u64, experts as u64, k as u64);
+    t(n * experts * F32 + 5 * n * k * F32 + 2 * experts * F32, 0)
+}
+
+/// Each token's row read and written, its `k` experts' rows, pairs and weights read.
+pub fn combine_experts_f32(n: usize, dim: usize, k: usize) -> Traffic {
+    let (n, dim, k) = (n as u64, dim as u64, k as u64);
+    t((2 + k) * n * dim * F32 + 2 * n * k * F32, 2 * n * k * dim)
+}
+
 /// Two inputs read, one output written.
 pub fn swiglu_f32(n: usize) -> Traffic {
     t(3 * n as u64 * F32, 6 * n as u64)

@@ -7,6 +7,8 @@
 //! ignored, with the reason.
 
 mod common;
+#[path = "gpu/experts.rs"]
+mod experts;
 #[path = "gpu/gemv_mma.rs"]
 mod gemv_mma;
 #[path = "gpu/speculation.rs"]
@@ -111,6 +113,18 @@ const TESTS: &[(&str, Test)] = &[
     (
         "kernel::gather_rows_f32, scatter_add_rows_f32",
         gather_scatter_rows_f32,
+    ),
+    (
+        "kernel::route_experts_f32, combine_experts_f32",
+        experts::route_and_combine,
+    ),
+    (
+        "kernel::gemv_experts_q4_0 .. gemv_swiglu_experts_q6_k (runs of 1 to 20 pairs)",
+        experts::gemv_experts_blocks,
+    ),
+    (
+        "kernel::gemv_experts_bf16, gemv_swiglu_experts_bf16",
+        experts::gemv_experts_bf16,
     ),
     ("kernel::argmax_f32", argmax_f32),
     (

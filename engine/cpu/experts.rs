@@ -1,33 +1,10 @@
 //! A mixture of experts on the CPU: the router's choice for each token, and the reference
 //! backend's MLP of experts (the fast backend's is `fast::experts`).
 
+pub use super::ops::route;
 use super::timed::Ops;
 use crate::config::Moe;
 use crate::model::Experts;
-
-/// The experts token's router `logits` (`[n_experts]`) choose and their weights: a softmax
-/// over every expert, the `top_k` most probable kept (the lower index first among equals),
-/// their weights renormalized to sum to 1 where `moe.renormalize`. Mixtral's softmax over the
-/// chosen logits alone is the same as renormalizing.
-pub fn route(logits: &[f32], moe: &Moe) -> Vec<(usize, f32)> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let exp: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
-    let sum: f32 = exp.iter().sum();
-    let mut order: Vec<usize> = (0..logits.len()).collect();
-    // Stable: among equal probabilities the lower index stays first.
-    order.sort_by(|&a, &b| exp[b].total_cmp(&exp[a]));
-    let mut chosen: Vec<(usize, f32)> = order[..moe.top_k]
-        .iter()
-        .map(|&e| (e, exp[e] / sum))
-        .collect();
-    if moe.renormalize {
-        let kept: f32 = chosen.iter().map(|c| c.1).sum();
-        for c in &mut chosen {
-            c.1 /= kept;
-        }
-    }
-    chosen
-}
 
 /// Each token's rows grouped by expert: for expert `e`, the (token, weight) pairs that chose
 /// it, tokens in order. `logits`: `[n, n_experts]`.
@@ -102,6 +79,8 @@ pub fn experts_f32(o: &mut Ops, out: &mut [f32], x: &[f32], e: &Experts<Vec<f32>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::ops::{combine_experts_f32, route_experts_f32};
+    use crate::kernel_args::{RouteShape, Routing};
 
     #[test]
     fn the_router_keeps_the_most_probable_and_renormalizes() {
@@ -140,5 +119,68 @@ mod tests {
             vec![(0, 0, 1), (1, 1, 1), (2, 2, 1), (3, 3, 1)]
         );
         assert!((routed.weight.iter().sum::<f32>() - 2.0).abs() < 1e-6);
+    }
+
+    /// The twin's grouping is `Routed`'s (the host's routing, which the reference backend
+    /// and the GPU's host path walk), and its add back is the weighted sum of each token's
+    /// experts.
+    #[test]
+    fn the_routing_twin_groups_as_routed_does() {
+        let moe = Moe {
+            n_experts: 6,
+            top_k: 2,
+            expert_ffn_dim: 1,
+            renormalize: true,
+        };
+        let n = 5;
+        let logits: Vec<f32> = (0..n * 6)
+            .map(|i| ((i * 7919) % 23) as f32 * 0.37)
+            .collect();
+        let (pairs, shape) = (n * 2, RouteShape::new(n, &moe));
+        let (mut choice, mut weight, mut index) =
+            (vec![0; pairs], vec![0.0; pairs], vec![0; pairs]);
+        let (mut run_expert, mut run_start, mut pair_of) = (vec![9; 6], vec![9; 7], vec![0; pairs]);
+        let mut r = Routing {
+            choice: choice.as_mut_slice(),
+            choice_weight: weight.as_mut_slice(),
+            index: index.as_mut_slice(),
+            run_expert: run_expert.as_mut_slice(),
+            run_start: run_start.as_mut_slice(),
+            pair_of: pair_of.as_mut_slice(),
+        };
+        route_experts_f32(&logits, &mut r, shape);
+        let routed = Routed::of(&logits, &moe);
+        assert_eq!(index, routed.index);
+        for (j, &(expert, first, m)) in routed.runs.iter().enumerate() {
+            assert_eq!((run_expert[j], run_start[j]), (expert as u32, first as u32));
+            assert_eq!(run_start[j + 1], (first + m) as u32);
+        }
+        let used = routed.runs.len();
+        assert!(run_start[used..].iter().all(|&s| s == pairs as u32));
+        assert!(run_expert[used..].iter().all(|&e| e == 0));
+        for p in 0..pairs {
+            // Each choice's pair is a pair of its token, in its expert's run.
+            let pair = pair_of[p] as usize;
+            assert_eq!(index[pair] as usize, p / 2);
+            let run = routed
+                .runs
+                .iter()
+                .find(|r| r.1 <= pair && pair < r.1 + r.2)
+                .unwrap();
+            assert_eq!(run.0 as u32, choice[p]);
+            assert_eq!(routed.weight[pair], weight[p]);
+        }
+
+        // Rows of one value a pair: each token gets its two weights times them, added.
+        let dim = 3;
+        let rows: Vec<f32> = (0..pairs * dim).map(|i| (i / dim) as f32).collect();
+        let mut x = vec![1.0f32; n * dim];
+        combine_experts_f32(&mut x, &rows, &pair_of, &weight, dim, 2);
+        for t in 0..n {
+            let want = 1.0
+                + weight[2 * t] * pair_of[2 * t] as f32
+                + weight[2 * t + 1] * pair_of[2 * t + 1] as f32;
+            assert!((x[t * dim] - want).abs() < 1e-6);
+        }
     }
 }

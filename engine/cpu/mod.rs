@@ -5,6 +5,7 @@
 
 pub mod experts;
 pub mod fast;
+pub mod gemv_experts;
 pub mod ops;
 pub mod quant;
 pub mod quant_mma;

@@ -765,9 +765,11 @@ pub fn sum_step2_block_f32(out: &mut [f32], x: &[f32], n_cols: usize) {
 
 mod bf16;
 mod gated;
+mod route;
 mod rows;
 pub use bf16::{bf16_to_f32, f32_to_bf16};
 pub use gated::{geglu_f32, geglu_f32_bf16, swiglu_f32, swiglu_f32_bf16};
+pub use route::{combine_experts_f32, route, route_experts_f32};
 pub use rows::{gather_rows_f32, scatter_add_rows_f32};
 mod sampling;
 pub use sampling::{

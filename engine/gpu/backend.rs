@@ -337,10 +337,10 @@ impl GpuBackend {
             clock.start(&self.gpu)?;
         }
         let decode = is_decode_step(batch);
-        // A mixture of experts routes on the host between layers: no graph holds that.
-        let bucket = match self.experts {
-            Some(_) => None,
-            None => self.graphs.bucket(batch, decode),
+        // Experts routed on the host wait for it between layers: no graph holds that.
+        let bucket = match self.weights.routes_on_host() {
+            true => None,
+            false => self.graphs.bucket(batch, decode),
         };
         let rules = Rules {
             invariant: self.batch_invariant,

@@ -10,7 +10,7 @@ use super::matrix::{
 };
 use crate::config::{Config, Moe};
 use crate::error::Result;
-use crate::model::{Mlp, ModelWeights};
+use crate::model::{Experts, Mlp, ModelWeights};
 use crate::weights::blocks::BlockType;
 
 /// One decoder layer's weights.
@@ -47,8 +47,48 @@ pub struct GpuExperts {
     /// `[n_experts, dim]`, bf16 whatever the experts' format: the routing's choices are
     /// worth the precision, and the matrix is small.
     pub router: GpuMatrix,
-    /// `[n_experts]`, each `expert_ffn_dim` wide.
-    pub experts: Vec<GpuMlp>,
+    pub experts: ExpertWeights,
+}
+
+/// A layer's experts' matrices on the device.
+pub enum ExpertWeights {
+    /// Every expert's gate, up and down stacked into one matrix each (`[n_experts *
+    /// expert_ffn_dim, dim]`, and `[n_experts * dim, expert_ffn_dim]` for down), in bf16 or
+    /// one GGUF type: routed on the device and multiplied by the grouped GEMVs
+    /// (`gpu::experts`), with no wait on the host.
+    Stacked(GpuMlp),
+    /// `[n_experts]` MLPs, each `expert_ffn_dim` wide, routed on the host: the formats the
+    /// grouped GEMVs do not read (fp8, an expert of several types).
+    Each(Vec<GpuMlp>),
+}
+
+impl ExpertWeights {
+    /// Every matrix of the layer's experts.
+    pub fn matrices(&self) -> Vec<&GpuMatrix> {
+        match self {
+            ExpertWeights::Stacked(m) => m.matrices().to_vec(),
+            ExpertWeights::Each(all) => all.iter().flat_map(GpuMlp::matrices).collect(),
+        }
+    }
+}
+
+/// Whether a layer's stacked experts (`m`, its matrices `dim` and `ffn` wide) are ones the
+/// grouped GEMVs read: bf16 through and through, or each matrix one GGUF type (gate and up
+/// the same) whose rows hold an even number of groups of 32 (each pair's scales then start
+/// 16-byte aligned).
+pub fn grouped_reads(m: &GpuMlp) -> bool {
+    let one_type = |w: &GpuMatrix| match &w.data {
+        MatrixData::Bf16(_) => Some(None),
+        MatrixData::Blocks(parts) => match parts.as_slice() {
+            [p] if p.ty != BlockType::Fp8 && w.n_in.is_multiple_of(64) => Some(Some(p.ty)),
+            _ => None,
+        },
+    };
+    match m.matrices().map(one_type) {
+        [Some(None), Some(None), Some(None)] => true,
+        [Some(Some(g)), Some(Some(u)), Some(Some(_))] => g == u,
+        _ => false,
+    }
 }
 
 /// A layer's MLP on the device: one, or a mixture of experts.
@@ -64,9 +104,27 @@ impl GpuLayer {
         let mut m = vec![&self.wqkv, &self.wo];
         match &self.mlp {
             LayerMlp::Dense(d) => m.extend(d.matrices()),
-            LayerMlp::Experts(e) => m.extend(e.experts.iter().flat_map(GpuMlp::matrices)),
+            LayerMlp::Experts(e) => m.extend(e.experts.matrices()),
         }
         m
+    }
+
+    /// The matrices the matmuls' plans multiply: every one but stacked experts, which only
+    /// the grouped GEMVs read (never dequantized for a prompt, never a dense GEMV's).
+    fn planned(&self) -> Vec<&GpuMatrix> {
+        let mut m = self.matrices();
+        if let LayerMlp::Experts(e) = &self.mlp
+            && let ExpertWeights::Stacked(stack) = &e.experts
+        {
+            let stacked = stack.matrices();
+            m.retain(|w| !stacked.iter().any(|s| std::ptr::eq(*s, *w)));
+        }
+        m
+    }
+
+    /// Whether the layer's experts are routed on the host (`ExpertWeights::Each`).
+    fn routes_on_host(&self) -> bool {
+        matches!(&self.mlp, LayerMlp::Experts(e) if matches!(e.experts, ExpertWeights::Each(_)))
     }
 
     /// The router's bytes, where the layer has experts.
@@ -83,12 +141,7 @@ impl GpuLayer {
         let LayerMlp::Experts(e) = &self.mlp else {
             return self.bytes();
         };
-        let experts: usize = e
-            .experts
-            .iter()
-            .flat_map(GpuMlp::matrices)
-            .map(GpuMatrix::bytes)
-            .sum();
+        let experts: usize = e.experts.matrices().iter().map(|m| m.bytes()).sum();
         self.bytes() - experts + experts * e.moe.top_k / e.moe.n_experts
     }
 
@@ -121,6 +174,40 @@ fn mlp_of(
         up: up.matrix(&one(name("up_proj"), w_up), dim, &name("up_proj"))?,
         down: up.matrix(&one(name("down_proj"), down), ffn, &name("down_proj"))?,
     })
+}
+
+/// A layer's experts under `prefix` (`model.layers.L.mlp.experts`): stacked where the
+/// grouped GEMVs read them (`grouped_reads`), else one MLP each.
+fn experts_of(up: &mut Uploader, prefix: &str, e: &Experts<Vec<f32>>) -> Result<ExpertWeights> {
+    let f = e.moe.expert_ffn_dim;
+    let dim = e.router.len() / e.moe.n_experts;
+    if up.format != WeightFormat::Fp8 {
+        let mut stack = |part: &str, all: &[Vec<f32>], n_in: usize| {
+            let pieces: Vec<Piece> = all
+                .iter()
+                .enumerate()
+                .map(|(i, values)| Piece {
+                    name: format!("{prefix}.{i}.{part}.weight"),
+                    values,
+                    heads: None,
+                })
+                .collect();
+            up.matrix(&pieces, n_in, &format!("{prefix}.{part} (stacked)"))
+        };
+        let stacked = GpuMlp {
+            gate: stack("gate_proj", &e.gate, dim)?,
+            up: stack("up_proj", &e.up, dim)?,
+            down: stack("down_proj", &e.down, f)?,
+        };
+        if grouped_reads(&stacked) {
+            return Ok(ExpertWeights::Stacked(stacked));
+        }
+    }
+    let mut each = vec![];
+    for (i, ((gate, w_up), down)) in e.gate.iter().zip(&e.up).zip(&e.down).enumerate() {
+        each.push(mlp_of(up, &format!("{prefix}.{i}"), [gate, w_up, down], f)?);
+    }
+    Ok(ExpertWeights::Each(each))
 }
 
 /// `values` (`[rows, n_in]`) in bf16 whatever the upload's format.
@@ -225,14 +312,7 @@ impl GpuWeights {
                         down,
                     } => LayerMlp::Dense(mlp_of(&mut up, &name("mlp"), [gate, w_up, down], ffn)?),
                     Mlp::Experts(e) => {
-                        let mut experts = vec![];
-                        for (i, ((gate, w_up), down)) in
-                            e.gate.iter().zip(&e.up).zip(&e.down).enumerate()
-                        {
-                            let name = name(&format!("mlp.experts.{i}"));
-                            let f = e.moe.expert_ffn_dim;
-                            experts.push(mlp_of(&mut up, &name, [gate, w_up, down], f)?);
-                        }
+                        let experts = experts_of(&mut up, &name("mlp.experts"), e)?;
                         LayerMlp::Experts(GpuExperts {
                             moe: e.moe,
                             router: bf16_matrix(gpu, &e.router, dim, &what("router"))?,
@@ -331,15 +411,27 @@ impl GpuWeights {
                         down: matrix(wider, dim, ffn, &what)?,
                     }),
                     Some(moe) => {
-                        let f = moe.expert_ffn_dim;
-                        let mut experts = vec![];
-                        for _ in 0..moe.n_experts {
-                            experts.push(GpuMlp {
-                                gate: matrix(ty, f, dim, &what)?,
-                                up: matrix(ty, f, dim, &what)?,
-                                down: matrix(wider, dim, f, &what)?,
-                            });
-                        }
+                        let (f, n) = (moe.expert_ffn_dim, moe.n_experts);
+                        // Stacked where the grouped GEMVs read the types (not fp8).
+                        let stacked = GpuMlp {
+                            gate: matrix(ty, n * f, dim, &what)?,
+                            up: matrix(ty, n * f, dim, &what)?,
+                            down: matrix(wider, n * dim, f, &what)?,
+                        };
+                        let experts = if grouped_reads(&stacked) {
+                            ExpertWeights::Stacked(stacked)
+                        } else {
+                            drop(stacked);
+                            let mut each = vec![];
+                            for _ in 0..n {
+                                each.push(GpuMlp {
+                                    gate: matrix(ty, f, dim, &what)?,
+                                    up: matrix(ty, f, dim, &what)?,
+                                    down: matrix(wider, dim, f, &what)?,
+                                });
+                            }
+                            ExpertWeights::Each(each)
+                        };
                         LayerMlp::Experts(GpuExperts {
                             moe,
                             router: matrix(None, moe.n_experts, dim, &what)?,
@@ -420,11 +512,17 @@ impl GpuWeights {
         parts.join(", ")
     }
 
+    /// Whether some layer's experts are routed on the host (`gpu::experts`): a step then
+    /// waits on the host between layers, and no CUDA graph holds it.
+    pub fn routes_on_host(&self) -> bool {
+        self.layers.iter().any(GpuLayer::routes_on_host)
+    }
+
     /// Whether some layer matrix is fp8 (`--weights fp8`).
     pub fn has_fp8(&self) -> bool {
         self.layers
             .iter()
-            .flat_map(|l| l.matrices())
+            .flat_map(|l| l.planned())
             .any(|m| m.as_fp8().is_some())
     }
 
@@ -434,7 +532,7 @@ impl GpuWeights {
     pub fn largest_blocks_matrix(&self, fp8_cores: bool) -> usize {
         self.layers
             .iter()
-            .flat_map(|l| l.matrices())
+            .flat_map(|l| l.planned())
             .filter(|m| m.as_bf16().is_none() && !(fp8_cores && m.as_fp8().is_some()))
             .map(|m| m.n_out * m.n_in)
             .max()
@@ -448,7 +546,7 @@ impl GpuWeights {
             && self
                 .layers
                 .iter()
-                .flat_map(|l| l.matrices())
+                .flat_map(|l| l.planned())
                 .all(GpuMatrix::is_gguf)
     }
 
@@ -457,14 +555,14 @@ impl GpuWeights {
     pub fn has_blocks(&self) -> bool {
         self.layers
             .iter()
-            .flat_map(|l| l.matrices())
+            .flat_map(|l| l.planned())
             .any(GpuMatrix::is_gguf)
     }
 
     /// The block types of the layer matrices and the output head held in blocks, each once.
     pub fn block_types(&self) -> Vec<BlockType> {
         let mut types = vec![];
-        let matrices = self.layers.iter().flat_map(|l| l.matrices());
+        let matrices = self.layers.iter().flat_map(|l| l.planned());
         for m in matrices.chain([self.head()]) {
             if let MatrixData::Blocks(parts) = &m.data {
                 for p in parts {

@@ -92,3 +92,31 @@ impl MatmulShape {
         self.accumulate != 0
     }
 }
+
+/// A mixture of experts' routing: each of `n_tokens` tokens' router logits over `n_experts`
+/// experts, of which it keeps the `top_k` most probable. `route_experts_f32` takes it, and
+/// `combine_experts_f32` its `top_k`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouteShape {
+    pub n_tokens: u32,
+    pub n_experts: u32,
+    pub top_k: u32,
+    /// 1: the kept probabilities are divided by their sum (Mixtral, Qwen3-MoE's
+    /// `norm_topk_prob`); 0: they stay the softmax over every expert.
+    pub renormalize: u32,
+}
+
+impl RouteShape {
+    /// `[n_tokens, n_experts, top_k]`, as the indices they count.
+    #[inline(always)]
+    pub fn sizes(&self) -> [usize; 3] {
+        [self.n_tokens, self.n_experts, self.top_k].map(|v| v as usize)
+    }
+
+    /// The (token, expert) pairs a pass routes: `n_tokens * top_k`.
+    #[inline(always)]
+    pub fn pairs(&self) -> usize {
+        self.n_tokens as usize * self.top_k as usize
+    }
+}

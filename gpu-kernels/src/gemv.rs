@@ -129,7 +129,35 @@ pub unsafe extern "gpu-kernel" fn gemv_bf16(
     accumulate: u32,
 ) {
     crate::device::wait_for_previous_kernel();
-    let (n_in, n_out) = (n_in as usize, n_out as usize);
+    // SAFETY: the wrapper's checks.
+    unsafe {
+        gemv_bf16_token(
+            out,
+            x,
+            w,
+            bias,
+            n_in as usize,
+            n_out as usize,
+            accumulate != 0,
+        )
+    }
+}
+
+/// `gemv_bf16`'s work for one token, after the wait: also the grouped GEMV's, a token of an
+/// expert's run at a time (`gemv_experts.rs`).
+///
+/// # Safety
+/// `gemv_bf16`'s preconditions; every thread of the block calls it (a barrier inside).
+#[inline(always)]
+pub(crate) unsafe fn gemv_bf16_token(
+    out: *mut f32,
+    x: *const f32,
+    w: *const u16,
+    bias: *const f32,
+    n_in: usize,
+    n_out: usize,
+    accumulate: bool,
+) {
     let lane = thread_idx_x() % WARP;
     let (row, _, start, end) = row_part(n_in, 8);
     let mut sum = 0.0f32;
@@ -147,7 +175,7 @@ pub unsafe extern "gpu-kernel" fn gemv_bf16(
         // SAFETY: row < n_out; bias, when present, holds n_out floats.
         unsafe {
             let b = if bias.is_null() { 0.0 } else { *bias.add(row) };
-            let prev = if accumulate != 0 { *out.add(row) } else { 0.0 };
+            let prev = if accumulate { *out.add(row) } else { 0.0 };
             *out.add(row) = prev + total + b;
         }
     }
@@ -175,7 +203,23 @@ pub unsafe extern "gpu-kernel" fn gemv_swiglu_bf16(
     n_out: u32,
 ) {
     crate::device::wait_for_previous_kernel();
-    let (n_in, n_out) = (n_in as usize, n_out as usize);
+    // SAFETY: the wrapper's checks.
+    unsafe { gemv_swiglu_bf16_token(out, x, w_gate, w_up, n_in as usize, n_out as usize) }
+}
+
+/// `gemv_swiglu_bf16`'s work for one token, after the wait (as `gemv_bf16_token`).
+///
+/// # Safety
+/// `gemv_swiglu_bf16`'s preconditions; every thread of the block calls it (barriers inside).
+#[inline(always)]
+pub(crate) unsafe fn gemv_swiglu_bf16_token(
+    out: *mut f32,
+    x: *const f32,
+    w_gate: *const u16,
+    w_up: *const u16,
+    n_in: usize,
+    n_out: usize,
+) {
     let lane = thread_idx_x() % WARP;
     let (row, _, start, end) = row_part(n_in, 8);
     let (mut g, mut u) = (0.0f32, 0.0f32);

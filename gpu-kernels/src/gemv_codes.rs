@@ -124,7 +124,7 @@ pub(crate) struct CodesIn {
 /// bytes of dynamic shared memory and `n_out.div_ceil(CODES_ROWS)` blocks (`n_out` with
 /// `SWIGLU`).
 #[inline(always)]
-unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
+pub(crate) unsafe fn gemv_codes<B: Codes, const SWIGLU: bool>(
     out: *mut f32,
     input: CodesIn,
     shape: MatmulShape,

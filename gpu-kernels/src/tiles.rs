@@ -260,6 +260,15 @@ pub const fn codes_shared_bytes(warps: usize) -> usize {
     warps * CODES_ROWS * QUANT_MAX_TOKENS * 4
 }
 
+/// A mixture of experts' routing (`route.rs`): threads of its one block, a warp a token at
+/// a time.
+pub const ROUTE_THREADS: usize = 256;
+/// The routing's dynamic shared memory: each warp's row of `n_experts` probabilities, then
+/// each expert's count and first pair.
+pub const fn route_shared_bytes(warps: usize, n_experts: usize) -> usize {
+    (warps + 2) * n_experts * 4
+}
+
 /// Integer GEMV of several tokens on the tensor cores (`gemv_mma.rs`): output rows per block,
 /// the 16 of an `mma`'s first operand (a gate row and an up row each with the SwiGLU).
 pub const MMA_GEMV_ROWS: usize = 16;

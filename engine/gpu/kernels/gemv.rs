@@ -8,7 +8,7 @@ use crate::gpu::context::Gpu;
 use crate::traffic;
 
 /// Warps per GEMV block.
-const GEMV_WARPS: usize = 8;
+pub(super) const GEMV_WARPS: usize = 8;
 /// Blocks per SM a GEMV launch should have to keep every SM's loads in flight.
 const GEMV_BLOCKS_PER_SM: usize = 8;
 

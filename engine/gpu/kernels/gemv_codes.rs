@@ -310,7 +310,7 @@ fn codes_traffic(weights: usize, bias: Option<&In<f32>>, shape: MatmulShape) -> 
 
 /// An integer GEMV's launch over `blocks` blocks: each block's warps split a row's spans
 /// (a k-quant span is two groups of 32, the others one), at most `CODES_MAX_WARPS`.
-fn codes_launch(ty: BlockType, n_in: usize, blocks: usize) -> LaunchConfig {
+pub(super) fn codes_launch(ty: BlockType, n_in: usize, blocks: usize) -> LaunchConfig {
     let groups_per_span = if ty.block_len() == 256 { 2 } else { 1 };
     let spans = n_in / (32 * groups_per_span);
     let warps = spans.div_ceil(32).clamp(1, CODES_MAX_WARPS);

@@ -1,0 +1,226 @@
+//! A mixture of experts' grouped GEMVs: one launch multiplies every chosen expert's matrix
+//! by the rows of the tokens that chose it, each expert's weights read once a step.
+//!
+//! A layer's experts are stacked, `[n_experts, n_out, n_in]` (GGUF's `ffn_gate_exps` as the
+//! file has it; the others stacked at load), and the routing (`route.rs`) left the (token,
+//! expert) pairs grouped by expert in runs. Block `(b, j)` of the grid takes the rows of
+//! block b of a dense GEMV (`gemv_codes`, `gemv_bf16`) in run j's expert, over that run's
+//! pairs: at most `QUANT_MAX_TOKENS` at a time, the later ones finding the weights in L1.
+//! The grid's y is the most runs a pass can have, `min(n_experts, pairs)`; the blocks of the
+//! empty runs at the end leave at once, so the launch is the same whatever the routing (a
+//! CUDA graph replays it).
+//!
+//! Row p of the input and of the output is pair p's: the host gathers each pair's token row
+//! (`gather_rows_f32`) before the first GEMV, and the second's input is the first's output.
+
+use crate::args::MatmulShape;
+use crate::codes::Codes;
+use crate::device::{block_idx_x, block_idx_y, sync_threads, wait_for_previous_kernel};
+use crate::gemv::{gemv_bf16_token, gemv_swiglu_bf16_token};
+use crate::gemv_codes::{CodesIn, gemv_codes};
+use crate::quant_blocks::{Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
+use crate::tiles::QUANT_MAX_TOKENS;
+
+/// Run j's expert and its pairs `[first, end)`, read after the wait for the routing.
+///
+/// # Safety
+/// `run_expert` holds j, `run_start` j + 1.
+#[inline(always)]
+unsafe fn run(run_expert: *const u32, run_start: *const u32, j: usize) -> (usize, usize, usize) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        let (first, end) = (*run_start.add(j), *run_start.add(j + 1));
+        (*run_expert.add(j) as usize, first as usize, end as usize)
+    }
+}
+
+/// `gemv_codes` over run `block_idx_y()`'s expert and pairs: `out[p, o] = sum_i w[e, o, i]
+/// x[p, i]` for the run's pairs p (with `SWIGLU`, `silu(gate) * up` of the expert's two
+/// matrices), `QUANT_MAX_TOKENS` pairs a pass.
+///
+/// - `out`: `[pairs, out_stride]` f32, columns `0..n_out`
+/// - `codes`, `scales`: `[pairs, n_in]` i8 and `[pairs, n_in / 32][2]` f32
+///   (`quantize_q8_f32`'s), pair p's row p
+/// - `w` (and `w_up` with `SWIGLU`): `[n_experts, n_out]` rows of `n_in` weights of `B`
+/// - `run_expert`, `run_start`: `route_experts_f32`'s
+/// - `shape`: `n_in`, `n_out`, `out_stride`; `n_tokens` is the pairs, `accumulate` 0
+///
+/// # Safety
+/// `gemv_codes`'s preconditions for every run (its pairs as the tokens), and `n_in / 32`
+/// even (so that each pair's scales start 16-byte aligned); the grid's y at most
+/// `n_experts`.
+#[inline(always)]
+unsafe fn gemv_experts_codes<B: Codes, const SWIGLU: bool>(
+    out: *mut f32,
+    input: CodesIn,
+    run_expert: *const u32,
+    run_start: *const u32,
+    shape: MatmulShape,
+) {
+    wait_for_previous_kernel();
+    let [_, n_in, n_out, out_stride] = shape.sizes();
+    // SAFETY: the grid's y is at most n_experts: inside both.
+    let (expert, first, end) = unsafe { run(run_expert, run_start, block_idx_y()) };
+    let matrix = expert * n_out * (n_in / B::BLOCK_LEN * B::BLOCK_BYTES);
+    let mut p = first;
+    while p < end {
+        let tokens = (end - p).min(QUANT_MAX_TOKENS);
+        if p > first {
+            // SAFETY: uniform in the block (its run's); the last pass's sums are read
+            // before the next one writes shared memory.
+            unsafe { sync_threads() };
+        }
+        // SAFETY: pairs p .. p + tokens of the run: inside codes, scales and out; the
+        // expert's matrices inside the stacks (the preconditions).
+        unsafe {
+            let at = CodesIn {
+                codes: input.codes.add(p * n_in),
+                scales: input.scales.add(p * n_in / 16),
+                w: input.w.add(matrix),
+                w_up: input.w_up.wrapping_add(matrix),
+                bias: core::ptr::null(),
+            };
+            let shape = MatmulShape {
+                n_tokens: tokens as u32,
+                accumulate: 0,
+                ..shape
+            };
+            gemv_codes::<B, SWIGLU>(out.add(p * out_stride), at, shape, block_idx_x());
+        }
+        p += tokens;
+    }
+}
+
+/// `gemv_experts_<type>` and `gemv_swiglu_experts_<type>`: `gemv_experts_codes` over the
+/// type, without and with `SWIGLU`.
+macro_rules! experts_kernels {
+    ($($ty:ident => $gemv:ident, $swiglu:ident;)*) => {$(
+        #[doc = concat!("`gemv_experts_codes` over `", stringify!($ty), "` experts.")]
+        ///
+        /// # Safety
+        /// The host's launch wrapper checks `gemv_experts_codes`'s preconditions.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "gpu-kernel" fn $gemv(
+            out: *mut f32,
+            codes: *const u8,
+            scales: *const f32,
+            w: *const u8,
+            run_expert: *const u32,
+            run_start: *const u32,
+            shape: MatmulShape,
+        ) {
+            let (w_up, bias) = (core::ptr::null(), core::ptr::null());
+            let input = CodesIn { codes, scales, w, w_up, bias };
+            // SAFETY: the wrapper's checks.
+            unsafe { gemv_experts_codes::<$ty, false>(out, input, run_expert, run_start, shape) }
+        }
+
+        #[doc = concat!("`gemv_experts_codes` with `SWIGLU` over `", stringify!($ty), "` experts.")]
+        ///
+        /// # Safety
+        /// The host's launch wrapper checks `gemv_experts_codes`'s preconditions.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "gpu-kernel" fn $swiglu(
+            out: *mut f32,
+            codes: *const u8,
+            scales: *const f32,
+            w_gate: *const u8,
+            w_up: *const u8,
+            run_expert: *const u32,
+            run_start: *const u32,
+            shape: MatmulShape,
+        ) {
+            let (w, bias) = (w_gate, core::ptr::null());
+            let input = CodesIn { codes, scales, w, w_up, bias };
+            // SAFETY: the wrapper's checks.
+            unsafe { gemv_experts_codes::<$ty, true>(out, input, run_expert, run_start, shape) }
+        }
+    )*};
+}
+
+experts_kernels! {
+    Q4_0 => gemv_experts_q4_0, gemv_swiglu_experts_q4_0;
+    Q4_1 => gemv_experts_q4_1, gemv_swiglu_experts_q4_1;
+    Q5_0 => gemv_experts_q5_0, gemv_swiglu_experts_q5_0;
+    Q5_1 => gemv_experts_q5_1, gemv_swiglu_experts_q5_1;
+    Q8_0 => gemv_experts_q8_0, gemv_swiglu_experts_q8_0;
+    Q4K => gemv_experts_q4_k, gemv_swiglu_experts_q4_k;
+    Q5K => gemv_experts_q5_k, gemv_swiglu_experts_q5_k;
+    Q6K => gemv_experts_q6_k, gemv_swiglu_experts_q6_k;
+}
+
+/// `gemv_bf16` over run `block_idx_y()`'s expert and pairs, a pair at a time: `out[p, :] =
+/// w[e] x[p, :]` for the run's pairs p.
+///
+/// - `out`: `[pairs, n_out]` f32
+/// - `x`: `[pairs, n_in]` f32, pair p's row p
+/// - `w`: `[n_experts, n_out, n_in]` bf16
+/// - `run_expert`, `run_start`: `route_experts_f32`'s
+/// - `shape`: `n_in` and `n_out` (`out_stride` is `n_out`, `accumulate` 0)
+///
+/// Thread mapping: `gemv_bf16`'s in x, a run a block in y.
+///
+/// # Safety
+/// `gemv_bf16`'s preconditions for each pair; the grid's y at most `n_experts`.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn gemv_experts_bf16(
+    out: *mut f32,
+    x: *const f32,
+    w: *const u16,
+    run_expert: *const u32,
+    run_start: *const u32,
+    shape: MatmulShape,
+) {
+    wait_for_previous_kernel();
+    let [_, n_in, n_out, _] = shape.sizes();
+    // SAFETY: the grid's y is at most n_experts.
+    let (expert, first, end) = unsafe { run(run_expert, run_start, block_idx_y()) };
+    for p in first..end {
+        // SAFETY: uniform in the block; orders the last pair's shared sums before the next.
+        unsafe { sync_threads() };
+        // SAFETY: pair p < pairs: its rows of x and out; the expert's matrix in the stack.
+        unsafe {
+            let w = w.add(expert * n_out * n_in);
+            let bias = core::ptr::null();
+            gemv_bf16_token(
+                out.add(p * n_out),
+                x.add(p * n_in),
+                w,
+                bias,
+                n_in,
+                n_out,
+                false,
+            )
+        }
+    }
+}
+
+/// `gemv_swiglu_bf16` over run `block_idx_y()`'s expert and pairs: `out[p, o] = silu(w_gate[e,
+/// o] . x[p]) * (w_up[e, o] . x[p])`, buffers and mapping as `gemv_experts_bf16`'s.
+///
+/// # Safety
+/// As `gemv_experts_bf16`.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn gemv_swiglu_experts_bf16(
+    out: *mut f32,
+    x: *const f32,
+    w_gate: *const u16,
+    w_up: *const u16,
+    run_expert: *const u32,
+    run_start: *const u32,
+    shape: MatmulShape,
+) {
+    wait_for_previous_kernel();
+    let [_, n_in, n_out, _] = shape.sizes();
+    // SAFETY: the grid's y is at most n_experts.
+    let (expert, first, end) = unsafe { run(run_expert, run_start, block_idx_y()) };
+    let matrix = expert * n_out * n_in;
+    for p in first..end {
+        // SAFETY: as in gemv_experts_bf16.
+        unsafe { sync_threads() };
+        unsafe {
+            let (gate, up) = (w_gate.add(matrix), w_up.add(matrix));
+            gemv_swiglu_bf16_token(out.add(p * n_out), x.add(p * n_in), gate, up, n_in, n_out)
+        }
+    }
+}
