@@ -290,6 +290,16 @@ impl Runner {
         }
     }
 
+    /// Bytes of weights a pass of `n_tokens` tokens reads: `weight_bytes_per_step`, but on the
+    /// GPU a mixture of experts' tokens choose more of its experts together than one does
+    /// (`GpuWeights::bytes_per_step`).
+    pub fn weight_bytes_per_pass(&self, n_tokens: usize) -> usize {
+        match &self.backend {
+            Backend::Gpu(g) => g.weights.bytes_per_step(&self.config, n_tokens),
+            _ => self.weight_bytes_per_step(),
+        }
+    }
+
     /// Bytes of KV cache one token holds, all layers, keys and values, as the backend stores
     /// them.
     pub fn kv_bytes_per_token(&self) -> usize {

@@ -130,7 +130,7 @@ fn one(
     }
 
     let mid_ctx = prompt_len + steps / 2;
-    let bytes_per_step = runner.weight_bytes_per_step() as f64
+    let bytes_per_step = runner.weight_bytes_per_pass(n_seqs) as f64
         + (n_seqs * mid_ctx * runner.kv_bytes_per_token()) as f64;
     let ms_per_step = decode_s * 1e3 / timed_steps as f64;
     Ok(BatchResult {

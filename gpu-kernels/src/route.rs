@@ -11,9 +11,10 @@
 
 use crate::args::RouteShape;
 use crate::device::{
-    WARP, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp, shfl_xor, shfl_xor_u32,
-    sync_threads, thread_idx_x, wait_for_previous_kernel, warp_max, warp_sum,
+    WARP, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp, shfl_up_u32, shfl_xor,
+    shfl_xor_u32, sync_threads, thread_idx_x, wait_for_previous_kernel, warp_max, warp_sum,
 };
+use crate::tiles::ROUTE_SHARED_PAIRS;
 
 /// The larger of two (probability, expert) candidates, the lower expert among equals: the
 /// CPU's stable order.
@@ -40,16 +41,18 @@ fn better(a: (f32, u32), b: (f32, u32)) -> (f32, u32) {
 /// Thread mapping: one block. First each warp takes a token at a time: its lanes find the
 /// largest logit and the sum of the exponentials (shuffles), leave the exponentials in the
 /// warp's row of shared memory, and pick the `top_k` largest one after another, a warp
-/// argmax each (the chosen one then marked -1, below any exponential). Then thread `e`
-/// counts expert e's pairs, walking every choice in order; thread 0 lays the runs out; and
-/// thread e writes its expert's pairs in token order. Each expert's walk is the same work
-/// whatever the others chose, and the order of everything written is fixed, so the same
-/// logits give the same grouping every run.
+/// argmax each (the chosen one then marked -1, below any exponential); the choices also go
+/// to shared memory, where they fit (`ROUTE_SHARED_PAIRS`). Then thread `e` counts expert
+/// e's pairs, walking every choice in order; warp 0 lays the runs out, each lane a slice of
+/// the experts, the slices' offsets from a scan of shuffles; and thread e writes its
+/// expert's pairs in token order. Each expert's walk is the same work whatever the others
+/// chose, and the order of everything written is fixed, so the same logits give the same
+/// grouping every run.
 ///
 /// # Safety
 /// The buffers are as listed and do not overlap; `1 <= top_k <= n_experts`; one block of
 /// `blockDim.x` threads (a multiple of 32) with `route_shared_bytes(blockDim.x / 32,
-/// n_experts)` bytes of dynamic shared memory.
+/// n_experts, n_tokens * top_k)` bytes of dynamic shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "gpu-kernel" fn route_experts_f32(
     logits: *const f32,
@@ -63,14 +66,28 @@ pub unsafe extern "gpu-kernel" fn route_experts_f32(
 ) {
     wait_for_previous_kernel();
     let [n, experts, k] = shape.sizes();
+    let pairs = n * k;
     let (warp, lane) = (thread_idx_x() / WARP, thread_idx_x() % WARP);
     let warps = block_dim_x() / WARP;
+    // SAFETY (all shared memory below): `route_shared_bytes`' layout: `[warps][experts]` f32
+    // probabilities, `[experts]` u32 counts, `[experts]` u32 starts, the runs' count and
+    // the pairs', then the choices as u16 where they fit.
     let shared = dynamic_shared::<f32>();
-    // SAFETY (all shared memory below): `route_shared_bytes`' layout, `[warps][experts]`
-    // f32, then `[experts]` u32 counts and `[experts]` u32 starts.
     let probs = unsafe { shared.add(warp * experts) };
     let counts = unsafe { shared.add(warps * experts) } as *mut u32;
     let starts = unsafe { counts.add(experts) };
+    let totals = unsafe { starts.add(experts) };
+    let staged = pairs <= ROUTE_SHARED_PAIRS;
+    let sel = unsafe { totals.add(2) } as *mut u16;
+    // The expert of choice p, from shared memory where staged.
+    // SAFETY: p < pairs, written before the barrier that precedes every call.
+    let chosen = |p: usize| unsafe {
+        if staged {
+            *sel.add(p) as usize
+        } else {
+            *choice.add(p) as usize
+        }
+    };
 
     let mut t = warp;
     while t < n {
@@ -114,10 +131,13 @@ pub unsafe extern "gpu-kernel" fn route_experts_f32(
             }
             kept += p / sum;
             if lane == 0 {
-                // SAFETY: t * k + s < n * k.
+                // SAFETY: t * k + s < pairs.
                 unsafe {
                     *choice.add(t * k + s) = e as u32;
                     *choice_weight.add(t * k + s) = p / sum;
+                    if staged {
+                        *sel.add(t * k + s) = e as u16;
+                    }
                 }
             }
         }
@@ -129,59 +149,85 @@ pub unsafe extern "gpu-kernel" fn route_experts_f32(
         }
         t += warps;
     }
-    // SAFETY: every thread reaches the barrier; it orders the choices (global memory, this
-    // block's) before the walks that read them.
+    // SAFETY: every thread reaches the barrier; it orders the choices (shared memory, and
+    // global memory of this block's) before the walks that read them.
     unsafe { sync_threads() };
 
     let mut e = thread_idx_x();
     while e < experts {
         let mut count = 0;
-        for p in 0..n * k {
-            // SAFETY: p < n * k, written above.
-            count += (unsafe { *choice.add(p) } as usize == e) as u32;
+        for p in 0..pairs {
+            count += (chosen(p) == e) as u32;
         }
         unsafe { *counts.add(e) = count };
         e += block_dim_x();
     }
     unsafe { sync_threads() };
-    if thread_idx_x() == 0 {
-        let (mut run, mut start) = (0, 0u32);
-        for e in 0..experts {
-            // SAFETY: e < experts: the counts and starts; run < experts.
+    if warp == 0 {
+        // Lane l lays out experts [lo, hi): its pairs and its chosen experts, their offsets
+        // the lanes' before it (an exclusive scan of shuffles).
+        let per = experts.div_ceil(WARP);
+        let (lo, hi) = ((lane * per).min(experts), ((lane + 1) * per).min(experts));
+        let (mut mine, mut used) = (0u32, 0u32);
+        for e in lo..hi {
+            let c = unsafe { *counts.add(e) };
+            mine += c;
+            used += (c > 0) as u32;
+        }
+        let (mut before, mut runs_before) = (mine, used);
+        let mut delta = 1;
+        while delta < WARP as u32 {
+            let (b, r) = (shfl_up_u32(before, delta), shfl_up_u32(runs_before, delta));
+            if lane as u32 >= delta {
+                before += b;
+                runs_before += r;
+            }
+            delta <<= 1;
+        }
+        if lane == WARP - 1 {
+            // SAFETY: the two totals' slots.
+            unsafe { (*totals, *totals.add(1)) = (runs_before, before) };
+        }
+        let (mut start, mut run) = (before - mine, (runs_before - used) as usize);
+        for e in lo..hi {
+            // SAFETY: e < experts; run < the runs, at most experts.
             unsafe {
                 *starts.add(e) = start;
-                let count = *counts.add(e);
-                if count > 0 {
+                let c = *counts.add(e);
+                if c > 0 {
                     *run_expert.add(run) = e as u32;
                     *run_start.add(run) = start;
                     run += 1;
                 }
-                start += count;
+                start += c;
             }
-        }
-        while run <= experts {
-            // SAFETY: run <= experts: run_start holds experts + 1.
-            unsafe {
-                if run < experts {
-                    *run_expert.add(run) = 0;
-                }
-                *run_start.add(run) = start;
-            }
-            run += 1;
         }
     }
     unsafe { sync_threads() };
+    // The empty runs after the last, each starting (and ending) where every pair has.
+    let (used, total) = unsafe { (*totals as usize, *totals.add(1)) };
+    let mut j = used + thread_idx_x();
+    while j <= experts {
+        // SAFETY: j <= experts: run_start holds experts + 1, run_expert experts.
+        unsafe {
+            if j < experts {
+                *run_expert.add(j) = 0;
+            }
+            *run_start.add(j) = total;
+        }
+        j += block_dim_x();
+    }
     let mut e = thread_idx_x();
     while e < experts {
         let mut at = unsafe { *starts.add(e) } as usize;
-        for p in 0..n * k {
-            // SAFETY: p < n * k; `at` stays below expert e's run's end (its count).
-            unsafe {
-                if *choice.add(p) as usize == e {
+        for p in 0..pairs {
+            if chosen(p) == e {
+                // SAFETY: p < pairs; `at` stays below expert e's run's end (its count).
+                unsafe {
                     *index.add(at) = (p / k) as u32;
                     *pair_of.add(p) = at as u32;
-                    at += 1;
                 }
+                at += 1;
             }
         }
         e += block_dim_x();

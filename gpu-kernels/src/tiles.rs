@@ -263,10 +263,19 @@ pub const fn codes_shared_bytes(warps: usize) -> usize {
 /// A mixture of experts' routing (`route.rs`): threads of its one block, a warp a token at
 /// a time.
 pub const ROUTE_THREADS: usize = 256;
-/// The routing's dynamic shared memory: each warp's row of `n_experts` probabilities, then
-/// each expert's count and first pair.
-pub const fn route_shared_bytes(warps: usize, n_experts: usize) -> usize {
-    (warps + 2) * n_experts * 4
+/// Most (token, expert) pairs whose choices the routing keeps in shared memory (as u16),
+/// where its walks over them read them; more are read from global memory.
+pub const ROUTE_SHARED_PAIRS: usize = 2048;
+/// The routing's dynamic shared memory: each warp's row of `n_experts` probabilities, each
+/// expert's count and first pair, the runs' and pairs' totals, and the `pairs` choices
+/// where they fit.
+pub const fn route_shared_bytes(warps: usize, n_experts: usize, pairs: usize) -> usize {
+    let staged = if pairs <= ROUTE_SHARED_PAIRS {
+        pairs
+    } else {
+        0
+    };
+    (warps + 2) * n_experts * 4 + 8 + (2 * staged).next_multiple_of(4)
 }
 
 /// Integer GEMV of several tokens on the tensor cores (`gemv_mma.rs`): output rows per block,

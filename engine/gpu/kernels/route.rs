@@ -35,7 +35,7 @@ impl Gpu {
         }
         assert!(r.choice_weight.len() >= pairs);
         assert!(r.run_expert.len() >= experts && r.run_start.len() > experts);
-        let shared = route_shared_bytes(ROUTE_THREADS / 32, experts);
+        let shared = route_shared_bytes(ROUTE_THREADS / 32, experts, pairs);
         assert!(
             shared <= 48 * 1024,
             "{experts} experts' routing outgrows shared memory"
