@@ -119,7 +119,7 @@ const TESTS: &[(&str, Test)] = &[
         experts::route_and_combine,
     ),
     (
-        "kernel::gemv_experts_q4_0 .. gemv_swiglu_experts_q6_k (runs of 1 to 20 pairs)",
+        "kernel::gemv_experts_q4_0 .. gemv_swiglu_experts_mma_q6_k (runs of 1 to 20 pairs)",
         experts::gemv_experts_blocks,
     ),
     (

@@ -91,6 +91,15 @@ experts_twins! {
     Q6K => gemv_experts_q6_k, gemv_swiglu_experts_q6_k;
 }
 
+// The tensor cores' grouped GEMVs compute the same sums (`quant_mma.rs`'s twins are
+// `gemv_codes` too).
+experts_twins! {
+    Q4_1 => gemv_experts_mma_q4_1, gemv_swiglu_experts_mma_q4_1;
+    Q8_0 => gemv_experts_mma_q8_0, gemv_swiglu_experts_mma_q8_0;
+    Q4K => gemv_experts_mma_q4_k, gemv_swiglu_experts_mma_q4_k;
+    Q6K => gemv_experts_mma_q6_k, gemv_swiglu_experts_mma_q6_k;
+}
+
 /// `gemv_bf16` of each run's pairs, a pair at a time, with its expert's matrix.
 ///
 /// - `out`: `[pairs, n_out]`; `x`: `[pairs, n_in]`; `w`: `[n_experts, n_out, n_in]` bf16.

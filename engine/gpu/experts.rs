@@ -221,12 +221,16 @@ fn grouped(
             let scales = &mut s.scales.slice_mut(..pairs * dim / 16);
             g.quantize_q8_f32(codes, scales, &rows.as_view(), pairs * dim)?;
             let input = (&codes.as_view(), &scales.as_view());
-            g.gemv_experts_codes(hidden, input, (&w_gate, Some(&w_up)), runs, gate_up)?;
+            // The tensor cores' GEMV where a run averages enough pairs (Gpu::gemv_on_mma).
+            let per_run = pairs.div_ceil(moe.n_experts.min(pairs));
+            let mma = |ty| g.gemv_on_mma(ty, per_run);
+            let up = (&w_gate, Some(&w_up));
+            g.gemv_experts_codes(hidden, input, up, runs, gate_up, mma(w_gate.ty))?;
             let codes = &mut s.codes.slice_mut(..pairs * f);
             let scales = &mut s.scales.slice_mut(..pairs * f / 16);
             g.quantize_q8_f32(codes, scales, &hidden.as_view(), pairs * f)?;
             let input = (&codes.as_view(), &scales.as_view());
-            g.gemv_experts_codes(out, input, (&w_down, None), runs, down)?;
+            g.gemv_experts_codes(out, input, (&w_down, None), runs, down, mma(w_down.ty))?;
         }
         _ => unreachable!("stacked experts are bf16 or GGUF blocks through and through"),
     }

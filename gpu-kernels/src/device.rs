@@ -164,6 +164,23 @@ pub fn shfl_up_u32(v: u32, delta: u32) -> u32 {
     out
 }
 
+/// A bit for each lane of the warp whose `pred` is true (`vote.sync.ballot`), in every lane.
+/// All 32 lanes must take part.
+#[inline(always)]
+pub fn ballot(pred: bool) -> u32 {
+    let out: u32;
+    // SAFETY: a register-only instruction; the full-warp member mask matches the callers,
+    // which always call it from all 32 lanes.
+    unsafe {
+        asm!(
+            "{{ .reg .pred p; setp.ne.u32 p, {v}, 0; vote.sync.ballot.b32 {out}, p, 0xffffffff; }}",
+            out = out(reg32) out,
+            v = in(reg32) pred as u32,
+        );
+    }
+    out
+}
+
 /// The sum of `v` over the warp, in every lane (a butterfly: five exchanges).
 #[inline(always)]
 pub fn warp_sum(mut v: f32) -> f32 {

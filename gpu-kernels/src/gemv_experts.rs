@@ -18,6 +18,7 @@ use crate::codes::Codes;
 use crate::device::{block_idx_x, block_idx_y, sync_threads, wait_for_previous_kernel};
 use crate::gemv::{gemv_bf16_token, gemv_swiglu_bf16_token};
 use crate::gemv_codes::{CodesIn, gemv_codes};
+use crate::gemv_mma::{MmaCodes, gemv_mma};
 use crate::quant_blocks::{Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
 use crate::tiles::QUANT_MAX_TOKENS;
 
@@ -147,6 +148,108 @@ experts_kernels! {
     Q4K => gemv_experts_q4_k, gemv_swiglu_experts_q4_k;
     Q5K => gemv_experts_q5_k, gemv_swiglu_experts_q5_k;
     Q6K => gemv_experts_q6_k, gemv_swiglu_experts_q6_k;
+}
+
+/// `gemv_mma` over run `block_idx_y()`'s expert and pairs, `QUANT_MAX_TOKENS` pairs a pass
+/// on the tensor cores (`M` = 2: the gate and up with their SwiGLU): `gemv_experts_codes`'
+/// product where the runs are long enough that a pass's eight columns are not mostly empty
+/// (the host decides, `Gpu::gemv_on_mma`).
+///
+/// # Safety
+/// `gemv_mma`'s preconditions for every run (its pairs as the tokens); the grid's y at most
+/// `n_experts`.
+#[inline(always)]
+unsafe fn gemv_experts_mma<B: MmaCodes, const M: usize>(
+    out: *mut f32,
+    input: CodesIn,
+    run_expert: *const u32,
+    run_start: *const u32,
+    shape: MatmulShape,
+) {
+    wait_for_previous_kernel();
+    let [_, n_in, n_out, out_stride] = shape.sizes();
+    // SAFETY: the grid's y is at most n_experts: inside both.
+    let (expert, first, end) = unsafe { run(run_expert, run_start, block_idx_y()) };
+    let matrix = expert * n_out * (n_in / B::BLOCK_LEN * B::BLOCK_BYTES);
+    let mut p = first;
+    while p < end {
+        let tokens = (end - p).min(QUANT_MAX_TOKENS);
+        if p > first {
+            // SAFETY: as in `gemv_experts_codes`.
+            unsafe { sync_threads() };
+        }
+        // SAFETY: as in `gemv_experts_codes`.
+        unsafe {
+            let at = CodesIn {
+                codes: input.codes.add(p * n_in),
+                scales: input.scales.add(p * n_in / 16),
+                w: input.w.add(matrix),
+                w_up: input.w_up.wrapping_add(matrix),
+                bias: core::ptr::null(),
+            };
+            let shape = MatmulShape {
+                n_tokens: tokens as u32,
+                accumulate: 0,
+                ..shape
+            };
+            gemv_mma::<B, M>(out.add(p * out_stride), at, shape);
+        }
+        p += tokens;
+    }
+}
+
+/// `gemv_experts_mma_<type>` and `gemv_swiglu_experts_mma_<type>`: `gemv_experts_mma` over the
+/// type, one tile of rows and two.
+macro_rules! experts_mma_kernels {
+    ($($ty:ident => $gemv:ident, $swiglu:ident;)*) => {$(
+        #[doc = concat!("`gemv_experts_mma` over `", stringify!($ty), "` experts.")]
+        ///
+        /// # Safety
+        /// The host's launch wrapper checks `gemv_experts_mma`'s preconditions.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "gpu-kernel" fn $gemv(
+            out: *mut f32,
+            codes: *const u8,
+            scales: *const f32,
+            w: *const u8,
+            run_expert: *const u32,
+            run_start: *const u32,
+            shape: MatmulShape,
+        ) {
+            let (w_up, bias) = (core::ptr::null(), core::ptr::null());
+            let input = CodesIn { codes, scales, w, w_up, bias };
+            // SAFETY: the wrapper's checks.
+            unsafe { gemv_experts_mma::<$ty, 1>(out, input, run_expert, run_start, shape) }
+        }
+
+        #[doc = concat!("`gemv_experts_mma` with the SwiGLU over `", stringify!($ty), "` experts.")]
+        ///
+        /// # Safety
+        /// The host's launch wrapper checks `gemv_experts_mma`'s preconditions.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "gpu-kernel" fn $swiglu(
+            out: *mut f32,
+            codes: *const u8,
+            scales: *const f32,
+            w_gate: *const u8,
+            w_up: *const u8,
+            run_expert: *const u32,
+            run_start: *const u32,
+            shape: MatmulShape,
+        ) {
+            let (w, bias) = (w_gate, core::ptr::null());
+            let input = CodesIn { codes, scales, w, w_up, bias };
+            // SAFETY: the wrapper's checks.
+            unsafe { gemv_experts_mma::<$ty, 2>(out, input, run_expert, run_start, shape) }
+        }
+    )*};
+}
+
+experts_mma_kernels! {
+    Q4_1 => gemv_experts_mma_q4_1, gemv_swiglu_experts_mma_q4_1;
+    Q8_0 => gemv_experts_mma_q8_0, gemv_swiglu_experts_mma_q8_0;
+    Q4K => gemv_experts_mma_q4_k, gemv_swiglu_experts_mma_q4_k;
+    Q6K => gemv_experts_mma_q6_k, gemv_swiglu_experts_mma_q6_k;
 }
 
 /// `gemv_bf16` over run `block_idx_y()`'s expert and pairs, a pair at a time: `out[p, :] =

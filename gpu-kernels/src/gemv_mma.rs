@@ -422,7 +422,11 @@ unsafe fn load_parts<B: MmaCodes, const M: usize>(
 /// MMA_GEMV_WARPS`; the launch gives `mma_gemv_shared_bytes(M)` bytes of dynamic shared
 /// memory and `n_out.div_ceil(MMA_GEMV_ROWS)` blocks; `out` overlaps no input.
 #[inline(always)]
-unsafe fn gemv_mma<B: MmaCodes, const M: usize>(out: *mut f32, input: CodesIn, shape: MatmulShape) {
+pub(crate) unsafe fn gemv_mma<B: MmaCodes, const M: usize>(
+    out: *mut f32,
+    input: CodesIn,
+    shape: MatmulShape,
+) {
     let CodesIn {
         codes,
         scales,

@@ -11,8 +11,9 @@
 
 use crate::args::RouteShape;
 use crate::device::{
-    WARP, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp, shfl_up_u32, shfl_xor,
-    shfl_xor_u32, sync_threads, thread_idx_x, wait_for_previous_kernel, warp_max, warp_sum,
+    WARP, ballot, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp, shfl_up_u32,
+    shfl_xor, shfl_xor_u32, sync_threads, thread_idx_x, wait_for_previous_kernel, warp_max,
+    warp_sum,
 };
 use crate::tiles::ROUTE_SHARED_PAIRS;
 
@@ -42,12 +43,12 @@ fn better(a: (f32, u32), b: (f32, u32)) -> (f32, u32) {
 /// largest logit and the sum of the exponentials (shuffles), leave the exponentials in the
 /// warp's row of shared memory, and pick the `top_k` largest one after another, a warp
 /// argmax each (the chosen one then marked -1, below any exponential); the choices also go
-/// to shared memory, where they fit (`ROUTE_SHARED_PAIRS`). Then thread `e` counts expert
-/// e's pairs, walking every choice in order; warp 0 lays the runs out, each lane a slice of
-/// the experts, the slices' offsets from a scan of shuffles; and thread e writes its
-/// expert's pairs in token order. Each expert's walk is the same work whatever the others
-/// chose, and the order of everything written is fixed, so the same logits give the same
-/// grouping every run.
+/// to shared memory, where they fit (`ROUTE_SHARED_PAIRS`). Then a warp counts an expert's
+/// pairs, 32 choices a ballot; warp 0 lays the runs out, each lane a slice of the experts,
+/// the slices' offsets from a scan of shuffles; and a warp writes an expert's pairs in
+/// token order, each lane's place from the ballot's lanes below it. Each expert's walk is the
+/// same work whatever the others chose, and the order of everything written is fixed, so the
+/// same logits give the same grouping every run.
 ///
 /// # Safety
 /// The buffers are as listed and do not overlap; `1 <= top_k <= n_experts`; one block of
@@ -153,14 +154,20 @@ pub unsafe extern "gpu-kernel" fn route_experts_f32(
     // global memory of this block's) before the walks that read them.
     unsafe { sync_threads() };
 
-    let mut e = thread_idx_x();
+    // Warp w counts experts w, w + warps, ...: its lanes look at 32 choices at a time, and a
+    // ballot says which of them chose the expert.
+    let mut e = warp;
     while e < experts {
         let mut count = 0;
-        for p in 0..pairs {
-            count += (chosen(p) == e) as u32;
+        let mut p = lane;
+        while p < pairs.next_multiple_of(WARP) {
+            count += ballot(p < pairs && chosen(p) == e).count_ones();
+            p += WARP;
         }
-        unsafe { *counts.add(e) = count };
-        e += block_dim_x();
+        if lane == 0 {
+            unsafe { *counts.add(e) = count };
+        }
+        e += warps;
     }
     unsafe { sync_threads() };
     if warp == 0 {
@@ -217,20 +224,28 @@ pub unsafe extern "gpu-kernel" fn route_experts_f32(
         }
         j += block_dim_x();
     }
-    let mut e = thread_idx_x();
+    // Warp w writes experts w, w + warps, ...'s pairs in order: of each 32 choices, a lane
+    // that chose the expert writes its pair at the run's next place plus the lanes below it
+    // that chose it too.
+    let mut e = warp;
     while e < experts {
         let mut at = unsafe { *starts.add(e) } as usize;
-        for p in 0..pairs {
-            if chosen(p) == e {
-                // SAFETY: p < pairs; `at` stays below expert e's run's end (its count).
+        let mut p = lane;
+        while p < pairs.next_multiple_of(WARP) {
+            let mine = p < pairs && chosen(p) == e;
+            let mask = ballot(mine);
+            if mine {
+                let slot = at + (mask & ((1u32 << lane) - 1)).count_ones() as usize;
+                // SAFETY: p < pairs; slot stays below expert e's run's end (its count).
                 unsafe {
-                    *index.add(at) = (p / k) as u32;
-                    *pair_of.add(p) = at as u32;
+                    *index.add(slot) = (p / k) as u32;
+                    *pair_of.add(p) = slot as u32;
                 }
-                at += 1;
             }
+            at += mask.count_ones() as usize;
+            p += WARP;
         }
-        e += block_dim_x();
+        e += warps;
     }
 }
 

@@ -260,9 +260,10 @@ pub const fn codes_shared_bytes(warps: usize) -> usize {
     warps * CODES_ROWS * QUANT_MAX_TOKENS * 4
 }
 
-/// A mixture of experts' routing (`route.rs`): threads of its one block, a warp a token at
-/// a time.
-pub const ROUTE_THREADS: usize = 256;
+/// A mixture of experts' routing (`route.rs`): most threads of its one block (a warp a
+/// token, then a warp an expert, at a time); fewer where many experts' rows of
+/// probabilities would outgrow 48 KiB of shared memory.
+pub const ROUTE_MAX_THREADS: usize = 1024;
 /// Most (token, expert) pairs whose choices the routing keeps in shared memory (as u16),
 /// where its walks over them read them; more are read from global memory.
 pub const ROUTE_SHARED_PAIRS: usize = 2048;

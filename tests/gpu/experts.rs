@@ -1,8 +1,9 @@
 //! A mixture of experts' kernels on the device against their twins: the routing
 //! (`route_experts_f32`: every choice, run and pair exactly, the weights within the
 //! approximate `ex2`), the weighted add back (`combine_experts_f32`), and the grouped GEMVs
-//! of every GGUF type and bf16 (`gemv_experts_<type>`, `gemv_swiglu_experts_<type>`) over
-//! runs of one pair to runs longer than a pass's `QUANT_MAX_TOKENS`, outputs poisoned.
+//! of every GGUF type and bf16 (`gemv_experts_<type>`, `gemv_swiglu_experts_<type>`, and on
+//! the tensor cores `gemv_experts_mma_<type>` for the types that have it) over runs of one
+//! pair to runs longer than a pass's `QUANT_MAX_TOKENS`, outputs poisoned.
 
 use cudarc::driver::CudaSlice;
 use rand::Rng;
@@ -197,6 +198,30 @@ const CODES_TYPES: [(BlockType, CodesTwin, SwigluCodesTwin); 8] = [
     ),
 ];
 
+/// The types with a grouped GEMV on the tensor cores, and its twins.
+const MMA_TYPES: [(BlockType, CodesTwin, SwigluCodesTwin); 4] = [
+    (
+        BlockType::Q4_1,
+        twins::gemv_experts_mma_q4_1,
+        twins::gemv_swiglu_experts_mma_q4_1,
+    ),
+    (
+        BlockType::Q8_0,
+        twins::gemv_experts_mma_q8_0,
+        twins::gemv_swiglu_experts_mma_q8_0,
+    ),
+    (
+        BlockType::Q4K,
+        twins::gemv_experts_mma_q4_k,
+        twins::gemv_swiglu_experts_mma_q4_k,
+    ),
+    (
+        BlockType::Q6K,
+        twins::gemv_experts_mma_q6_k,
+        twins::gemv_swiglu_experts_mma_q6_k,
+    ),
+];
+
 /// (experts, top k, tokens, one expert favoured by every token, rows, inputs): a decode
 /// token, a few, and a run of 20 pairs (three passes of a block).
 const GROUPED_CASES: [(u32, u32, u32, Option<usize>, usize, usize); 4] = [
@@ -228,7 +253,9 @@ fn grouped_routing(
 }
 
 pub fn gemv_experts_blocks(g: &Gpu, rng: &mut StdRng) {
-    for (ty, twin, swiglu_twin) in CODES_TYPES {
+    let dp4a = CODES_TYPES.map(|t| (t, false));
+    let mma = MMA_TYPES.map(|t| (t, true));
+    for ((ty, twin, swiglu_twin), on_mma) in dp4a.into_iter().chain(mma) {
         for (experts, k, n, favoured, n_out, n_in) in GROUPED_CASES {
             if !ty.fits(n_in) {
                 continue;
@@ -254,7 +281,9 @@ pub fn gemv_experts_blocks(g: &Gpu, rng: &mut StdRng) {
             let (codes_view, scales_view) = (codes_dev.as_view(), scales_dev.as_view());
             let input = (&codes_view, &scales_view);
             let shape = MatmulShape::new(pairs, n_in, n_out, n_out, false);
-            let what = format!("{ty} {experts} experts of {n_out} x {n_in}, {n} tokens, top {k}");
+            let what = format!(
+                "{ty} {experts} experts of {n_out} x {n_in}, {n} tokens, top {k}, mma {on_mma}"
+            );
 
             let mut cpu = vec![f32::NAN; pairs * n_out];
             twin(&mut cpu, &codes, &scales, &w, host_runs, shape);
@@ -266,6 +295,7 @@ pub fn gemv_experts_blocks(g: &Gpu, rng: &mut StdRng) {
                 (&view, None),
                 dev_runs,
                 shape,
+                on_mma,
             )
             .unwrap();
             assert_strided(&what, &down(g, &out), &cpu, None, shape, LONG_REDUCTION);
@@ -275,7 +305,7 @@ pub fn gemv_experts_blocks(g: &Gpu, rng: &mut StdRng) {
             let mut out = poisoned(g, pairs * n_out);
             let up_view = up_dev.view(ty);
             let w = (&view, Some(&up_view));
-            g.gemv_experts_codes(&mut out.as_view_mut(), input, w, dev_runs, shape)
+            g.gemv_experts_codes(&mut out.as_view_mut(), input, w, dev_runs, shape, on_mma)
                 .unwrap();
             let what = format!("SwiGLU, {what}");
             assert_strided(&what, &down(g, &out), &cpu, None, shape, SWIGLU_OF_SUMS);

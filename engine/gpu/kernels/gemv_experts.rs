@@ -6,6 +6,7 @@ use cudarc::driver::CudaFunction;
 
 use super::gemv::{GEMV_WARPS, gemv_launch};
 use super::gemv_codes::codes_launch;
+use super::gemv_mma::mma_launch;
 use super::gemv_quant::BlocksIn;
 use super::table::Kernels;
 use super::{In, Out, aligned16};
@@ -48,7 +49,10 @@ impl Gpu {
     /// out_stride]`, columns `0..n_out`) = each pair's row of x times its run's expert of `w`
     /// (`[n_experts * n_out]` rows of `w.ty`; with `up`, silu of the gate `w` times up), x as
     /// `quantize_q8_f32` left it (`codes` `[pairs, n_in]`, `scales` `[pairs, n_in / 32][2]`).
-    /// `shape.n_tokens` is the pairs; it does not accumulate.
+    /// `shape.n_tokens` is the pairs; it does not accumulate. With `mma`, the same on the
+    /// tensor cores (`gemv_experts_mma_<ty>`, for the types of `MMA_GEMV_TYPES`): the caller
+    /// asks for it where the runs are long (`Gpu::gemv_on_mma` of the pairs a run).
+    #[allow(clippy::too_many_arguments)]
     pub fn gemv_experts_codes(
         &self,
         out: &mut Out<f32>,
@@ -56,6 +60,7 @@ impl Gpu {
         (w, up): (&BlocksIn, Option<&BlocksIn>),
         runs: RunsIn,
         shape: MatmulShape,
+        mma: bool,
     ) -> Result<()> {
         let [pairs, n_in, n_out, _] = shape.sizes();
         let ty = w.ty;
@@ -83,15 +88,23 @@ impl Gpu {
         assert!(scales.len() >= pairs * n_in / 16 && aligned16(scales, &self.stream));
         let matrix = n_out * ty.row_bytes(n_in);
         let (_, n_runs) = experts_and_runs(w.bytes.len(), matrix, runs, pairs);
-        let [gemv, swiglu] = self.kernels.experts(ty);
-        let ((func, name), blocks) = match up {
-            None => (gemv, n_out.div_ceil(CODES_ROWS)),
-            Some(_) => (swiglu, n_out),
+        let tiles = 1 + up.is_some() as usize;
+        let ((func, name), mut cfg) = if mma {
+            let [gemv, swiglu] = self
+                .kernels
+                .experts_mma(ty)
+                .unwrap_or_else(|| panic!("no gemv_experts_mma_<type> for {ty}"));
+            let kernel = if up.is_some() { swiglu } else { gemv };
+            (kernel, mma_launch(n_out, tiles))
+        } else {
+            let [gemv, swiglu] = self.kernels.experts(ty);
+            match up {
+                None => (gemv, codes_launch(ty, n_in, n_out.div_ceil(CODES_ROWS))),
+                Some(_) => (swiglu, codes_launch(ty, n_in, n_out)),
+            }
         };
-        let mut cfg = codes_launch(ty, n_in, blocks);
         cfg.grid_dim.1 = n_runs as u32;
-        let matrices = 1 + up.is_some() as usize;
-        let traffic = experts_traffic(matrices * matrix, n_runs, pairs * n_in * 5 / 4, shape);
+        let traffic = experts_traffic(tiles * matrix, n_runs, pairs * n_in * 5 / 4, shape);
         let mut b = self.launcher(func);
         b.arg(out).arg(codes).arg(scales).arg(&w.bytes);
         if let Some(up) = up {
@@ -150,6 +163,42 @@ impl Gpu {
 }
 
 impl Kernels {
+    /// `gemv_experts_mma_<type>` and `gemv_swiglu_experts_mma_<type>`, with their names, for
+    /// the types of `MMA_GEMV_TYPES`.
+    fn experts_mma(&self, ty: BlockType) -> Option<[(&CudaFunction, &'static str); 2]> {
+        Some(match ty {
+            BlockType::Q4_1 => [
+                (&self.gemv_experts_mma_q4_1, "gemv_experts_mma_q4_1"),
+                (
+                    &self.gemv_swiglu_experts_mma_q4_1,
+                    "gemv_swiglu_experts_mma_q4_1",
+                ),
+            ],
+            BlockType::Q8_0 => [
+                (&self.gemv_experts_mma_q8_0, "gemv_experts_mma_q8_0"),
+                (
+                    &self.gemv_swiglu_experts_mma_q8_0,
+                    "gemv_swiglu_experts_mma_q8_0",
+                ),
+            ],
+            BlockType::Q4K => [
+                (&self.gemv_experts_mma_q4_k, "gemv_experts_mma_q4_k"),
+                (
+                    &self.gemv_swiglu_experts_mma_q4_k,
+                    "gemv_swiglu_experts_mma_q4_k",
+                ),
+            ],
+            BlockType::Q6K => [
+                (&self.gemv_experts_mma_q6_k, "gemv_experts_mma_q6_k"),
+                (
+                    &self.gemv_swiglu_experts_mma_q6_k,
+                    "gemv_swiglu_experts_mma_q6_k",
+                ),
+            ],
+            _ => return None,
+        })
+    }
+
     /// `gemv_experts_<type>` and `gemv_swiglu_experts_<type>`, with their names, for the GGUF
     /// types.
     fn experts(&self, ty: BlockType) -> [(&CudaFunction, &'static str); 2] {

@@ -122,7 +122,7 @@ fn mma_traffic(weights: usize, matrices: usize, shape: MatmulShape) -> Traffic {
 
 /// A block of `MMA_GEMV_WARPS` warps for every `MMA_GEMV_ROWS` rows, with its warps' sums of
 /// `tiles` tiles of rows in shared memory.
-fn mma_launch(n_out: usize, tiles: usize) -> LaunchConfig {
+pub(super) fn mma_launch(n_out: usize, tiles: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (n_out.div_ceil(MMA_GEMV_ROWS) as u32, 1, 1),
         block_dim: (32 * MMA_GEMV_WARPS as u32, 1, 1),

@@ -7,7 +7,7 @@ use super::{In, Out, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
 use crate::kernel_args::{RouteShape, Routing};
-use crate::tiles::{ROUTE_THREADS, route_shared_bytes};
+use crate::tiles::{ROUTE_MAX_THREADS, route_shared_bytes};
 use crate::traffic;
 
 /// The routing's buffers on the device, as the kernel writes them.
@@ -35,15 +35,16 @@ impl Gpu {
         }
         assert!(r.choice_weight.len() >= pairs);
         assert!(r.run_expert.len() >= experts && r.run_start.len() > experts);
-        let shared = route_shared_bytes(ROUTE_THREADS / 32, experts, pairs);
-        assert!(
-            shared <= 48 * 1024,
-            "{experts} experts' routing outgrows shared memory"
-        );
+        // The most warps whose rows of probabilities fit the default 48 KiB.
+        let fits = |warps: usize| route_shared_bytes(warps, experts, pairs) <= 48 * 1024;
+        let warps = [ROUTE_MAX_THREADS / 32, 16, 8, 4]
+            .into_iter()
+            .find(|&w| fits(w))
+            .unwrap_or_else(|| panic!("{experts} experts' routing outgrows shared memory"));
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
-            block_dim: (ROUTE_THREADS as u32, 1, 1),
-            shared_mem_bytes: shared as u32,
+            block_dim: (32 * warps as u32, 1, 1),
+            shared_mem_bytes: route_shared_bytes(warps, experts, pairs) as u32,
         };
         let mut b = self.launcher(&self.kernels.route_experts_f32);
         b.arg(logits)
