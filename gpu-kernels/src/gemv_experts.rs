@@ -6,6 +6,10 @@
 //! expert) pairs grouped by expert in runs. Block `(b, j)` of the grid takes the rows of
 //! block b of a dense GEMV (`gemv_codes`, `gemv_bf16`) in run j's expert, over that run's
 //! pairs: at most `QUANT_MAX_TOKENS` at a time, the later ones finding the weights in L1.
+//! Where the runs are long (a step of many tokens: about 4 pairs an expert at 64 sequences of
+//! Qwen3-30B-A3B) the GGUF types that have one take the tensor cores' GEMV (`gemv_mma`) the
+//! same way: 3858.9 tok/s where the dp4a GEMV gave 1374.9 (H100, bench/history/rounds.md
+//! round 75).
 //! The grid's y is the most runs a pass can have, `min(n_experts, pairs)`; the blocks of the
 //! empty runs at the end leave at once, so the launch is the same whatever the routing (a
 //! CUDA graph replays it).
