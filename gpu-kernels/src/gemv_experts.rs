@@ -39,34 +39,35 @@ unsafe fn run(run_expert: *const u32, run_start: *const u32, j: usize) -> (usize
     }
 }
 
-/// `gemv_codes` over run `block_idx_y()`'s expert and pairs: `out[p, o] = sum_i w[e, o, i]
-/// x[p, i]` for the run's pairs p (with `SWIGLU`, `silu(gate) * up` of the expert's two
-/// matrices), `QUANT_MAX_TOKENS` pairs a pass.
+/// A GEMV of GGUF blocks over run `block_idx_y()`'s expert and pairs: `pass` (a dense
+/// GEMV's body for one block of rows: `gemv_codes`, `gemv_mma`) on each `QUANT_MAX_TOKENS`
+/// of the run's pairs in turn, given its output, its inputs moved to those pairs and that
+/// expert, and the pass's shape. `row_bytes` is a row's bytes of the type.
 ///
 /// - `out`: `[pairs, out_stride]` f32, columns `0..n_out`
 /// - `codes`, `scales`: `[pairs, n_in]` i8 and `[pairs, n_in / 32][2]` f32
 ///   (`quantize_q8_f32`'s), pair p's row p
-/// - `w` (and `w_up` with `SWIGLU`): `[n_experts, n_out]` rows of `n_in` weights of `B`
+/// - `w` (and `w_up` with the SwiGLU): `[n_experts, n_out]` rows of `n_in` weights
 /// - `run_expert`, `run_start`: `route_experts_f32`'s
 /// - `shape`: `n_in`, `n_out`, `out_stride`; `n_tokens` is the pairs, `accumulate` 0
 ///
 /// # Safety
-/// `gemv_codes`'s preconditions for every run (its pairs as the tokens), and `n_in / 32`
-/// even (so that each pair's scales start 16-byte aligned); the grid's y at most
-/// `n_experts`.
+/// `pass`'s preconditions for every run (its pairs as the tokens), and `n_in / 32` even (so
+/// that each pair's scales start 16-byte aligned); the grid's y at most `n_experts`.
 #[inline(always)]
-unsafe fn gemv_experts_codes<B: Codes, const SWIGLU: bool>(
+unsafe fn over_runs(
     out: *mut f32,
     input: CodesIn,
-    run_expert: *const u32,
-    run_start: *const u32,
+    (run_expert, run_start): (*const u32, *const u32),
     shape: MatmulShape,
+    row_bytes: usize,
+    pass: impl Fn(*mut f32, CodesIn, MatmulShape),
 ) {
     wait_for_previous_kernel();
     let [_, n_in, n_out, out_stride] = shape.sizes();
     // SAFETY: the grid's y is at most n_experts: inside both.
     let (expert, first, end) = unsafe { run(run_expert, run_start, block_idx_y()) };
-    let matrix = expert * n_out * (n_in / B::BLOCK_LEN * B::BLOCK_BYTES);
+    let matrix = expert * n_out * row_bytes;
     let mut p = first;
     while p < end {
         let tokens = (end - p).min(QUANT_MAX_TOKENS);
@@ -77,23 +78,44 @@ unsafe fn gemv_experts_codes<B: Codes, const SWIGLU: bool>(
         }
         // SAFETY: pairs p .. p + tokens of the run: inside codes, scales and out; the
         // expert's matrices inside the stacks (the preconditions).
-        unsafe {
-            let at = CodesIn {
+        let at = unsafe {
+            CodesIn {
                 codes: input.codes.add(p * n_in),
                 scales: input.scales.add(p * n_in / 16),
                 w: input.w.add(matrix),
                 w_up: input.w_up.wrapping_add(matrix),
                 bias: core::ptr::null(),
-            };
-            let shape = MatmulShape {
-                n_tokens: tokens as u32,
-                accumulate: 0,
-                ..shape
-            };
-            gemv_codes::<B, SWIGLU>(out.add(p * out_stride), at, shape, block_idx_x());
-        }
+            }
+        };
+        let shape = MatmulShape {
+            n_tokens: tokens as u32,
+            accumulate: 0,
+            ..shape
+        };
+        // SAFETY: as above: pair p's row of out.
+        pass(unsafe { out.add(p * out_stride) }, at, shape);
         p += tokens;
     }
+}
+
+/// `gemv_codes` over run `block_idx_y()`'s expert and pairs (`over_runs`): `out[p, o] =
+/// sum_i w[e, o, i] x[p, i]` for the run's pairs p (with `SWIGLU`, `silu(gate) * up` of the
+/// expert's two matrices).
+///
+/// # Safety
+/// `over_runs`' preconditions, with `gemv_codes`'s.
+#[inline(always)]
+unsafe fn gemv_experts_codes<B: Codes, const SWIGLU: bool>(
+    out: *mut f32,
+    input: CodesIn,
+    run_expert: *const u32,
+    run_start: *const u32,
+    shape: MatmulShape,
+) {
+    let row_bytes = shape.n_in as usize / B::BLOCK_LEN * B::BLOCK_BYTES;
+    // SAFETY: the caller's; each pass is gemv_codes's over at most QUANT_MAX_TOKENS pairs.
+    let pass = |out, at, shape| unsafe { gemv_codes::<B, SWIGLU>(out, at, shape, block_idx_x()) };
+    unsafe { over_runs(out, input, (run_expert, run_start), shape, row_bytes, pass) }
 }
 
 /// `gemv_experts_<type>` and `gemv_swiglu_experts_<type>`: `gemv_experts_codes` over the
@@ -154,14 +176,13 @@ experts_kernels! {
     Q6K => gemv_experts_q6_k, gemv_swiglu_experts_q6_k;
 }
 
-/// `gemv_mma` over run `block_idx_y()`'s expert and pairs, `QUANT_MAX_TOKENS` pairs a pass
-/// on the tensor cores (`M` = 2: the gate and up with their SwiGLU): `gemv_experts_codes`'
-/// product where the runs are long enough that a pass's eight columns are not mostly empty
-/// (the host decides, `Gpu::gemv_on_mma`).
+/// `gemv_mma` over run `block_idx_y()`'s expert and pairs (`over_runs`), on the tensor cores
+/// (`M` = 2: the gate and up with their SwiGLU): `gemv_experts_codes`' product where the runs
+/// are long enough that a pass's eight columns are not mostly empty (the host decides,
+/// `Gpu::gemv_on_mma`).
 ///
 /// # Safety
-/// `gemv_mma`'s preconditions for every run (its pairs as the tokens); the grid's y at most
-/// `n_experts`.
+/// `over_runs`' preconditions, with `gemv_mma`'s.
 #[inline(always)]
 unsafe fn gemv_experts_mma<B: MmaCodes, const M: usize>(
     out: *mut f32,
@@ -170,36 +191,10 @@ unsafe fn gemv_experts_mma<B: MmaCodes, const M: usize>(
     run_start: *const u32,
     shape: MatmulShape,
 ) {
-    wait_for_previous_kernel();
-    let [_, n_in, n_out, out_stride] = shape.sizes();
-    // SAFETY: the grid's y is at most n_experts: inside both.
-    let (expert, first, end) = unsafe { run(run_expert, run_start, block_idx_y()) };
-    let matrix = expert * n_out * (n_in / B::BLOCK_LEN * B::BLOCK_BYTES);
-    let mut p = first;
-    while p < end {
-        let tokens = (end - p).min(QUANT_MAX_TOKENS);
-        if p > first {
-            // SAFETY: as in `gemv_experts_codes`.
-            unsafe { sync_threads() };
-        }
-        // SAFETY: as in `gemv_experts_codes`.
-        unsafe {
-            let at = CodesIn {
-                codes: input.codes.add(p * n_in),
-                scales: input.scales.add(p * n_in / 16),
-                w: input.w.add(matrix),
-                w_up: input.w_up.wrapping_add(matrix),
-                bias: core::ptr::null(),
-            };
-            let shape = MatmulShape {
-                n_tokens: tokens as u32,
-                accumulate: 0,
-                ..shape
-            };
-            gemv_mma::<B, M>(out.add(p * out_stride), at, shape);
-        }
-        p += tokens;
-    }
+    let row_bytes = shape.n_in as usize / B::BLOCK_LEN * B::BLOCK_BYTES;
+    // SAFETY: the caller's; each pass is gemv_mma's over at most QUANT_MAX_TOKENS pairs.
+    let pass = |out, at, shape| unsafe { gemv_mma::<B, M>(out, at, shape) };
+    unsafe { over_runs(out, input, (run_expert, run_start), shape, row_bytes, pass) }
 }
 
 /// `gemv_experts_mma_<type>` and `gemv_swiglu_experts_mma_<type>`: `gemv_experts_mma` over the
