@@ -4,8 +4,9 @@
 //! all B sequences at once (one token each, the runner's greedy path: CUDA graphs per batch
 //! bucket). Prefill and decode are timed apart: prompt tokens per second, and generated
 //! tokens per second with the step time, beside the ceiling the same run measured (the
-//! weights once per step plus every sequence's KV cache, over the copy bandwidth), and one
-//! decode step kernel by kernel.
+//! weights once per step plus every sequence's KV cache, over the copy bandwidth; of a
+//! mixture of experts, the experts the step's tokens are likely to choose), and one decode
+//! step kernel by kernel.
 
 use std::time::Instant;
 
