@@ -148,6 +148,9 @@ pub struct GpuBackend {
     batch_invariant: bool,
     /// Every matrix is GGUF blocks (`GpuWeights::all_codes`, `Rules::all_codes`).
     all_codes: bool,
+    /// Some layer's experts are routed on the host (`GpuWeights::routes_on_host`): no step
+    /// is a CUDA graph.
+    host_routing: bool,
     /// Most tokens of a decode step the integer GEMV takes (`Gpu::decode_gemv_tokens`).
     decode_gemv_tokens: usize,
     /// `Gpu::gemv_mma_tokens` outside the batch-invariant mode.
@@ -197,6 +200,7 @@ impl GpuBackend {
             graphs: Graphs::default(),
             batch_invariant: false,
             all_codes: weights.all_codes(),
+            host_routing: weights.routes_on_host(),
             decode_gemv_tokens: gpu.decode_gemv_tokens(&weights.block_types()),
             gemv_mma_tokens: gpu.gemv_mma_tokens,
             logits_host: vec![],
@@ -338,7 +342,7 @@ impl GpuBackend {
         }
         let decode = is_decode_step(batch);
         // Experts routed on the host wait for it between layers: no graph holds that.
-        let bucket = match self.weights.routes_on_host() {
+        let bucket = match self.host_routing {
             true => None,
             false => self.graphs.bucket(batch, decode),
         };

@@ -112,12 +112,13 @@ impl GpuLayer {
     /// The matrices the matmuls' plans multiply: every one but stacked experts, which only
     /// the grouped GEMVs read (never dequantized for a prompt, never a dense GEMV's).
     fn planned(&self) -> Vec<&GpuMatrix> {
-        let mut m = self.matrices();
-        if let LayerMlp::Experts(e) = &self.mlp
-            && let ExpertWeights::Stacked(stack) = &e.experts
-        {
-            let stacked = stack.matrices();
-            m.retain(|w| !stacked.iter().any(|s| std::ptr::eq(*s, *w)));
+        let mut m = vec![&self.wqkv, &self.wo];
+        match &self.mlp {
+            LayerMlp::Dense(d) => m.extend(d.matrices()),
+            LayerMlp::Experts(e) => match &e.experts {
+                ExpertWeights::Each(_) => m.extend(e.experts.matrices()),
+                ExpertWeights::Stacked(_) => {}
+            },
         }
         m
     }

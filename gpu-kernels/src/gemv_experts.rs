@@ -118,64 +118,6 @@ unsafe fn gemv_experts_codes<B: Codes, const SWIGLU: bool>(
     unsafe { over_runs(out, input, (run_expert, run_start), shape, row_bytes, pass) }
 }
 
-/// `gemv_experts_<type>` and `gemv_swiglu_experts_<type>`: `gemv_experts_codes` over the
-/// type, without and with `SWIGLU`.
-macro_rules! experts_kernels {
-    ($($ty:ident => $gemv:ident, $swiglu:ident;)*) => {$(
-        #[doc = concat!("`gemv_experts_codes` over `", stringify!($ty), "` experts.")]
-        ///
-        /// # Safety
-        /// The host's launch wrapper checks `gemv_experts_codes`'s preconditions.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $gemv(
-            out: *mut f32,
-            codes: *const u8,
-            scales: *const f32,
-            w: *const u8,
-            run_expert: *const u32,
-            run_start: *const u32,
-            shape: MatmulShape,
-        ) {
-            let (w_up, bias) = (core::ptr::null(), core::ptr::null());
-            let input = CodesIn { codes, scales, w, w_up, bias };
-            // SAFETY: the wrapper's checks.
-            unsafe { gemv_experts_codes::<$ty, false>(out, input, run_expert, run_start, shape) }
-        }
-
-        #[doc = concat!("`gemv_experts_codes` with `SWIGLU` over `", stringify!($ty), "` experts.")]
-        ///
-        /// # Safety
-        /// The host's launch wrapper checks `gemv_experts_codes`'s preconditions.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "gpu-kernel" fn $swiglu(
-            out: *mut f32,
-            codes: *const u8,
-            scales: *const f32,
-            w_gate: *const u8,
-            w_up: *const u8,
-            run_expert: *const u32,
-            run_start: *const u32,
-            shape: MatmulShape,
-        ) {
-            let (w, bias) = (w_gate, core::ptr::null());
-            let input = CodesIn { codes, scales, w, w_up, bias };
-            // SAFETY: the wrapper's checks.
-            unsafe { gemv_experts_codes::<$ty, true>(out, input, run_expert, run_start, shape) }
-        }
-    )*};
-}
-
-experts_kernels! {
-    Q4_0 => gemv_experts_q4_0, gemv_swiglu_experts_q4_0;
-    Q4_1 => gemv_experts_q4_1, gemv_swiglu_experts_q4_1;
-    Q5_0 => gemv_experts_q5_0, gemv_swiglu_experts_q5_0;
-    Q5_1 => gemv_experts_q5_1, gemv_swiglu_experts_q5_1;
-    Q8_0 => gemv_experts_q8_0, gemv_swiglu_experts_q8_0;
-    Q4K => gemv_experts_q4_k, gemv_swiglu_experts_q4_k;
-    Q5K => gemv_experts_q5_k, gemv_swiglu_experts_q5_k;
-    Q6K => gemv_experts_q6_k, gemv_swiglu_experts_q6_k;
-}
-
 /// `gemv_mma` over run `block_idx_y()`'s expert and pairs (`over_runs`), on the tensor cores
 /// (`M` = 2: the gate and up with their SwiGLU): `gemv_experts_codes`' product where the runs
 /// are long enough that a pass's eight columns are not mostly empty (the host decides,
@@ -197,14 +139,16 @@ unsafe fn gemv_experts_mma<B: MmaCodes, const M: usize>(
     unsafe { over_runs(out, input, (run_expert, run_start), shape, row_bytes, pass) }
 }
 
-/// `gemv_experts_mma_<type>` and `gemv_swiglu_experts_mma_<type>`: `gemv_experts_mma` over the
-/// type, one tile of rows and two.
-macro_rules! experts_mma_kernels {
-    ($($ty:ident => $gemv:ident, $swiglu:ident;)*) => {$(
-        #[doc = concat!("`gemv_experts_mma` over `", stringify!($ty), "` experts.")]
+/// A grouped GEMV's two entry points for each type: `$gemv` (one matrix) and `$swiglu` (the
+/// gate and up with their SwiGLU), each `$inner` (`gemv_experts_codes`, `gemv_experts_mma`)
+/// over the type with its generic argument `$one` or `$two` (`false` / `true` for the SwiGLU
+/// flag, 1 / 2 for the tiles of rows).
+macro_rules! grouped_kernels {
+    ($inner:ident, $one:tt, $two:tt; $($ty:ident => $gemv:ident, $swiglu:ident;)*) => {$(
+        #[doc = concat!("`", stringify!($inner), "` over `", stringify!($ty), "` experts.")]
         ///
         /// # Safety
-        /// The host's launch wrapper checks `gemv_experts_mma`'s preconditions.
+        #[doc = concat!("The host's launch wrapper checks `", stringify!($inner), "`'s preconditions.")]
         #[unsafe(no_mangle)]
         pub unsafe extern "gpu-kernel" fn $gemv(
             out: *mut f32,
@@ -218,13 +162,13 @@ macro_rules! experts_mma_kernels {
             let (w_up, bias) = (core::ptr::null(), core::ptr::null());
             let input = CodesIn { codes, scales, w, w_up, bias };
             // SAFETY: the wrapper's checks.
-            unsafe { gemv_experts_mma::<$ty, 1>(out, input, run_expert, run_start, shape) }
+            unsafe { $inner::<$ty, $one>(out, input, run_expert, run_start, shape) }
         }
 
-        #[doc = concat!("`gemv_experts_mma` with the SwiGLU over `", stringify!($ty), "` experts.")]
+        #[doc = concat!("`", stringify!($inner), "` with the SwiGLU over `", stringify!($ty), "` experts.")]
         ///
         /// # Safety
-        /// The host's launch wrapper checks `gemv_experts_mma`'s preconditions.
+        #[doc = concat!("The host's launch wrapper checks `", stringify!($inner), "`'s preconditions.")]
         #[unsafe(no_mangle)]
         pub unsafe extern "gpu-kernel" fn $swiglu(
             out: *mut f32,
@@ -239,12 +183,23 @@ macro_rules! experts_mma_kernels {
             let (w, bias) = (w_gate, core::ptr::null());
             let input = CodesIn { codes, scales, w, w_up, bias };
             // SAFETY: the wrapper's checks.
-            unsafe { gemv_experts_mma::<$ty, 2>(out, input, run_expert, run_start, shape) }
+            unsafe { $inner::<$ty, $two>(out, input, run_expert, run_start, shape) }
         }
     )*};
 }
 
-experts_mma_kernels! {
+grouped_kernels! { gemv_experts_codes, false, true;
+    Q4_0 => gemv_experts_q4_0, gemv_swiglu_experts_q4_0;
+    Q4_1 => gemv_experts_q4_1, gemv_swiglu_experts_q4_1;
+    Q5_0 => gemv_experts_q5_0, gemv_swiglu_experts_q5_0;
+    Q5_1 => gemv_experts_q5_1, gemv_swiglu_experts_q5_1;
+    Q8_0 => gemv_experts_q8_0, gemv_swiglu_experts_q8_0;
+    Q4K => gemv_experts_q4_k, gemv_swiglu_experts_q4_k;
+    Q5K => gemv_experts_q5_k, gemv_swiglu_experts_q5_k;
+    Q6K => gemv_experts_q6_k, gemv_swiglu_experts_q6_k;
+}
+
+grouped_kernels! { gemv_experts_mma, 1, 2;
     Q4_1 => gemv_experts_mma_q4_1, gemv_swiglu_experts_mma_q4_1;
     Q8_0 => gemv_experts_mma_q8_0, gemv_swiglu_experts_mma_q8_0;
     Q4K => gemv_experts_mma_q4_k, gemv_swiglu_experts_mma_q4_k;

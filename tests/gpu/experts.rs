@@ -11,6 +11,7 @@ use rand::rngs::StdRng;
 use rustle::cpu::gemv_experts as twins;
 use rustle::cpu::ops;
 use rustle::gpu::Gpu;
+use rustle::gpu::kernels::In;
 use rustle::gpu::kernels::route::RoutingOut;
 use rustle::gpu::matrix::to_bf16;
 use rustle::kernel_args::{MatmulShape, RouteShape, Routing, Runs};
@@ -146,10 +147,26 @@ pub fn route_and_combine(g: &Gpu, rng: &mut StdRng) {
     }
 }
 
-/// A routing's runs on the device.
-struct DeviceRuns {
+/// A routing's runs on the host (a twin's) and on the device (a kernel's).
+struct CaseRuns {
+    host_expert: Vec<u32>,
+    host_start: Vec<u32>,
     expert: CudaSlice<u32>,
     start: CudaSlice<u32>,
+}
+
+impl CaseRuns {
+    fn host(&self) -> Runs<&[u32]> {
+        Runs {
+            expert: &self.host_expert,
+            start: &self.host_start,
+        }
+    }
+
+    /// The device buffers as views, for a `Runs` of references to them.
+    fn views(&self) -> (In<'_, u32>, In<'_, u32>) {
+        (self.expert.as_view(), self.start.as_view())
+    }
 }
 
 type CodesTwin = fn(&mut [f32], &[u8], &[f32], &[u8], Runs<&[u32]>, MatmulShape);
@@ -232,11 +249,7 @@ const GROUPED_CASES: [(u32, u32, u32, Option<usize>, usize, usize); 4] = [
 ];
 
 /// A case's routing, on the host and on the device.
-fn grouped_routing(
-    g: &Gpu,
-    rng: &mut StdRng,
-    case: (u32, u32, u32, Option<usize>),
-) -> (Vec<u32>, Vec<u32>, DeviceRuns) {
+fn grouped_routing(g: &Gpu, rng: &mut StdRng, case: (u32, u32, u32, Option<usize>)) -> CaseRuns {
     let (experts, k, n, favoured) = case;
     let shape = RouteShape {
         n_tokens: n,
@@ -245,11 +258,12 @@ fn grouped_routing(
         renormalize: 1,
     };
     let r = host_routing(&logits(rng, n as usize, experts as usize, favoured), shape);
-    let runs = DeviceRuns {
+    CaseRuns {
         expert: up(g, &r.run_expert),
         start: up(g, &r.run_start),
-    };
-    (r.run_expert, r.run_start, runs)
+        host_expert: r.run_expert,
+        host_start: r.run_start,
+    }
 }
 
 pub fn gemv_experts_blocks(g: &Gpu, rng: &mut StdRng) {
@@ -260,12 +274,9 @@ pub fn gemv_experts_blocks(g: &Gpu, rng: &mut StdRng) {
             if !ty.fits(n_in) {
                 continue;
             }
-            let (run_expert, run_start, runs) = grouped_routing(g, rng, (experts, k, n, favoured));
-            let host_runs = Runs {
-                expert: run_expert.as_slice(),
-                start: run_start.as_slice(),
-            };
-            let (dev_expert, dev_start) = (runs.expert.as_view(), runs.start.as_view());
+            let runs = grouped_routing(g, rng, (experts, k, n, favoured));
+            let host_runs = runs.host();
+            let (dev_expert, dev_start) = runs.views();
             let dev_runs = Runs {
                 expert: &dev_expert,
                 start: &dev_start,
@@ -315,12 +326,9 @@ pub fn gemv_experts_blocks(g: &Gpu, rng: &mut StdRng) {
 
 pub fn gemv_experts_bf16(g: &Gpu, rng: &mut StdRng) {
     for (experts, k, n, favoured, n_out, n_in) in GROUPED_CASES {
-        let (run_expert, run_start, runs) = grouped_routing(g, rng, (experts, k, n, favoured));
-        let host_runs = Runs {
-            expert: run_expert.as_slice(),
-            start: run_start.as_slice(),
-        };
-        let (dev_expert, dev_start) = (runs.expert.as_view(), runs.start.as_view());
+        let runs = grouped_routing(g, rng, (experts, k, n, favoured));
+        let host_runs = runs.host();
+        let (dev_expert, dev_start) = runs.views();
         let dev_runs = Runs {
             expert: &dev_expert,
             start: &dev_start,
