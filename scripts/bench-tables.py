@@ -12,6 +12,8 @@ A record is one JSON file in bench/results/, named DATE-GPU-WHAT.json, one sitti
       "kind": "rustle-bench",
       "commit": "b998b09",          the code that ran (git rev-parse --short HEAD)
       "date": "2026-12-06",         the day of the sitting (UTC)
+      "time": "09:52",              optional: the hour of the run (UTC), to order the records
+                                    of one day (one without a time counts as the day's first)
       "gpu": "H100",                the GPU, short: H100, H200 (the report's own name must
                                     contain it)
       "command": "rustle bench --shape llama3-8b --weights q4_k_m --ctx 512,8192 --json",
@@ -42,8 +44,8 @@ hold the cells as the source writes them, and every number of a row's figures mu
 the history sections named, which this script checks. A "{weights}" in its command is the
 row's weights.
 
-Each table keeps the newest row of each key (GPU, shape, weights, batch, context; a machine
-record before a transcribed one of the same day); an older row stays in its record.
+Each table keeps the newest row of each key (GPU, shape, weights, batch, context; by date, then
+time, a machine record before a transcribed one of the same day); an older row stays in its record.
 """
 
 import argparse
@@ -327,6 +329,8 @@ def load(records_dir, sections):
                     raise RecordError(f"no {key!r}")
             if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", record["date"]):
                 raise RecordError(f"date {record['date']!r} is not YYYY-MM-DD")
+            if not re.fullmatch(r"(\d{2}:\d{2})?", record.get("time", "")):
+                raise RecordError(f"time {record['time']!r} is not HH:MM")
             if record["kind"] == "rustle-bench":
                 report = record["report"]
                 name = (report.get("gpu") or report.get("device")) if isinstance(report, dict) else None
@@ -350,7 +354,8 @@ def load(records_dir, sections):
             if row["table"] not in TABLES:
                 raise RecordError(f"{path.name}: no table {row['table']!r}")
             row.update(gpu=record["gpu"], commit=row.get("commit", record["commit"]),
-                       date=record["date"], source=source_cell(record), record=path.name,
+                       date=record["date"], time=record.get("time", ""),
+                       source=source_cell(record), record=path.name,
                        machine=record["kind"] == "rustle-bench", note=record.get("note"))
             add_anchor(row, record.get("anchor"))
             rows.append(row)
@@ -387,12 +392,12 @@ def sort_key(row):
 
 
 def newest(rows):
-    """Of rows with one key, the newest (a machine record before a transcribed one, then the
-    record file that sorts last)."""
+    """Of rows with one key, the newest (by date and time, a machine record before a
+    transcribed one, then the record file that sorts last)."""
     best = {}
     for row in rows:
         k = key_of(row)
-        rank = (row["date"], row["machine"], row["record"])
+        rank = (row["date"], row["time"], row["machine"], row["record"])
         if k not in best or rank > best[k][0]:
             best[k] = (rank, row)
     return [r for _, r in best.values()], len(rows) - len(best)
