@@ -65,10 +65,10 @@ unsafe fn row_dot(w_row: *const u16, x: *const f32, n_in: usize, lane: usize) ->
 /// each sum is added up in `row_dot`'s order, so its bits are `row_dot`'s.
 ///
 /// Measured on an H100 (bench/history/rounds.md round 76): Qwen3-8B's gate and up (12,288
-/// rows, a thin last wave of blocks) 72.3 -> 69.8 us and its decode 2.4% faster; Llama-3-8B's
-/// (14,336 rows) 80.3 -> 82.1 us, its decode 0.6% slower; the grouped experts' SwiGLU
-/// (Qwen3-30B-A3B in bf16) 10% faster at 64 sequences. Two loads a row in flight (four in all,
-/// as before) gave Qwen3-8B 71.1 us and the experts less than before.
+/// rows, a thin last wave of blocks) 72.3 -> 69.9 us and its decode 2.2-2.4% faster;
+/// Llama-3-8B's (14,336 rows) 80.3 -> 82.2 us, its decode 0.5-0.8% slower; the grouped
+/// experts' SwiGLU (Qwen3-30B-A3B in bf16) 10% faster at 64 sequences. Two loads a row in
+/// flight (four in all, as before) gave Qwen3-8B 71.1 us and the experts less than before.
 ///
 /// # Safety
 /// `row_dot`'s, for both rows.
