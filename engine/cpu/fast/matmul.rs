@@ -25,11 +25,12 @@ use super::unpack::{RUN, is_quantized, row_f32, unpack_row};
 use super::weights::Matrix;
 
 /// Tokens from which a call takes the bf16 tiles: below it a tile's unpacking is shared by too
-/// few tokens. Measured with the rows prefetched (no GPU, the 2-core CPU, round 70, `rustle
-/// bench --verify 2,3,4,6,8 --cpu`): a pass of 4, 6 and 8 tokens of the default model took
-/// 14.7, 20.8 and 25.3 ms through the tiles and 14.8, 20.2 and 24.4 through the dot
-/// products, the same within the runs' spread: the tiles keep 4 and up.
-pub const GEMM_MIN_TOKENS: usize = 4;
+/// few tokens. Measured on the 2-core CPU (no GPU): the default model's Q4_1 matrices cost the
+/// same either way from 4 to 16 tokens (rounds 70 and 77, `rustle bench --verify`); a mixture
+/// of experts' Q4_K experts, about 10 tokens each in a prompt of 161, took the prompt from
+/// 476-542 ms through the tiles to 378-394 with the dot products up to 16 (Qwen3-30B-A3B's
+/// first 4 layers, round 77).
+pub const GEMM_MIN_TOKENS: usize = 16;
 
 /// Rows ahead of the one being multiplied that the 8-bit dot products ask the memory for
 /// (`rows_vnni`): the decode waits on memory, not on its arithmetic, without them.
