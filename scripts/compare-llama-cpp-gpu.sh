@@ -9,11 +9,14 @@
 # For a GPU machine with CUDA's compiler, cmake, ninja and python3 with numpy (torch, where
 # installed, draws the weights on the GPU). The machine needs no network when --llama-src
 # names llama.cpp's source (an unpacked tree, or a .tar.gz / .tar.xz holding `llama.cpp/`);
-# otherwise the pinned llama-cpp-python source package is fetched from PyPI as
-# scripts/compare-llama-cpp.sh does. Run with --help for the flags.
+# otherwise it takes the pinned source scripts/compare-llama-cpp.sh fetched into the cache.
+# Run with --help for the flags.
+#
+# Round 76 of bench/history/rounds.md ran these steps by hand on an H100; the script's own flow
+# has been checked against llama.cpp's CPU build and a stand-in for rustle, not yet on a GPU.
 set -euo pipefail
 
-LLAMA_CPP_PYTHON_VERSION=0.3.36 # vendors ggml-org/llama.cpp@0c1e57098, as compare-llama-cpp.sh
+LLAMA_CPP_PYTHON_VERSION=0.3.36 # compare-llama-cpp.sh's pin (ggml-org/llama.cpp@0c1e57098)
 
 usage() {
   cat <<EOF
@@ -35,7 +38,8 @@ each engine's min and median tok/s and the ratio of the medians for each number 
   --rounds R        turns of each engine (default 2)
   --work DIR        where llama.cpp is built and the files are written (default
                     \$XDG_CACHE_HOME/rustle/llama.cpp-gpu); a file already there is reused
-  --llama-src PATH  llama.cpp's source (a folder, or an archive holding llama.cpp/)
+  --llama-src PATH  llama.cpp's source (a folder, or an archive holding llama.cpp/; default:
+                    the pinned copy scripts/compare-llama-cpp.sh unpacks in the cache)
   --json FILE       also write every figure to FILE
   -h, --help        this text
 
@@ -86,13 +90,11 @@ tree="$work/src/llama.cpp"
 if [ ! -f "$tree/CMakeLists.txt" ]; then
   mkdir -p "$work/src"
   if [ -z "$src" ]; then
-    say "fetching llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION's source from PyPI"
-    python3 -m pip download --no-binary :all: --no-deps --no-build-isolation -q \
-      --dest "$work" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" ||
-      die "pip could not fetch llama-cpp-python's source; pass --llama-src"
-    tar -xzf "$work/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz" -C "$work/src" \
-      --strip-components=2 "llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
-  elif [ -d "$src" ]; then
+    # The pinned source as scripts/compare-llama-cpp.sh fetches and unpacks it.
+    src="${XDG_CACHE_HOME:-$HOME/.cache}/rustle/llama.cpp/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp"
+    [ -f "$src/CMakeLists.txt" ] || die "no llama.cpp source at $src: run scripts/compare-llama-cpp.sh once (it fetches llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION's source), or pass --llama-src"
+  fi
+  if [ -d "$src" ]; then
     ln -sfn "$(cd "$src" && pwd)" "$tree"
   else
     tar -xf "$src" -C "$work/src" || die "could not unpack $src"
