@@ -16,6 +16,7 @@ use crate::gpu::batch::MAX_SEQS;
 use crate::gpu::matrix::{Synthetic, WeightFormat};
 use crate::gpu::{Gpu, GpuBackend};
 use crate::kv::block_manager::{BLOCK_SIZE, BlockManager, BlockTable, blocks_for};
+use crate::kv::dtype::KvDtype;
 use crate::kv_cache::KvCache;
 use crate::model::ModelWeights;
 use crate::rope::RopeTables;
@@ -44,6 +45,8 @@ pub struct RunnerOptions {
     pub weights: WeightFormat,
     /// The matrix types of a synthetic shape's weights (`--weights`).
     pub synthetic: Synthetic,
+    /// How the GPU's KV cache holds keys and values (`--kv-dtype`).
+    pub kv_dtype: KvDtype,
 }
 
 impl Default for RunnerOptions {
@@ -53,6 +56,7 @@ impl Default for RunnerOptions {
             max_batch_tokens: 256,
             weights: WeightFormat::Stored,
             synthetic: Synthetic::Bf16,
+            kv_dtype: KvDtype::Bf16,
         }
     }
 }
@@ -151,6 +155,17 @@ pub fn check_cpu_weights(weights: WeightFormat) -> Result<()> {
     )))
 }
 
+/// Refuses `--kv-dtype fp8` on the CPU, whose caches hold f32 (the reference) or bf16 (the
+/// fast path).
+fn check_cpu_kv(dtype: KvDtype) -> Result<()> {
+    match dtype {
+        KvDtype::Bf16 => Ok(()),
+        KvDtype::Fp8 => Err(Error::Usage(
+            "--kv-dtype fp8 is the GPU's cache; the CPU keeps its own (f32 or bf16)".into(),
+        )),
+    }
+}
+
 impl Runner {
     pub fn new(
         config: Config,
@@ -191,6 +206,7 @@ impl Runner {
                 "--weights fp8 is for the GPU; the CPU holds the weights in f32".into(),
             ));
         }
+        check_cpu_kv(opts.kv_dtype)?;
         let n_blocks = opts
             .kv_blocks
             .unwrap_or_else(|| cpu_kv_blocks(&config, config.max_seq_len));
@@ -228,6 +244,7 @@ impl Runner {
             return Err(Error::Usage("--kv-blocks must be at least 1".into()));
         }
         check_cpu_weights(opts.weights)?;
+        check_cpu_kv(opts.kv_dtype)?;
         if opts.max_batch_tokens == 0 {
             return Err(Error::Usage(
                 "the batch must hold at least one token".into(),
@@ -259,7 +276,8 @@ impl Runner {
         rope_freq_factors: Option<&[f32]>,
         opts: &RunnerOptions,
     ) -> Result<Runner> {
-        let mut g = GpuBackend::new(gpu, &config, weights, opts.kv_blocks, opts.max_batch_tokens)?;
+        let kv = (opts.kv_blocks, opts.kv_dtype);
+        let mut g = GpuBackend::new(gpu, &config, weights, kv, opts.max_batch_tokens)?;
         let max_context = config
             .max_seq_len
             .min(g.kv.n_blocks.saturating_mul(BLOCK_SIZE));
@@ -306,7 +324,7 @@ impl Runner {
         match &self.backend {
             Backend::Cpu(_) => KvCache::bytes_per_token(&self.config),
             Backend::Fast(_) => KvCacheBf16::bytes_per_token(&self.config),
-            Backend::Gpu(_) => crate::gpu::kv_pool::kv_bytes_per_token(&self.config),
+            Backend::Gpu(g) => g.kv.dtype().bytes_per_token(&self.config),
         }
     }
 
@@ -450,14 +468,13 @@ impl Runner {
     }
 
     /// Fills the whole KV pool with random values (the GPU: bf16 of unit scale, made on the
-    /// device; the CPU: a fixed pseudo-random pattern), so that attention over positions
+    /// device, or fp8 bytes of a repeated pattern; the CPU: a fixed pseudo-random pattern), so that attention over positions
     /// taken by `solo_at` reads real-looking data.
     pub fn fill_kv_with_noise(&mut self) -> Result<()> {
         match &mut self.backend {
             Backend::Gpu(g) => {
                 let gpu = g.gpu.clone();
-                gpu.fill_random_bf16(&mut g.kv.k_cache.as_view_mut(), 3, 1.0)?;
-                gpu.fill_random_bf16(&mut g.kv.v_cache.as_view_mut(), 4, 1.0)?;
+                g.kv.fill_noise(&gpu)?;
                 gpu.sync()
             }
             Backend::Cpu(c) => {

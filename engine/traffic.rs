@@ -217,6 +217,24 @@ pub fn qkv_norm_rope_write_bf16(
     )
 }
 
+/// `qkv_norm_rope_write_bf16`'s into the fp8 cache (`norm`: with the norms): a byte a key
+/// and value, a scale byte a head.
+pub fn qkv_rope_write_fp8(
+    n: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    norm: bool,
+) -> Traffic {
+    let bf16 = match norm {
+        true => qkv_norm_rope_write_bf16(n, n_heads, n_kv_heads, head_dim),
+        false => qkv_rope_write_bf16(n, n_heads, n_kv_heads, head_dim),
+    };
+    let kv = (n * n_kv_heads * head_dim) as u64;
+    let scales = (2 * n * n_kv_heads) as u64;
+    t(bf16.bytes - 2 * kv * (BF16 - 1) + scales, bf16.flops)
+}
+
 /// Keys and values read and written, the slots.
 pub fn kv_write_f32(n: usize, kv_dim: usize) -> Traffic {
     let (n, kv_dim) = (n as u64, kv_dim as u64);
@@ -270,6 +288,28 @@ pub fn attention_mma_bf16(
     n_kv_heads: usize,
     head_dim: usize,
 ) -> Traffic {
+    attention_mma(positions, n_heads, n_kv_heads, head_dim, BF16)
+}
+
+/// `attention_mma_bf16`'s over the fp8 cache: a byte a value (its scales, a byte a head
+/// row, left out).
+pub fn attention_mma_fp8(
+    positions: &[u32],
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+) -> Traffic {
+    attention_mma(positions, n_heads, n_kv_heads, head_dim, 1)
+}
+
+/// The prompt attention's traffic over a cache of `cache_bytes` a value.
+fn attention_mma(
+    positions: &[u32],
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    cache_bytes: u64,
+) -> Traffic {
     let (n, group) = (positions.len(), n_heads / n_kv_heads);
     let rows_per_block = crate::tiles::ATTN_MMA_ROWS;
     let keys_read: u64 = (0..(n * group).div_ceil(rows_per_block))
@@ -285,7 +325,7 @@ pub fn attention_mma_bf16(
     let attended: u64 = positions.iter().map(|&p| p as u64 + 1).sum();
     let (hd, q) = (head_dim as u64, (n * n_heads * head_dim) as u64);
     t(
-        2 * keys_read * n_kv_heads as u64 * hd * BF16 + 2 * q * F32,
+        2 * keys_read * n_kv_heads as u64 * hd * cache_bytes + 2 * q * F32,
         4 * attended * n_heads as u64 * hd,
     )
 }
@@ -300,7 +340,32 @@ pub fn attention_split_bf16(
     head_dim: usize,
     n_splits: usize,
 ) -> Traffic {
-    let whole = attention_per_head(attended, n, n_heads, n_kv_heads, head_dim, 2);
+    let heads = (n_heads, n_kv_heads, head_dim);
+    attention_split(attended, n, heads, n_splits, 2)
+}
+
+/// `attention_split_bf16`'s over the fp8 cache (scales left out).
+pub fn attention_split_fp8(
+    attended: usize,
+    n: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    n_splits: usize,
+) -> Traffic {
+    let heads = (n_heads, n_kv_heads, head_dim);
+    attention_split(attended, n, heads, n_splits, 1)
+}
+
+/// The split attention's traffic over a cache of `cache_bytes` a value.
+fn attention_split(
+    attended: usize,
+    n: usize,
+    (n_heads, n_kv_heads, head_dim): (usize, usize, usize),
+    n_splits: usize,
+    cache_bytes: usize,
+) -> Traffic {
+    let whole = attention_per_head(attended, n, n_heads, n_kv_heads, head_dim, cache_bytes);
     let q = (n * n_heads * head_dim) as u64;
     let partials = (n * n_heads * n_splits * (head_dim + 2)) as u64;
     t(whole.bytes - q * F32 + partials * F32, whole.flops)

@@ -1131,6 +1131,7 @@ fn the_tables_script_reads_what_rustle_bench_writes() {
         steps: 300,
         peak_kv_blocks: 10_000,
         kv_blocks: 20_000,
+        kv_dtype: "bf16".into(),
         preemptions: 0,
         prefix_hit_rate: 0.0,
         decode_steady: None,

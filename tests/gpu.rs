@@ -11,6 +11,8 @@ mod common;
 mod experts;
 #[path = "gpu/gemv_mma.rs"]
 mod gemv_mma;
+#[path = "gpu/kv_fp8.rs"]
+mod kv_fp8;
 #[path = "gpu/speculation.rs"]
 mod speculation;
 
@@ -107,6 +109,15 @@ const TESTS: &[(&str, Test)] = &[
         attention_f32,
     ),
     ("kernel::attention_mma_bf16", attention_mma_bf16),
+    (
+        "kernel::qkv_rope_write_fp8, qkv_norm_rope_write_fp8",
+        kv_fp8::rope_write_fp8,
+    ),
+    (
+        "kernel::attention_fp8, attention_split_mma_fp8",
+        kv_fp8::attention_fp8,
+    ),
+    ("kernel::attention_mma_fp8", kv_fp8::attention_mma_fp8),
     ("kernel::swiglu_f32, geglu_f32 (and _bf16)", gated_f32),
     ("kernel::residual_add_f32", residual_add_f32),
     ("kernel::scale_f32", scale_f32),
@@ -155,6 +166,10 @@ const TESTS: &[(&str, Test)] = &[
     (
         "model::fp8_logits_stay_near_bf16",
         fp8_logits_stay_near_bf16,
+    ),
+    (
+        "model::kv_fp8_tracks_kv_bf16 (top-1 agreement and logit error over 256 positions)",
+        kv_fp8::tracks_kv_bf16,
     ),
     (
         "model::synthetic_llama3_gpu_matches_cpu",

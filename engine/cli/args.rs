@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use rustle::config::limits;
 use rustle::gpu::matrix::WeightFormat;
+use rustle::kv::dtype::KvDtype;
 use rustle::placement::DeviceArg;
 use rustle::serve::engine::DEFAULT_TOKEN_BUDGET;
 use rustle::server::args::ServeArgs;
@@ -122,6 +123,12 @@ pub struct GenerateArgs {
     /// bf16, or fp8 (e4m3, a scale per row, made at load).
     #[arg(long, value_enum, default_value_t = WeightFormat::Stored)]
     pub weights: WeightFormat,
+
+    /// How the GPU's KV cache holds keys and values: bf16, or fp8 (e4m3 with a power-of-two
+    /// scale per token and head: about twice the tokens resident, half the attention's
+    /// reading, 4 significant bits a value; heads of 64, 128 or 256). The CPU keeps its own.
+    #[arg(long, value_enum, default_value_t = KvDtype::Bf16, value_name = "TYPE")]
+    pub kv_dtype: KvDtype,
 }
 
 /// How each token is chosen: `rustle`'s and `rustle chat`'s flags.
@@ -366,6 +373,12 @@ pub struct BenchCli {
     /// model (--model): stored (the default: GGUF blocks stay blocks), bf16 or fp8.
     #[arg(long, value_name = "TYPE")]
     pub weights: Option<String>,
+
+    /// How the GPU's KV cache holds keys and values: bf16, or fp8 (e4m3 with a power-of-two
+    /// scale per token and head: about twice the tokens resident, half the attention's
+    /// reading, 4 significant bits a value; heads of 64, 128 or 256). The CPU keeps its own.
+    #[arg(long, value_enum, default_value_t = KvDtype::Bf16, value_name = "TYPE")]
+    pub kv_dtype: KvDtype,
 
     /// The lesson's steps instead (docs/), each beside the kernel the forward pass runs and
     /// a ceiling measured in the same run: the GEMV steps on the decode matrices, the

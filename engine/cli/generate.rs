@@ -63,6 +63,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         kv_blocks,
         max_batch_tokens: args.token_budget,
         weights: args.weights,
+        kv_dtype: args.kv_dtype,
         ..Default::default()
     };
     let stored = model.stored_summary();

@@ -48,6 +48,7 @@ fn run_bench(b: &BenchCli) -> Result<()> {
         steps: b.steps,
         gemm_plans: b.gemm_plans,
         weights: weights_choice(&b.weights, b.model.is_some())?,
+        kv_dtype: b.kv_dtype,
     })?;
     print_report(b.json, &report, rustle::tools::bench::print);
     Ok(())
@@ -103,6 +104,7 @@ fn bench_batch(b: &BenchCli, sizes: &[usize]) -> Result<()> {
         max_batch_tokens: b.prompt_len.max(most),
         weights: weights.0,
         synthetic: weights.1,
+        kv_dtype: b.kv_dtype,
     };
     let (mut runner, name) =
         rustle::tools::setup::gpu_runner(&gpu, &b.shape, b.model.as_deref(), &opts)?;
@@ -128,6 +130,7 @@ fn bench_verify(b: &BenchCli, sizes: &[usize]) -> Result<()> {
         max_batch_tokens: most.max(256),
         weights: weights.0,
         synthetic: weights.1,
+        kv_dtype: b.kv_dtype,
     };
     let (mut runner, name) = match b.cpu {
         true => {
@@ -233,6 +236,7 @@ fn bench_serve(b: &BenchCli) -> Result<()> {
         kv_blocks: b.kv_blocks.map(|n| n as usize),
         weights: weights_choice(&b.weights, b.model.is_some())?,
         kernels: b.kernels,
+        kv_dtype: b.kv_dtype,
     })?;
     print_report(b.json, &report, rustle::tools::serve_bench::print);
     Ok(())

@@ -5,10 +5,10 @@
 use cudarc::driver::CudaSlice;
 
 use super::context::Gpu;
-use super::kernels::Out;
-use super::kernels::attention::PagedIn;
+use super::kernels::attention::{KvScales, PagedIn};
 use super::kernels::attention_mma::attention_mma_supports;
 use super::kernels::attention_split_mma::attention_split_mma_supports;
+use super::kernels::{In, Out};
 use super::matmul::{Held, MatmulScratch};
 use super::plan::Form;
 use crate::batch::Batch;
@@ -41,6 +41,28 @@ const MAX_PARTIAL_ROWS: usize = 1 << 20;
 const MIN_TENSOR_CORE_ROWS: usize = 64;
 /// Most splits the combine kernel's shared memory holds (one float each, under 48 KiB).
 const MAX_SPLITS: usize = 8192;
+
+/// A layer's paged attention input over the pool's cache, bf16 or fp8 with its scales.
+pub enum PagedKv<'a> {
+    Bf16(PagedIn<'a, u16>),
+    Fp8(PagedIn<'a, u8>, KvScales<'a>),
+}
+
+impl<'a> PagedKv<'a> {
+    fn positions(&self) -> &In<'a, u32> {
+        match self {
+            PagedKv::Bf16(p) => &p.positions,
+            PagedKv::Fp8(p, _) => &p.positions,
+        }
+    }
+
+    fn shape(&self) -> crate::kernel_args::PagedShape {
+        match self {
+            PagedKv::Bf16(p) => p.shape,
+            PagedKv::Fp8(p, _) => p.shape,
+        }
+    }
+}
 
 /// Which kernels a pass attends with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,13 +172,13 @@ impl SplitScratch {
         g: &Gpu,
         mm: &mut MatmulScratch,
         att: &mut Out<f32>,
-        p: &PagedIn<u16>,
+        p: &PagedKv,
         attention: Attention,
         copy: Option<Form>,
     ) -> Result<Held> {
-        let heads = p.shape.heads;
+        let heads = p.shape().heads;
         let (nh, nkv, head_dim) = heads.sizes();
-        let n = p.positions.len();
+        let n = p.positions().len();
         // SAFETY (the three attention launches): the batch was built from the block
         // manager's tables, which cover every position up to each token's own; this layer's
         // keys and values were written just before (`qkv_rope_write_bf16`); the split count
@@ -166,11 +188,17 @@ impl SplitScratch {
         let plan = match attention {
             Attention::Split(plan) => plan,
             Attention::TensorCores => {
-                unsafe { g.attention_mma_bf16(att, p) }?;
+                match p {
+                    PagedKv::Bf16(p) => unsafe { g.attention_mma_bf16(att, p) },
+                    PagedKv::Fp8(p, scales) => unsafe { g.attention_mma_fp8(att, p, scales) },
+                }?;
                 return Ok(Held::ROWS);
             }
             Attention::PerHead => {
-                unsafe { g.attention_bf16(att, p) }?;
+                match p {
+                    PagedKv::Bf16(p) => unsafe { g.attention_bf16(att, p) },
+                    PagedKv::Fp8(p, scales) => unsafe { g.attention_fp8(att, p, scales) },
+                }?;
                 return Ok(Held::ROWS);
             }
         };
@@ -180,14 +208,22 @@ impl SplitScratch {
             &mut self.partial_ml.slice_mut(..rows * 2),
         );
         // The query heads of a KV head as the rows of one `mma` where it takes the model's
-        // heads; the per-lane kernel otherwise.
-        if attention_split_mma_supports(head_dim, nh, nkv, plan.len) {
-            unsafe { g.attention_split_mma_bf16(partial_o, partial_ml, p, plan.len) }?;
-        } else {
-            unsafe { g.attention_split_bf16(partial_o, partial_ml, p, plan.len) }?;
-        }
+        // heads; the per-lane kernel otherwise (the fp8 cache refuses such models at load:
+        // `KvDtype::check`).
+        let mma = attention_split_mma_supports(head_dim, nh, nkv, plan.len);
+        match p {
+            PagedKv::Bf16(p) if mma => unsafe {
+                g.attention_split_mma_bf16(partial_o, partial_ml, p, plan.len)
+            },
+            PagedKv::Bf16(p) => unsafe {
+                g.attention_split_bf16(partial_o, partial_ml, p, plan.len)
+            },
+            PagedKv::Fp8(p, scales) => unsafe {
+                g.attention_split_mma_fp8(partial_o, partial_ml, p, scales, plan.len)
+            },
+        }?;
         let (po, ml) = (&partial_o.as_view(), &partial_ml.as_view());
-        let (positions, len) = (&p.positions, n * heads.q_dim());
+        let (positions, len) = (p.positions(), n * heads.q_dim());
         let splits = Splits::new(plan.count, plan.len, head_dim);
         match copy {
             Some(Form::Bf16) => {

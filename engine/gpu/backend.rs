@@ -9,14 +9,14 @@
 
 use cudarc::driver::{CudaGraph, CudaSlice};
 
-use super::attend::{Attention, SplitPlan, SplitScratch, splits_needed};
+use super::attend::{Attention, PagedKv, SplitPlan, SplitScratch, splits_needed};
 use super::batch::{DeviceBatch, MAX_SEQS};
 use super::context::{Gpu, capture_graph};
 use super::experts::{ExpertScratch, ExpertStep};
 use super::graphs::{GraphKey, Graphs, is_decode_step};
 use super::kernels::gemm_blocks::blocks_mma_splits;
 use super::kernels::gemm_skinny::{SKINNY_MAX_TOKENS, skinny_splits};
-use super::kv_pool::KvPool;
+use super::kv_pool::{KvLayer, KvLayerMut, KvPool};
 use super::matmul::{Held, Input, MatmulScratch};
 use super::plan::{Caps, Rules};
 use super::sampling::DeviceSampler;
@@ -28,6 +28,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::kernel_args::{Heads, NormedQkv};
 use crate::kv::block_manager::blocks_for;
+use crate::kv::dtype::KvDtype;
 use crate::rope::RopeTables;
 use crate::tiles::{BLOCKS_MMA_MAX_TOKENS, MAX_HEAD_DIM, QUANT_MAX_TOKENS};
 
@@ -169,11 +170,11 @@ impl GpuBackend {
         gpu: Gpu,
         c: &Config,
         weights: GpuWeights,
-        kv_blocks: Option<usize>,
+        kv: (Option<usize>, KvDtype),
         max_tokens: usize,
     ) -> Result<GpuBackend> {
         check_supported(c)?;
-        let kv = KvPool::new(&gpu, c, kv_blocks, MAX_SEQS)?;
+        let kv = KvPool::new(&gpu, c, kv, MAX_SEQS)?;
         let max_blocks = blocks_for(c.max_seq_len).min(kv.n_blocks);
         let fp8_cores = gpu.has_wgmma_fp8() && weights.has_fp8();
         let caps = Caps {
@@ -457,8 +458,6 @@ impl GpuBackend {
             };
             let bias = lw.bqkv.as_ref().map(|b| b.as_view());
             mm.matmul(g, qkv, &normed, &lw.wqkv, bias.as_ref(), &qkv_plan)?;
-            let (mut k_cache, mut v_cache) = kv.layer_mut(l);
-            let caches = (&mut k_cache, &mut v_cache);
             let rows = (&b.positions, &b.slots);
             let (cos, sin) = match (c.window(l), &*rope_local) {
                 (Some(_), Some((cos, sin))) => (cos.as_view(), sin.as_view()),
@@ -469,22 +468,40 @@ impl GpuBackend {
             // checks every request against it); slots come from the block manager, inside
             // the pool and distinct, but for the graphs' padding rows, which write the same
             // values into the spare block's first slot.
+            let qkv = &qkv.as_view();
+            let norms = lw.qk_norm.as_ref().map(|(q, k)| (q.as_view(), k.as_view()));
+            let normed = norms.as_ref().map(|(q_norm, k_norm)| NormedQkv {
+                qkv,
+                q_norm,
+                k_norm,
+                eps,
+            });
             unsafe {
-                match &lw.qk_norm {
-                    Some((q_norm, k_norm)) => {
-                        let normed = NormedQkv {
-                            qkv: &qkv.as_view(),
-                            q_norm: &q_norm.as_view(),
-                            k_norm: &k_norm.as_view(),
-                            eps,
-                        };
-                        g.qkv_norm_rope_write_bf16(q, caches, normed, rows, tables, heads)
+                match (kv.layer_mut(l), normed) {
+                    (KvLayerMut::Bf16(mut k, mut v), Some(normed)) => {
+                        g.qkv_norm_rope_write_bf16(q, (&mut k, &mut v), normed, rows, tables, heads)
                     }
-                    None => g.qkv_rope_write_bf16(q, caches, &qkv.as_view(), rows, tables, heads),
+                    (KvLayerMut::Bf16(mut k, mut v), None) => {
+                        g.qkv_rope_write_bf16(q, (&mut k, &mut v), qkv, rows, tables, heads)
+                    }
+                    (KvLayerMut::Fp8((mut k, mut v), (mut ks, mut vs)), Some(normed)) => {
+                        let cache = ((&mut k, &mut v), (&mut ks, &mut vs));
+                        g.qkv_norm_rope_write_fp8(q, cache, normed, rows, tables, heads)
+                    }
+                    (KvLayerMut::Fp8((mut k, mut v), (mut ks, mut vs)), None) => {
+                        let cache = ((&mut k, &mut v), (&mut ks, &mut vs));
+                        g.qkv_rope_write_fp8(q, cache, qkv, rows, tables, heads)
+                    }
                 }
             }?;
             let o_plan = caps.plan(rules, &lw.wo, n);
-            let paged = b.paged(q.as_view(), kv.layer(l), heads, c.window(l));
+            let window = c.window(l);
+            let paged = match kv.layer(l) {
+                KvLayer::Bf16(k, v) => PagedKv::Bf16(b.paged(q.as_view(), (k, v), heads, window)),
+                KvLayer::Fp8(caches, scales) => {
+                    PagedKv::Fp8(b.paged(q.as_view(), caches, heads, window), scales)
+                }
+            };
             let copy = copy_for(rules, n, &[o_plan.input]);
             let held = splits.attend(g, mm, att, &paged, pass.attention, copy)?;
             let attended = Input {

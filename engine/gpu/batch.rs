@@ -144,13 +144,13 @@ impl DeviceBatch {
 impl<'a> BatchView<'a> {
     /// The queries `q` over one layer's cache, for these tokens, over the layer's sliding
     /// `window` where it has one.
-    pub fn paged(
+    pub fn paged<K>(
         &self,
         q: In<'a, f32>,
-        (k_cache, v_cache): (In<'a, u16>, In<'a, u16>),
+        (k_cache, v_cache): (In<'a, K>, In<'a, K>),
         heads: Heads,
         window: Option<usize>,
-    ) -> PagedIn<'a, u16> {
+    ) -> PagedIn<'a, K> {
         PagedIn {
             q,
             k_cache,

@@ -1,38 +1,68 @@
-//! The paged KV cache on the device: every layer's keys and values in bf16, in the CPU
-//! cache's layout (which holds f32), plus one spare block that a graph's padding rows write
-//! and read.
+//! The paged KV cache on the device: every layer's keys and values, in bf16 or (`--kv-dtype
+//! fp8`) e4m3 bytes with a scale byte per token and head, in the CPU cache's layout (which
+//! holds f32), plus one spare block that a graph's padding rows write and read.
 
 use cudarc::driver::CudaSlice;
 
 use super::context::Gpu;
+use super::kernels::attention::KvScales;
 use super::kernels::{In, Out};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::kv::block_manager::blocks_for;
+use crate::kv::dtype::{KvDtype, block_bytes};
 use crate::tiles::BLOCK_SIZE;
 
 /// Share of the free device memory the KV pool may take by default.
 const KV_SHARE_OF_FREE: f64 = 0.9;
 
-/// Bytes of KV cache one token holds on the GPU: every layer's key and value rows, bf16.
-pub fn kv_bytes_per_token(c: &Config) -> usize {
-    2 * c.n_layers * c.kv_dim() * size_of::<u16>()
+/// Every layer's keys and values, `[n_layers, n_blocks + 1, BLOCK_SIZE, n_kv_heads,
+/// head_dim]` each.
+enum Caches {
+    Bf16 {
+        k: CudaSlice<u16>,
+        v: CudaSlice<u16>,
+    },
+    /// e4m3 bytes, and the scales `[n_layers, n_blocks + 1, n_kv_heads, BLOCK_SIZE]` bytes
+    /// each (`kv::fp8`).
+    Fp8 {
+        k: CudaSlice<u8>,
+        v: CudaSlice<u8>,
+        k_scales: CudaSlice<u8>,
+        v_scales: CudaSlice<u8>,
+    },
 }
 
 pub struct KvPool {
-    /// `[n_layers, n_blocks + 1, BLOCK_SIZE, n_kv_heads, head_dim]` bf16
-    pub k_cache: CudaSlice<u16>,
-    pub v_cache: CudaSlice<u16>,
+    caches: Caches,
     /// Blocks the runner may hand out; block `n_blocks` is the spare.
     pub n_blocks: usize,
     n_layers: usize,
 }
 
+/// One layer of the pool, to read: its keys and values, and in fp8 their scales.
+pub enum KvLayer<'a> {
+    Bf16(In<'a, u16>, In<'a, u16>),
+    Fp8((In<'a, u8>, In<'a, u8>), KvScales<'a>),
+}
+
+/// One layer of the pool, to write.
+pub enum KvLayerMut<'a> {
+    Bf16(Out<'a, u16>, Out<'a, u16>),
+    Fp8((Out<'a, u8>, Out<'a, u8>), (Out<'a, u8>, Out<'a, u8>)),
+}
+
 impl KvPool {
-    /// A pool of `kv_blocks` blocks, or by default of most of the free memory (up to what
-    /// `max_seqs` full contexts need).
-    pub fn new(gpu: &Gpu, c: &Config, kv_blocks: Option<usize>, max_seqs: usize) -> Result<KvPool> {
-        let block_bytes = kv_bytes_per_token(c) * BLOCK_SIZE;
+    /// A pool of `kv_blocks` blocks of `dtype`, or by default of most of the free memory (up
+    /// to what `max_seqs` full contexts need).
+    pub fn new(
+        gpu: &Gpu,
+        c: &Config,
+        (kv_blocks, dtype): (Option<usize>, KvDtype),
+        max_seqs: usize,
+    ) -> Result<KvPool> {
+        dtype.check(c)?;
+        let block_bytes = block_bytes(dtype, c);
         let n_blocks = match kv_blocks {
             Some(n) => n,
             None => {
@@ -51,10 +81,24 @@ impl KvPool {
             });
         }
         // One block more than the runner is told of: the padding rows'.
-        let pool = (n_blocks + 1) * BLOCK_SIZE * c.kv_dim() * c.n_layers;
+        let rows = (n_blocks + 1) * BLOCK_SIZE * c.n_kv_heads * c.n_layers;
+        let pool = rows * c.head_dim;
+        let caches = match dtype {
+            KvDtype::Bf16 => Caches::Bf16 {
+                k: gpu.zeros(pool, "the KV cache (keys)")?,
+                v: gpu.zeros(pool, "the KV cache (values)")?,
+            },
+            // Zeros for the scales too: a scale the attention stages for a slot never
+            // written (past a sequence's last position) must still be a finite power of two.
+            KvDtype::Fp8 => Caches::Fp8 {
+                k: gpu.zeros(pool, "the KV cache (keys)")?,
+                v: gpu.zeros(pool, "the KV cache (values)")?,
+                k_scales: gpu.zeros(rows, "the KV cache (keys' scales)")?,
+                v_scales: gpu.zeros(rows, "the KV cache (values' scales)")?,
+            },
+        };
         Ok(KvPool {
-            k_cache: gpu.zeros(pool, "the KV cache (keys)")?,
-            v_cache: gpu.zeros(pool, "the KV cache (values)")?,
+            caches,
             n_blocks,
             n_layers: c.n_layers,
         })
@@ -65,21 +109,127 @@ impl KvPool {
         self.n_blocks
     }
 
-    /// Layer `l`'s part of each pool: `[n_blocks + 1, BLOCK_SIZE, kv_dim]`.
-    fn layer_range(&self, l: usize) -> std::ops::Range<usize> {
-        let len = self.k_cache.len() / self.n_layers;
-        l * len..(l + 1) * len
+    /// What the pool holds.
+    pub fn dtype(&self) -> KvDtype {
+        match self.caches {
+            Caches::Bf16 { .. } => KvDtype::Bf16,
+            Caches::Fp8 { .. } => KvDtype::Fp8,
+        }
+    }
+
+    /// Layer `l`'s part of a buffer of `len` elements that holds every layer alike.
+    fn layer_range(&self, len: usize, l: usize) -> std::ops::Range<usize> {
+        let per_layer = len / self.n_layers;
+        l * per_layer..(l + 1) * per_layer
     }
 
     /// Layer `l`'s keys and values, to read.
-    pub fn layer(&self, l: usize) -> (In<'_, u16>, In<'_, u16>) {
-        let r = self.layer_range(l);
-        (self.k_cache.slice(r.clone()), self.v_cache.slice(r))
+    pub fn layer(&self, l: usize) -> KvLayer<'_> {
+        match &self.caches {
+            Caches::Bf16 { k, v } => {
+                let r = self.layer_range(k.len(), l);
+                KvLayer::Bf16(k.slice(r.clone()), v.slice(r))
+            }
+            Caches::Fp8 {
+                k,
+                v,
+                k_scales,
+                v_scales,
+            } => {
+                let (r, s) = (
+                    self.layer_range(k.len(), l),
+                    self.layer_range(k_scales.len(), l),
+                );
+                KvLayer::Fp8(
+                    (k.slice(r.clone()), v.slice(r)),
+                    (k_scales.slice(s.clone()), v_scales.slice(s)),
+                )
+            }
+        }
     }
 
     /// Layer `l`'s keys and values, to write.
-    pub fn layer_mut(&mut self, l: usize) -> (Out<'_, u16>, Out<'_, u16>) {
-        let r = self.layer_range(l);
-        (self.k_cache.slice_mut(r.clone()), self.v_cache.slice_mut(r))
+    pub fn layer_mut(&mut self, l: usize) -> KvLayerMut<'_> {
+        let (n_layers, layer) = (self.n_layers, l);
+        let range = move |len: usize| {
+            let per_layer = len / n_layers;
+            layer * per_layer..(layer + 1) * per_layer
+        };
+        match &mut self.caches {
+            Caches::Bf16 { k, v } => {
+                let r = range(k.len());
+                KvLayerMut::Bf16(k.slice_mut(r.clone()), v.slice_mut(r))
+            }
+            Caches::Fp8 {
+                k,
+                v,
+                k_scales,
+                v_scales,
+            } => {
+                let (r, s) = (range(k.len()), range(k_scales.len()));
+                KvLayerMut::Fp8(
+                    (k.slice_mut(r.clone()), v.slice_mut(r)),
+                    (k_scales.slice_mut(s.clone()), v_scales.slice_mut(s)),
+                )
+            }
+        }
+    }
+}
+
+/// The e4m3 noise `fill_noise` repeats: 1 MiB of bytes from a linear congruential generator,
+/// NaN's two codes (0x7f, 0xff) moved one step down.
+fn fp8_noise() -> Vec<u8> {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    (0..1 << 20)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            let b = (state >> 56) as u8;
+            if b & 0x7f == 0x7f { b - 1 } else { b }
+        })
+        .collect()
+}
+
+/// The scale byte of the noise: 2^-8, so that its values stay within ±1.75, as the bf16
+/// noise's within ±1.
+const NOISE_SCALE: u8 = 127 - 8;
+
+impl KvPool {
+    /// Fills every layer's keys and values with noise (the bf16 cache: random values of unit
+    /// scale made on the device; fp8: a repeated pattern of bytes, one scale), so that
+    /// attention over positions no sequence wrote reads real-looking data (`bench`).
+    pub fn fill_noise(&mut self, gpu: &Gpu) -> Result<()> {
+        let copy_error = |e| Error::Driver {
+            what: "filling the KV cache with noise".into(),
+            source: e,
+        };
+        match &mut self.caches {
+            Caches::Bf16 { k, v } => {
+                gpu.fill_random_bf16(&mut k.as_view_mut(), 3, 1.0)?;
+                gpu.fill_random_bf16(&mut v.as_view_mut(), 4, 1.0)
+            }
+            Caches::Fp8 {
+                k,
+                v,
+                k_scales,
+                v_scales,
+            } => {
+                let noise = fp8_noise();
+                for cache in [k, v] {
+                    for start in (0..cache.len()).step_by(noise.len()) {
+                        let end = (start + noise.len()).min(cache.len());
+                        let dst = &mut cache.slice_mut(start..end);
+                        let src = &noise[..end - start];
+                        gpu.stream.memcpy_htod(src, dst).map_err(copy_error)?;
+                    }
+                }
+                let scales = vec![NOISE_SCALE; k_scales.len()];
+                for s in [k_scales, v_scales] {
+                    gpu.stream.memcpy_htod(&scales, s).map_err(copy_error)?;
+                }
+                Ok(())
+            }
+        }
     }
 }

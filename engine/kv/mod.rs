@@ -3,4 +3,6 @@
 //! is `crate::kv_cache`.
 
 pub mod block_manager;
+pub mod dtype;
+pub mod fp8;
 pub mod prefix_cache;

@@ -23,6 +23,12 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = crate::gpu::matrix::WeightFormat::Stored)]
     pub weights: crate::gpu::matrix::WeightFormat,
 
+    /// How the GPU's KV cache holds keys and values: bf16, or fp8 (e4m3 with a power-of-two
+    /// scale per token and head: about twice the tokens resident, half the attention's
+    /// reading, 4 significant bits a value; heads of 64, 128 or 256). The CPU keeps its own.
+    #[arg(long, value_enum, default_value_t = crate::kv::dtype::KvDtype::Bf16, value_name = "TYPE")]
+    pub kv_dtype: crate::kv::dtype::KvDtype,
+
     /// Address to listen on; 127.0.0.1 answers this machine only, 0.0.0.0 everyone.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,

@@ -131,6 +131,7 @@ fn load(args: &ServeArgs, path: &Path) -> Result<(Engine<Runner>, (Tokenizer, St
         kv_blocks: args.kv_blocks,
         max_batch_tokens: args.token_budget,
         weights: place.weights,
+        kv_dtype: args.kv_dtype,
         ..Default::default()
     };
     let mut draft = None;

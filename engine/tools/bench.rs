@@ -29,6 +29,8 @@ pub struct BenchArgs {
     pub gemm_plans: bool,
     /// How the GPU holds the matrices (`--weights`).
     pub weights: crate::runner::WeightsChoice,
+    /// How the GPU's KV cache holds keys and values (`--kv-dtype`).
+    pub kv_dtype: crate::kv::dtype::KvDtype,
 }
 
 #[derive(Serialize)]
@@ -97,6 +99,7 @@ pub fn run(args: &BenchArgs) -> Result<BenchReport> {
         max_batch_tokens: args.prompt_len.clamp(1, 1024),
         weights: args.weights.0,
         synthetic: args.weights.1,
+        kv_dtype: args.kv_dtype,
     };
     let (mut runner, model) = gpu_runner(&gpu, &args.shape, args.model.as_deref(), &opts)?;
     let c = runner.config.clone();

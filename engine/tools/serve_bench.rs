@@ -57,6 +57,8 @@ pub struct ServeBenchArgs {
     pub kv_blocks: Option<usize>,
     /// Time every launch (graphs off) and report the kernels (`--kernels`).
     pub kernels: bool,
+    /// How the GPU's KV cache holds keys and values (`--kv-dtype`).
+    pub kv_dtype: crate::kv::dtype::KvDtype,
 }
 
 /// Percentiles of a latency, in milliseconds.
@@ -145,6 +147,8 @@ pub struct ServeReport {
     pub steps: u64,
     pub peak_kv_blocks: usize,
     pub kv_blocks: usize,
+    /// What the GPU's cache holds (`--kv-dtype`): "bf16" or "fp8"; the CPU's, "own".
+    pub kv_dtype: String,
     pub preemptions: u64,
     pub prefix_hit_rate: f64,
     pub decode_steady: Option<DecodeSteady>,
@@ -258,6 +262,7 @@ pub fn run(a: &ServeBenchArgs) -> Result<ServeReport> {
         max_batch_tokens: a.token_budget,
         weights: a.weights.0,
         synthetic: a.weights.1,
+        kv_dtype: a.kv_dtype,
     };
     let (runner, model, ceilings) = if a.device_cpu {
         let (r, name) = fast_cpu_runner(a.model.as_deref(), &opts)?;
@@ -405,6 +410,10 @@ pub fn run(a: &ServeBenchArgs) -> Result<ServeReport> {
         steps: stats.steps - base.steps,
         peak_kv_blocks: peak_blocks,
         kv_blocks,
+        kv_dtype: match a.device_cpu {
+            true => "own".into(),
+            false => a.kv_dtype.name().into(),
+        },
         preemptions: stats.preemptions - base.preemptions,
         prefix_hit_rate: {
             let looked = stats.prompt_tokens - base.prompt_tokens;
@@ -586,7 +595,8 @@ pub fn print(r: &ServeReport) {
     println!("time to first token     {}", p(&r.ttft_ms));
     println!("time per output token   {}", p(&r.tpot_ms));
     println!(
-        "KV cache  peak {} of {} blocks ({:.0}%); {} preemptions; prompt tokens found in the prefix cache {:.1}%",
+        "KV cache  ({}) peak {} of {} blocks ({:.0}%); {} preemptions; prompt tokens found in the prefix cache {:.1}%",
+        r.kv_dtype,
         r.peak_kv_blocks,
         r.kv_blocks,
         100.0 * r.peak_kv_blocks as f64 / r.kv_blocks.max(1) as f64,

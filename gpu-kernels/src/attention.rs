@@ -5,6 +5,7 @@ use crate::device::{
     WARP, bf16_to_f32, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp, sqrt,
     sync_threads, thread_idx_x, warp_sum,
 };
+use crate::kv_fp8::{kv_dequant_factor, kv_e4m3_bits_f32};
 use crate::tiles::{BLOCK_SIZE, COMBINE_IN_FLIGHT, MAX_HEAD_DIM, SPLIT_MAX_HEAD_DIM};
 
 /// Most dimensions of a head one lane holds in the per-head kernels: `head_dim <= 32 *
@@ -59,6 +60,7 @@ pub unsafe extern "gpu-kernel" fn attention_f32(
         q,
         k_cache,
         v_cache,
+        scales: (core::ptr::null(), core::ptr::null()),
         block_tables,
         token_seq,
         positions,
@@ -87,6 +89,7 @@ pub unsafe extern "gpu-kernel" fn attention_bf16(
         q,
         k_cache,
         v_cache,
+        scales: (core::ptr::null(), core::ptr::null()),
         block_tables,
         token_seq,
         positions,
@@ -95,18 +98,64 @@ pub unsafe extern "gpu-kernel" fn attention_bf16(
     unsafe { per_head(out, input, shape) }
 }
 
-/// A cache element: f32, or bf16 bits.
+/// As `attention_bf16`, over the fp8 cache (`--kv-dtype fp8`): `k_cache`, `v_cache` one
+/// layer's e4m3 bytes `[n_blocks * 16, n_kv_heads, head_dim]`, `k_scales`, `v_scales` its
+/// scale bytes `[n_blocks, n_kv_heads, 16]` (`qkv_rope_write_fp8`). Each value is read as
+/// the bf16 cache would hold it: e4m3 times its row's power of two, exactly
+/// (`kv_fp8.rs`).
+///
+/// # Safety
+/// As `attention_f32`.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn attention_fp8(
+    out: *mut f32,
+    q: *const f32,
+    k_cache: *const u8,
+    v_cache: *const u8,
+    k_scales: *const u8,
+    v_scales: *const u8,
+    block_tables: *const u32,
+    token_seq: *const u32,
+    positions: *const u32,
+    shape: PagedShape,
+) {
+    let input = PagedIn {
+        q,
+        k_cache,
+        v_cache,
+        scales: (k_scales, v_scales),
+        block_tables,
+        token_seq,
+        positions,
+    };
+    // SAFETY: the preconditions, passed on.
+    unsafe { per_head(out, input, shape) }
+}
+
+/// A cache element: f32, bf16 bits, or an e4m3 byte of a row with a scale.
 trait KvElem: Copy {
-    /// Element `i` of `p`, as f32.
+    /// What the elements of the row at `(slot, kv_head)` are multiplied by, from the
+    /// cache's `scales` (`[n_blocks, n_kv_heads, 16]`; unread but by e4m3).
+    ///
+    /// # Safety
+    /// The slot's block and the head are inside `scales` where it is read.
+    unsafe fn factor(scales: *const u8, slot: usize, kv_head: usize, n_kv_heads: usize) -> f32;
+
+    /// Element `i` of `p`, as f32, its row's `factor` applied.
     ///
     /// # Safety
     /// `p.add(i)` is readable.
-    unsafe fn load(p: *const Self, i: usize) -> f32;
+    unsafe fn load(p: *const Self, i: usize, factor: f32) -> f32;
 }
 
 impl KvElem for f32 {
     #[inline(always)]
-    unsafe fn load(p: *const f32, i: usize) -> f32 {
+    unsafe fn factor(_: *const u8, _: usize, _: usize, _: usize) -> f32 {
+        1.0
+    }
+
+    #[inline(always)]
+    unsafe fn load(p: *const f32, i: usize, _: f32) -> f32 {
         // SAFETY: the caller's guarantee.
         unsafe { *p.add(i) }
     }
@@ -114,9 +163,29 @@ impl KvElem for f32 {
 
 impl KvElem for u16 {
     #[inline(always)]
-    unsafe fn load(p: *const u16, i: usize) -> f32 {
+    unsafe fn factor(_: *const u8, _: usize, _: usize, _: usize) -> f32 {
+        1.0
+    }
+
+    #[inline(always)]
+    unsafe fn load(p: *const u16, i: usize, _: f32) -> f32 {
         // SAFETY: the caller's guarantee.
         bf16_to_f32(unsafe { *p.add(i) })
+    }
+}
+
+impl KvElem for u8 {
+    #[inline(always)]
+    unsafe fn factor(scales: *const u8, slot: usize, kv_head: usize, n_kv_heads: usize) -> f32 {
+        let at = (slot / BLOCK_SIZE * n_kv_heads + kv_head) * BLOCK_SIZE + slot % BLOCK_SIZE;
+        // SAFETY: the caller's guarantee.
+        kv_dequant_factor(unsafe { *scales.add(at) })
+    }
+
+    #[inline(always)]
+    unsafe fn load(p: *const u8, i: usize, factor: f32) -> f32 {
+        // SAFETY: the caller's guarantee.
+        kv_e4m3_bits_f32(unsafe { *p.add(i) } as u32) * factor
     }
 }
 
@@ -127,12 +196,14 @@ struct PagedIn<T> {
     q: *const f32,
     k_cache: *const T,
     v_cache: *const T,
+    /// The keys' and values' scales (null but over the fp8 cache).
+    scales: (*const u8, *const u8),
     block_tables: *const u32,
     token_seq: *const u32,
     positions: *const u32,
 }
 
-/// The body of `attention_f32` and `attention_bf16`.
+/// The body of `attention_f32`, `attention_bf16` and `attention_fp8`.
 ///
 /// # Safety
 /// Their preconditions.
@@ -143,6 +214,7 @@ unsafe fn per_head<T: KvElem>(out: *mut f32, input: PagedIn<T>, shape: PagedShap
         q,
         k_cache,
         v_cache,
+        scales: (k_scales, v_scales),
         block_tables,
         token_seq,
         positions,
@@ -162,7 +234,8 @@ unsafe fn per_head<T: KvElem>(out: *mut f32, input: PagedIn<T>, shape: PagedShap
         block_dim_x() / WARP,
     );
     let kv_dim = n_kv_heads * head_dim;
-    let kv_off = (h / (n_heads / n_kv_heads)) * head_dim;
+    let kv_head = h / (n_heads / n_kv_heads);
+    let kv_off = kv_head * head_dim;
     let scale = 1.0 / sqrt(head_dim as f32);
 
     // SAFETY (all reads below): t < n; the table row and slots are valid (preconditions);
@@ -189,10 +262,17 @@ unsafe fn per_head<T: KvElem>(out: *mut f32, input: PagedIn<T>, shape: PagedShap
     while p <= pos {
         let slot = unsafe { *table.add(p / BLOCK_SIZE) } as usize * BLOCK_SIZE + p % BLOCK_SIZE;
         let base = slot * kv_dim + kv_off;
+        let (k_factor, v_factor) = unsafe {
+            (
+                T::factor(k_scales, slot, kv_head, n_kv_heads),
+                T::factor(v_scales, slot, kv_head, n_kv_heads),
+            )
+        };
         let mut partial = 0.0f32;
         for e in 0..MAX_PER_LANE {
             if lane + WARP * e < head_dim {
-                partial += q_reg[e] * unsafe { T::load(k_cache, base + lane + WARP * e) };
+                partial +=
+                    q_reg[e] * unsafe { T::load(k_cache, base + lane + WARP * e, k_factor) };
             }
         }
         let score = warp_sum(partial);
@@ -202,8 +282,8 @@ unsafe fn per_head<T: KvElem>(out: *mut f32, input: PagedIn<T>, shape: PagedShap
         l = l * rescale + weight;
         for e in 0..MAX_PER_LANE {
             if lane + WARP * e < head_dim {
-                acc[e] =
-                    acc[e] * rescale + weight * unsafe { T::load(v_cache, base + lane + WARP * e) };
+                acc[e] = acc[e] * rescale
+                    + weight * unsafe { T::load(v_cache, base + lane + WARP * e, v_factor) };
             }
         }
         m = m_new;

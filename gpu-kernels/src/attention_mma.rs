@@ -11,16 +11,16 @@
 //! the weights by the values (`O += P V`), the weights going from the first product's output
 //! registers straight into the second's input registers.
 
-use crate::args::{Heads, PagedShape};
+use crate::args::PagedShape;
 use crate::device::{
     WARP, block_dim_x, block_idx_x, block_idx_y, dynamic_shared, exp2_approx, pack_bf16x2,
     shfl_xor, shfl_xor_u32, sqrt, sync_threads, thread_idx_x,
 };
+use crate::kv_tiles::{Bf16Cache, Fp8Cache, KvTiles, Team, TileSpan, Tiles, tile_at, tile_stride};
 use crate::mma::{
-    cp_async_16, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_bf16_16816,
-    shared_addr,
+    cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_bf16_16816, shared_addr,
 };
-use crate::tiles::{ATTN_MMA_KEYS, ATTN_MMA_ROWS, BLOCK_SIZE};
+use crate::tiles::{ATTN_MMA_KEYS, ATTN_MMA_ROWS, fp8_staging_bytes};
 use crate::unroll::unroll;
 
 /// For each (token, query head) row: `out = softmax(q . K^T / sqrt(head_dim)) V` over the keys
@@ -63,45 +63,101 @@ pub unsafe extern "gpu-kernel" fn attention_mma_bf16(
     n: u32,
 ) {
     crate::device::wait_for_previous_kernel();
-    let Heads {
-        n_heads,
-        n_kv_heads,
-        head_dim,
-    } = shape.heads;
+    let cache = Bf16Cache {
+        k: k_cache,
+        v: v_cache,
+    };
     let args = Args {
         out,
         q,
-        k_cache,
-        v_cache,
+        cache,
         block_tables,
         token_seq,
         positions,
         shape,
-        n_heads: n_heads as usize,
-        n_kv_heads: n_kv_heads as usize,
         n: n as usize,
     };
-    // SAFETY: the preconditions, passed on; the head width becomes a constant.
-    unsafe {
-        if head_dim == 64 {
-            attend::<4, 8>(args)
-        } else {
-            attend::<8, 16>(args)
-        }
-    }
+    // SAFETY: the preconditions, passed on.
+    unsafe { by_width(args) }
 }
 
-struct Args {
+/// `attention_mma_bf16` over the fp8 cache (`--kv-dtype fp8`): the same result, each tile's
+/// e4m3 keys and values turned into bf16 in shared memory (exactly: `kv_tiles.rs`) before
+/// the same products. The next tile's bytes arrive in a second staging buffer while one is
+/// turned and multiplied; the bf16 tiles are one buffer.
+///
+/// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads, head_dim]` e4m3
+/// - `k_scales`, `v_scales`: one layer, `[n_blocks, n_kv_heads, 16]` scale bytes
+/// - the rest as `attention_mma_bf16`'s
+///
+/// PRECONDITIONS: `attention_mma_bf16`'s, with the scales 16-byte aligned and
+/// `attn_mma_fp8_shared_bytes(head_dim)` of dynamic shared memory.
+///
+/// # Safety
+/// As `attention_mma_bf16`.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn attention_mma_fp8(
     out: *mut f32,
     q: *const f32,
-    k_cache: *const u16,
-    v_cache: *const u16,
+    k_cache: *const u8,
+    v_cache: *const u8,
+    k_scales: *const u8,
+    v_scales: *const u8,
     block_tables: *const u32,
     token_seq: *const u32,
     positions: *const u32,
     shape: PagedShape,
-    n_heads: usize,
-    n_kv_heads: usize,
+    n: u32,
+) {
+    crate::device::wait_for_previous_kernel();
+    // The staging follows the one buffer of tiles.
+    let tiles_bytes = 2 * ATTN_MMA_KEYS * tile_stride(shape.heads.head_dim as usize) * 2;
+    let cache = Fp8Cache {
+        k: k_cache,
+        v: v_cache,
+        k_scales,
+        v_scales,
+        staging: shared_addr(dynamic_shared::<u8>()) + tiles_bytes as u32,
+    };
+    let args = Args {
+        out,
+        q,
+        cache,
+        block_tables,
+        token_seq,
+        positions,
+        shape,
+        n: n as usize,
+    };
+    // SAFETY: the preconditions, passed on.
+    unsafe { by_width(args) }
+}
+
+/// The kernel for the head width in `args`, which becomes a constant.
+///
+/// # Safety
+/// As `attention_mma_bf16`.
+#[inline(always)]
+unsafe fn by_width<C: KvTiles>(args: Args<C>) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        if args.shape.heads.head_dim == 64 {
+            attend::<4, 8, C>(args)
+        } else {
+            attend::<8, 16, C>(args)
+        }
+    }
+}
+
+/// A prompt attention's arguments, its cache's keys and values as `C` reads them.
+struct Args<C> {
+    out: *mut f32,
+    q: *const f32,
+    cache: C,
+    block_tables: *const u32,
+    token_seq: *const u32,
+    positions: *const u32,
+    shape: PagedShape,
     n: usize,
 }
 
@@ -111,10 +167,10 @@ struct Args {
 /// # Safety
 /// As `attention_mma_bf16`.
 #[inline(always)]
-unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
+unsafe fn attend<const KC: usize, const NT: usize, C: KvTiles>(a: Args<C>) {
     let head_dim = 16 * KC;
-    let group = a.n_heads / a.n_kv_heads;
-    let kv_dim = a.n_kv_heads * head_dim;
+    let (n_heads, n_kv_heads) = (a.shape.heads.n_heads as usize, a.shape.heads.n_kv_heads as usize);
+    let group = n_heads / n_kv_heads;
     let kv_head = block_idx_y();
     let r0 = block_idx_x() * ATTN_MMA_ROWS;
     let tid = thread_idx_x();
@@ -143,7 +199,7 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
         }
     });
     let row_offset =
-        |h: usize| (token(h) * a.n_heads + kv_head * group + row(h) % group) * head_dim;
+        |h: usize| (token(h) * n_heads + kv_head * group + row(h) % group) * head_dim;
 
     // The block's keys: from the first any of its rows attends to, to its last position.
     // Every thread reads one token of the block's (at most 64), then a warp's minimum and
@@ -162,13 +218,17 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
     }
     // Shared memory: two buffers, each keys [64][head_dim + 8] bf16 and values the same (one
     // being multiplied, the next tile arriving in the other), then 4 u32 maxima and 4 u32
-    // minima.
-    let stride = head_dim + 8;
-    let tile_bytes = ATTN_MMA_KEYS * stride * 2;
+    // minima. Over the fp8 cache: one buffer of tiles, the two staging buffers, the same
+    // bounds.
+    let tile_bytes = ATTN_MMA_KEYS * tile_stride(head_dim) * 2;
+    let bounds_at = match C::STAGED {
+        true => 2 * tile_bytes + 2 * fp8_staging_bytes(ATTN_MMA_KEYS, head_dim),
+        false => 4 * tile_bytes,
+    };
     let smem = dynamic_shared::<u8>();
-    // SAFETY: 8 u32 past the four tiles (the launch's shared memory).
+    // SAFETY: 8 u32 past the tiles and staging (the launch's shared memory).
     let (maxima, minima) = unsafe {
-        let maxima = smem.add(4 * tile_bytes) as *mut u32;
+        let maxima = smem.add(bounds_at) as *mut u32;
         (maxima, maxima.add(4))
     };
     if lane == 0 {
@@ -196,10 +256,15 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
             .add(*a.token_seq.add(first) as usize * a.shape.max_blocks as usize)
     };
 
-    // Buffer `b`'s keys' and values' tiles.
-    let k_tile = |b: usize| shared_addr(smem) + (2 * b * tile_bytes) as u32;
-    let v_tile = |b: usize| k_tile(b) + tile_bytes as u32;
-    let at = |tile: u32, key: usize, d: usize| tile + ((key * stride + d) * 2) as u32;
+    // Buffer `b`'s keys' and values' tiles (over the fp8 cache, one buffer for both).
+    let tiles = |b: usize| {
+        let k = shared_addr(smem) + (2 * (if C::STAGED { 0 } else { b }) * tile_bytes) as u32;
+        Tiles {
+            k,
+            v: k + tile_bytes as u32,
+        }
+    };
+    let at = |tile: u32, key: usize, d: usize| tile_at(tile, head_dim, key, d);
 
     // q as the `a` operand of `mma`, scaled by log2(e) / sqrt(head_dim) (the softmax is taken
     // in powers of two) and rounded to bf16: chunk kc holds (row g, dims 16 kc + c, + 1),
@@ -223,35 +288,27 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
     // o[j] holds (row g, dims 8 j + c, + 1), (row g + 8, same).
     let (mut m, mut l) = ([f32::NEG_INFINITY; 2], [0.0f32; 2]);
     let mut o = [[0.0f32; 4]; NT];
-    // 16-byte pieces of a key's head (8 bf16 each).
-    let per_key = head_dim / 8;
 
-    // Requests keys and values k0 .. k0 + 64 into buffer `b`, 16 bytes a copy, without
-    // waiting for them; past the last position, zeros. Thread `tid` takes pieces `tid`,
-    // `tid + 128`, ... (a loop kept rolled by its trip count from blockDim: the copies need
-    // no registers, the addresses would).
+    // Keys and values k0 .. k0 + 64, past the last position zeros. Thread `tid` takes
+    // pieces `tid`, `tid + 128`, ... (a loop kept rolled by its trip count from blockDim:
+    // the copies need no registers, the addresses would).
+    let team = Team {
+        index: tid,
+        size: block_dim_x(),
+    };
+    let span = |k0: usize| TileSpan {
+        k0,
+        end: max_pos + 1,
+        table,
+        kv_head,
+        n_kv_heads,
+        head_dim,
+    };
+    // Requests keys and values from k0 into buffer `b`, without waiting for them.
     let request = |k0: usize, b: usize| {
-        let mut piece = tid;
-        while piece < ATTN_MMA_KEYS * per_key {
-            let (key, part) = (piece / per_key, piece % per_key);
-            let p = k0 + key;
-            let valid = p <= max_pos;
-            // SAFETY: p is a position of the sequence when valid: its table entry is valid,
-            // and the 16 bytes lie inside its slot's head (aligned: head_dim % 8 == 0);
-            // otherwise nothing is read and zeros land. Destinations inside buffer b's tiles,
-            // 16-byte aligned (stride and 8 part are multiples of 8).
-            unsafe {
-                let src = if valid {
-                    let slot = *table.add(p / BLOCK_SIZE) as usize * BLOCK_SIZE + p % BLOCK_SIZE;
-                    slot * kv_dim + kv_head * head_dim + 8 * part
-                } else {
-                    0
-                };
-                cp_async_16(at(k_tile(b), key, 8 * part), a.k_cache.add(src), valid);
-                cp_async_16(at(v_tile(b), key, 8 * part), a.v_cache.add(src), valid);
-            }
-            piece += block_dim_x();
-        }
+        // SAFETY: every thread calls it; positions up to max_pos are the sequence's; the
+        // tiles and staging inside the launch's shared memory.
+        unsafe { a.cache.request::<ATTN_MMA_KEYS>(team, span(k0), tiles(b), b) };
         cp_async_commit();
     };
 
@@ -263,10 +320,22 @@ unsafe fn attend<const KC: usize, const NT: usize>(a: Args) {
         cp_async_wait::<0>();
         // SAFETY: every thread runs the same steps.
         unsafe { sync_threads() };
+        if C::STAGED {
+            // The staged bytes into the one buffer of tiles, which everyone is done with.
+            // SAFETY: every thread, after the copies landed; the tiles visible after the
+            // barrier.
+            unsafe {
+                a.cache.land::<ATTN_MMA_KEYS>(team, span(k0), tiles(b), b);
+                sync_threads();
+            }
+        }
         if k0 + ATTN_MMA_KEYS <= max_pos {
             request(k0 + ATTN_MMA_KEYS, 1 - b);
         }
-        let (k_tile, v_tile) = (k_tile(b), v_tile(b));
+        let Tiles {
+            k: k_tile,
+            v: v_tile,
+        } = tiles(b);
 
         // S = Q K^T: s[j] holds (row g, keys k0 + 8 j + c, + 1), (row g + 8, same). The keys'
         // tile is `[key][dim]`, the `b` operand's column-major layout, as `w` is in the GEMM.

@@ -9,16 +9,16 @@
 //! it a few thousand instructions. The layouts are `attention_mma_bf16`'s: the same
 //! fragments, one warp, one tile of keys at a time.
 
-use crate::args::{Heads, PagedShape};
+use crate::args::PagedShape;
 use crate::device::{
     WARP, block_idx_x, block_idx_y, block_idx_z, dynamic_shared, exp2_approx, grid_dim_y,
     pack_bf16x2, shfl_xor, sqrt, sync_warp, thread_idx_x,
 };
+use crate::kv_tiles::{Bf16Cache, Fp8Cache, KvTiles, Team, TileSpan, Tiles, tile_at, tile_stride};
 use crate::mma::{
-    cp_async_16, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_bf16_16816,
-    shared_addr,
+    cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans, mma_bf16_16816, shared_addr,
 };
-use crate::tiles::{ATTN_SPLIT_MMA_KEYS, BLOCK_SIZE};
+use crate::tiles::{ATTN_SPLIT_MMA_KEYS, attn_split_mma_shared_bytes};
 use crate::unroll::unroll;
 
 /// The contract of `attention_split_bf16` (the same arguments, shapes and partial results,
@@ -66,48 +66,105 @@ pub unsafe extern "gpu-kernel" fn attention_split_mma_bf16(
     split_len: u32,
 ) {
     crate::device::wait_for_previous_kernel();
-    let Heads {
-        n_heads,
-        n_kv_heads,
-        head_dim,
-    } = shape.heads;
+    let cache = Bf16Cache {
+        k: k_cache,
+        v: v_cache,
+    };
     let args = Args {
         partial_o,
         partial_ml,
         q,
-        k_cache,
-        v_cache,
+        cache,
         block_tables,
         token_seq,
         positions,
         shape,
-        n_heads: n_heads as usize,
-        n_kv_heads: n_kv_heads as usize,
-        split_len: split_len as usize,
+        split_len,
     };
-    // SAFETY: the preconditions, passed on; the head width becomes a constant.
-    unsafe {
-        match head_dim {
-            64 => split::<4, 8>(args),
-            128 => split::<8, 16>(args),
-            _ => split::<16, 32>(args),
-        }
-    }
+    // SAFETY: the preconditions, passed on.
+    unsafe { by_width(args) }
 }
 
-struct Args {
+/// `attention_split_mma_bf16` over the fp8 cache (`--kv-dtype fp8`): the same partial
+/// results, each tile's e4m3 keys and values turned into bf16 in shared memory (exactly:
+/// `kv_tiles.rs`) before the same products.
+///
+/// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads, head_dim]` e4m3
+/// - `k_scales`, `v_scales`: one layer, `[n_blocks, n_kv_heads, 16]` scale bytes
+/// - the rest as `attention_split_mma_bf16`'s
+///
+/// PRECONDITIONS: `attention_split_mma_bf16`'s, with the scales 16-byte aligned and
+/// dynamic shared memory `attn_split_mma_fp8_shared_bytes(head_dim)`.
+///
+/// # Safety
+/// The host's launch wrapper checks the preconditions it can.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn attention_split_mma_fp8(
     partial_o: *mut f32,
     partial_ml: *mut f32,
     q: *const f32,
-    k_cache: *const u16,
-    v_cache: *const u16,
+    k_cache: *const u8,
+    v_cache: *const u8,
+    k_scales: *const u8,
+    v_scales: *const u8,
     block_tables: *const u32,
     token_seq: *const u32,
     positions: *const u32,
     shape: PagedShape,
-    n_heads: usize,
-    n_kv_heads: usize,
-    split_len: usize,
+    split_len: u32,
+) {
+    crate::device::wait_for_previous_kernel();
+    // The staging follows the tiles.
+    let tiles_bytes = attn_split_mma_shared_bytes(shape.heads.head_dim as usize);
+    let cache = Fp8Cache {
+        k: k_cache,
+        v: v_cache,
+        k_scales,
+        v_scales,
+        staging: shared_addr(dynamic_shared::<u8>()) + tiles_bytes as u32,
+    };
+    let args = Args {
+        partial_o,
+        partial_ml,
+        q,
+        cache,
+        block_tables,
+        token_seq,
+        positions,
+        shape,
+        split_len,
+    };
+    // SAFETY: the preconditions, passed on.
+    unsafe { by_width(args) }
+}
+
+/// The kernel for the head width in `args`, which becomes a constant.
+///
+/// # Safety
+/// As `attention_split_mma_bf16`.
+#[inline(always)]
+unsafe fn by_width<C: KvTiles>(args: Args<C>) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        match args.shape.heads.head_dim {
+            64 => split::<4, 8, C>(args),
+            128 => split::<8, 16, C>(args),
+            _ => split::<16, 32, C>(args),
+        }
+    }
+}
+
+/// A split kernel's arguments, its cache's keys and values as `C` reads them.
+struct Args<C> {
+    partial_o: *mut f32,
+    partial_ml: *mut f32,
+    q: *const f32,
+    cache: C,
+    block_tables: *const u32,
+    token_seq: *const u32,
+    positions: *const u32,
+    shape: PagedShape,
+    split_len: u32,
 }
 
 /// The kernel for `head_dim = 16 KC = 8 NT`: `KC` 16-wide chunks of a head (the reduction
@@ -116,11 +173,12 @@ struct Args {
 /// # Safety
 /// As `attention_split_mma_bf16`.
 #[inline(always)]
-unsafe fn split<const KC: usize, const NT: usize>(a: Args) {
+unsafe fn split<const KC: usize, const NT: usize, C: KvTiles>(a: Args<C>) {
     const KEYS: usize = ATTN_SPLIT_MMA_KEYS;
     let head_dim = 16 * KC;
-    let group = a.n_heads / a.n_kv_heads;
-    let kv_dim = a.n_kv_heads * head_dim;
+    let (n_heads, n_kv_heads) = (a.shape.heads.n_heads as usize, a.shape.heads.n_kv_heads as usize);
+    let split_len = a.split_len as usize;
+    let group = n_heads / n_kv_heads;
     let (kv_head, split, t) = (block_idx_x(), block_idx_y(), block_idx_z());
     let n_splits = grid_dim_y();
     let lane = thread_idx_x() % WARP;
@@ -128,7 +186,7 @@ unsafe fn split<const KC: usize, const NT: usize>(a: Args) {
     // This lane's row g is query head `h` when it is not padding.
     let real = g < group;
     let h = kv_head * group + g;
-    let at = (t * a.n_heads + h) * n_splits + split;
+    let at = (t * n_heads + h) * n_splits + split;
 
     // SAFETY: t < n; the sequence's row of the block table.
     let (pos, table) = unsafe {
@@ -140,8 +198,8 @@ unsafe fn split<const KC: usize, const NT: usize>(a: Args) {
     };
     // The split's positions that the token attends to: none past its own, none before its
     // window's first.
-    let start = (split * a.split_len).max(a.shape.first_position(pos));
-    let end = ((split + 1) * a.split_len).min(pos + 1);
+    let start = (split * split_len).max(a.shape.first_position(pos));
+    let end = ((split + 1) * split_len).min(pos + 1);
     if start >= end {
         // Past the token's position or before its window: an empty split (the combine
         // weighs it 0; written anyway, as the CPU twin does).
@@ -164,17 +222,21 @@ unsafe fn split<const KC: usize, const NT: usize>(a: Args) {
         return;
     }
 
-    // Shared memory: keys `[KEYS][head_dim + 8]` bf16, then values the same.
-    let stride = head_dim + 8;
+    // Shared memory: keys `[KEYS][head_dim + 8]` bf16, then values the same (then, over the
+    // fp8 cache, the staging).
     let k_tile = shared_addr(dynamic_shared::<u8>());
-    let v_tile = k_tile + (KEYS * stride * 2) as u32;
-    let tile_at = |tile: u32, key: usize, d: usize| tile + ((key * stride + d) * 2) as u32;
+    let v_tile = k_tile + (KEYS * tile_stride(head_dim) * 2) as u32;
+    let tiles = Tiles {
+        k: k_tile,
+        v: v_tile,
+    };
+    let tile_at = |tile: u32, key: usize, d: usize| tile_at(tile, head_dim, key, d);
 
     // q as the `a` operand, scaled by log2(e) / sqrt(head_dim) (the softmax in powers of
     // two) and rounded to bf16: (row g, dims 16 kc + c, + 1), (row g + 8: zero), (row g,
     // + 8), (row g + 8: zero).
     let scale = core::f32::consts::LOG2_E / sqrt(head_dim as f32);
-    let q_row = (t * a.n_heads + h) * head_dim;
+    let q_row = (t * n_heads + h) * head_dim;
     let q_pair = |d: usize| -> u32 {
         if !real {
             return 0;
@@ -193,39 +255,38 @@ unsafe fn split<const KC: usize, const NT: usize>(a: Args) {
     // the accumulator layout: o[j] holds (row g, dims 8 j + c, + 1), (row g + 8, same).
     let (mut m, mut l) = ([f32::NEG_INFINITY; 2], [0.0f32; 2]);
     let mut o = [[0.0f32; 4]; NT];
-    // 16-byte pieces of a key's head (8 bf16 each).
-    let per_key = head_dim / 8;
+    let team = Team {
+        index: lane,
+        size: WARP,
+    };
 
     let mut k0 = start;
     while k0 < end {
-        // Keys k0 .. k0 + KEYS, zeros past the split's end. Lane `lane` takes pieces `lane`,
-        // `lane + 32`, ...
-        let mut piece = lane;
-        while piece < KEYS * per_key {
-            let (key, part) = (piece / per_key, piece % per_key);
-            let p = k0 + key;
-            let valid = p < end;
-            // SAFETY: p is a position of the sequence when valid: its table entry is valid,
-            // and the 16 bytes lie inside its slot's head (aligned: head_dim % 8 == 0);
-            // otherwise nothing is read and zeros land. Destinations inside the tiles,
-            // 16-byte aligned (stride and 8 part are multiples of 8).
-            unsafe {
-                let src = if valid {
-                    let slot = *table.add(p / BLOCK_SIZE) as usize * BLOCK_SIZE + p % BLOCK_SIZE;
-                    slot * kv_dim + kv_head * head_dim + 8 * part
-                } else {
-                    0
-                };
-                cp_async_16(tile_at(k_tile, key, 8 * part), a.k_cache.add(src), valid);
-                cp_async_16(tile_at(v_tile, key, 8 * part), a.v_cache.add(src), valid);
-            }
-            piece += WARP;
-        }
+        // Keys k0 .. k0 + KEYS, zeros past the split's end, a 16-byte copy a lane at a time.
+        let span = TileSpan {
+            k0,
+            end,
+            table,
+            kv_head,
+            n_kv_heads,
+            head_dim,
+        };
+        // SAFETY: the whole warp (the block) calls them; positions below `end` are the
+        // sequence's, the tiles and staging inside the launch's shared memory.
+        unsafe { a.cache.request::<KEYS>(team, span, tiles, 0) };
         cp_async_commit();
         cp_async_wait::<0>();
         // Every lane's copies are visible to the whole warp (the block is this warp).
         // SAFETY: all lanes run the same tiles.
         unsafe { sync_warp() };
+        if C::STAGED {
+            // SAFETY: as `request`, after the copies landed; the tiles visible after the
+            // barrier.
+            unsafe {
+                a.cache.land::<KEYS>(team, span, tiles, 0);
+                sync_warp();
+            }
+        }
 
         // S = Q K^T: s[j] holds (row g, keys k0 + 8 j + c, + 1), (row g + 8, same). The keys'
         // tile is `[key][dim]`, the `b` operand's column-major layout.

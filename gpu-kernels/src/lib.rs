@@ -64,6 +64,8 @@ pub mod gemv_stream;
 #[cfg(feature = "probes")]
 pub mod grid_barrier;
 pub mod kv_cache;
+pub mod kv_fp8;
+pub mod kv_tiles;
 pub mod mma;
 pub mod quant_blocks;
 #[cfg(target_feature = "sm_90a")]

@@ -208,6 +208,20 @@ pub unsafe fn st_shared_v4(addr: u32, v: [u32; 4]) {
     };
 }
 
+/// A 4-byte load from shared memory (`ld.shared.u32`).
+///
+/// # Safety
+/// `addr` is a 4-byte aligned shared address with 4 bytes to read.
+#[inline(always)]
+pub unsafe fn ld_shared_u32(addr: u32) -> u32 {
+    let v: u32;
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        asm!("ld.shared.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg32) addr, options(readonly, nostack))
+    };
+    v
+}
+
 /// A 16-byte load from shared memory into four registers (`ld.shared.v4.u32`).
 ///
 /// # Safety

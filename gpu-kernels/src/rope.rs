@@ -3,8 +3,11 @@
 use crate::args::Heads;
 use crate::device::{
     block_dim_x, block_idx_x, f32_to_bf16, global_idx_x, sqrt, thread_idx_x,
-    wait_for_previous_kernel, warp_sum,
+    wait_for_previous_kernel, warp_max, warp_sum,
 };
+use crate::kv_fp8::{kv_e4m3_of, kv_quant_factor, kv_scale_of};
+use crate::tiles::BLOCK_SIZE;
+use crate::unroll::unroll;
 
 /// In each head of each token, the pair `(x[i], x[i + d/2])` turns by the angle whose cos and
 /// sin are `cos[pos, i]` and `sin[pos, i]` (tables computed on the host in f64).
@@ -161,11 +164,11 @@ pub unsafe extern "gpu-kernel" fn qkv_rope_write_bf16(
 ///
 /// Thread mapping: one warp per (token, head) of the row, `blockDim.x / 32` a block: the
 /// `n_heads` query heads, then the `n_kv_heads` key heads, then the `n_kv_heads` value heads.
-/// In a query or key head a lane holds the pairs `(i, i + head_dim / 2)` for `i = lane,
-/// lane + 32, ...` (at most four), so the head's sum of squares is one warp shuffle and each
-/// pair is normed and turned in registers. A value head is copied, rounded to bf16. The
-/// position, slot, angles and norm weights a lane needs are read before the wait for the
-/// kernel before (none of them is written by it).
+/// A lane holds the pairs `(i, i + head_dim / 2)` of its head for `i = lane, lane + 32, ...`
+/// (at most four), so the head's sum of squares is one warp shuffle and each pair is normed
+/// and turned in registers. A value head is copied, rounded to bf16. The position, slot,
+/// angles and norm weights a lane needs are read before the wait for the kernel before (none
+/// of them is written by it).
 ///
 /// PRECONDITIONS: as `qkv_rope_write_bf16`, and `head_dim <= 256`; `blockDim.x` a multiple
 /// of 32 and at least `n * (n_heads + 2 * n_kv_heads)` warps in the grid; the weights not
@@ -189,7 +192,233 @@ pub unsafe extern "gpu-kernel" fn qkv_norm_rope_write_bf16(
     eps: f32,
     n: u32,
 ) {
-    const PAIRS: usize = 4;
+    let cache = Bf16Rows { k_cache, v_cache };
+    let rows = RowsIn {
+        qkv,
+        positions,
+        slots,
+        cos,
+        sin,
+    };
+    let norm = Some((q_weight, k_weight, eps));
+    // SAFETY: the preconditions, passed on.
+    unsafe { heads_pass(q_out, cache, rows, norm, heads, n) }
+}
+
+/// `qkv_rope_write_bf16` into the fp8 cache (`--kv-dtype fp8`): each key head (after RoPE)
+/// and each value head stored as e4m3 bytes with one power-of-two scale
+/// (`kv_fp8.rs`), the warp's largest magnitude choosing it.
+///
+/// - `q_out`, `qkv`, `positions`, `slots`, `cos`, `sin`, `heads`, `n`: as
+///   `qkv_rope_write_bf16`
+/// - `k_cache`, `v_cache`: one layer, `[n_blocks * 16, n_kv_heads * head_dim]` e4m3
+/// - `k_scales`, `v_scales`: one layer, `[n_blocks, n_kv_heads, 16]` scale bytes: a
+///   block's sixteen tokens of one head side by side, so that attention stages a block's
+///   scales with one 16-byte copy
+///
+/// Thread mapping: `qkv_norm_rope_write_bf16`'s, without the norm.
+///
+/// PRECONDITIONS: as `qkv_norm_rope_write_bf16`.
+///
+/// # Safety
+/// The host's launch wrapper checks the preconditions.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn qkv_rope_write_fp8(
+    q_out: *mut f32,
+    k_cache: *mut u8,
+    v_cache: *mut u8,
+    k_scales: *mut u8,
+    v_scales: *mut u8,
+    qkv: *const f32,
+    positions: *const u32,
+    slots: *const u32,
+    cos: *const f32,
+    sin: *const f32,
+    heads: Heads,
+    n: u32,
+) {
+    let cache = Fp8Rows {
+        k_cache,
+        v_cache,
+        k_scales,
+        v_scales,
+    };
+    let rows = RowsIn {
+        qkv,
+        positions,
+        slots,
+        cos,
+        sin,
+    };
+    // SAFETY: the preconditions, passed on.
+    unsafe { heads_pass(q_out, cache, rows, None, heads, n) }
+}
+
+/// `qkv_norm_rope_write_bf16` into the fp8 cache: the arguments of `qkv_rope_write_fp8`,
+/// and the norms' `q_weight`, `k_weight` and `eps` as `qkv_norm_rope_write_bf16` takes them.
+///
+/// # Safety
+/// As `qkv_norm_rope_write_bf16`.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn qkv_norm_rope_write_fp8(
+    q_out: *mut f32,
+    k_cache: *mut u8,
+    v_cache: *mut u8,
+    k_scales: *mut u8,
+    v_scales: *mut u8,
+    qkv: *const f32,
+    q_weight: *const f32,
+    k_weight: *const f32,
+    positions: *const u32,
+    slots: *const u32,
+    cos: *const f32,
+    sin: *const f32,
+    heads: Heads,
+    eps: f32,
+    n: u32,
+) {
+    let cache = Fp8Rows {
+        k_cache,
+        v_cache,
+        k_scales,
+        v_scales,
+    };
+    let rows = RowsIn {
+        qkv,
+        positions,
+        slots,
+        cos,
+        sin,
+    };
+    let norm = Some((q_weight, k_weight, eps));
+    // SAFETY: the preconditions, passed on.
+    unsafe { heads_pass(q_out, cache, rows, norm, heads, n) }
+}
+
+/// Pairs a lane holds: heads up to 256 wide.
+const PAIRS: usize = 4;
+
+/// A lane's pairs `(i, i + head_dim / 2)` of one head, `i = lane + 32 k`; those with `i`
+/// past the half are zeros.
+type LanePairs = [(f32, f32); PAIRS];
+
+/// What the warp-per-head kernels read besides the norms: the projection's rows, each
+/// token's position and slot, the RoPE tables (shapes as `qkv_rope_write_bf16` lists them).
+#[derive(Clone, Copy)]
+struct RowsIn {
+    qkv: *const f32,
+    positions: *const u32,
+    slots: *const u32,
+    cos: *const f32,
+    sin: *const f32,
+}
+
+/// Where one head's key or value row lands in a cache: the token's slot, the head, and the
+/// cache's row width.
+#[derive(Clone, Copy)]
+struct HeadAt {
+    slot: usize,
+    kv_head: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+}
+
+/// A cache the warp-per-head kernels write a head into: bf16 or e4m3 with scales.
+trait HeadRows: Copy {
+    /// Stores the warp's key (`value` false) or value head, which lane `lane` holds as
+    /// `pairs`.
+    ///
+    /// # Safety
+    /// The whole warp calls it; `at` is inside the cache.
+    unsafe fn store(self, value: bool, at: HeadAt, pairs: LanePairs, lane: usize);
+}
+
+/// The bf16 cache: `[n_blocks * 16, n_kv_heads * head_dim]` bf16 keys and values.
+#[derive(Clone, Copy)]
+struct Bf16Rows {
+    k_cache: *mut u16,
+    v_cache: *mut u16,
+}
+
+impl HeadRows for Bf16Rows {
+    #[inline(always)]
+    unsafe fn store(self, value: bool, at: HeadAt, pairs: LanePairs, lane: usize) {
+        let cache = if value { self.v_cache } else { self.k_cache };
+        let half = at.head_dim / 2;
+        let row = (at.slot * at.n_kv_heads + at.kv_head) * at.head_dim;
+        for k in 0..PAIRS {
+            let (i, (a, b)) = (lane + 32 * k, pairs[k]);
+            if i < half {
+                // SAFETY: inside the head's row (the caller's guarantee).
+                unsafe {
+                    *cache.add(row + i) = f32_to_bf16(a);
+                    *cache.add(row + i + half) = f32_to_bf16(b);
+                }
+            }
+        }
+    }
+}
+
+/// The fp8 cache: e4m3 keys and values as `Bf16Rows` lays them out, and a scale byte per
+/// (token, head) in `[n_blocks, n_kv_heads, 16]`.
+#[derive(Clone, Copy)]
+struct Fp8Rows {
+    k_cache: *mut u8,
+    v_cache: *mut u8,
+    k_scales: *mut u8,
+    v_scales: *mut u8,
+}
+
+impl HeadRows for Fp8Rows {
+    #[inline(always)]
+    unsafe fn store(self, value: bool, at: HeadAt, pairs: LanePairs, lane: usize) {
+        let (cache, scales) = match value {
+            true => (self.v_cache, self.v_scales),
+            false => (self.k_cache, self.k_scales),
+        };
+        let half = at.head_dim / 2;
+        let row = (at.slot * at.n_kv_heads + at.kv_head) * at.head_dim;
+        // The head's largest magnitude (zeros past the half change nothing), its scale.
+        let mut amax = 0.0f32;
+        for k in 0..PAIRS {
+            amax = amax.max(pairs[k].0.abs()).max(pairs[k].1.abs());
+        }
+        let scale = kv_scale_of(warp_max(amax));
+        let factor = kv_quant_factor(scale);
+        // Unrolled, so that `pairs` stays in registers (the rounding's body is long enough that
+        // the compiler would keep the loop and index the array in local memory).
+        unroll!(k < PAIRS => {
+            let (i, (a, b)) = (lane + 32 * k, pairs[k]);
+            if i < half {
+                // SAFETY: inside the head's row (the caller's guarantee).
+                unsafe {
+                    *cache.add(row + i) = kv_e4m3_of(a * factor);
+                    *cache.add(row + i + half) = kv_e4m3_of(b * factor);
+                }
+            }
+        });
+        if lane == 0 {
+            let (block, offset) = (at.slot / BLOCK_SIZE, at.slot % BLOCK_SIZE);
+            // SAFETY: the slot's block and head are inside the scales (the caller's).
+            unsafe { *scales.add((block * at.n_kv_heads + at.kv_head) * BLOCK_SIZE + offset) = scale };
+        }
+    }
+}
+
+/// The body of the warp-per-head kernels: `qkv_norm_rope_write_bf16` (`norm` given, the bf16
+/// cache), `qkv_rope_write_fp8` and `qkv_norm_rope_write_fp8`.
+///
+/// # Safety
+/// Their preconditions.
+#[inline(always)]
+unsafe fn heads_pass<C: HeadRows>(
+    q_out: *mut f32,
+    cache: C,
+    rows: RowsIn,
+    norm: Option<(*const f32, *const f32, f32)>,
+    heads: Heads,
+    n: u32,
+) {
     let (n_heads, n_kv_heads) = (heads.n_heads as usize, heads.n_kv_heads as usize);
     let (head_dim, half) = (heads.head_dim as usize, heads.head_dim as usize / 2);
     let (q_dim, kv_dim) = (n_heads * head_dim, n_kv_heads * head_dim);
@@ -205,66 +434,86 @@ pub unsafe extern "gpu-kernel" fn qkv_norm_rope_write_bf16(
     // 2 kv_dim wide), its q_out row, or its cache row (slots valid, preconditions); pair
     // indices stay below half <= 32 * PAIRS.
     unsafe {
-        let pos = *positions.add(t) as usize;
-        let slot = *slots.add(t) as usize;
-        let row = qkv.add(t * (q_dim + 2 * kv_dim));
-        if h >= n_heads + n_kv_heads {
-            // A value head: rounded into the cache as it is.
-            let at = (h - n_heads - n_kv_heads) * head_dim;
-            wait_for_previous_kernel();
-            let mut i = lane;
-            while i < head_dim {
-                *v_cache.add(slot * kv_dim + at + i) =
-                    f32_to_bf16(*row.add(q_dim + kv_dim + at + i));
-                i += 32;
+        let pos = *rows.positions.add(t) as usize;
+        let slot = *rows.slots.add(t) as usize;
+        let row = rows.qkv.add(t * (q_dim + 2 * kv_dim));
+        // This lane's pairs of the head at `src`.
+        let load = |src: *const f32| {
+            let mut pairs = [(0.0f32, 0.0f32); PAIRS];
+            for k in 0..PAIRS {
+                let i = lane + 32 * k;
+                if i < half {
+                    pairs[k] = (*src.add(i), *src.add(i + half));
+                }
             }
+            pairs
+        };
+        if h >= n_heads + n_kv_heads {
+            // A value head: into the cache as it is.
+            let kv_head = h - n_heads - n_kv_heads;
+            wait_for_previous_kernel();
+            let pairs = load(row.add(q_dim + kv_dim + kv_head * head_dim));
+            let at = HeadAt {
+                slot,
+                kv_head,
+                n_kv_heads,
+                head_dim,
+            };
+            cache.store(true, at, pairs, lane);
             return;
         }
         let query = h < n_heads;
-        let weight = if query { q_weight } else { k_weight };
-        // Each held pair's angle and the two weights of its elements.
+        // Each held pair's angle and the two weights of its elements (1 without a norm).
         let mut angle = [(0.0f32, 0.0f32); PAIRS];
-        let mut w = [(0.0f32, 0.0f32); PAIRS];
+        let mut w = [(1.0f32, 1.0f32); PAIRS];
         for k in 0..PAIRS {
             let i = lane + 32 * k;
             if i < half {
-                angle[k] = (*cos.add(pos * half + i), *sin.add(pos * half + i));
-                w[k] = (*weight.add(i), *weight.add(i + half));
+                angle[k] = (*rows.cos.add(pos * half + i), *rows.sin.add(pos * half + i));
+                if let Some((q_weight, k_weight, _)) = norm {
+                    let weight = if query { q_weight } else { k_weight };
+                    w[k] = (*weight.add(i), *weight.add(i + half));
+                }
             }
         }
         wait_for_previous_kernel();
         // The head's values: query head h, or key head h - n_heads (the keys follow the
         // queries in the row, so the offset is the same expression).
-        let src = row.add(h * head_dim);
-        let mut pair = [(0.0f32, 0.0f32); PAIRS];
-        let mut sum_sq = 0.0f32;
-        for (k, p) in pair.iter_mut().enumerate() {
-            let i = lane + 32 * k;
-            if i < half {
-                *p = (*src.add(i), *src.add(i + half));
-                sum_sq += p.0 * p.0 + p.1 * p.1;
+        let mut pairs = load(row.add(h * head_dim));
+        if let Some((_, _, eps)) = norm {
+            // Every lane of the warp is here (the warp left whole or not at all). The norm
+            // as `rmsnorm_f32` computes it: x * scale * weight.
+            let mut sum_sq = 0.0f32;
+            for k in 0..PAIRS {
+                let (a, b) = pairs[k];
+                sum_sq += a * a + b * b;
+            }
+            let scale = 1.0 / sqrt(warp_sum(sum_sq) / head_dim as f32 + eps);
+            for k in 0..PAIRS {
+                pairs[k] = (pairs[k].0 * scale * w[k].0, pairs[k].1 * scale * w[k].1);
             }
         }
-        // Every lane of the warp is here (the warp left whole or not at all). The norm as
-        // `rmsnorm_f32` computes it: x * scale * weight.
-        let scale = 1.0 / sqrt(warp_sum(sum_sq) / head_dim as f32 + eps);
         for k in 0..PAIRS {
-            let i = lane + 32 * k;
-            if i >= half {
-                continue;
+            let ((a, b), (c, s)) = (pairs[k], angle[k]);
+            pairs[k] = (a * c - b * s, b * c + a * s);
+        }
+        if query {
+            let dst = q_out.add(t * q_dim + h * head_dim);
+            for k in 0..PAIRS {
+                let (i, (x, y)) = (lane + 32 * k, pairs[k]);
+                if i < half {
+                    *dst.add(i) = x;
+                    *dst.add(i + half) = y;
+                }
             }
-            let (a, b) = (pair[k].0 * scale * w[k].0, pair[k].1 * scale * w[k].1);
-            let (c, s) = angle[k];
-            let (x, y) = (a * c - b * s, b * c + a * s);
-            if query {
-                let dst = q_out.add(t * q_dim + h * head_dim);
-                *dst.add(i) = x;
-                *dst.add(i + half) = y;
-            } else {
-                let dst = k_cache.add(slot * kv_dim + (h - n_heads) * head_dim);
-                *dst.add(i) = f32_to_bf16(x);
-                *dst.add(i + half) = f32_to_bf16(y);
-            }
+        } else {
+            let at = HeadAt {
+                slot,
+                kv_head: h - n_heads,
+                n_kv_heads,
+                head_dim,
+            };
+            cache.store(false, at, pairs, lane);
         }
     }
 }

@@ -106,6 +106,26 @@ pub const fn attn_mma_shared_bytes(head_dim: usize) -> usize {
     2 * 2 * ATTN_MMA_KEYS * (head_dim + 8) * 2 + 32
 }
 
+/// Prompt attention over the fp8 cache (`attention_mma_fp8`): one buffer of bf16 tiles
+/// (the e4m3 bytes turned into bf16 there) and two staging buffers of bytes and scales (the
+/// next tile's arriving while one is turned), and 32 bytes.
+pub const fn attn_mma_fp8_shared_bytes(head_dim: usize) -> usize {
+    2 * ATTN_MMA_KEYS * (head_dim + 8) * 2 + 2 * fp8_staging_bytes(ATTN_MMA_KEYS, head_dim) + 32
+}
+
+/// Blocks of the table a tile of `keys` positions can touch: one more than it covers when
+/// its first position is not a block's first (a sliding window's start).
+pub const fn fp8_scale_blocks(keys: usize) -> usize {
+    keys / BLOCK_SIZE + 1
+}
+
+/// Shared memory of one fp8 staging buffer (`kv_tiles.rs`) for tiles of `keys` keys: the
+/// keys' and the values' e4m3 bytes `[keys][head_dim]`, then their scale bytes,
+/// `[fp8_scale_blocks][16]` each.
+pub const fn fp8_staging_bytes(keys: usize, head_dim: usize) -> usize {
+    2 * keys * head_dim + 2 * fp8_scale_blocks(keys) * BLOCK_SIZE
+}
+
 /// Skinny GEMM (a few to 128 tokens): output features per block, 16 per warp.
 pub const SKINNY_FEATURES: usize = 128;
 /// Skinny GEMM: threads per block, 8 warps.
@@ -210,6 +230,13 @@ pub const ATTN_SPLIT_MMA_MAX_GROUP: usize = 8;
 /// one start 16 bytes apart in the banks, so `ldmatrix` reads conflict-free).
 pub const fn attn_split_mma_shared_bytes(head_dim: usize) -> usize {
     2 * ATTN_SPLIT_MMA_KEYS * (head_dim + 8) * 2
+}
+
+/// The same over the fp8 cache (`attention_split_mma_fp8`): the tiles, then one staging
+/// buffer (`fp8_staging_bytes`). 49 KiB for heads of 256: over the default 48, so the host
+/// raises the kernel's limit when the module loads.
+pub const fn attn_split_mma_fp8_shared_bytes(head_dim: usize) -> usize {
+    attn_split_mma_shared_bytes(head_dim) + fp8_staging_bytes(ATTN_SPLIT_MMA_KEYS, head_dim)
 }
 
 /// Most parts `gemm_skinny_reduce_f32` adds: the skinny matmul's splits and the warpgroup

@@ -27,6 +27,23 @@ pub(super) struct SplitKernel<'a> {
 /// cache of `K`, and the batch's map into it.
 pub type PagedIn<'a, K> = Paged<In<'a, f32>, In<'a, K>, In<'a, u32>>;
 
+/// One layer's scales of the fp8 cache, the keys' and the values': `[n_blocks, n_kv_heads,
+/// 16]` bytes each (`kv::fp8`).
+pub type KvScales<'a> = (In<'a, u8>, In<'a, u8>);
+
+/// Checks `scales` against the fp8 cache of `p`: a byte a head row, 16-byte aligned.
+pub(super) fn check_scales(g: &Gpu, name: &str, p: &PagedIn<u8>, scales: &KvScales) {
+    let rows = p.k_cache.len() / p.shape.heads.head_dim as usize;
+    assert!(
+        scales.0.len() == rows && scales.1.len() == rows,
+        "{name}: a scale a head row ({rows})"
+    );
+    assert!(
+        aligned16(&scales.0, &g.stream) && aligned16(&scales.1, &g.stream),
+        "{name} copies the scales 16 bytes at a time"
+    );
+}
+
 impl Gpu {
     /// Causal GQA attention over the paged cache; see the kernel's header for the shapes.
     ///
@@ -34,7 +51,12 @@ impl Gpu {
     /// Every token's sequence has a row of `block_tables`, whose entries up to the token's
     /// position name blocks of the caches, and its own key and value are written.
     pub unsafe fn attention_f32(&self, out: &mut Out<f32>, p: &PagedIn<f32>) -> Result<()> {
-        self.per_head((&self.kernels.attention_f32, "attention_f32", 4), out, p)
+        self.per_head(
+            (&self.kernels.attention_f32, "attention_f32", 4),
+            out,
+            p,
+            None,
+        )
     }
 
     /// As `attention_f32`, over a bf16 cache.
@@ -42,16 +64,38 @@ impl Gpu {
     /// # Safety
     /// As `attention_f32`.
     pub unsafe fn attention_bf16(&self, out: &mut Out<f32>, p: &PagedIn<u16>) -> Result<()> {
-        self.per_head((&self.kernels.attention_bf16, "attention_bf16", 2), out, p)
+        self.per_head(
+            (&self.kernels.attention_bf16, "attention_bf16", 2),
+            out,
+            p,
+            None,
+        )
     }
 
-    /// The launch `attention_f32` and `attention_bf16` share: the kernel, its name and the
-    /// bytes of a cache element `T`, then the kernel's arguments.
+    /// As `attention_f32`, over the fp8 cache: e4m3 keys and values, and their `scales`.
+    ///
+    /// # Safety
+    /// As `attention_f32`.
+    pub unsafe fn attention_fp8(
+        &self,
+        out: &mut Out<f32>,
+        p: &PagedIn<u8>,
+        scales: &KvScales,
+    ) -> Result<()> {
+        check_scales(self, "attention_fp8", p, scales);
+        let kernel = (&self.kernels.attention_fp8, "attention_fp8", 1);
+        self.per_head(kernel, out, p, Some(scales))
+    }
+
+    /// The launch `attention_f32`, `attention_bf16` and `attention_fp8` share: the kernel,
+    /// its name and the bytes of a cache element `T`, then the kernel's arguments (the
+    /// scales of an fp8 cache after the caches).
     fn per_head<T: DeviceRepr>(
         &self,
         (func, name, cache_bytes): (&CudaFunction, &'static str, usize),
         out: &mut Out<f32>,
         p: &PagedIn<T>,
+        scales: Option<&KvScales>,
     ) -> Result<()> {
         let n = p.positions.len();
         let heads = p.shape.heads;
@@ -84,11 +128,11 @@ impl Gpu {
             traffic::attention_per_head(attended, n, n_heads, n_kv_heads, head_dim, cache_bytes)
         };
         let mut b = self.launcher(func);
-        b.arg(out)
-            .arg(&p.q)
-            .arg(&p.k_cache)
-            .arg(&p.v_cache)
-            .arg(&p.block_tables)
+        b.arg(out).arg(&p.q).arg(&p.k_cache).arg(&p.v_cache);
+        if let Some((k_scales, v_scales)) = scales {
+            b.arg(k_scales).arg(v_scales);
+        }
+        b.arg(&p.block_tables)
             .arg(&p.token_seq)
             .arg(&p.positions)
             .arg(&p.shape);
@@ -132,22 +176,24 @@ impl Gpu {
         };
         // SAFETY: the caller's guarantee, passed on; the block and shared memory the
         // kernel's header asks for.
-        unsafe { self.attention_split(kernel, partial_o, partial_ml, p, split_len) }
+        unsafe { self.attention_split(kernel, partial_o, partial_ml, p, None, split_len) }
     }
 
-    /// The launch both split kernels share (`attention_split_bf16`,
-    /// `attention_split_mma_bf16`): the same arguments and partial results, checked alike,
-    /// a grid of `(n_kv_heads, n_splits, n)` blocks of the kernel's size.
+    /// The launch the split kernels share (`attention_split_bf16`,
+    /// `attention_split_mma_bf16`, and `attention_split_mma_fp8` with its `scales`): the
+    /// same arguments and partial results, checked alike, a grid of `(n_kv_heads, n_splits,
+    /// n)` blocks of the kernel's size.
     ///
     /// # Safety
     /// As `attention_split_bf16`; `kernel` names a split kernel with its block size and
     /// shared memory.
-    pub(super) unsafe fn attention_split(
+    pub(super) unsafe fn attention_split<T: DeviceRepr>(
         &self,
         kernel: SplitKernel,
         partial_o: &mut Out<f32>,
         partial_ml: &mut Out<f32>,
-        p: &PagedIn<u16>,
+        p: &PagedIn<T>,
+        scales: Option<&KvScales>,
         split_len: usize,
     ) -> Result<()> {
         let name = kernel.name;
@@ -181,17 +227,24 @@ impl Gpu {
             shared_mem_bytes: kernel.shared as u32,
         };
         let sl = u32_of(split_len, "split_len");
+        let split_traffic = match scales {
+            Some(_) => traffic::attention_split_fp8,
+            None => traffic::attention_split_bf16,
+        };
         let traffic = move |positions: &[u32]| {
             let attended = traffic::attended(positions);
-            traffic::attention_split_bf16(attended, n, n_heads, n_kv_heads, head_dim, n_splits)
+            split_traffic(attended, n, n_heads, n_kv_heads, head_dim, n_splits)
         };
         let mut b = self.launcher(kernel.func);
         b.arg(partial_o)
             .arg(partial_ml)
             .arg(&p.q)
             .arg(&p.k_cache)
-            .arg(&p.v_cache)
-            .arg(&p.block_tables)
+            .arg(&p.v_cache);
+        if let Some((k_scales, v_scales)) = scales {
+            b.arg(k_scales).arg(v_scales);
+        }
+        b.arg(&p.block_tables)
             .arg(&p.token_seq)
             .arg(&p.positions)
             .arg(&p.shape)

@@ -1,12 +1,15 @@
-//! `attention_mma_bf16`: a prompt's attention on tensor cores.
+//! `attention_mma_bf16`: a prompt's attention on tensor cores; `attention_mma_fp8` the same
+//! over the fp8 cache.
 
-use cudarc::driver::LaunchConfig;
+use cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig};
 
-use super::attention::PagedIn;
+use super::attention::{KvScales, PagedIn, check_scales};
 use super::{Out, u32_of};
 use crate::error::Result;
 use crate::gpu::context::Gpu;
-use crate::tiles::{ATTN_MMA_ROWS, ATTN_MMA_THREADS, BLOCK_SIZE, attn_mma_shared_bytes};
+use crate::tiles::{
+    ATTN_MMA_ROWS, ATTN_MMA_THREADS, BLOCK_SIZE, attn_mma_fp8_shared_bytes, attn_mma_shared_bytes,
+};
 use crate::traffic;
 
 /// Whether `attention_mma_bf16` takes heads of this width.
@@ -22,12 +25,45 @@ impl Gpu {
     /// # Safety
     /// As `attention_f32`, and every token of the batch is of one sequence.
     pub unsafe fn attention_mma_bf16(&self, out: &mut Out<f32>, p: &PagedIn<u16>) -> Result<()> {
+        let kernel = (&self.kernels.attention_mma_bf16, "attention_mma_bf16");
+        // SAFETY: the caller's guarantee.
+        unsafe { self.prompt_attention(kernel, out, p, None) }
+    }
+
+    /// `attention_mma_bf16` over the fp8 cache: e4m3 keys and values, and their `scales`.
+    ///
+    /// # Safety
+    /// As `attention_mma_bf16`.
+    pub unsafe fn attention_mma_fp8(
+        &self,
+        out: &mut Out<f32>,
+        p: &PagedIn<u8>,
+        scales: &KvScales,
+    ) -> Result<()> {
+        check_scales(self, "attention_mma_fp8", p, scales);
+        let kernel = (&self.kernels.attention_mma_fp8, "attention_mma_fp8");
+        // SAFETY: the caller's guarantee.
+        unsafe { self.prompt_attention(kernel, out, p, Some(scales)) }
+    }
+
+    /// The launch both prompt kernels share: the kernel and its name, its arguments (the
+    /// scales of an fp8 cache after the caches).
+    ///
+    /// # Safety
+    /// As `attention_mma_bf16`.
+    unsafe fn prompt_attention<T: DeviceRepr>(
+        &self,
+        (func, name): (&CudaFunction, &'static str),
+        out: &mut Out<f32>,
+        p: &PagedIn<T>,
+        scales: Option<&KvScales>,
+    ) -> Result<()> {
         let n = p.positions.len();
         let heads = p.shape.heads;
         let (n_heads, n_kv_heads, head_dim) = heads.sizes();
         assert!(
             attention_mma_supports(head_dim),
-            "attention_mma_bf16 takes heads of 64 or 128 (got {head_dim})"
+            "{name} takes heads of 64 or 128 (got {head_dim})"
         );
         assert!(
             n > 0
@@ -51,23 +87,26 @@ impl Gpu {
                 1,
             ),
             block_dim: (ATTN_MMA_THREADS as u32, 1, 1),
-            shared_mem_bytes: attn_mma_shared_bytes(head_dim) as u32,
+            shared_mem_bytes: match scales {
+                Some(_) => attn_mma_fp8_shared_bytes(head_dim),
+                None => attn_mma_shared_bytes(head_dim),
+            } as u32,
+        };
+        let prompt_traffic = match scales {
+            Some(_) => traffic::attention_mma_fp8,
+            None => traffic::attention_mma_bf16,
         };
         let traffic = move |positions: &[u32]| {
-            traffic::attention_mma_bf16(
-                &positions[..n.min(positions.len())],
-                n_heads,
-                n_kv_heads,
-                head_dim,
-            )
+            let positions = &positions[..n.min(positions.len())];
+            prompt_traffic(positions, n_heads, n_kv_heads, head_dim)
         };
         let nn = u32_of(n, "n");
-        let mut b = self.launcher(&self.kernels.attention_mma_bf16);
-        b.arg(out)
-            .arg(&p.q)
-            .arg(&p.k_cache)
-            .arg(&p.v_cache)
-            .arg(&p.block_tables)
+        let mut b = self.launcher(func);
+        b.arg(out).arg(&p.q).arg(&p.k_cache).arg(&p.v_cache);
+        if let Some((k_scales, v_scales)) = scales {
+            b.arg(k_scales).arg(v_scales);
+        }
+        b.arg(&p.block_tables)
             .arg(&p.token_seq)
             .arg(&p.positions)
             .arg(&p.shape)
@@ -75,6 +114,6 @@ impl Gpu {
         // SAFETY: shapes checked; 128 threads and the shared memory the kernel documents (its
         // limit raised to the most it takes when the module loaded); the caller's batch is one sequence whose block tables cover every position
         // up to each token's own, whose key and value were written before.
-        self.timed_batch("attention_mma_bf16", traffic, || unsafe { b.launch(cfg) })
+        self.timed_batch(name, traffic, || unsafe { b.launch(cfg) })
     }
 }

@@ -10,7 +10,8 @@ use cudarc::driver::{CudaFunction, CudaModule};
 use crate::error::{Error, Result};
 use crate::tiles::{
     MMA_SHARED_BYTES, MMA_THREADS, SKINNY_MAX_TILES, STREAM_MAX_SHARED_BYTES, WGMMA_SHARED_BYTES,
-    WGMMA_THREADS, attn_mma_shared_bytes, blocks_mma_shared_bytes, skinny_shared_bytes,
+    WGMMA_THREADS, attn_mma_fp8_shared_bytes, attn_mma_shared_bytes,
+    attn_split_mma_fp8_shared_bytes, blocks_mma_shared_bytes, skinny_shared_bytes,
     wgmma_blocks_shared_bytes,
 };
 use crate::weights::blocks::BlockType;
@@ -76,6 +77,16 @@ impl Kernels {
                 Some(&self.attention_mma_bf16),
                 "attention_mma_bf16",
                 attn_mma_shared_bytes(128),
+            ),
+            (
+                Some(&self.attention_mma_fp8),
+                "attention_mma_fp8",
+                attn_mma_fp8_shared_bytes(128),
+            ),
+            (
+                Some(&self.attention_split_mma_fp8),
+                "attention_split_mma_fp8",
+                attn_split_mma_fp8_shared_bytes(256),
             ),
         ];
         // Each GGUF type's `gemm_<type>` stages its own block sizes.

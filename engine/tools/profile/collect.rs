@@ -179,6 +179,7 @@ fn opts(args: &ProfileArgs) -> RunnerOptions {
         max_batch_tokens: args.prompt_len.clamp(1, 1024),
         weights: args.weights.0,
         synthetic: args.weights.1,
+        kv_dtype: Default::default(),
     }
 }
 
