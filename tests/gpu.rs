@@ -134,7 +134,7 @@ const TESTS: &[(&str, Test)] = &[
         experts::gemv_experts_blocks,
     ),
     (
-        "kernel::gemv_experts_bf16, gemv_swiglu_experts_bf16",
+        "kernel::gemv_experts_bf16 .. gemv_swiglu_experts_mma_bf16 (CUDA and tensor cores)",
         experts::gemv_experts_bf16,
     ),
     ("kernel::argmax_f32", argmax_f32),

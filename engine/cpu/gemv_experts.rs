@@ -148,3 +148,34 @@ pub fn gemv_swiglu_experts_bf16(
         }
     }
 }
+
+/// x rounded to bf16 and back, as the tensor cores' grouped GEMVs take their activations.
+fn bf16_rounded(x: &[f32]) -> Vec<f32> {
+    x.iter()
+        .map(|&v| half::bf16::from_f32(v).to_f32())
+        .collect()
+}
+
+/// `gemv_experts_bf16` of x rounded to bf16: the tensor cores' grouped GEMV multiplies the
+/// weights by bf16 activations (`gemv_mma_bf16_pass`).
+pub fn gemv_experts_mma_bf16(
+    out: &mut [f32],
+    x: &[f32],
+    w: &[u16],
+    runs: Runs<&[u32]>,
+    shape: MatmulShape,
+) {
+    gemv_experts_bf16(out, &bf16_rounded(x), w, runs, shape)
+}
+
+/// `gemv_swiglu_experts_bf16` of x rounded to bf16 (as `gemv_experts_mma_bf16`).
+pub fn gemv_swiglu_experts_mma_bf16(
+    out: &mut [f32],
+    x: &[f32],
+    w_gate: &[u16],
+    w_up: &[u16],
+    runs: Runs<&[u32]>,
+    shape: MatmulShape,
+) {
+    gemv_swiglu_experts_bf16(out, &bf16_rounded(x), w_gate, w_up, runs, shape)
+}

@@ -197,23 +197,18 @@ fn grouped(
     let out = &mut s.out.slice_mut(..pairs * dim);
     let gate_up = MatmulShape::new(pairs, dim, f, f, false);
     let down = MatmulShape::new(pairs, f, dim, dim, false);
+    // The runs' average length: the tensor cores' GEMVs where a pass's eight columns would be
+    // mostly full (`Gpu::gemv_on_mma`, `Gpu::experts_bf16_on_mma`).
+    let per_run = pairs.div_ceil(moe.n_experts.min(pairs));
     match (&stack.gate.data, &stack.up.data, &stack.down.data) {
         (MatrixData::Bf16(w_gate), MatrixData::Bf16(w_up), MatrixData::Bf16(w_down)) => {
             let (w_gate, w_up) = (w_gate.as_view(), w_up.as_view());
-            g.gemv_experts_bf16(
-                hidden,
-                &rows.as_view(),
-                (&w_gate, Some(&w_up)),
-                runs,
-                gate_up,
-            )?;
-            g.gemv_experts_bf16(
-                out,
-                &hidden.as_view(),
-                (&w_down.as_view(), None),
-                runs,
-                down,
-            )?;
+            let (x, w) = (&rows.as_view(), (&w_gate, Some(&w_up)));
+            let mma = g.experts_bf16_on_mma(per_run, dim);
+            g.gemv_experts_bf16(hidden, x, w, runs, gate_up, mma)?;
+            let (x, w) = (&hidden.as_view(), (&w_down.as_view(), None));
+            let mma = g.experts_bf16_on_mma(per_run, f);
+            g.gemv_experts_bf16(out, x, w, runs, down, mma)?;
         }
         (MatrixData::Blocks(w_gate), MatrixData::Blocks(w_up), MatrixData::Blocks(w_down)) => {
             let (w_gate, w_up, w_down) = (w_gate[0].view(), w_up[0].view(), w_down[0].view());
@@ -221,8 +216,6 @@ fn grouped(
             let scales = &mut s.scales.slice_mut(..pairs * dim / 16);
             g.quantize_q8_f32(codes, scales, &rows.as_view(), pairs * dim)?;
             let input = (&codes.as_view(), &scales.as_view());
-            // The tensor cores' GEMV where a run averages enough pairs (Gpu::gemv_on_mma).
-            let per_run = pairs.div_ceil(moe.n_experts.min(pairs));
             let mma = |ty| g.gemv_on_mma(ty, per_run);
             let up = (&w_gate, Some(&w_up));
             g.gemv_experts_codes(hidden, input, up, runs, gate_up, mma(w_gate.ty))?;

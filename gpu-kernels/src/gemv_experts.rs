@@ -23,6 +23,7 @@ use crate::device::{block_idx_x, block_idx_y, sync_threads, wait_for_previous_ke
 use crate::gemv::{gemv_bf16_token, gemv_swiglu_bf16_token};
 use crate::gemv_codes::{CodesIn, gemv_codes};
 use crate::gemv_mma::{MmaCodes, gemv_mma};
+use crate::gemv_mma_bf16::gemv_mma_bf16_pass;
 use crate::quant_blocks::{Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
 use crate::tiles::QUANT_MAX_TOKENS;
 
@@ -280,4 +281,84 @@ pub unsafe extern "gpu-kernel" fn gemv_swiglu_experts_bf16(
             gemv_swiglu_bf16_token(out.add(p * n_out), x.add(p * n_in), gate, up, n_in, n_out)
         }
     }
+}
+
+/// `gemv_mma_bf16_pass` over run `block_idx_y()`'s expert and pairs, 8 pairs a pass:
+/// `gemv_experts_bf16`'s product (with `M` = 2, `gemv_swiglu_experts_bf16`'s) on the tensor
+/// cores, the activations rounded to bf16, where the runs are long enough that a pass's
+/// eight columns are not mostly empty (the host decides).
+///
+/// - `out`: `[pairs, out_stride]` f32, columns `0..n_out`; `x`: `[pairs, n_in]` f32
+/// - `w`: `M` stacks `[n_experts, n_out, n_in]` bf16
+///
+/// Grid: (n_out / 16 rounded up, the runs), `MMA_GEMV_WARPS` warps a block.
+///
+/// # Safety
+/// `gemv_mma_bf16_pass`'s preconditions for every run (its pairs as the tokens); the grid's y
+/// at most `n_experts`.
+#[inline(always)]
+unsafe fn experts_mma_bf16<const M: usize>(
+    out: *mut f32,
+    x: *const f32,
+    w: [*const u16; M],
+    (run_expert, run_start): (*const u32, *const u32),
+    shape: MatmulShape,
+) {
+    wait_for_previous_kernel();
+    let [_, n_in, n_out, out_stride] = shape.sizes();
+    // SAFETY: the grid's y is at most n_experts.
+    let (expert, first, end) = unsafe { run(run_expert, run_start, block_idx_y()) };
+    let w = w.map(|m| m.wrapping_add(expert * n_out * n_in));
+    let mut p = first;
+    while p < end {
+        let tokens = (end - p).min(QUANT_MAX_TOKENS);
+        if p > first {
+            // SAFETY: uniform in the block (its run's); the last pass's sums are read
+            // before this one writes shared memory.
+            unsafe { sync_threads() };
+        }
+        // SAFETY: pairs p .. p + tokens of the run: inside x and out (the preconditions).
+        unsafe {
+            let (out, x) = (out.add(p * out_stride), x.add(p * n_in));
+            gemv_mma_bf16_pass::<M>(out, x, w, tokens, (n_in, n_out, out_stride))
+        }
+        p += tokens;
+    }
+}
+
+/// `experts_mma_bf16` of one matrix: `gemv_experts_bf16` on the tensor cores.
+///
+/// # Safety
+/// The host's launch wrapper checks `experts_mma_bf16`'s preconditions.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn gemv_experts_mma_bf16(
+    out: *mut f32,
+    x: *const f32,
+    w: *const u16,
+    run_expert: *const u32,
+    run_start: *const u32,
+    shape: MatmulShape,
+) {
+    // SAFETY: the wrapper's checks.
+    unsafe { experts_mma_bf16::<1>(out, x, [w], (run_expert, run_start), shape) }
+}
+
+/// `experts_mma_bf16` of the gate and up with their SwiGLU: `gemv_swiglu_experts_bf16` on the
+/// tensor cores.
+///
+/// # Safety
+/// As `gemv_experts_mma_bf16`.
+#[unsafe(no_mangle)]
+pub unsafe extern "gpu-kernel" fn gemv_swiglu_experts_mma_bf16(
+    out: *mut f32,
+    x: *const f32,
+    w_gate: *const u16,
+    w_up: *const u16,
+    run_expert: *const u32,
+    run_start: *const u32,
+    shape: MatmulShape,
+) {
+    let w = [w_gate, w_up];
+    // SAFETY: the wrapper's checks.
+    unsafe { experts_mma_bf16::<2>(out, x, w, (run_expert, run_start), shape) }
 }

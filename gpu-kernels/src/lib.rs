@@ -57,6 +57,7 @@ pub mod gemv;
 pub mod gemv_codes;
 pub mod gemv_experts;
 pub mod gemv_mma;
+pub mod gemv_mma_bf16;
 pub mod gemv_quant;
 pub mod gemv_steps;
 #[cfg(target_feature = "sm_90a")]

@@ -340,34 +340,41 @@ pub fn gemv_experts_bf16(g: &Gpu, rng: &mut StdRng) {
         let x = normal(rng, pairs * n_in, 1.0);
         let x_dev = up(g, &x);
         let shape = MatmulShape::new(pairs, n_in, n_out, n_out, false);
-        let what = format!("bf16 {experts} experts of {n_out} x {n_in}, {n} tokens, top {k}");
+        // The CUDA cores' kernels, then the tensor cores' (x rounded to bf16, as their twins).
+        for mma in [false, true] {
+            let (twin, swiglu_twin): (GemvTwin, SwigluTwin) = match mma {
+                false => (twins::gemv_experts_bf16, twins::gemv_swiglu_experts_bf16),
+                true => (
+                    twins::gemv_experts_mma_bf16,
+                    twins::gemv_swiglu_experts_mma_bf16,
+                ),
+            };
+            let what = format!(
+                "bf16 {experts} experts of {n_out} x {n_in}, {n} tokens, top {k}, mma {mma}"
+            );
+            let mut cpu = vec![f32::NAN; pairs * n_out];
+            twin(&mut cpu, &x, &w, host_runs, shape);
+            let mut out = poisoned(g, pairs * n_out);
+            let w_view = w_dev.as_view();
+            let x_view = x_dev.as_view();
+            let one = (&w_view, None);
+            g.gemv_experts_bf16(&mut out.as_view_mut(), &x_view, one, dev_runs, shape, mma)
+                .unwrap();
+            assert_close(&what, &down(g, &out), &cpu, LONG_REDUCTION);
 
-        let mut cpu = vec![f32::NAN; pairs * n_out];
-        twins::gemv_experts_bf16(&mut cpu, &x, &w, host_runs, shape);
-        let mut out = poisoned(g, pairs * n_out);
-        let w_view = w_dev.as_view();
-        g.gemv_experts_bf16(
-            &mut out.as_view_mut(),
-            &x_dev.as_view(),
-            (&w_view, None),
-            dev_runs,
-            shape,
-        )
-        .unwrap();
-        assert_close(&what, &down(g, &out), &cpu, LONG_REDUCTION);
-
-        let mut cpu = vec![f32::NAN; pairs * n_out];
-        twins::gemv_swiglu_experts_bf16(&mut cpu, &x, &w, &w_up, host_runs, shape);
-        let mut out = poisoned(g, pairs * n_out);
-        let up_view = up_dev.as_view();
-        let w = (&w_view, Some(&up_view));
-        g.gemv_experts_bf16(&mut out.as_view_mut(), &x_dev.as_view(), w, dev_runs, shape)
-            .unwrap();
-        assert_close(
-            &format!("SwiGLU, {what}"),
-            &down(g, &out),
-            &cpu,
-            SWIGLU_OF_SUMS,
-        );
+            let mut cpu = vec![f32::NAN; pairs * n_out];
+            swiglu_twin(&mut cpu, &x, &w, &w_up, host_runs, shape);
+            let mut out = poisoned(g, pairs * n_out);
+            let up_view = up_dev.as_view();
+            let two = (&w_view, Some(&up_view));
+            g.gemv_experts_bf16(&mut out.as_view_mut(), &x_view, two, dev_runs, shape, mma)
+                .unwrap();
+            let what = format!("SwiGLU, {what}");
+            assert_close(&what, &down(g, &out), &cpu, SWIGLU_OF_SUMS);
+        }
     }
 }
+
+/// A bf16 grouped GEMV's twin, and its SwiGLU's.
+type GemvTwin = fn(&mut [f32], &[f32], &[u16], Runs<&[u32]>, MatmulShape);
+type SwigluTwin = fn(&mut [f32], &[f32], &[u16], &[u16], Runs<&[u32]>, MatmulShape);

@@ -120,7 +120,9 @@ impl Gpu {
 
     /// `gemv_experts_bf16` (with `up`, `gemv_swiglu_experts_bf16`): out (`[pairs, n_out]`) =
     /// each pair's row of x (`[pairs, n_in]` f32) times its run's expert of `w` (`[n_experts,
-    /// n_out, n_in]` bf16; with `up`, silu of the gate `w` times up).
+    /// n_out, n_in]` bf16; with `up`, silu of the gate `w` times up). With `mma`, the same on
+    /// the tensor cores, x rounded to bf16 (`gemv_experts_mma_bf16`, rows of a multiple of
+    /// 32): the caller asks for it where the runs are long (`Gpu::experts_bf16_on_mma`).
     pub fn gemv_experts_bf16(
         &self,
         out: &mut Out<f32>,
@@ -128,9 +130,14 @@ impl Gpu {
         (w, up): (&In<u16>, Option<&In<u16>>),
         runs: RunsIn,
         shape: MatmulShape,
+        mma: bool,
     ) -> Result<()> {
         let [pairs, n_in, n_out, out_stride] = shape.sizes();
         assert!(n_in.is_multiple_of(8) && out_stride == n_out && !shape.accumulates());
+        assert!(
+            !mma || n_in.is_multiple_of(32),
+            "bf16 rows of {n_in} on the tensor cores"
+        );
         assert!(x.len() >= pairs * n_in && out.len() >= pairs * n_out);
         assert!(up.is_none_or(|u| u.len() == w.len()));
         for m in [Some(w), up].into_iter().flatten() {
@@ -138,17 +145,31 @@ impl Gpu {
         }
         assert!(aligned16(x, &self.stream));
         let (_, n_runs) = experts_and_runs(w.len(), n_out * n_in, runs, pairs);
-        // The launch's runs share the GPU: each run's part sized as if it had the SMs' share.
-        let mut cfg = gemv_launch(n_out, self.sm_count.div_ceil(n_runs), GEMV_WARPS, 4);
-        cfg.grid_dim.1 = n_runs as u32;
-        let (func, name) = match up {
-            None => (&self.kernels.gemv_experts_bf16, "gemv_experts_bf16"),
-            Some(_) => (
-                &self.kernels.gemv_swiglu_experts_bf16,
-                "gemv_swiglu_experts_bf16",
+        let matrices = 1 + up.is_some() as usize;
+        let k = &self.kernels;
+        let ((func, name), mut cfg) = match (mma, up.is_some()) {
+            (true, false) => (
+                (&k.gemv_experts_mma_bf16, "gemv_experts_mma_bf16"),
+                mma_launch(n_out, 1),
+            ),
+            (true, true) => (
+                (
+                    &k.gemv_swiglu_experts_mma_bf16,
+                    "gemv_swiglu_experts_mma_bf16",
+                ),
+                mma_launch(n_out, 2),
+            ),
+            // The launch's runs share the GPU: each run's part sized as if it had the SMs'
+            // share.
+            (false, swiglu) => (
+                match swiglu {
+                    false => (&k.gemv_experts_bf16, "gemv_experts_bf16"),
+                    true => (&k.gemv_swiglu_experts_bf16, "gemv_swiglu_experts_bf16"),
+                },
+                gemv_launch(n_out, self.sm_count.div_ceil(n_runs), GEMV_WARPS, 4),
             ),
         };
-        let matrices = 1 + up.is_some() as usize;
+        cfg.grid_dim.1 = n_runs as u32;
         let traffic = experts_traffic(matrices * 2 * n_out * n_in, n_runs, 4 * pairs * n_in, shape);
         let mut b = self.launcher(func);
         b.arg(out).arg(x).arg(w);
@@ -157,8 +178,15 @@ impl Gpu {
         }
         b.arg(runs.expert).arg(runs.start).arg(&shape);
         // SAFETY: as `gemv_experts_codes`, for bf16 stacks (aligned, whole experts: checked);
-        // 8 warps a block and a float of shared memory each.
+        // 8 warps a block and a float of shared memory each (`gemv_launch`), or the tensor
+        // cores' sums of the tiles (`mma_launch`) with rows of a multiple of 32 (checked).
         self.timed(name, traffic, || unsafe { b.launch(cfg) })
+    }
+
+    /// Whether a grouped bf16 GEMV whose runs average `per_run` pairs takes the tensor cores
+    /// (`gemv_experts_mma_bf16`): from `gemv_mma_tokens` pairs, as the GGUF types' do.
+    pub fn experts_bf16_on_mma(&self, per_run: usize, n_in: usize) -> bool {
+        per_run >= self.gemv_mma_tokens && n_in.is_multiple_of(32)
     }
 }
 
