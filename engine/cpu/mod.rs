@@ -6,6 +6,7 @@
 pub mod experts;
 pub mod fast;
 pub mod gemv_experts;
+pub mod kv_fp8;
 pub mod ops;
 pub mod quant;
 pub mod quant_mma;

@@ -765,15 +765,10 @@ pub fn sum_step2_block_f32(out: &mut [f32], x: &[f32], n_cols: usize) {
 
 mod bf16;
 mod gated;
-mod kv_fp8;
 mod route;
 mod rows;
 pub use bf16::{bf16_to_f32, f32_to_bf16};
 pub use gated::{geglu_f32, geglu_f32_bf16, swiglu_f32, swiglu_f32_bf16};
-pub use kv_fp8::{
-    Fp8KvMut, attention_fp8, attention_mma_fp8, attention_split_mma_fp8, qkv_norm_rope_write_fp8,
-    qkv_rope_write_fp8,
-};
 pub use route::{combine_experts_f32, route, route_experts_f32};
 pub use rows::{gather_rows_f32, scatter_add_rows_f32};
 mod sampling;

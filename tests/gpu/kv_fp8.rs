@@ -7,6 +7,7 @@
 
 use rand::Rng;
 use rand::rngs::StdRng;
+use rustle::cpu::kv_fp8 as twins;
 use rustle::cpu::ops;
 use rustle::gpu::Gpu;
 use rustle::kernel_args::{Heads, NormedQkv, Paged, PagedShape};
@@ -102,10 +103,12 @@ fn rope_write_cases(g: &Gpu, rng: &mut StdRng, with_norms: bool) {
             eps: 1e-6,
         };
         match with_norms {
-            true => {
-                ops::qkv_norm_rope_write_fp8(&mut cpu_q, cache, normed, cpu_rows, cpu_tables, heads)
+            true => twins::qkv_norm_rope_write_fp8(
+                &mut cpu_q, cache, normed, cpu_rows, cpu_tables, heads,
+            ),
+            false => {
+                twins::qkv_rope_write_fp8(&mut cpu_q, cache, &qkv, cpu_rows, cpu_tables, heads)
             }
-            false => ops::qkv_rope_write_fp8(&mut cpu_q, cache, &qkv, cpu_rows, cpu_tables, heads),
         }
         let mut q = poisoned(g, n * q_dim);
         let (mut kd, mut vd, mut ksd, mut vsd) = (up(g, &kc), up(g, &vc), up(g, &ks), up(g, &vs));
@@ -243,7 +246,7 @@ pub fn attention_fp8(g: &Gpu, rng: &mut StdRng) {
             format!("head_dim {head_dim}, {n_heads} heads over {n_kv_heads}, window {window:?}");
 
         let mut cpu = vec![0.0; b.q.len()];
-        ops::attention_fp8(&mut cpu, &host, b.scales());
+        twins::attention_fp8(&mut cpu, &host, b.scales());
         let mut out = poisoned(g, b.q.len());
         // SAFETY: the test builds valid ids, positions, slots and tables for its pool.
         unsafe { g.attention_fp8(&mut out.as_view_mut(), &device.view(), &scales) }.unwrap();
@@ -259,7 +262,7 @@ pub fn attention_fp8(g: &Gpu, rng: &mut StdRng) {
             let n_splits = 704usize.div_ceil(split_len);
             let rows = n * n_heads * n_splits;
             let (mut po_cpu, mut ml_cpu) = (vec![0.0; rows * head_dim], vec![0.0; rows * 2]);
-            ops::attention_split_mma_fp8(&mut po_cpu, &mut ml_cpu, &host, b.scales(), split_len);
+            twins::attention_split_mma_fp8(&mut po_cpu, &mut ml_cpu, &host, b.scales(), split_len);
             let (mut po, mut ml) = (poisoned(g, rows * head_dim), poisoned(g, rows * 2));
             // SAFETY: as above; the splits cover position 700.
             unsafe {
@@ -314,7 +317,7 @@ pub fn attention_mma_fp8(g: &Gpu, rng: &mut StdRng) {
         let (ks, vs) = (up(g, &b.k.1), up(g, &b.v.1));
         let scales = (ks.as_view(), vs.as_view());
         let mut cpu = vec![0.0; b.q.len()];
-        ops::attention_mma_fp8(&mut cpu, &host, b.scales(), n);
+        twins::attention_mma_fp8(&mut cpu, &host, b.scales(), n);
         let mut out = poisoned(g, b.q.len());
         // SAFETY: the test builds valid ids, positions, slots and tables for its pool; one
         // sequence.

@@ -6,7 +6,7 @@
 //! - caches: one layer, `[n_blocks * BLOCK_SIZE, n_kv_heads, head_dim]` e4m3 bytes
 //! - scales: one layer, `[n_blocks, n_kv_heads, BLOCK_SIZE]` scale bytes (`kv::fp8`)
 
-use super::{
+use super::ops::{
     NormedQkv, PagedRef, attention_bf16, attention_mma_bf16, attention_split_mma_bf16,
     head_rmsnorm_f32, rope_f32,
 };
