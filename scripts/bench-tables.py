@@ -128,6 +128,8 @@ def shape_and_weights(args):
         model = DEFAULT_MODEL  # the CPU's benches run the default model without --model
     shape = Path(model).name if model else flag(args, "--shape", "llama3-8b")
     weights = flag(args, "--weights", "stored" if model else "bf16")
+    if flag(args, "--kv-dtype", "bf16") != "bf16":
+        weights += f", {flag(args, '--kv-dtype')} KV"  # the cache's form is part of the row's key
     return shape, weights
 
 
