@@ -22,6 +22,7 @@ use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::gpu::matrix::WeightFormat;
 use crate::gpu::{GpuWeights, check_supported};
+use crate::kv::dtype::KvDtype;
 use crate::loader::{self, FastModel, LoadedModel};
 use crate::runner::{Device, Runner, RunnerOptions, check_cpu_weights};
 use crate::tokenizer::Tokenizer;
@@ -204,11 +205,12 @@ impl Loaded {
 
     /// A runner for one sequence of up to `tokens` at a time (a chat, a perplexity chunk):
     /// on the CPU a KV pool of that size, within the runner's memory cap; the GPU sizes its
-    /// own from the free memory. The matrices held as `weights` says.
+    /// own from the free memory. The matrices and the GPU's cache held as `weights` and
+    /// `kv_dtype` say.
     pub fn into_runner_for(
         self,
         tokens: usize,
-        weights: WeightFormat,
+        (weights, kv_dtype): (WeightFormat, KvDtype),
     ) -> Result<(Runner, Tokenizer)> {
         let kv_blocks = match self.gpu() {
             None => Some(crate::runner::cpu_kv_blocks(self.config(), tokens)),
@@ -217,6 +219,7 @@ impl Loaded {
         let opts = RunnerOptions {
             kv_blocks,
             weights,
+            kv_dtype,
             ..Default::default()
         };
         self.into_runner(&opts)

@@ -66,6 +66,7 @@ for d in $devices; do
   rows+=("Q4_K_M|$work/Q4_K_M.gguf|$d|")
   [ "$d" = cpu ] && rows+=("float32|$work/f32.gguf|cpu|")
   [ "$d" = gpu ] && rows+=("fp8 (--weights fp8)|$work/f32.gguf|gpu|--weights fp8")
+  [ "$d" = gpu ] && rows+=("$original, the fp8 KV cache (--kv-dtype fp8)|$model|gpu|--kv-dtype fp8")
 done
 echo "| weights | device | perplexity | KL divergence, mean | KL, 99th percentile | same top token |"
 echo "|---|---|---|---|---|---|"

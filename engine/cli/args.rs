@@ -225,6 +225,12 @@ pub struct ChatCli {
     #[arg(long, value_enum, default_value_t = WeightFormat::Stored)]
     pub weights: WeightFormat,
 
+    /// How the GPU's KV cache holds keys and values: bf16, or fp8 (e4m3 with a power-of-two
+    /// scale per token and head: about twice the tokens resident, half the attention's
+    /// reading, 4 significant bits a value; heads of 64, 128 or 256). The CPU keeps its own.
+    #[arg(long, value_enum, default_value_t = KvDtype::Bf16, value_name = "TYPE")]
+    pub kv_dtype: KvDtype,
+
     /// A system message at the start of the conversation (/system changes it).
     #[arg(long, value_name = "TEXT")]
     pub system: Option<String>,
@@ -264,6 +270,12 @@ pub struct PerplexityCli {
     /// bf16, or fp8.
     #[arg(long, value_enum, default_value_t = WeightFormat::Stored)]
     pub weights: WeightFormat,
+
+    /// How the GPU's KV cache holds keys and values: bf16, or fp8 (e4m3 with a power-of-two
+    /// scale per token and head: about twice the tokens resident, half the attention's
+    /// reading, 4 significant bits a value; heads of 64, 128 or 256). The CPU keeps its own.
+    #[arg(long, value_enum, default_value_t = KvDtype::Bf16, value_name = "TYPE")]
+    pub kv_dtype: KvDtype,
 
     /// Print the result as JSON.
     #[arg(long)]

@@ -115,7 +115,7 @@ pub fn run(args: &ChatCli) -> Result<()> {
     }
     let description = model.description().to_owned();
     // One conversation at the model's context.
-    let (runner, tokenizer) = model.into_runner_for(context, args.weights)?;
+    let (runner, tokenizer) = model.into_runner_for(context, (args.weights, args.kv_dtype))?;
     let mut engine = Engine::new(
         runner,
         EngineOptions {

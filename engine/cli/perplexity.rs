@@ -156,7 +156,7 @@ pub fn run(args: &PerplexityCli) -> Result<()> {
     let bos = model.tokenizer().encode("", true)?.first().copied();
     let config_vocab = config.vocab_size;
     let description = model.description().to_owned();
-    let (mut runner, _) = model.into_runner_for(args.ctx, args.weights)?;
+    let (mut runner, _) = model.into_runner_for(args.ctx, (args.weights, args.kv_dtype))?;
     eprintln!(
         "rustle perplexity: {description} on {}: {} tokens, {chunks} chunks of {}",
         runner.device_name(),
