@@ -1697,16 +1697,13 @@ fn rope_write_cases(g: &Gpu, rng: &mut StdRng, with_norms: bool) {
         (40, 8, 2, 64, 8),
         (3, 6, 2, 80, 2),
     ] {
-        let (q_dim, kv_dim, half) = (n_heads * head_dim, n_kv_heads * head_dim, head_dim / 2);
-        let angles: Vec<f32> = (0..max_pos * half)
-            .map(|_| rng.random_range(-10.0..10.0))
-            .collect();
-        let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
-        let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
-        let positions: Vec<u32> = (0..n)
-            .map(|_| rng.random_range(0..max_pos as u32))
-            .collect();
-        let slots = distinct_slots(rng, n_blocks, n);
+        let (q_dim, kv_dim) = (n_heads * head_dim, n_kv_heads * head_dim);
+        let RopeRows {
+            cos,
+            sin,
+            positions,
+            slots,
+        } = RopeRows::new(rng, max_pos, head_dim / 2, (n, n_blocks));
         let qkv = normal(rng, n * (q_dim + 2 * kv_dim), 1.0);
         let (kc, vc) = (
             bf16_weights(rng, n_blocks * 16 * kv_dim, 1.0),
@@ -1771,6 +1768,31 @@ fn rope_write_cases(g: &Gpu, rng: &mut StdRng, with_norms: bool) {
             1e-3,
         );
         assert_eq!(down(g, &vd), cpu_v, "{what}: v cache");
+    }
+}
+
+/// A RoPE write's rows: the tables of random angles (`[max_pos, half]` cos and sin), `n`
+/// positions below `max_pos`, and `n` distinct slots of a pool of `n_blocks` blocks.
+struct RopeRows {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    positions: Vec<u32>,
+    slots: Vec<u32>,
+}
+
+impl RopeRows {
+    fn new(rng: &mut StdRng, max_pos: usize, half: usize, (n, n_blocks): (usize, usize)) -> Self {
+        let angles: Vec<f32> = (0..max_pos * half)
+            .map(|_| rng.random_range(-10.0..10.0))
+            .collect();
+        RopeRows {
+            cos: angles.iter().map(|a| a.cos()).collect(),
+            sin: angles.iter().map(|a| a.sin()).collect(),
+            positions: (0..n)
+                .map(|_| rng.random_range(0..max_pos as u32))
+                .collect(),
+            slots: distinct_slots(rng, n_blocks, n),
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 
 use super::ops::{
     NormedQkv, PagedRef, attention_bf16, attention_mma_bf16, attention_split_mma_bf16,
-    head_rmsnorm_f32, rope_f32,
+    normed_heads, rope_f32,
 };
 use crate::kernel_args::{Heads, Paged};
 use crate::kv::fp8::{quantize_row, scale_index, widen_to_bf16};
@@ -58,19 +58,7 @@ pub fn qkv_norm_rope_write_fp8(
     tables: (&[f32], &[f32]),
     heads: Heads,
 ) {
-    let (q_dim, kv_dim) = (heads.q_dim(), heads.kv_dim());
-    let NormedQkv {
-        qkv,
-        q_norm,
-        k_norm,
-        eps,
-    } = rows_in;
-    let mut normed = qkv.to_vec();
-    for row in normed.chunks_exact_mut(q_dim + 2 * kv_dim) {
-        let (q, rest) = row.split_at_mut(q_dim);
-        head_rmsnorm_f32(q, q_norm, eps);
-        head_rmsnorm_f32(&mut rest[..kv_dim], k_norm, eps);
-    }
+    let normed = normed_heads(rows_in, heads);
     qkv_rope_write_fp8(q_out, cache, &normed, rows, tables, heads);
 }
 

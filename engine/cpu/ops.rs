@@ -348,6 +348,13 @@ pub fn qkv_norm_rope_write_bf16(
     tables: (&[f32], &[f32]),
     heads: Heads,
 ) {
+    let normed = normed_heads(rows_in, heads);
+    qkv_rope_write_bf16(q_out, caches, &normed, rows, tables, heads);
+}
+
+/// The fused rows of `rows_in` with each query head RMSNormed by its norm and each key head
+/// by its own (the values as they are): what the `qkv_norm_rope_write_*` kernels rotate.
+pub fn normed_heads(rows_in: NormedQkv<&[f32]>, heads: Heads) -> Vec<f32> {
     let (q_dim, kv_dim) = (heads.q_dim(), heads.kv_dim());
     let NormedQkv {
         qkv,
@@ -361,7 +368,7 @@ pub fn qkv_norm_rope_write_bf16(
         head_rmsnorm_f32(q, q_norm, eps);
         head_rmsnorm_f32(&mut rest[..kv_dim], k_norm, eps);
     }
-    qkv_rope_write_bf16(q_out, caches, &normed, rows, tables, heads);
+    normed
 }
 
 /// Causal grouped-query attention over the paged KV cache.

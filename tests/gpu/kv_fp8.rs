@@ -14,8 +14,8 @@ use rustle::kernel_args::{Heads, NormedQkv, Paged, PagedShape};
 use rustle::kv::fp8::{dequantize, quantize_row, scale_index};
 
 use super::{
-    BF16_WEIGHTS, ELEMENTWISE, LONG_REDUCTION, REDUCTION, Uploaded, assert_close, distinct_slots,
-    down, normal, poisoned, up,
+    BF16_WEIGHTS, ELEMENTWISE, LONG_REDUCTION, REDUCTION, RopeRows, Uploaded, assert_close, down,
+    normal, poisoned, up,
 };
 
 /// A layer of fp8 cache on the host: `rows` head rows of random values whose magnitude
@@ -67,16 +67,13 @@ fn rope_write_cases(g: &Gpu, rng: &mut StdRng, with_norms: bool) {
         (40, 8, 2, 64, 8),
         (5, 8, 4, 256, 3),
     ] {
-        let (q_dim, kv_dim, half) = (n_heads * head_dim, n_kv_heads * head_dim, head_dim / 2);
-        let angles: Vec<f32> = (0..max_pos * half)
-            .map(|_| rng.random_range(-10.0..10.0))
-            .collect();
-        let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
-        let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
-        let positions: Vec<u32> = (0..n)
-            .map(|_| rng.random_range(0..max_pos as u32))
-            .collect();
-        let slots = distinct_slots(rng, n_blocks, n);
+        let (q_dim, kv_dim) = (n_heads * head_dim, n_kv_heads * head_dim);
+        let RopeRows {
+            cos,
+            sin,
+            positions,
+            slots,
+        } = RopeRows::new(rng, max_pos, head_dim / 2, (n, n_blocks));
         // Rows of very different sizes, values around 0.01 among them.
         let mut qkv = normal(rng, n * (q_dim + 2 * kv_dim), 1.0);
         for head in qkv.chunks_exact_mut(head_dim) {
