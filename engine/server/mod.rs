@@ -86,9 +86,13 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::from_std(listener).map_err(cannot)?;
         eprintln!(
-            "rustle serve: {name} on {device_name}, context {} tokens, {} KV blocks{}",
+            "rustle serve: {name} on {device_name}, context {} tokens, {} KV blocks{}{}",
             limits.max_context,
             limits.n_blocks,
+            match args.kv_dtype {
+                crate::kv::dtype::KvDtype::Fp8 => " of fp8",
+                crate::kv::dtype::KvDtype::Bf16 => "",
+            },
             if args.api_key.is_some() {
                 ", API key required"
             } else {
