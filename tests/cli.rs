@@ -447,6 +447,43 @@ fn missing_paths() {
     fails_with(&["-m", s(&empty), "-p", "hi"], "config.json");
 }
 
+/// The fp8 KV cache is the GPU's: on the CPU, `rustle`, `rustle perplexity` and `rustle
+/// serve` refuse it in one line that says why, before any work.
+#[test]
+fn kv_dtype_fp8_on_the_cpu_is_refused() {
+    let tiny = "tests/golden/tiny-llama3";
+    let why = "--kv-dtype fp8 is the GPU's cache";
+    fails_with(
+        &[
+            "-m",
+            tiny,
+            "-p",
+            "hi",
+            "--device",
+            "cpu",
+            "--kv-dtype",
+            "fp8",
+        ],
+        why,
+    );
+    let text = "tests/data/declaration.txt";
+    let ppl = [
+        "perplexity",
+        "-m",
+        tiny,
+        "-f",
+        text,
+        "--ctx",
+        "16",
+        "--device",
+        "cpu",
+    ];
+    fails_with(&[&ppl[..], &["--kv-dtype", "fp8"]].concat(), why);
+    let serve = ["serve", "--port", "0", "-m", tiny, "--device", "cpu"];
+    fails_with(&[&serve[..], &["--kv-dtype", "fp8"]].concat(), why);
+    fails_with(&["-m", tiny, "-p", "hi", "--kv-dtype", "fp9"], "bf16, fp8");
+}
+
 #[test]
 fn corrupt_model_files() {
     let dir = std::env::temp_dir().join(format!("rustle-cli-gguf-{}", std::process::id()));
