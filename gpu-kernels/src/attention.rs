@@ -271,8 +271,7 @@ unsafe fn per_head<T: KvElem>(out: *mut f32, input: PagedIn<T>, shape: PagedShap
         let mut partial = 0.0f32;
         for e in 0..MAX_PER_LANE {
             if lane + WARP * e < head_dim {
-                partial +=
-                    q_reg[e] * unsafe { T::load(k_cache, base + lane + WARP * e, k_factor) };
+                partial += q_reg[e] * unsafe { T::load(k_cache, base + lane + WARP * e, k_factor) };
             }
         }
         let score = warp_sum(partial);

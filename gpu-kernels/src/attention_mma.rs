@@ -169,7 +169,10 @@ struct Args<C> {
 #[inline(always)]
 unsafe fn attend<const KC: usize, const NT: usize, C: KvTiles>(a: Args<C>) {
     let head_dim = 16 * KC;
-    let (n_heads, n_kv_heads) = (a.shape.heads.n_heads as usize, a.shape.heads.n_kv_heads as usize);
+    let (n_heads, n_kv_heads) = (
+        a.shape.heads.n_heads as usize,
+        a.shape.heads.n_kv_heads as usize,
+    );
     let group = n_heads / n_kv_heads;
     let kv_head = block_idx_y();
     let r0 = block_idx_x() * ATTN_MMA_ROWS;
@@ -198,8 +201,7 @@ unsafe fn attend<const KC: usize, const NT: usize, C: KvTiles>(a: Args<C>) {
             a.shape.first_position(p)
         }
     });
-    let row_offset =
-        |h: usize| (token(h) * n_heads + kv_head * group + row(h) % group) * head_dim;
+    let row_offset = |h: usize| (token(h) * n_heads + kv_head * group + row(h) % group) * head_dim;
 
     // The block's keys: from the first any of its rows attends to, to its last position.
     // Every thread reads one token of the block's (at most 64), then a warp's minimum and
@@ -308,7 +310,10 @@ unsafe fn attend<const KC: usize, const NT: usize, C: KvTiles>(a: Args<C>) {
     let request = |k0: usize, b: usize| {
         // SAFETY: every thread calls it; positions up to max_pos are the sequence's; the
         // tiles and staging inside the launch's shared memory.
-        unsafe { a.cache.request::<ATTN_MMA_KEYS>(team, span(k0), tiles(b), b) };
+        unsafe {
+            a.cache
+                .request::<ATTN_MMA_KEYS>(team, span(k0), tiles(b), b)
+        };
         cp_async_commit();
     };
 

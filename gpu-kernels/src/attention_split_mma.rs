@@ -176,7 +176,10 @@ struct Args<C> {
 unsafe fn split<const KC: usize, const NT: usize, C: KvTiles>(a: Args<C>) {
     const KEYS: usize = ATTN_SPLIT_MMA_KEYS;
     let head_dim = 16 * KC;
-    let (n_heads, n_kv_heads) = (a.shape.heads.n_heads as usize, a.shape.heads.n_kv_heads as usize);
+    let (n_heads, n_kv_heads) = (
+        a.shape.heads.n_heads as usize,
+        a.shape.heads.n_kv_heads as usize,
+    );
     let split_len = a.split_len as usize;
     let group = n_heads / n_kv_heads;
     let (kv_head, split, t) = (block_idx_x(), block_idx_y(), block_idx_z());

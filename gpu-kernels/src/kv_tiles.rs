@@ -82,7 +82,13 @@ pub trait KvTiles: Copy {
     /// # Safety
     /// The team calls it together; the tiles and the staging have the room the kernel's
     /// shared memory gives them; every position of `span` below `end` is the sequence's.
-    unsafe fn request<const KEYS: usize>(self, team: Team, span: TileSpan, tiles: Tiles, buffer: usize);
+    unsafe fn request<const KEYS: usize>(
+        self,
+        team: Team,
+        span: TileSpan,
+        tiles: Tiles,
+        buffer: usize,
+    );
 
     /// Makes the tiles from what `request` staged in `buffer` (nothing for the bf16 cache).
     ///
@@ -90,7 +96,13 @@ pub trait KvTiles: Copy {
     /// The team calls it together after its copies of `buffer` have landed and are visible
     /// to every thread of it (a wait and a barrier), with the same `span`; nobody reads the
     /// tiles until the barrier after it.
-    unsafe fn land<const KEYS: usize>(self, team: Team, span: TileSpan, tiles: Tiles, buffer: usize);
+    unsafe fn land<const KEYS: usize>(
+        self,
+        team: Team,
+        span: TileSpan,
+        tiles: Tiles,
+        buffer: usize,
+    );
 }
 
 /// The bf16 cache: one layer's `[slots, n_kv_heads, head_dim]` keys and values.
@@ -118,8 +130,16 @@ impl KvTiles for Bf16Cache {
             unsafe {
                 let src = if valid { span.row(p) + 8 * part } else { 0 };
                 let d = 8 * part;
-                cp_async_16(tile_at(tiles.k, span.head_dim, key, d), self.k.add(src), valid);
-                cp_async_16(tile_at(tiles.v, span.head_dim, key, d), self.v.add(src), valid);
+                cp_async_16(
+                    tile_at(tiles.k, span.head_dim, key, d),
+                    self.k.add(src),
+                    valid,
+                );
+                cp_async_16(
+                    tile_at(tiles.v, span.head_dim, key, d),
+                    self.v.add(src),
+                    valid,
+                );
             }
             piece += team.size;
         }
@@ -155,7 +175,13 @@ impl KvTiles for Fp8Cache {
     const STAGED: bool = true;
 
     #[inline(always)]
-    unsafe fn request<const KEYS: usize>(self, team: Team, span: TileSpan, _: Tiles, buffer: usize) {
+    unsafe fn request<const KEYS: usize>(
+        self,
+        team: Team,
+        span: TileSpan,
+        _: Tiles,
+        buffer: usize,
+    ) {
         let head_dim = span.head_dim;
         let [k, v, k_scales, v_scales] = staged::<KEYS>(self.staging, head_dim, buffer);
         // 16-byte pieces: 16 e4m3 of a key's head.
@@ -199,7 +225,13 @@ impl KvTiles for Fp8Cache {
     }
 
     #[inline(always)]
-    unsafe fn land<const KEYS: usize>(self, team: Team, span: TileSpan, tiles: Tiles, buffer: usize) {
+    unsafe fn land<const KEYS: usize>(
+        self,
+        team: Team,
+        span: TileSpan,
+        tiles: Tiles,
+        buffer: usize,
+    ) {
         let head_dim = span.head_dim;
         let [k, v, k_scales, v_scales] = staged::<KEYS>(self.staging, head_dim, buffer);
         let per_key = head_dim / 16;
@@ -208,7 +240,8 @@ impl KvTiles for Fp8Cache {
             let (key, part) = (piece / per_key, piece % per_key);
             // The key's scale byte: its block's row of staged scales, its place in it.
             let p = span.k0 + key;
-            let scale_at = ((p / BLOCK_SIZE - span.k0 / BLOCK_SIZE) * BLOCK_SIZE + p % BLOCK_SIZE) as u32;
+            let scale_at =
+                ((p / BLOCK_SIZE - span.k0 / BLOCK_SIZE) * BLOCK_SIZE + p % BLOCK_SIZE) as u32;
             let from = (key * head_dim + 16 * part) as u32;
             let to = |tile: u32| tile_at(tile, head_dim, key, 16 * part);
             // SAFETY: inside this buffer's staging (landed, the caller's); the destination's

@@ -400,7 +400,9 @@ impl HeadRows for Fp8Rows {
         if lane == 0 {
             let (block, offset) = (at.slot / BLOCK_SIZE, at.slot % BLOCK_SIZE);
             // SAFETY: the slot's block and head are inside the scales (the caller's).
-            unsafe { *scales.add((block * at.n_kv_heads + at.kv_head) * BLOCK_SIZE + offset) = scale };
+            unsafe {
+                *scales.add((block * at.n_kv_heads + at.kv_head) * BLOCK_SIZE + offset) = scale
+            };
         }
     }
 }
