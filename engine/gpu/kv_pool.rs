@@ -117,17 +117,12 @@ impl KvPool {
         }
     }
 
-    /// Layer `l`'s part of a buffer of `len` elements that holds every layer alike.
-    fn layer_range(&self, len: usize, l: usize) -> std::ops::Range<usize> {
-        let per_layer = len / self.n_layers;
-        l * per_layer..(l + 1) * per_layer
-    }
-
     /// Layer `l`'s keys and values, to read.
     pub fn layer(&self, l: usize) -> KvLayer<'_> {
+        let range = |len: usize| layer_range(len, self.n_layers, l);
         match &self.caches {
             Caches::Bf16 { k, v } => {
-                let r = self.layer_range(k.len(), l);
+                let r = range(k.len());
                 KvLayer::Bf16(k.slice(r.clone()), v.slice(r))
             }
             Caches::Fp8 {
@@ -136,10 +131,7 @@ impl KvPool {
                 k_scales,
                 v_scales,
             } => {
-                let (r, s) = (
-                    self.layer_range(k.len(), l),
-                    self.layer_range(k_scales.len(), l),
-                );
+                let (r, s) = (range(k.len()), range(k_scales.len()));
                 KvLayer::Fp8(
                     (k.slice(r.clone()), v.slice(r)),
                     (k_scales.slice(s.clone()), v_scales.slice(s)),
@@ -150,11 +142,8 @@ impl KvPool {
 
     /// Layer `l`'s keys and values, to write.
     pub fn layer_mut(&mut self, l: usize) -> KvLayerMut<'_> {
-        let (n_layers, layer) = (self.n_layers, l);
-        let range = move |len: usize| {
-            let per_layer = len / n_layers;
-            layer * per_layer..(layer + 1) * per_layer
-        };
+        let n_layers = self.n_layers;
+        let range = |len: usize| layer_range(len, n_layers, l);
         match &mut self.caches {
             Caches::Bf16 { k, v } => {
                 let r = range(k.len());
@@ -174,6 +163,12 @@ impl KvPool {
             }
         }
     }
+}
+
+/// Layer `l`'s part of a buffer of `len` elements that holds `n_layers` layers alike.
+fn layer_range(len: usize, n_layers: usize, l: usize) -> std::ops::Range<usize> {
+    let per_layer = len / n_layers;
+    l * per_layer..(l + 1) * per_layer
 }
 
 /// The e4m3 noise `fill_noise` repeats: 1 MiB of bytes from a linear congruential generator,

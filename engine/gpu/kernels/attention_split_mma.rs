@@ -1,6 +1,8 @@
 //! `attention_split_mma_bf16`: flash-decoding's first half on tensor cores, for the query
 //! heads of a KV head together; `attention_split_mma_fp8` the same over the fp8 cache.
 
+use cudarc::driver::{CudaFunction, DeviceRepr};
+
 use super::Out;
 use super::attention::{KvScales, PagedIn, SplitKernel, check_scales};
 use crate::error::Result;
@@ -40,25 +42,14 @@ impl Gpu {
         p: &PagedIn<u16>,
         split_len: usize,
     ) -> Result<()> {
-        let h = p.shape.heads;
-        let (n_heads, n_kv_heads, head_dim) = (
-            h.n_heads as usize,
-            h.n_kv_heads as usize,
-            h.head_dim as usize,
+        let kernel = (
+            &self.kernels.attention_split_mma_bf16,
+            "attention_split_mma_bf16",
         );
-        assert!(
-            attention_split_mma_supports(head_dim, n_heads, n_kv_heads, split_len),
-            "attention_split_mma_bf16: heads of {head_dim}, {n_heads} over {n_kv_heads}, splits of {split_len}"
-        );
-        let kernel = SplitKernel {
-            func: &self.kernels.attention_split_mma_bf16,
-            name: "attention_split_mma_bf16",
-            threads: 32,
-            shared: attn_split_mma_shared_bytes(head_dim),
-        };
-        // SAFETY: the caller's guarantee, passed on; one warp a block and the shared memory
-        // the kernel's header asks for (under the default 48 KiB).
-        unsafe { self.attention_split(kernel, partial_o, partial_ml, p, None, split_len) }
+        let shared = attn_split_mma_shared_bytes(p.shape.heads.head_dim as usize);
+        // SAFETY: the caller's guarantee, passed on; the shared memory the kernel's header
+        // asks for (under the default 48 KiB).
+        unsafe { self.split_mma(kernel, shared, (partial_o, partial_ml), p, None, split_len) }
     }
 
     /// `attention_split_mma_bf16` over the fp8 cache: e4m3 keys and values, and their
@@ -74,21 +65,44 @@ impl Gpu {
         scales: &KvScales,
         split_len: usize,
     ) -> Result<()> {
-        let h = p.shape.heads;
-        let (n_heads, n_kv_heads, head_dim) = h.sizes();
+        check_scales(self, "attention_split_mma_fp8", p, scales);
+        let kernel = (
+            &self.kernels.attention_split_mma_fp8,
+            "attention_split_mma_fp8",
+        );
+        let shared = attn_split_mma_fp8_shared_bytes(p.shape.heads.head_dim as usize);
+        let partials = (partial_o, partial_ml);
+        // SAFETY: the caller's guarantee, passed on; the shared memory the kernel's header
+        // asks for (its limit raised when the module loaded).
+        unsafe { self.split_mma(kernel, shared, partials, p, Some(scales), split_len) }
+    }
+
+    /// The launch both tensor-core split kernels share: the shapes they take checked, one
+    /// warp a block, `shared` bytes of dynamic shared memory.
+    ///
+    /// # Safety
+    /// As `attention_split_bf16`; `shared` is what the kernel's header asks for.
+    unsafe fn split_mma<T: DeviceRepr>(
+        &self,
+        (func, name): (&CudaFunction, &'static str),
+        shared: usize,
+        (partial_o, partial_ml): (&mut Out<f32>, &mut Out<f32>),
+        p: &PagedIn<T>,
+        scales: Option<&KvScales>,
+        split_len: usize,
+    ) -> Result<()> {
+        let (n_heads, n_kv_heads, head_dim) = p.shape.heads.sizes();
         assert!(
             attention_split_mma_supports(head_dim, n_heads, n_kv_heads, split_len),
-            "attention_split_mma_fp8: heads of {head_dim}, {n_heads} over {n_kv_heads}, splits of {split_len}"
+            "{name}: heads of {head_dim}, {n_heads} over {n_kv_heads}, splits of {split_len}"
         );
-        check_scales(self, "attention_split_mma_fp8", p, scales);
         let kernel = SplitKernel {
-            func: &self.kernels.attention_split_mma_fp8,
-            name: "attention_split_mma_fp8",
+            func,
+            name,
             threads: 32,
-            shared: attn_split_mma_fp8_shared_bytes(head_dim),
+            shared,
         };
-        // SAFETY: the caller's guarantee, passed on; one warp a block and the shared memory
-        // the kernel's header asks for (its limit raised when the module loaded).
-        unsafe { self.attention_split(kernel, partial_o, partial_ml, p, Some(scales), split_len) }
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.attention_split(kernel, partial_o, partial_ml, p, scales, split_len) }
     }
 }
