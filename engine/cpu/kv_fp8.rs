@@ -8,7 +8,7 @@
 
 use super::ops::{
     NormedQkv, PagedRef, attention_bf16, attention_mma_bf16, attention_split_mma_bf16,
-    normed_heads, rope_f32,
+    normed_heads, rope_rows,
 };
 use crate::kernel_args::{Heads, Paged};
 use crate::kv::fp8::{quantize_row, scale_index, widen_to_bf16};
@@ -22,21 +22,12 @@ pub fn qkv_rope_write_fp8(
     q_out: &mut [f32],
     ((k_cache, v_cache), (k_scales, v_scales)): Fp8KvMut,
     qkv: &[f32],
-    (positions, slots): (&[u32], &[u32]),
-    (cos, sin): (&[f32], &[f32]),
+    rows: (&[u32], &[u32]),
+    tables: (&[f32], &[f32]),
     heads: Heads,
 ) {
-    let (q_dim, kv_dim) = (heads.q_dim(), heads.kv_dim());
-    let (n_heads, n_kv_heads, head_dim) = heads.sizes();
-    let mut k = vec![0.0; kv_dim];
-    for (t, row) in qkv.chunks_exact(q_dim + 2 * kv_dim).enumerate() {
-        let q = &mut q_out[t * q_dim..(t + 1) * q_dim];
-        q.copy_from_slice(&row[..q_dim]);
-        rope_f32(q, &positions[t..t + 1], cos, sin, n_heads, head_dim);
-        k.copy_from_slice(&row[q_dim..q_dim + kv_dim]);
-        rope_f32(&mut k, &positions[t..t + 1], cos, sin, n_kv_heads, head_dim);
-        let slot = slots[t] as usize;
-        let v = &row[q_dim + kv_dim..];
+    let (_, n_kv_heads, head_dim) = heads.sizes();
+    rope_rows(q_out, qkv, rows, tables, heads, |slot, k, v| {
         for h in 0..n_kv_heads {
             let at = (slot * n_kv_heads + h) * head_dim..(slot * n_kv_heads + h + 1) * head_dim;
             let head = h * head_dim..(h + 1) * head_dim;
@@ -44,7 +35,7 @@ pub fn qkv_rope_write_fp8(
             k_scales[s] = quantize_row(&mut k_cache[at.clone()], &k[head.clone()]);
             v_scales[s] = quantize_row(&mut v_cache[at], &v[head]);
         }
-    }
+    });
 }
 
 /// `qkv_rope_write_fp8` with each query and key head RMSNormed first: the twin of the GPU's

@@ -314,26 +314,42 @@ pub fn qkv_rope_write_bf16(
     q_out: &mut [f32],
     (k_cache, v_cache): (&mut [u16], &mut [u16]),
     qkv: &[f32],
+    rows: (&[u32], &[u32]),
+    tables: (&[f32], &[f32]),
+    heads: Heads,
+) {
+    let kv_dim = heads.kv_dim();
+    let bf16 = |x: f32| half::bf16::from_f32(x).to_bits();
+    rope_rows(q_out, qkv, rows, tables, heads, |slot, k, v| {
+        let at = slot * kv_dim;
+        for (i, (&kv, &vv)) in k.iter().zip(v).enumerate() {
+            k_cache[at + i] = bf16(kv);
+            v_cache[at + i] = bf16(vv);
+        }
+    });
+}
+
+/// The walk the RoPE-and-cache-write twins share: for each token of the fused rows
+/// `[q | k | v]` (`qkv`, `[n, q_dim + 2 * kv_dim]`), its q roped into `q_out` (`[n, q_dim]`),
+/// then `write(slot, k, v)` with its slot, its k roped and its v as it is (`[kv_dim]` each).
+pub fn rope_rows(
+    q_out: &mut [f32],
+    qkv: &[f32],
     (positions, slots): (&[u32], &[u32]),
     (cos, sin): (&[f32], &[f32]),
     heads: Heads,
+    mut write: impl FnMut(usize, &[f32], &[f32]),
 ) {
     let (q_dim, kv_dim) = (heads.q_dim(), heads.kv_dim());
     let (n_heads, n_kv_heads, head_dim) = heads.sizes();
-    let width = q_dim + 2 * kv_dim;
     let mut k = vec![0.0; kv_dim];
-    let bf16 = |x: f32| half::bf16::from_f32(x).to_bits();
-    for (t, row) in qkv.chunks_exact(width).enumerate() {
+    for (t, row) in qkv.chunks_exact(q_dim + 2 * kv_dim).enumerate() {
         let q = &mut q_out[t * q_dim..(t + 1) * q_dim];
         q.copy_from_slice(&row[..q_dim]);
         rope_f32(q, &positions[t..t + 1], cos, sin, n_heads, head_dim);
         k.copy_from_slice(&row[q_dim..q_dim + kv_dim]);
         rope_f32(&mut k, &positions[t..t + 1], cos, sin, n_kv_heads, head_dim);
-        let slot = slots[t] as usize * kv_dim;
-        for (i, (&kv, &vv)) in k.iter().zip(&row[q_dim + kv_dim..]).enumerate() {
-            k_cache[slot + i] = bf16(kv);
-            v_cache[slot + i] = bf16(vv);
-        }
+        write(slots[t] as usize, &k, &row[q_dim + kv_dim..]);
     }
 }
 
