@@ -55,6 +55,8 @@ pub struct Gpu {
     /// While profiling: every launch with events around it, and the positions of the batch
     /// being run (shared by all clones).
     profile: Arc<Mutex<Option<Profiling>>>,
+    /// The tensor maps made so far (`tensor_maps`), shared by all clones.
+    pub(super) tensor_maps: Arc<Mutex<super::tensor_maps::TensorMaps>>,
 }
 
 /// Most tokens of a decode step a matmul over GGUF blocks takes through the integer GEMV
@@ -202,6 +204,7 @@ impl Gpu {
         let stream_min_rows = knobs.stream_min_rows.unwrap_or(STREAM_MIN_ROWS);
         Ok(Gpu {
             profile: Arc::new(Mutex::new(None)),
+            tensor_maps: Arc::default(),
             description: format!(
                 "{name} (sm_{major}{minor}, {:.1} GiB)",
                 total as f64 / (1u64 << 30) as f64

@@ -597,4 +597,13 @@ impl GpuWeights {
     pub fn head(&self) -> &GpuMatrix {
         self.lm_head.as_ref().unwrap_or(&self.embed)
     }
+
+    /// Every matrix the matmuls' plans multiply: the layers' (`GpuLayer::planned`) and the
+    /// output head.
+    pub fn planned_matrices(&self) -> impl Iterator<Item = &GpuMatrix> {
+        self.layers
+            .iter()
+            .flat_map(|l| l.planned())
+            .chain([self.head()])
+    }
 }

@@ -37,7 +37,9 @@ pub(super) struct TensorGemm {
     pub(super) threads: usize,
     /// Dynamic shared memory per block.
     pub(super) shared: usize,
-    /// Whether the kernel takes the tile width as its last argument.
+    /// Whether the kernel takes the tile width after the sizes, and then the tensor map of
+    /// `w` in boxes of that many rows (`gemm_wgmma_bf16`, whose producer warp copies the
+    /// weights by the Tensor Memory Accelerator).
     pub(super) takes_tile_n: bool,
     /// How a split reduction's parts meet: false, both halves `red.add` into the zeroed
     /// output; true, each part is stored apart (`out` is `[k_splits, n, n_out]`) for the
@@ -136,13 +138,15 @@ impl Gpu {
         let mut b = self.launcher(func);
         b.arg(out).arg(x).arg(w).arg_or_null(bias);
         b.arg(&n).arg(&n_in).arg(&n_out);
+        let w_map;
         if k.takes_tile_n {
-            b.arg(&tile_n);
+            w_map = self.matrix_map(w, n_out as usize, n_in as usize, plan.tile_n)?;
+            b.arg(&tile_n).arg(&w_map);
         }
         // SAFETY: shapes and alignment checked; the block size and shared memory the kernel
         // documents (its limit raised to that when the module loaded), the grid covers the
-        // output in tiles of the width the kernel is told, and the output is zeroed when the
-        // reduction is split.
+        // output in tiles of the width the kernel is told (and the map's boxes are that
+        // wide), and the output is zeroed when the reduction is split.
         self.timed(name, traffic, || unsafe { b.launch(cfg) })
     }
 
