@@ -22,7 +22,7 @@ use crate::bulk_copy::{
     arrive, barrier_init, expect_bytes, fence_barrier_init, tensor_copy_2d, wait_phase,
 };
 use crate::device::{
-    block_idx_x, block_idx_y, block_idx_z, dynamic_shared, grid_dim_z, sync_threads, thread_idx_x,
+    block_idx_x, block_idx_z, dynamic_shared, grid_dim_z, sync_threads, thread_idx_x,
 };
 use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, shared_addr};
 use crate::tiles::{WGMMA_BK, WGMMA_BM, WGMMA_MAX_BN, WGMMA_STAGES, WGMMA_THREADS};
@@ -326,7 +326,7 @@ unsafe fn gemm<A: Accumulators, const FP8: bool>(
         }
         // All but the newest batch of products are done: step t - 1's buffer is free.
         wgmma::wait_group::<1>();
-        if t > 0 && tid % 32 == 0 {
+        if t > 0 && tid.is_multiple_of(32) {
             // SAFETY: an initialized barrier, one arrival per warp a step.
             unsafe { arrive(st.empty((t - 1) % WGMMA_STAGES)) };
         }
