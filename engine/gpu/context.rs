@@ -3,12 +3,13 @@
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaGraph, CudaSlice, CudaStream, DeviceRepr, DriverError,
-    ValidAsZeroBits, sys,
+    CudaContext, CudaEvent, CudaGraph, CudaSlice, CudaStream, CudaView, DevicePtr, DeviceRepr,
+    DriverError, ValidAsZeroBits, sys,
 };
 use cudarc::nvrtc::Ptx;
 
 use super::kernels::table::{GemmSlots, Kernels};
+use super::tensor_maps::{MapKey, TensorMaps};
 use crate::error::{Error, Result};
 use crate::tiles::{QUANT_MAX_TOKENS, STREAM_BLOCK_BYTES, STREAM_MIN_ROWS, STREAM_ONE_BLOCK_BYTES};
 use crate::weights::blocks::BlockType;
@@ -56,7 +57,7 @@ pub struct Gpu {
     /// being run (shared by all clones).
     profile: Arc<Mutex<Option<Profiling>>>,
     /// The tensor maps made so far (`tensor_maps`), shared by all clones.
-    pub(super) tensor_maps: Arc<Mutex<super::tensor_maps::TensorMaps>>,
+    tensor_maps: Arc<Mutex<TensorMaps>>,
 }
 
 /// Most tokens of a decode step a matmul over GGUF blocks takes through the integer GEMV
@@ -221,6 +222,32 @@ impl Gpu {
             ctx,
             stream,
             kernels,
+        })
+    }
+
+    /// The device address of the Tensor Memory Accelerator's map `key` describes, made the
+    /// first time (`tensor_maps`).
+    pub fn tensor_map(&self, key: MapKey) -> Result<u64> {
+        let mut maps = self.tensor_maps.lock().expect("tensor maps");
+        maps.get_or_make(key, &self.stream)
+    }
+
+    /// The map of the `[rows, cols]` matrix `w` in boxes of `box_rows` rows (and one
+    /// 128-byte row of columns): `tensor_map` of its key.
+    pub fn matrix_map<T>(
+        &self,
+        w: &CudaView<T>,
+        rows: usize,
+        cols: usize,
+        box_rows: usize,
+    ) -> Result<u64> {
+        let (addr, _sync) = w.device_ptr(&self.stream);
+        self.tensor_map(MapKey {
+            addr,
+            rows,
+            cols,
+            elem_bytes: size_of::<T>(),
+            box_rows,
         })
     }
 

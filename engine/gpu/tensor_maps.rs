@@ -12,19 +12,15 @@
 //! and a map asked for during a capture is an error rather than a copy the graph would hold.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use cudarc::driver::sys::{
     self, CUstreamCaptureStatus, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
     CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
 };
-use cudarc::driver::{CudaSlice, DevicePtr};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
-use super::kernels::In;
-
-use super::context::Gpu;
-use super::weights::GpuWeights;
 use crate::error::{Error, Result};
-use crate::tiles::WGMMA_WIDTHS;
 
 /// Bytes of one map, as the driver lays it out (and as the copy instructions want it
 /// aligned: 64 bytes; the slots here are 128).
@@ -60,37 +56,15 @@ pub struct TensorMaps {
     used: usize,
 }
 
-impl Gpu {
-    /// The map of the `[rows, cols]` matrix `w` in boxes of `box_rows` rows (and one
-    /// 128-byte row of columns): `tensor_map` of its key.
-    pub fn matrix_map<T>(
-        &self,
-        w: &In<T>,
-        rows: usize,
-        cols: usize,
-        box_rows: usize,
-    ) -> Result<u64> {
-        let (addr, _sync) = w.device_ptr(&self.stream);
-        self.tensor_map(MapKey {
-            addr,
-            rows,
-            cols,
-            elem_bytes: size_of::<T>(),
-            box_rows,
-        })
-    }
-
-    /// The device address of the map `key` describes, made (and copied to the device) the
-    /// first time it is asked for. An error during a graph's capture: the copy would not be
-    /// part of the stream's work before the capture began.
-    pub fn tensor_map(&self, key: MapKey) -> Result<u64> {
-        let mut guard = self.tensor_maps.lock().expect("tensor maps");
-        let maps = &mut *guard;
-        if let Some(&addr) = maps.made.get(&key) {
+impl TensorMaps {
+    /// The device address of the map `key` describes, made (and copied to the device on
+    /// `stream`) the first time it is asked for. An error during a graph's capture: the copy
+    /// would not be part of the stream's work before the capture began.
+    pub fn get_or_make(&mut self, key: MapKey, stream: &Arc<CudaStream>) -> Result<u64> {
+        if let Some(&addr) = self.made.get(&key) {
             return Ok(addr);
         }
-        let capturing = self
-            .stream
+        let capturing = stream
             .capture_status()
             .map_err(Error::driver("capture status"))?;
         if capturing != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
@@ -101,21 +75,23 @@ impl Gpu {
             )));
         }
         let bytes = encode(&key)?;
-        if maps.chunks.is_empty() || maps.used == MAPS_PER_CHUNK {
-            let chunk = self.zeros::<u8>(MAP_BYTES * MAPS_PER_CHUNK, "tensor maps")?;
-            maps.chunks.push(chunk);
-            maps.used = 0;
+        if self.chunks.is_empty() || self.used == MAPS_PER_CHUNK {
+            let chunk = stream
+                .alloc_zeros::<u8>(MAP_BYTES * MAPS_PER_CHUNK)
+                .map_err(Error::driver("allocating tensor maps"))?;
+            self.chunks.push(chunk);
+            self.used = 0;
         }
-        let slot = maps.used * MAP_BYTES;
-        maps.used += 1;
-        let chunk = maps.chunks.last_mut().expect("a chunk");
+        let slot = self.used * MAP_BYTES;
+        self.used += 1;
+        let chunk = self.chunks.last_mut().expect("a chunk");
         let mut dst = chunk.slice_mut(slot..slot + MAP_BYTES);
-        self.stream
+        stream
             .memcpy_htod(&bytes, &mut dst)
             .map_err(Error::driver("copying a tensor map"))?;
-        let (base, _sync) = chunk.device_ptr(&self.stream);
+        let (base, _sync) = chunk.device_ptr(stream);
         let addr = base + slot as u64;
-        maps.made.insert(key, addr);
+        self.made.insert(key, addr);
         Ok(addr)
     }
 }
@@ -176,31 +152,4 @@ fn encode(key: &MapKey) -> Result<[u8; MAP_BYTES]> {
         to.copy_from_slice(&word.to_le_bytes());
     }
     Ok(bytes)
-}
-
-/// Makes the map of every matrix the warpgroup GEMMs may multiply, in boxes of each tile
-/// width they run (`WGMMA_WIDTHS`): the bf16 weights, the fp8 ones, and the bf16 scratch that
-/// a prompt's GGUF matrix is dequantized into (`dequantized`), at each such matrix's shape.
-/// Nothing on a GPU without the warpgroup GEMM.
-pub fn make_weight_maps(
-    gpu: &Gpu,
-    weights: &GpuWeights,
-    dequantized: Option<&CudaSlice<u16>>,
-) -> Result<()> {
-    if !gpu.has_wgmma() {
-        return Ok(());
-    }
-    for m in weights.planned_matrices() {
-        for &tile in &WGMMA_WIDTHS {
-            if let Some(w) = m.as_bf16() {
-                gpu.matrix_map(&w.as_view(), m.n_out, m.n_in, tile)?;
-            } else if let Some(fp8) = m.as_fp8().filter(|_| gpu.has_wgmma_fp8()) {
-                gpu.matrix_map(&fp8.bytes.as_view(), m.n_out, m.n_in, tile)?;
-            } else if let Some(scratch) = dequantized {
-                let w = scratch.slice(..m.n_out * m.n_in);
-                gpu.matrix_map(&w, m.n_out, m.n_in, tile)?;
-            }
-        }
-    }
-    Ok(())
 }

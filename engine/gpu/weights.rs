@@ -11,6 +11,7 @@ use super::matrix::{
 use crate::config::{Config, Moe};
 use crate::error::Result;
 use crate::model::{Experts, Mlp, ModelWeights};
+use crate::tiles::WGMMA_WIDTHS;
 use crate::weights::blocks::BlockType;
 
 /// One decoder layer's weights.
@@ -596,6 +597,29 @@ impl GpuWeights {
     /// The output head: its own matrix, or the embedding it is tied to.
     pub fn head(&self) -> &GpuMatrix {
         self.lm_head.as_ref().unwrap_or(&self.embed)
+    }
+
+    /// Makes the map of every matrix the warpgroup GEMMs may multiply, in boxes of each tile
+    /// width they run (`WGMMA_WIDTHS`): the bf16 weights, the fp8 ones, and the bf16 scratch that
+    /// a prompt's GGUF matrix is dequantized into (`dequantized`), at each such matrix's shape.
+    /// Nothing on a GPU without the warpgroup GEMM.
+    pub fn make_tensor_maps(&self, gpu: &Gpu, dequantized: Option<&CudaSlice<u16>>) -> Result<()> {
+        if !gpu.has_wgmma() {
+            return Ok(());
+        }
+        for m in self.planned_matrices() {
+            for &tile in &WGMMA_WIDTHS {
+                if let Some(w) = m.as_bf16() {
+                    gpu.matrix_map(&w.as_view(), m.n_out, m.n_in, tile)?;
+                } else if let Some(fp8) = m.as_fp8().filter(|_| gpu.has_wgmma_fp8()) {
+                    gpu.matrix_map(&fp8.bytes.as_view(), m.n_out, m.n_in, tile)?;
+                } else if let Some(scratch) = dequantized {
+                    let w = scratch.slice(..m.n_out * m.n_in);
+                    gpu.matrix_map(&w, m.n_out, m.n_in, tile)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every matrix the matmuls' plans multiply: the layers' (`GpuLayer::planned`) and the
