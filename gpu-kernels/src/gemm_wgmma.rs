@@ -7,12 +7,15 @@
 //! products for the warp's issue slots. Here each warpgroup (4 warps) names its operand
 //! tiles in shared memory by descriptor and the tensor cores read them themselves
 //! (`wgmma.mma_async`, see `wgmma.rs`): one instruction per 64 x 256 x 16 product (or 224,
-//! 192, 128 wide), issued without waiting, so the threads spend the time requesting the next
-//! tiles instead.
+//! 192, 128 wide), issued without waiting.
 //!
-//! The tiles are laid out as the descriptor's 128-byte swizzle wants them (see
-//! `wgmma::swizzle_128b`); `cp.async` copies each 16-byte chunk straight to its place.
-//!
+//! The multiplying warps copy nothing: a ninth warp, the producer, fills the stages ahead of
+//! them, the weights' tile by one copy of the Tensor Memory Accelerator (a tensor map made on
+//! the host, `engine/gpu/tensor_maps.rs`, lays it out in the 128-byte swizzle the descriptors
+//! name) and the activations' by its lanes' `cp.async`, 16-byte chunks straight to their
+//! swizzled places (`wgmma::swizzle_128b`). Barriers in shared memory say when a stage is
+//! full and when both warpgroups are done with it.
+
 //! `gemm_wgmma_fp8` is the same kernel on e4m3 bytes (`--weights fp8`): a step's 128 bytes
 //! of a row are 128 values instead of 64, each product takes 32 of them instead of 16, and
 //! the tensor cores multiply fp8 at twice the bf16 rate. Only the instruction and the
