@@ -187,7 +187,7 @@ impl GpuBackend {
         };
         let mm = matmul_scratch(&gpu, c, &caps, max_tokens, weights.has_blocks())?;
         // Before any graph captures a launch that names one.
-        weights.make_tensor_maps(&gpu, mm.w_bf16.as_ref())?;
+        weights.make_tensor_maps(&gpu, &mm)?;
         Ok(GpuBackend {
             mm,
             act: Activations::new(&gpu, c, max_tokens)?,

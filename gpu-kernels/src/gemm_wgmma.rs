@@ -9,12 +9,11 @@
 //! (`wgmma.mma_async`, see `wgmma.rs`): one instruction per 64 x 256 x 16 product (or 224,
 //! 192, 128 wide), issued without waiting.
 //!
-//! The multiplying warps copy nothing: a ninth warp, the producer, fills the stages ahead of
-//! them, the weights' tile by one copy of the Tensor Memory Accelerator (a tensor map made on
-//! the host, `engine/gpu/tensor_maps.rs`, lays it out in the 128-byte swizzle the descriptors
-//! name) and the activations' by its lanes' `cp.async`, 16-byte chunks straight to their
-//! swizzled places (`wgmma::swizzle_128b`). Barriers in shared memory say when a stage is
-//! full and when both warpgroups are done with it.
+//! The multiplying warps copy nothing: one thread of a ninth warp, the producer, fills the
+//! stages ahead of them, each tile by one copy of the Tensor Memory Accelerator (tensor maps
+//! made on the host, `engine/gpu/tensor_maps.rs`, lay them out in the 128-byte swizzle the
+//! descriptors name). Barriers in shared memory say when a stage is full and when both
+//! warpgroups are done with it.
 
 //! `gemm_wgmma_fp8` is the same kernel on e4m3 bytes (`--weights fp8`): a step's 128 bytes
 //! of a row are 128 values instead of 64, each product takes 32 of them instead of 16, and
@@ -27,10 +26,10 @@ use crate::bulk_copy::{
 use crate::device::{
     block_idx_x, block_idx_z, dynamic_shared, grid_dim_z, sync_threads, thread_idx_x,
 };
-use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, shared_addr};
+use crate::mma::shared_addr;
 use crate::tiles::{WGMMA_BK, WGMMA_BM, WGMMA_MAX_BN, WGMMA_STAGES, WGMMA_THREADS};
 
-use crate::wgmma::{self, Accumulators, descriptor_sw128, swizzle_128b};
+use crate::wgmma::{self, Accumulators, descriptor_sw128};
 use core::ptr::null;
 
 /// Bytes of a row in one step: 64 bf16 (`WGMMA_BK`) or 128 e4m3, one swizzled row.
@@ -39,17 +38,8 @@ const ROW_BYTES: usize = WGMMA_BK * 2;
 /// `[WGMMA_MAX_BN][ROW_BYTES]` tile of `w`.
 const X_BYTES: usize = WGMMA_BM * ROW_BYTES;
 const STAGE_BYTES: usize = X_BYTES + WGMMA_MAX_BN * ROW_BYTES;
-/// 16-byte chunks along one row of a step.
-const CHUNKS: usize = ROW_BYTES / 16;
 /// Warps that multiply: the two warpgroups (`WGMMA_THREADS`); the block's last warp copies.
 const CONSUMER_WARPS: u32 = (WGMMA_THREADS / 32) as u32;
-/// Steps whose copies of `x` the producer leaves in flight before it says a step has landed:
-/// its `cp.async` groups are waited for this many steps late, so that it keeps asking.
-const X_LATE: usize = 2;
-/// Arrivals that complete a stage's "full" barrier: the producer's 32 lanes, each once its
-/// copies of `x` have landed, and its first lane once more, arming the barrier with the
-/// bytes of `w` on their way by the Tensor Memory Accelerator.
-const FULL_ARRIVALS: u32 = 33;
 
 /// `out[t, o] = sum_i x[t, i] * w[o, i] + bias[o]`, bf16 inputs, products summed in f32: the
 /// same contract as `gemm_mma_bf16`, on sm_90a.
@@ -62,6 +52,7 @@ const FULL_ARRIVALS: u32 = 33;
 ///   fills the GPU best for this `n_out` is the host's choice; any other value runs 256)
 /// - `w_map`: a `CUtensorMap` (128 bytes, 64-byte aligned, in global memory) of `w`: bf16,
 ///   `n_in x n_out`, boxes of 64 x `tile_n`, 128-byte swizzle (`engine/gpu/tensor_maps.rs`)
+/// - `x_map`: the same of `x`: `n_in x n`, boxes of 64 x `WGMMA_BM`
 ///
 /// Thread mapping: block `(288)` = two warpgroups that multiply and one warp that copies,
 /// for a 128-token x `tile_n`-feature tile. Warpgroup `h` owns tokens `64 h .. 64 h + 64`
@@ -82,7 +73,7 @@ const FULL_ARRIVALS: u32 = 33;
 /// warpgroup whose 64 rows are all past `n` (a tile of at most 64 tokens) multiplies
 /// nothing.
 ///
-/// PRECONDITIONS: `n_in % 8 == 0`; `x` and `w` 16-byte aligned; `w_map` as above; block
+/// PRECONDITIONS: `n_in % 8 == 0`; `x` and `w` 16-byte aligned; the maps as above; block
 /// `(WGMMA_GEMM_THREADS)`; grid `(ceil(n / WGMMA_BM) * ceil(n_out / tile_n), 1, splits)`,
 /// a block's tile chosen by `tile_of`; `WGMMA_SHARED_BYTES` of dynamic shared memory.
 ///
@@ -99,19 +90,20 @@ pub unsafe extern "gpu-kernel" fn gemm_wgmma_bf16(
     n_out: u32,
     tile_n: u32,
     w_map: *const u8,
+    x_map: *const u8,
 ) {
     crate::device::wait_for_previous_kernel();
     let o = Operands {
-        x: x as *const u8,
+        x_map,
         x_scales: null(),
         w_map,
         w_scales: null(),
         bias,
     };
     let (n, row_bytes) = (n as usize, 2 * n_in as usize);
-    // `w` itself is read through `w_map`; it stays an argument so that the kernel's list is
-    // its CPU twin's.
-    let _ = w;
+    // `x` and `w` are read through their maps; they stay arguments so that the kernel's
+    // list is its CPU twin's.
+    let _ = (x, w);
     // SAFETY: the same preconditions, passed on (no scales: bf16 products are the values).
     unsafe { by_width::<false>(tile_n, out, o, n, row_bytes, n_out) }
 }
@@ -125,7 +117,8 @@ pub unsafe extern "gpu-kernel" fn gemm_wgmma_bf16(
 /// - `x`: `[n, n_in]` e4m3, one scale a token: `x_scales` `[n]` f32 (`quantize_fp8_f32`)
 /// - `w`: `[n_out, n_in]` e4m3, one scale a row: `w_scales` `[n_out]` f32
 /// - `bias`, `tile_n`: as `gemm_wgmma_bf16`'s
-/// - `w_map`: as `gemm_wgmma_bf16`'s, of bytes: boxes of 128 x `tile_n`
+/// - `w_map`, `x_map`: as `gemm_wgmma_bf16`'s, of bytes: boxes of 128 x `tile_n` and 128 x
+///   `WGMMA_BM`
 ///
 /// Thread mapping: `gemm_wgmma_bf16`'s, with a step of 128 along the reduction (a row's
 /// 128 bytes, as there) in four `k32` products. Split, each part is scaled.
@@ -148,18 +141,19 @@ pub unsafe extern "gpu-kernel" fn gemm_wgmma_fp8(
     n_out: u32,
     tile_n: u32,
     w_map: *const u8,
+    x_map: *const u8,
 ) {
     crate::device::wait_for_previous_kernel();
     let o = Operands {
-        x,
+        x_map,
         x_scales,
         w_map,
         w_scales,
         bias,
     };
     let (n, row_bytes) = (n as usize, n_in as usize);
-    // Read through `w_map`, as in `gemm_wgmma_bf16`.
-    let _ = w;
+    // Read through their maps, as in `gemm_wgmma_bf16`.
+    let _ = (x, w);
     // SAFETY: the same preconditions, passed on.
     unsafe { by_width::<true>(tile_n, out, o, n, row_bytes, n_out) }
 }
@@ -189,11 +183,11 @@ unsafe fn by_width<const FP8: bool>(
     }
 }
 
-/// A GEMM's inputs: the activations as bytes, the weights' tensor map, their scales (null
-/// for bf16) and the bias (null for none).
+/// A GEMM's inputs: the activations' and weights' tensor maps, their scales (null for
+/// bf16) and the bias (null for none).
 #[derive(Clone, Copy)]
 struct Operands {
-    x: *const u8,
+    x_map: *const u8,
     x_scales: *const f32,
     w_map: *const u8,
     w_scales: *const f32,
@@ -269,7 +263,7 @@ unsafe fn gemm<A: Accumulators, const FP8: bool>(
         for s in 0..WGMMA_STAGES {
             // SAFETY: one thread initializes each barrier, before the block syncs.
             unsafe {
-                barrier_init(st.full(s), FULL_ARRIVALS);
+                barrier_init(st.full(s), 1);
                 barrier_init(st.empty(s), CONSUMER_WARPS);
             }
         }
@@ -285,8 +279,10 @@ unsafe fn gemm<A: Accumulators, const FP8: bool>(
     let steps = per_split.min(all_steps - first);
 
     if tid >= WGMMA_THREADS {
-        // SAFETY: the kernels' preconditions.
-        unsafe { produce::<A, FP8>(st, o, (m0, n0), n, row_bytes, (first, steps)) };
+        if tid == WGMMA_THREADS {
+            // SAFETY: the kernels' preconditions; one thread.
+            unsafe { produce::<A, FP8>(st, o, (m0, n0), (first, steps)) };
+        }
         return;
     }
     let group = tid / 128;
@@ -340,76 +336,41 @@ unsafe fn gemm<A: Accumulators, const FP8: bool>(
     unsafe { store::<A, FP8>(&acc, out, o, (m0 + 64 * group, n0), n, n_out) };
 }
 
-/// The producer warp: for each of the block's `steps` steps (from step `first` of the
-/// reduction), waits until both warpgroups are done with the step's buffer, then asks for
-/// its tile of `w` (one copy of the Tensor Memory Accelerator, counted off the buffer's full
-/// barrier) and its tile of `x` (every lane's `cp.async` of 16-byte chunks into the swizzled
-/// rows, zeros past `n` and `n_in`). A lane says its copies of step `t` have landed
-/// `X_LATE` steps later, after waiting for them, and a proxy fence makes them visible to
-/// the tensor cores, which read shared memory through the async proxy.
+/// The producer: for each of the block's `steps` steps (from step `first` of the
+/// reduction), waits until both warpgroups are done with the step's buffer, then arms its
+/// full barrier with the step's bytes and asks the Tensor Memory Accelerator for the tile of
+/// `w` and the tile of `x` (zeros past `n`, `n_out` and `n_in`), which count them off as they
+/// land. The barrier's one arrival is the arming: the step is full when its bytes are in.
 ///
 /// # Safety
-/// As the kernels; the warp's 32 lanes all call it.
+/// As the kernels; one thread calls it.
 #[inline(always)]
 unsafe fn produce<A: Accumulators, const FP8: bool>(
     st: Stages,
     o: Operands,
     (m0, n0): (usize, usize),
-    n: usize,
-    row_bytes: usize,
     (first, steps): (usize, usize),
 ) {
-    let lane = thread_idx_x() % 32;
-    // bytes of the box of `w` each step: its full size, zeros past the matrix included
-    let w_bytes = (A::N * ROW_BYTES) as u32;
-    let valid_rows = n.saturating_sub(m0);
-    for t in 0..steps + X_LATE {
-        if t < steps {
-            let s = t % WGMMA_STAGES;
-            let k0 = (first + t) * ROW_BYTES;
-            // SAFETY: initialized barriers; a fresh barrier's phase "before the first" (the
-            // opposite parity) counts as complete, so the first round passes at once.
-            unsafe { wait_phase(st.empty(s), fill_parity(t) ^ 1) };
-            if lane == 0 {
-                // The map's elements are 2 bytes (bf16) or 1 (e4m3); ROW_BYTES a step either
-                // way, so the column in elements is the byte offset over the element size.
-                let column = match FP8 {
-                    true => k0,
-                    false => k0 / 2,
-                };
-                // SAFETY: the map as the kernels require; buffer s is free (the wait above)
-                // and 1024-byte aligned; the barrier is armed with the box's bytes first.
-                unsafe {
-                    expect_bytes(st.full(s), w_bytes);
-                    tensor_copy_2d(st.w_tile(s), o.w_map, column as u32, n0 as u32, st.full(s));
-                }
-            }
-            for j in 0..WGMMA_BM * CHUNKS / 32 {
-                let c = lane + 32 * j;
-                let (row, chunk) = (c / CHUNKS, c % CHUNKS);
-                let k = k0 + 16 * chunk;
-                let ok = k < row_bytes && row < valid_rows;
-                // SAFETY: the source is read only when valid: inside `x`, and 16-byte
-                // aligned (the base is, and row_bytes % 16 == 0); otherwise the base is
-                // named and the 16 bytes are zero-filled. The destination is inside the
-                // free buffer s.
-                unsafe {
-                    let from = match ok {
-                        true => o.x.add((m0 + row) * row_bytes + k),
-                        false => o.x,
-                    };
-                    cp_async_16(st.x_tile(s) + swizzle_128b(row, chunk) as u32, from, ok);
-                }
-            }
-        }
-        // One group a step, empty past the last, so that "all but the newest X_LATE groups"
-        // is always step t - X_LATE.
-        cp_async_commit();
-        if t >= X_LATE {
-            cp_async_wait::<{ X_LATE as u32 }>();
-            wgmma::fence_proxy_async_shared();
-            // SAFETY: an initialized barrier; one arrival per lane a step.
-            unsafe { arrive(st.full((t - X_LATE) % WGMMA_STAGES)) };
+    // bytes of the two boxes each step: their full size, zeros past the matrices included
+    let bytes = ((A::N + WGMMA_BM) * ROW_BYTES) as u32;
+    for t in 0..steps {
+        let s = t % WGMMA_STAGES;
+        let k0 = (first + t) * ROW_BYTES;
+        // The maps' elements are 2 bytes (bf16) or 1 (e4m3); ROW_BYTES a step either way,
+        // so the column in elements is the byte offset over the element size.
+        let column = match FP8 {
+            true => k0,
+            false => k0 / 2,
+        } as u32;
+        // SAFETY: initialized barriers; a fresh barrier's phase "before the first" (the
+        // opposite parity) counts as complete, so the first round passes at once. The maps
+        // as the kernels require; buffer s is free (the wait) and 1024-byte aligned; the
+        // barrier is armed with both boxes' bytes before either copy.
+        unsafe {
+            wait_phase(st.empty(s), fill_parity(t) ^ 1);
+            expect_bytes(st.full(s), bytes);
+            tensor_copy_2d(st.w_tile(s), o.w_map, column, n0 as u32, st.full(s));
+            tensor_copy_2d(st.x_tile(s), o.x_map, column, m0 as u32, st.full(s));
         }
     }
 }

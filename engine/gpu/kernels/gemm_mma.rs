@@ -37,9 +37,9 @@ pub(super) struct TensorGemm {
     pub(super) threads: usize,
     /// Dynamic shared memory per block.
     pub(super) shared: usize,
-    /// Whether the kernel takes the tile width after the sizes, and then the tensor map of
-    /// `w` in boxes of that many rows (`gemm_wgmma_bf16`, whose producer warp copies the
-    /// weights by the Tensor Memory Accelerator).
+    /// Whether the kernel takes the tile width after the sizes, and then the tensor maps of
+    /// `w` in boxes of that many rows and of `x` in boxes of `tile_m` (`gemm_wgmma_bf16`,
+    /// whose producer copies both by the Tensor Memory Accelerator).
     pub(super) takes_tile_n: bool,
     /// How a split reduction's parts meet: false, both halves `red.add` into the zeroed
     /// output; true, each part is stored apart (`out` is `[k_splits, n, n_out]`) for the
@@ -143,10 +143,14 @@ impl Gpu {
         let mut b = self.launcher(func);
         b.arg(out).arg(x).arg(w).arg_or_null(bias);
         b.arg(&n).arg(&n_in).arg(&n_out);
-        let w_map;
+        let maps;
         if k.takes_tile_n {
-            w_map = self.matrix_map(w, n_out as usize, n_in as usize, plan.tile_n)?;
-            b.arg(&tile_n).arg(&w_map);
+            let (rows, n_out, n_in) = (n as usize, n_out as usize, n_in as usize);
+            maps = [
+                self.matrix_map(w, n_out, n_in, plan.tile_n)?,
+                self.matrix_map(x, rows, n_in, k.tile_m)?,
+            ];
+            b.arg(&tile_n).arg(&maps[0]).arg(&maps[1]);
         }
         // SAFETY: shapes and alignment checked; the block size and shared memory the kernel
         // documents (its limit raised to that when the module loaded), the grid covers the

@@ -217,11 +217,13 @@ impl Gpu {
         b.arg(&x).arg(&x_scales).arg(&w).arg(&w_scales);
         b.arg_or_null(if split { None } else { bias });
         let w_map = self.matrix_map(&w, n_out, n_in, plan.tile_n)?;
+        let x_map = self.matrix_map(&x, n, n_in, WGMMA_BM)?;
         b.arg(&n_u)
             .arg(&n_in_u)
             .arg(&n_out_u)
             .arg(&tile_n)
-            .arg(&w_map);
+            .arg(&w_map)
+            .arg(&x_map);
         // SAFETY: shapes and alignment checked; the block size and shared memory of
         // `gemm_wgmma_bf16`'s launch (the limit raised for this kernel too), a grid of
         // tiles of the width the kernel is told (the map's boxes as wide), and room for every
