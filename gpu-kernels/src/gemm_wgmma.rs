@@ -24,7 +24,7 @@ use crate::bulk_copy::{
     arrive, barrier_init, expect_bytes, fence_barrier_init, tensor_copy_2d, wait_phase,
 };
 use crate::device::{
-    block_idx_x, block_idx_z, dynamic_shared, grid_dim_z, sync_threads, thread_idx_x,
+    block_idx_x, block_idx_y, block_idx_z, dynamic_shared, grid_dim_z, sync_threads, thread_idx_x,
 };
 use crate::mma::shared_addr;
 use crate::tiles::{WGMMA_BK, WGMMA_BM, WGMMA_MAX_BN, WGMMA_STAGES, WGMMA_THREADS};
@@ -74,8 +74,8 @@ const CONSUMER_WARPS: u32 = (WGMMA_THREADS / 32) as u32;
 /// nothing.
 ///
 /// PRECONDITIONS: `n_in % 8 == 0`; `x` and `w` 16-byte aligned; the maps as above; block
-/// `(WGMMA_GEMM_THREADS)`; grid `(ceil(n / WGMMA_BM) * ceil(n_out / tile_n), 1, splits)`,
-/// a block's tile chosen by `tile_of`; `WGMMA_SHARED_BYTES` of dynamic shared memory.
+/// `(WGMMA_GEMM_THREADS)`; grid `(ceil(n_out / tile_n), ceil(n / WGMMA_BM), splits)`;
+/// `WGMMA_SHARED_BYTES` of dynamic shared memory.
 ///
 /// # Safety
 /// The host's launch wrapper checks the preconditions.
@@ -216,22 +216,6 @@ impl Stages {
     }
 }
 
-/// Token tiles whose blocks run side by side along the features (`tile_of`).
-const GROUP_TILES: usize = 8;
-
-/// The output tile `(token tile, feature tile)` of block `b` in a grid of `tiles_m x
-/// tiles_n`: groups of `GROUP_TILES` token tiles, and within a group the token tiles first.
-/// Blocks that run at once then share their tiles of `w` (read from memory once, then from
-/// L2, where feature tiles first read the whole matrix again for every token tile in a
-/// wave), and a group's activations, 1024 tokens, stay in L2 while it walks the features.
-fn tile_of(b: usize, tiles_m: usize, tiles_n: usize) -> (usize, usize) {
-    let per_group = GROUP_TILES * tiles_n;
-    let (group, i) = (b / per_group, b % per_group);
-    let first = group * GROUP_TILES;
-    let rows = (tiles_m - first).min(GROUP_TILES);
-    (first + i % rows, i / rows)
-}
-
 /// The parity of the phase of a stage's barriers that step `t` waits for: the buffers are
 /// used round and round, so step `t` is the `t / WGMMA_STAGES`-th fill of its buffer.
 fn fill_parity(t: usize) -> u32 {
@@ -252,8 +236,7 @@ unsafe fn gemm<A: Accumulators, const FP8: bool>(
     n_out: usize,
 ) {
     let tid = thread_idx_x();
-    let (m_tile, n_tile) = tile_of(block_idx_x(), n.div_ceil(WGMMA_BM), n_out.div_ceil(A::N));
-    let (m0, n0) = (m_tile * WGMMA_BM, n_tile * A::N);
+    let (m0, n0) = (block_idx_y() * WGMMA_BM, block_idx_x() * A::N);
     // The swizzle repeats every 1024 bytes and the hardware reads it from the address bits:
     // the buffers start on a 1024-byte boundary (the launch asks for 1 KiB to spare).
     let st = Stages {

@@ -45,9 +45,6 @@ pub(super) struct TensorGemm {
     /// output; true, each part is stored apart (`out` is `[k_splits, n, n_out]`) for the
     /// caller to add in order.
     pub(super) split_parts: bool,
-    /// Whether the grid's tiles are one line (`(tiles, 1, splits)`, the kernel choosing
-    /// each block's, `gemm_wgmma_bf16`) rather than `(feature tiles, token tiles, splits)`.
-    pub(super) tiles_in_line: bool,
     pub(super) traffic: fn(usize, usize, usize, bool) -> Traffic,
 }
 
@@ -55,13 +52,12 @@ impl TensorGemm {
     /// The grid of output tiles `plan` says (tokens by `tile_m`, features by its width, the
     /// reduction in its splits), blocks of the kernel's threads and shared memory.
     pub(super) fn launch(&self, plan: GemmPlan, n: usize, n_out: usize) -> LaunchConfig {
-        let (tiles_n, tiles_m) = (n_out.div_ceil(plan.tile_n), n.div_ceil(self.tile_m));
-        let (x, y) = match self.tiles_in_line {
-            true => (u32_of(tiles_m * tiles_n, "tiles"), 1),
-            false => (tiles_n as u32, u32_of(tiles_m, "token tiles")),
-        };
         LaunchConfig {
-            grid_dim: (x, y, plan.k_splits as u32),
+            grid_dim: (
+                n_out.div_ceil(plan.tile_n) as u32,
+                u32_of(n.div_ceil(self.tile_m), "token tiles"),
+                plan.k_splits as u32,
+            ),
             block_dim: (self.threads as u32, 1, 1),
             shared_mem_bytes: self.shared as u32,
         }
@@ -76,7 +72,6 @@ const MMA_GEMM: TensorGemm = TensorGemm {
     shared: MMA_SHARED_BYTES,
     takes_tile_n: false,
     split_parts: false,
-    tiles_in_line: false,
     traffic: traffic::gemm_mma_bf16,
 };
 

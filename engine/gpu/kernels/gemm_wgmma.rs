@@ -20,7 +20,6 @@ const WGMMA_GEMM: TensorGemm = TensorGemm {
     shared: WGMMA_SHARED_BYTES,
     takes_tile_n: true,
     split_parts: true,
-    tiles_in_line: true,
     traffic: traffic::gemm_wgmma_bf16,
 };
 
