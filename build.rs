@@ -73,7 +73,10 @@ fn main() {
             .unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", ptx.display())));
         if cpu.starts_with("sm_90") {
             for (kernel, registers) in tiles::REGISTER_CAPS {
-                text = cap_registers(&text, kernel, registers);
+                // The warpgroup kernels are in the sm_90a build only.
+                if *cpu == "sm_90a" || has_entry(&text, kernel) {
+                    text = cap_registers(&text, kernel, registers);
+                }
             }
         }
         let dest = out_dir.join(format!("kernels_{cpu}.ptx"));
@@ -85,6 +88,16 @@ fn main() {
     if variant.cpus == TARGET_CPUS {
         write_kernel_table(&out_dir, &built);
     }
+}
+
+/// The start of `kernel`'s entry in a PTX file.
+fn entry_line(kernel: &str) -> String {
+    format!(".visible .entry {kernel}(")
+}
+
+/// Whether a PTX file has an entry named `kernel`.
+fn has_entry(ptx: &str, kernel: &str) -> bool {
+    ptx.contains(&entry_line(kernel))
 }
 
 /// The kernels a PTX file holds: its `.entry` names, in order.
@@ -186,7 +199,7 @@ fn is_identifier(s: &str) -> bool {
 /// kernel within that many registers a thread (`tiles::REGISTER_CAPS`). A cap on a kernel
 /// the PTX does not have stops the build, so a renamed kernel cannot lose its cap unseen.
 fn cap_registers(ptx: &str, kernel: &str, registers: usize) -> String {
-    let entry = format!(".visible .entry {kernel}(");
+    let entry = entry_line(kernel);
     let Some(start) = ptx.find(&entry) else {
         fail(&format!(
             "REGISTER_CAPS names {kernel}, which the kernels' PTX has no entry for"

@@ -185,8 +185,11 @@ impl GpuBackend {
             slots: gpu.gemm_slots,
             dequant_room: weights.largest_blocks_matrix(gpu.has_wgmma_fp8()),
         };
+        let mm = matmul_scratch(&gpu, c, &caps, max_tokens, weights.has_blocks())?;
+        // Before any graph captures a launch that names one.
+        weights.make_tensor_maps(&gpu, &mm)?;
         Ok(GpuBackend {
-            mm: matmul_scratch(&gpu, c, &caps, max_tokens, weights.has_blocks())?,
+            mm,
             act: Activations::new(&gpu, c, max_tokens)?,
             splits: SplitScratch::new(&gpu, c)?,
             experts: c

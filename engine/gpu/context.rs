@@ -3,12 +3,13 @@
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaGraph, CudaSlice, CudaStream, DeviceRepr, DriverError,
-    ValidAsZeroBits, sys,
+    CudaContext, CudaEvent, CudaGraph, CudaSlice, CudaStream, CudaView, DevicePtr, DeviceRepr,
+    DriverError, ValidAsZeroBits, sys,
 };
 use cudarc::nvrtc::Ptx;
 
 use super::kernels::table::{GemmSlots, Kernels};
+use super::tensor_maps::{MapKey, TensorMaps};
 use crate::error::{Error, Result};
 use crate::tiles::{QUANT_MAX_TOKENS, STREAM_BLOCK_BYTES, STREAM_MIN_ROWS, STREAM_ONE_BLOCK_BYTES};
 use crate::weights::blocks::BlockType;
@@ -55,6 +56,8 @@ pub struct Gpu {
     /// While profiling: every launch with events around it, and the positions of the batch
     /// being run (shared by all clones).
     profile: Arc<Mutex<Option<Profiling>>>,
+    /// The tensor maps made so far (`tensor_maps`), shared by all clones.
+    tensor_maps: Arc<Mutex<TensorMaps>>,
 }
 
 /// Most tokens of a decode step a matmul over GGUF blocks takes through the integer GEMV
@@ -202,6 +205,7 @@ impl Gpu {
         let stream_min_rows = knobs.stream_min_rows.unwrap_or(STREAM_MIN_ROWS);
         Ok(Gpu {
             profile: Arc::new(Mutex::new(None)),
+            tensor_maps: Arc::default(),
             description: format!(
                 "{name} (sm_{major}{minor}, {:.1} GiB)",
                 total as f64 / (1u64 << 30) as f64
@@ -218,6 +222,32 @@ impl Gpu {
             ctx,
             stream,
             kernels,
+        })
+    }
+
+    /// The device address of the Tensor Memory Accelerator's map `key` describes, made the
+    /// first time (`tensor_maps`).
+    pub fn tensor_map(&self, key: MapKey) -> Result<u64> {
+        let mut maps = self.tensor_maps.lock().expect("tensor maps");
+        maps.get_or_make(key, &self.stream)
+    }
+
+    /// The map of the `[rows, cols]` matrix `w` in boxes of `box_rows` rows (and one
+    /// 128-byte row of columns): `tensor_map` of its key.
+    pub fn matrix_map<T>(
+        &self,
+        w: &CudaView<T>,
+        rows: usize,
+        cols: usize,
+        box_rows: usize,
+    ) -> Result<u64> {
+        let (addr, _sync) = w.device_ptr(&self.stream);
+        self.tensor_map(MapKey {
+            addr,
+            rows,
+            cols,
+            elem_bytes: size_of::<T>(),
+            box_rows,
         })
     }
 

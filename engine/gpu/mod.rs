@@ -8,6 +8,7 @@
 //! - `kernels`: the typed kernel table, and one checked launch wrapper per kernel, in files
 //!   named as the kernels' in `gpu-kernels/src`
 //! - `launch`: the launch itself, with programmatic dependent launch where the GPU has it
+//! - `tensor_maps`: the Tensor Memory Accelerator's maps of the weights, made once
 //!
 //! The backend, in rooms named for their jobs:
 //! - `matrix`, `weights`: a matrix on the device (bf16 or blocks), the model's weights
@@ -39,6 +40,7 @@ pub mod ptx;
 pub mod sampling;
 pub mod step_clock;
 pub mod steps;
+pub mod tensor_maps;
 pub mod weights;
 
 pub use backend::{GpuBackend, check_supported};

@@ -4,13 +4,16 @@
 
 use cudarc::driver::CudaSlice;
 
+use super::attend::GRAPH_MAX_BATCH;
 use super::context::Gpu;
+use super::matmul::MatmulScratch;
 use super::matrix::{
     GpuMatrix, MatrixData, Piece, Synthetic, Uploader, WeightFormat, random_matrix,
 };
 use crate::config::{Config, Moe};
 use crate::error::Result;
 use crate::model::{Experts, Mlp, ModelWeights};
+use crate::tiles::{WGMMA_BM, WGMMA_WIDTHS};
 use crate::weights::blocks::BlockType;
 
 /// One decoder layer's weights.
@@ -596,5 +599,60 @@ impl GpuWeights {
     /// The output head: its own matrix, or the embedding it is tied to.
     pub fn head(&self) -> &GpuMatrix {
         self.lm_head.as_ref().unwrap_or(&self.embed)
+    }
+
+    /// Makes the map of every matrix the warpgroup GEMMs may multiply in a decode step a
+    /// CUDA graph captures: the weights in boxes of each tile width the GEMM runs
+    /// (`WGMMA_WIDTHS`), the bf16 weights, the fp8 ones, and the bf16 scratch that a GGUF
+    /// matrix is dequantized into (`scratch.w_bf16`), at each such matrix's shape; the
+    /// activations' scratch (`scratch.x_bf16`, `x_fp8`) at each input width and each graph
+    /// bucket of rows (`GRAPH_MAX_BATCH`), in boxes of `WGMMA_BM` rows. Nothing on a GPU
+    /// without the warpgroup GEMM.
+    pub fn make_tensor_maps(&self, gpu: &Gpu, scratch: &MatmulScratch) -> Result<()> {
+        if !gpu.has_wgmma() {
+            return Ok(());
+        }
+        let dequantized = scratch.w_bf16.as_ref();
+        let buckets = (0..=GRAPH_MAX_BATCH.ilog2()).map(|p| 1usize << p);
+        let mut widths: Vec<usize> = self.planned_matrices().map(|m| m.n_in).collect();
+        widths.sort_unstable();
+        widths.dedup();
+        for n_in in widths {
+            for rows in buckets.clone() {
+                if rows * n_in <= scratch.x_bf16.len() {
+                    let x = scratch.x_bf16.slice(..rows * n_in);
+                    gpu.matrix_map(&x, rows, n_in, WGMMA_BM)?;
+                }
+                if let Some((codes, _)) = scratch
+                    .x_fp8
+                    .as_ref()
+                    .filter(|(c, _)| rows * n_in <= c.len())
+                {
+                    gpu.matrix_map(&codes.slice(..rows * n_in), rows, n_in, WGMMA_BM)?;
+                }
+            }
+        }
+        for m in self.planned_matrices() {
+            for &tile in &WGMMA_WIDTHS {
+                if let Some(w) = m.as_bf16() {
+                    gpu.matrix_map(&w.as_view(), m.n_out, m.n_in, tile)?;
+                } else if let Some(fp8) = m.as_fp8().filter(|_| gpu.has_wgmma_fp8()) {
+                    gpu.matrix_map(&fp8.bytes.as_view(), m.n_out, m.n_in, tile)?;
+                } else if let Some(scratch) = dequantized {
+                    let w = scratch.slice(..m.n_out * m.n_in);
+                    gpu.matrix_map(&w, m.n_out, m.n_in, tile)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every matrix the matmuls' plans multiply: the layers' (`GpuLayer::planned`) and the
+    /// output head.
+    pub fn planned_matrices(&self) -> impl Iterator<Item = &GpuMatrix> {
+        self.layers
+            .iter()
+            .flat_map(|l| l.planned())
+            .chain([self.head()])
     }
 }

@@ -107,3 +107,46 @@ pub unsafe fn wait_phase(bar: u32, parity: u32) {
         }
     }
 }
+
+/// Copies the box at element `(c0, c1)` (column, row) of the 2-D tensor `map` describes
+/// from global memory to shared `dst`, laid out as the map says (its swizzle), counting its
+/// bytes off `bar`'s current phase as they land: the Tensor Memory Accelerator with a tensor
+/// map (CUTLASS's `SM90_TMA_LOAD_2D`). Parts of the box outside the tensor land as zeros and
+/// still count.
+///
+/// # Safety
+/// `map` points to a 64-byte aligned `CUtensorMap` in global memory that no one writes
+/// while kernels read it; `dst` is aligned as the map's swizzle needs (1024 bytes for
+/// 128-byte swizzling) with room for the box; nothing reads or writes `dst` until the phase
+/// completes; `bar` armed with the box's bytes (`expect_bytes`).
+#[inline(always)]
+pub unsafe fn tensor_copy_2d(dst: u32, map: *const u8, c0: u32, c1: u32, bar: u32) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        asm!(
+            concat!(
+                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
+                " [{d}], [{m}, {{{c0}, {c1}}}], [{b}];"
+            ),
+            d = in(reg32) dst,
+            m = in(reg64) map,
+            c0 = in(reg32) c0,
+            c1 = in(reg32) c1,
+            b = in(reg32) bar,
+            options(nostack),
+        )
+    };
+}
+
+/// Arrives at `bar` (one of its `count` arrivals a phase), releasing what this thread did
+/// before to whoever waits for the phase.
+///
+/// # Safety
+/// `bar` is an initialized barrier.
+#[inline(always)]
+pub unsafe fn arrive(bar: u32) {
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        asm!("mbarrier.arrive.shared::cta.b64 _, [{b}];", b = in(reg32) bar, options(nostack))
+    };
+}

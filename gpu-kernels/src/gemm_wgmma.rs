@@ -7,23 +7,29 @@
 //! products for the warp's issue slots. Here each warpgroup (4 warps) names its operand
 //! tiles in shared memory by descriptor and the tensor cores read them themselves
 //! (`wgmma.mma_async`, see `wgmma.rs`): one instruction per 64 x 256 x 16 product (or 224,
-//! 192, 128 wide), issued without waiting, so the threads spend the time requesting the next
-//! tiles instead.
+//! 192, 128 wide), issued without waiting.
 //!
-//! The tiles are laid out as the descriptor's 128-byte swizzle wants them (see
-//! `wgmma::swizzle_128b`); `cp.async` copies each 16-byte chunk straight to its place.
-//!
+//! The multiplying warps copy nothing: one thread of a ninth warp, the producer, fills the
+//! stages ahead of them, each tile by one copy of the Tensor Memory Accelerator (tensor maps
+//! made on the host, `engine/gpu/tensor_maps.rs`, lay them out in the 128-byte swizzle the
+//! descriptors name). Barriers in shared memory say when a stage is full and when both
+//! warpgroups are done with it.
+
 //! `gemm_wgmma_fp8` is the same kernel on e4m3 bytes (`--weights fp8`): a step's 128 bytes
 //! of a row are 128 values instead of 64, each product takes 32 of them instead of 16, and
 //! the tensor cores multiply fp8 at twice the bf16 rate. Only the instruction and the
 //! epilogue, which applies the two scales, differ.
 
+use crate::bulk_copy::{
+    arrive, barrier_init, expect_bytes, fence_barrier_init, tensor_copy_2d, wait_phase,
+};
 use crate::device::{
     block_idx_x, block_idx_y, block_idx_z, dynamic_shared, grid_dim_z, sync_threads, thread_idx_x,
 };
-use crate::mma::{cp_async_16, cp_async_commit, cp_async_wait, shared_addr};
+use crate::mma::shared_addr;
 use crate::tiles::{WGMMA_BK, WGMMA_BM, WGMMA_MAX_BN, WGMMA_STAGES, WGMMA_THREADS};
-use crate::wgmma::{self, Accumulators, descriptor_sw128, swizzle_128b};
+
+use crate::wgmma::{self, Accumulators, descriptor_sw128};
 use core::ptr::null;
 
 /// Bytes of a row in one step: 64 bf16 (`WGMMA_BK`) or 128 e4m3, one swizzled row.
@@ -32,15 +38,8 @@ const ROW_BYTES: usize = WGMMA_BK * 2;
 /// `[WGMMA_MAX_BN][ROW_BYTES]` tile of `w`.
 const X_BYTES: usize = WGMMA_BM * ROW_BYTES;
 const STAGE_BYTES: usize = X_BYTES + WGMMA_MAX_BN * ROW_BYTES;
-/// Batches of products (steps) a warpgroup leaves running when it reaches the next step's
-/// barrier: with 1, the tensor cores never wait for the barrier; with 0, one more buffer is
-/// free for the copies (3-10% slower on the H200: docs/lessons.md#tried-and-dropped).
-const LAG: usize = 1;
-/// Steps requested ahead of the one being multiplied: every buffer but that one's and the
-/// LAG ones still being read.
-const AHEAD: usize = WGMMA_STAGES - 1 - LAG;
-/// 16-byte chunks along one row of a step.
-const CHUNKS: usize = ROW_BYTES / 16;
+/// Warps that multiply: the two warpgroups (`WGMMA_THREADS`); the block's last warp copies.
+const CONSUMER_WARPS: u32 = (WGMMA_THREADS / 32) as u32;
 
 /// `out[t, o] = sum_i x[t, i] * w[o, i] + bias[o]`, bf16 inputs, products summed in f32: the
 /// same contract as `gemm_mma_bf16`, on sm_90a.
@@ -51,25 +50,31 @@ const CHUNKS: usize = ROW_BYTES / 16;
 /// - `bias`: `[n_out]` f32, or null for none
 /// - `tile_n`: the width of a block's tile of output features, 128, 192, 224 or 256 (what
 ///   fills the GPU best for this `n_out` is the host's choice; any other value runs 256)
+/// - `w_map`: a `CUtensorMap` (128 bytes, 64-byte aligned, in global memory) of `w`: bf16,
+///   `n_in x n_out`, boxes of 64 x `tile_n`, 128-byte swizzle (`engine/gpu/tensor_maps.rs`)
+/// - `x_map`: the same of `x`: `n_in x n`, boxes of 64 x `WGMMA_BM`
 ///
-/// Thread mapping: block `(256)` = two warpgroups computes a 128-token x `tile_n`-feature
-/// tile; warpgroup `h` owns tokens `64 h .. 64 h + 64` against all of its features, one
-/// `m64n{tile_n}` product per 16 of the reduction, `tile_n / 2` f32 accumulators per
-/// thread. Each step of 64 along the reduction copies a `128 x 64` slice of `x` and a
-/// `tile_n x 64` slice of `w` into one of `WGMMA_STAGES` shared buffers; while step `t` is
-/// multiplied, step `t - 1`'s products may still be running and steps `t + 1` and `t + 2`
-/// are arriving. Past `n`, `n_in` or `n_out` the tiles hold zeros, and nothing is stored.
+/// Thread mapping: block `(288)` = two warpgroups that multiply and one warp that copies,
+/// for a 128-token x `tile_n`-feature tile. Warpgroup `h` owns tokens `64 h .. 64 h + 64`
+/// against all of the tile's features, one `m64n{tile_n}` product per 16 of the reduction,
+/// `tile_n / 2` f32 accumulators per thread. The last warp (the producer) fills
+/// `WGMMA_STAGES` shared buffers, each a step of 64 along the reduction: the `tile_n x 64`
+/// slice of `w` by one copy of the Tensor Memory Accelerator, the `128 x 64` slice of `x` by
+/// its lanes' `cp.async`. Each buffer has two barriers: "full" (the step has landed) and
+/// "empty" (both warpgroups' products have read it), so the producer runs as far ahead as
+/// the buffers allow and the multiplying warps wait for nothing but data. Past `n`, `n_in`
+/// or `n_out` the tiles hold zeros, and nothing is stored.
 ///
 /// `gridDim.z = k > 1` splits the reduction into `k` parts: with few tokens there are few
 /// tiles (a few dozen for 4096 features), and only the split fills the GPU. Block `z` then
 /// stores its part's sums, without the bias, as `out[z]` of an `out` of `[k, n, n_out]`; the
 /// host adds the parts in order (`gemm_skinny_reduce_f32`), so that the result does not
 /// depend on which part finished first (`red.add` of more than two parts would). A
-/// warpgroup whose 64 rows are all past `n` (a tile of at most 64 tokens) copies its share
-/// but multiplies nothing.
+/// warpgroup whose 64 rows are all past `n` (a tile of at most 64 tokens) multiplies
+/// nothing.
 ///
-/// PRECONDITIONS: `n_in % 8 == 0`; `x` and `w` 16-byte aligned; block `(256)`; grid
-/// `(ceil(n_out / tile_n), ceil(n / WGMMA_BM), splits)`;
+/// PRECONDITIONS: `n_in % 8 == 0`; `x` and `w` 16-byte aligned; the maps as above; block
+/// `(WGMMA_GEMM_THREADS)`; grid `(ceil(n_out / tile_n), ceil(n / WGMMA_BM), splits)`;
 /// `WGMMA_SHARED_BYTES` of dynamic shared memory.
 ///
 /// # Safety
@@ -84,16 +89,21 @@ pub unsafe extern "gpu-kernel" fn gemm_wgmma_bf16(
     n_in: u32,
     n_out: u32,
     tile_n: u32,
+    w_map: *const u8,
+    x_map: *const u8,
 ) {
     crate::device::wait_for_previous_kernel();
     let o = Operands {
-        x: x as *const u8,
+        x_map,
         x_scales: null(),
-        w: w as *const u8,
+        w_map,
         w_scales: null(),
         bias,
     };
     let (n, row_bytes) = (n as usize, 2 * n_in as usize);
+    // `x` and `w` are read through their maps; they stay arguments so that the kernel's
+    // list is its CPU twin's.
+    let _ = (x, w);
     // SAFETY: the same preconditions, passed on (no scales: bf16 products are the values).
     unsafe { by_width::<false>(tile_n, out, o, n, row_bytes, n_out) }
 }
@@ -107,6 +117,8 @@ pub unsafe extern "gpu-kernel" fn gemm_wgmma_bf16(
 /// - `x`: `[n, n_in]` e4m3, one scale a token: `x_scales` `[n]` f32 (`quantize_fp8_f32`)
 /// - `w`: `[n_out, n_in]` e4m3, one scale a row: `w_scales` `[n_out]` f32
 /// - `bias`, `tile_n`: as `gemm_wgmma_bf16`'s
+/// - `w_map`, `x_map`: as `gemm_wgmma_bf16`'s, of bytes: boxes of 128 x `tile_n` and 128 x
+///   `WGMMA_BM`
 ///
 /// Thread mapping: `gemm_wgmma_bf16`'s, with a step of 128 along the reduction (a row's
 /// 128 bytes, as there) in four `k32` products. Split, each part is scaled.
@@ -128,16 +140,20 @@ pub unsafe extern "gpu-kernel" fn gemm_wgmma_fp8(
     n_in: u32,
     n_out: u32,
     tile_n: u32,
+    w_map: *const u8,
+    x_map: *const u8,
 ) {
     crate::device::wait_for_previous_kernel();
     let o = Operands {
-        x,
+        x_map,
         x_scales,
-        w,
+        w_map,
         w_scales,
         bias,
     };
     let (n, row_bytes) = (n as usize, n_in as usize);
+    // Read through their maps, as in `gemm_wgmma_bf16`.
+    let _ = (x, w);
     // SAFETY: the same preconditions, passed on.
     unsafe { by_width::<true>(tile_n, out, o, n, row_bytes, n_out) }
 }
@@ -167,15 +183,43 @@ unsafe fn by_width<const FP8: bool>(
     }
 }
 
-/// A GEMM's inputs: the matrices as bytes, their scales (null for bf16) and the bias (null
-/// for none).
+/// A GEMM's inputs: the activations' and weights' tensor maps, their scales (null for
+/// bf16) and the bias (null for none).
 #[derive(Clone, Copy)]
 struct Operands {
-    x: *const u8,
+    x_map: *const u8,
     x_scales: *const f32,
-    w: *const u8,
+    w_map: *const u8,
     w_scales: *const f32,
     bias: *const f32,
+}
+
+/// The shared buffers of one block: `WGMMA_STAGES` stages of a tile of `x` and one of `w`,
+/// 1024-byte aligned, then each stage's "full" and "empty" barriers.
+#[derive(Clone, Copy)]
+struct Stages {
+    base: u32,
+}
+
+impl Stages {
+    fn x_tile(self, s: usize) -> u32 {
+        self.base + (s * STAGE_BYTES) as u32
+    }
+    fn w_tile(self, s: usize) -> u32 {
+        self.base + (s * STAGE_BYTES + X_BYTES) as u32
+    }
+    fn full(self, s: usize) -> u32 {
+        self.base + (WGMMA_STAGES * STAGE_BYTES + 8 * s) as u32
+    }
+    fn empty(self, s: usize) -> u32 {
+        self.full(WGMMA_STAGES + s)
+    }
+}
+
+/// The parity of the phase of a stage's barriers that step `t` waits for: the buffers are
+/// used round and round, so step `t` is the `t / WGMMA_STAGES`-th fill of its buffer.
+fn fill_parity(t: usize) -> u32 {
+    ((t / WGMMA_STAGES) & 1) as u32
 }
 
 /// Both kernels with tiles `A::N` features wide: bf16 or (`FP8`) e4m3 operands, rows of
@@ -191,21 +235,25 @@ unsafe fn gemm<A: Accumulators, const FP8: bool>(
     row_bytes: usize,
     n_out: usize,
 ) {
-    let Operands {
-        x,
-        x_scales,
-        w,
-        w_scales,
-        bias,
-    } = o;
     let tid = thread_idx_x();
-    let group = tid / 128;
     let (m0, n0) = (block_idx_y() * WGMMA_BM, block_idx_x() * A::N);
     // The swizzle repeats every 1024 bytes and the hardware reads it from the address bits:
     // the buffers start on a 1024-byte boundary (the launch asks for 1 KiB to spare).
-    let smem = (shared_addr(dynamic_shared::<u8>()) + 1023) & !1023;
-    let x_tile = |s: usize| smem + (s * STAGE_BYTES) as u32;
-    let w_tile = |s: usize| smem + (s * STAGE_BYTES + X_BYTES) as u32;
+    let st = Stages {
+        base: (shared_addr(dynamic_shared::<u8>()) + 1023) & !1023,
+    };
+    if tid == 0 {
+        for s in 0..WGMMA_STAGES {
+            // SAFETY: one thread initializes each barrier, before the block syncs.
+            unsafe {
+                barrier_init(st.full(s), 1);
+                barrier_init(st.empty(s), CONSUMER_WARPS);
+            }
+        }
+        fence_barrier_init();
+    }
+    // SAFETY: every thread of the block is here, once.
+    unsafe { sync_threads() };
 
     // This block's share of the reduction, as in `gemm_mma_bf16`.
     let all_steps = row_bytes.div_ceil(ROW_BYTES);
@@ -213,44 +261,23 @@ unsafe fn gemm<A: Accumulators, const FP8: bool>(
     let first = (block_idx_z() * per_split).min(all_steps);
     let steps = per_split.min(all_steps - first);
 
-    // Copies the 16-byte chunks `tid`, `tid + 256`, ... of a `rows x ROW_BYTES` slice of
-    // `src` (row `r0` on, `valid_rows` of them inside the matrix) from byte `k0` of its rows
-    // into the swizzled tile at `tile`: neighbouring threads cover a row's 128 bytes.
-    let copy = |tile: u32, src: *const u8, r0: usize, valid_rows: usize, rows: usize, k0: usize| {
-        for j in 0..rows * CHUNKS / WGMMA_THREADS {
-            let c = tid + WGMMA_THREADS * j;
-            let (row, chunk) = (c / CHUNKS, c % CHUNKS);
-            let k = k0 + 16 * chunk;
-            let ok = k < row_bytes && row < valid_rows;
-            // SAFETY: the source is read only when valid: inside its matrix, and 16-byte
-            // aligned (the base is, and row_bytes % 16 == 0); otherwise the base is named
-            // and the 16 bytes are zero-filled. The destination is inside the tile.
-            unsafe {
-                let from = if ok {
-                    src.add((r0 + row) * row_bytes + k)
-                } else {
-                    src
-                };
-                cp_async_16(tile + swizzle_128b(row, chunk) as u32, from, ok);
-            }
+    if tid >= WGMMA_THREADS {
+        if tid == WGMMA_THREADS {
+            // SAFETY: the kernels' preconditions; one thread.
+            unsafe { produce::<A, FP8>(st, o, (m0, n0), (first, steps)) };
         }
-    };
-    // Requests step `t` into buffer `s`.
-    let request = |s: usize, t: usize| {
-        let k0 = (first + t) * ROW_BYTES;
-        copy(x_tile(s), x, m0, n.saturating_sub(m0), WGMMA_BM, k0);
-        copy(w_tile(s), w, n0, n_out.saturating_sub(n0), A::N, k0);
-    };
-
+        return;
+    }
+    let group = tid / 128;
     // The four products of one step: along k, 32 bytes (16 bf16 or 32 e4m3) into the
     // swizzled rows at a time; this warpgroup's 64 rows of x start 64 rows (8 KiB) into the
     // tile. Four calls with constant offsets, not a loop: a loop the compiler keeps rolled
     // would index the accumulators, through memory.
     let multiply = |s: usize, acc: &mut A| {
-        let x_rows = x_tile(s) + (group * 64 * ROW_BYTES) as u32;
+        let x_rows = st.x_tile(s) + (group * 64 * ROW_BYTES) as u32;
         let product = |k_bytes: u32, acc: &mut A| {
             let a = descriptor_sw128(x_rows + k_bytes);
-            let b = descriptor_sw128(w_tile(s) + k_bytes);
+            let b = descriptor_sw128(st.w_tile(s) + k_bytes);
             // SAFETY: the whole warpgroup is here, the descriptors name 1024-byte-aligned
             // swizzled tiles in this block's shared memory, and `fence` came first.
             unsafe {
@@ -266,45 +293,94 @@ unsafe fn gemm<A: Accumulators, const FP8: bool>(
         product(96, acc);
     };
 
-    // The pipeline. Every thread commits one copy group per step, empty or not, so that
-    // "all but the newest AHEAD - 1 groups have landed" always means "step t has".
-    for t in 0..AHEAD {
-        if t < steps {
-            request(t, t);
-        }
-        cp_async_commit();
-    }
     // Uniform across the warpgroup, as `wgmma` needs: all its rows are zeros past `n`.
     let has_rows = m0 + 64 * group < n;
     let mut acc = A::zeros();
     for t in 0..steps {
-        cp_async_wait::<{ (AHEAD - 1) as u32 }>();
-        wgmma::fence_proxy_async_shared();
-        // Step t is in shared memory for everyone; and both warpgroups are done with step
-        // t - 1 - LAG (each waited for it at the end of step t - 1), whose buffer is
-        // refilled below.
-        // SAFETY: all threads run the same number of steps.
-        unsafe { sync_threads() };
+        let s = t % WGMMA_STAGES;
+        // SAFETY: an initialized barrier; the producer fills step t into buffer s.
+        unsafe { wait_phase(st.full(s), fill_parity(t)) };
         if has_rows {
             // The accumulators are ready for the products (zeroed, on the first step).
             wgmma::fence();
-            multiply(t % WGMMA_STAGES, &mut acc);
+            multiply(s, &mut acc);
             wgmma::commit_group();
         }
-        let ahead = t + AHEAD;
-        if ahead < steps {
-            request(ahead % WGMMA_STAGES, ahead);
+        // All but the newest batch of products are done: step t - 1's buffer is free.
+        wgmma::wait_group::<1>();
+        if t > 0 && tid.is_multiple_of(32) {
+            // SAFETY: an initialized barrier, one arrival per warp a step.
+            unsafe { arrive(st.empty((t - 1) % WGMMA_STAGES)) };
         }
-        cp_async_commit();
-        // All but the newest LAG batches of products are done.
-        wgmma::wait_group::<{ LAG as u32 }>();
     }
     wgmma::wait_group::<0>();
     acc.pin();
+    // SAFETY: the kernels' preconditions.
+    unsafe { store::<A, FP8>(&acc, out, o, (m0 + 64 * group, n0), n, n_out) };
+}
 
+/// The producer: for each of the block's `steps` steps (from step `first` of the
+/// reduction), waits until both warpgroups are done with the step's buffer, then arms its
+/// full barrier with the step's bytes and asks the Tensor Memory Accelerator for the tile of
+/// `w` and the tile of `x` (zeros past `n`, `n_out` and `n_in`), which count them off as they
+/// land. The barrier's one arrival is the arming: the step is full when its bytes are in.
+///
+/// # Safety
+/// As the kernels; one thread calls it.
+#[inline(always)]
+unsafe fn produce<A: Accumulators, const FP8: bool>(
+    st: Stages,
+    o: Operands,
+    (m0, n0): (usize, usize),
+    (first, steps): (usize, usize),
+) {
+    // bytes of the two boxes each step: their full size, zeros past the matrices included
+    let bytes = ((A::N + WGMMA_BM) * ROW_BYTES) as u32;
+    for t in 0..steps {
+        let s = t % WGMMA_STAGES;
+        let k0 = (first + t) * ROW_BYTES;
+        // The maps' elements are 2 bytes (bf16) or 1 (e4m3); ROW_BYTES a step either way,
+        // so the column in elements is the byte offset over the element size.
+        let column = match FP8 {
+            true => k0,
+            false => k0 / 2,
+        } as u32;
+        // SAFETY: initialized barriers; a fresh barrier's phase "before the first" (the
+        // opposite parity) counts as complete, so the first round passes at once. The maps
+        // as the kernels require; buffer s is free (the wait) and 1024-byte aligned; the
+        // barrier is armed with both boxes' bytes before either copy.
+        unsafe {
+            wait_phase(st.empty(s), fill_parity(t) ^ 1);
+            expect_bytes(st.full(s), bytes);
+            tensor_copy_2d(st.w_tile(s), o.w_map, column, n0 as u32, st.full(s));
+            tensor_copy_2d(st.x_tile(s), o.x_map, column, m0 as u32, st.full(s));
+        }
+    }
+}
+
+/// Stores a warpgroup's accumulators: its 64 rows from `row_base`, the tile's columns from
+/// `n0`, scaled (fp8) and biased (unsplit) as the kernels say.
+///
+/// # Safety
+/// As the kernels.
+#[inline(always)]
+unsafe fn store<A: Accumulators, const FP8: bool>(
+    acc: &A,
+    out: *mut f32,
+    o: Operands,
+    (row_base, n0): (usize, usize),
+    n: usize,
+    n_out: usize,
+) {
+    let Operands {
+        x_scales,
+        w_scales,
+        bias,
+        ..
+    } = o;
     // Thread t of the warpgroup holds rows 16 (t / 32) + g (+ 8), columns 8 j + c (+ 1).
-    let lane = tid % 128;
-    let row0 = m0 + 64 * group + 16 * (lane / 32) + lane % 32 / 4;
+    let lane = thread_idx_x() % 128;
+    let row0 = row_base + 16 * (lane / 32) + lane % 32 / 4;
     let col0 = n0 + 2 * (lane % 4);
     // Split, this block's part of the output: `out[z]`, no bias.
     let split = grid_dim_z() > 1;

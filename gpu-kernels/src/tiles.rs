@@ -48,13 +48,16 @@ pub const WGMMA_BK: usize = 64;
 /// Warpgroup GEMM: steps in shared memory at once (one being multiplied, one whose products
 /// may still be running, two arriving).
 pub const WGMMA_STAGES: usize = 4;
-/// Warpgroup GEMM: threads per block, 2 warpgroups of 128.
+/// Warpgroup GEMM: threads that multiply, 2 warpgroups of 128.
 pub const WGMMA_THREADS: usize = 256;
+/// `gemm_wgmma_bf16` and `_fp8`: threads per block, the two warpgroups that multiply and
+/// the warp that copies (`gemm_wgmma.rs`).
+pub const WGMMA_GEMM_THREADS: usize = WGMMA_THREADS + 32;
 /// Warpgroup GEMM: dynamic shared memory of a launch, `WGMMA_STAGES` steps of a
-/// `[WGMMA_BM][64]` and a `[WGMMA_MAX_BN][64]` bf16 tile, and 1 KiB to align them to the
-/// swizzle's 1024-byte period (193 KiB: one block per SM).
+/// `[WGMMA_BM][64]` and a `[WGMMA_MAX_BN][64]` bf16 tile, 1 KiB to align them to the
+/// swizzle's 1024-byte period, and two 8-byte barriers a step (193 KiB: one block per SM).
 pub const WGMMA_SHARED_BYTES: usize =
-    WGMMA_STAGES * (WGMMA_BM + WGMMA_MAX_BN) * WGMMA_BK * 2 + 1024;
+    WGMMA_STAGES * (WGMMA_BM + WGMMA_MAX_BN) * WGMMA_BK * 2 + 1024 + 16 * WGMMA_STAGES;
 
 /// Warpgroup GEMM over GGUF blocks (`gemm_wgmma_<type>`, sm_90a): output features per
 /// block, 64 per warpgroup (the `m64` of a product, held in registers).
@@ -273,9 +276,18 @@ pub const FP8_SHARED_BYTES: usize = FP8_PARTS * FP8_TILE_ROWS * QUANT_MAX_TOKENS
 /// uncapped that change lost 4% of Q4_K_M's batch 1, capped it gained 1.2-2% (H200). The
 /// sm_80 build keeps its registers: the same caps spill there. `gemv_q5_k_q6_k` 86 -> 72,
 /// `gemv_q5_k`'s own, so that a Q5_K_M layer's q, k and v in one launch keep its occupancy.
-/// Measured: docs/lessons.md#quantized-gemvs.
-pub const REGISTER_CAPS: [(&str, usize); 3] =
-    [("gemv_q8_0", 48), ("gemv_q4_k", 64), ("gemv_q5_k_q6_k", 72)];
+/// Measured: docs/lessons.md#quantized-gemvs. The warpgroup GEMMs (sm_90a only) are capped
+/// so that their blocks of 288 threads can launch at all.
+pub const REGISTER_CAPS: [(&str, usize); 5] = [
+    ("gemv_q8_0", 48),
+    ("gemv_q4_k", 64),
+    ("gemv_q5_k_q6_k", 72),
+    ("gemm_wgmma_bf16", WGMMA_GEMM_REGISTERS),
+    ("gemm_wgmma_fp8", WGMMA_GEMM_REGISTERS),
+];
+/// `gemm_wgmma_bf16` and `_fp8`: registers a thread, so that `WGMMA_GEMM_THREADS` fit the
+/// SM's 65,536 (ptxas would otherwise take up to 255, and the launch would fail).
+const WGMMA_GEMM_REGISTERS: usize = 65536 / WGMMA_GEMM_THREADS / 8 * 8;
 
 /// Integer GEMV (`gemv_codes.rs`): output rows per block, which share each load of the
 /// activations' codes.

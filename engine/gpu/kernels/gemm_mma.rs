@@ -37,7 +37,9 @@ pub(super) struct TensorGemm {
     pub(super) threads: usize,
     /// Dynamic shared memory per block.
     pub(super) shared: usize,
-    /// Whether the kernel takes the tile width as its last argument.
+    /// Whether the kernel takes the tile width after the sizes, and then the tensor maps of
+    /// `w` in boxes of that many rows and of `x` in boxes of `tile_m` (`gemm_wgmma_bf16`,
+    /// whose producer copies both by the Tensor Memory Accelerator).
     pub(super) takes_tile_n: bool,
     /// How a split reduction's parts meet: false, both halves `red.add` into the zeroed
     /// output; true, each part is stored apart (`out` is `[k_splits, n, n_out]`) for the
@@ -136,13 +138,19 @@ impl Gpu {
         let mut b = self.launcher(func);
         b.arg(out).arg(x).arg(w).arg_or_null(bias);
         b.arg(&n).arg(&n_in).arg(&n_out);
+        let maps;
         if k.takes_tile_n {
-            b.arg(&tile_n);
+            let (rows, n_out, n_in) = (n as usize, n_out as usize, n_in as usize);
+            maps = [
+                self.matrix_map(w, n_out, n_in, plan.tile_n)?,
+                self.matrix_map(x, rows, n_in, k.tile_m)?,
+            ];
+            b.arg(&tile_n).arg(&maps[0]).arg(&maps[1]);
         }
         // SAFETY: shapes and alignment checked; the block size and shared memory the kernel
         // documents (its limit raised to that when the module loaded), the grid covers the
-        // output in tiles of the width the kernel is told, and the output is zeroed when the
-        // reduction is split.
+        // output in tiles of the width the kernel is told (and the map's boxes are that
+        // wide), and the output is zeroed when the reduction is split.
         self.timed(name, traffic, || unsafe { b.launch(cfg) })
     }
 

@@ -9,14 +9,14 @@ use super::{In, Out, aligned16, u32_of};
 use crate::error::{Error, Result};
 use crate::gpu::context::Gpu;
 use crate::gpu::gemm_plan::{self, GemmPlan, WGMMA_SPLITS};
-use crate::tiles::{WGMMA_BM, WGMMA_SHARED_BYTES, WGMMA_THREADS, WGMMA_WIDTHS};
+use crate::tiles::{WGMMA_BM, WGMMA_GEMM_THREADS, WGMMA_SHARED_BYTES, WGMMA_WIDTHS};
 use crate::traffic;
 
 /// `gemm_wgmma_bf16`.
 const WGMMA_GEMM: TensorGemm = TensorGemm {
     name: "gemm_wgmma_bf16",
     tile_m: WGMMA_BM,
-    threads: WGMMA_THREADS,
+    threads: WGMMA_GEMM_THREADS,
     shared: WGMMA_SHARED_BYTES,
     takes_tile_n: true,
     split_parts: true,
@@ -215,10 +215,18 @@ impl Gpu {
         };
         b.arg(&x).arg(&x_scales).arg(&w).arg(&w_scales);
         b.arg_or_null(if split { None } else { bias });
-        b.arg(&n_u).arg(&n_in_u).arg(&n_out_u).arg(&tile_n);
+        let w_map = self.matrix_map(&w, n_out, n_in, plan.tile_n)?;
+        let x_map = self.matrix_map(&x, n, n_in, WGMMA_BM)?;
+        b.arg(&n_u)
+            .arg(&n_in_u)
+            .arg(&n_out_u)
+            .arg(&tile_n)
+            .arg(&w_map)
+            .arg(&x_map);
         // SAFETY: shapes and alignment checked; the block size and shared memory of
         // `gemm_wgmma_bf16`'s launch (the limit raised for this kernel too), a grid of
-        // tiles of the width the kernel is told, and room for every part when split.
+        // tiles of the width the kernel is told (the map's boxes as wide), and room for every
+        // part when split.
         self.timed(k.name, traffic, || unsafe { b.launch(cfg) })?;
         if split {
             self.gemm_skinny_reduce_f32(out, &parts.as_view(), bias, n_out, accumulate)?;

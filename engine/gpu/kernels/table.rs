@@ -9,8 +9,8 @@ use cudarc::driver::{CudaFunction, CudaModule};
 
 use crate::error::{Error, Result};
 use crate::tiles::{
-    MMA_SHARED_BYTES, MMA_THREADS, SKINNY_MAX_TILES, STREAM_MAX_SHARED_BYTES, WGMMA_SHARED_BYTES,
-    WGMMA_THREADS, attn_mma_fp8_shared_bytes, attn_mma_shared_bytes,
+    MMA_SHARED_BYTES, MMA_THREADS, SKINNY_MAX_TILES, STREAM_MAX_SHARED_BYTES, WGMMA_GEMM_THREADS,
+    WGMMA_SHARED_BYTES, attn_mma_fp8_shared_bytes, attn_mma_shared_bytes,
     attn_split_mma_fp8_shared_bytes, blocks_mma_shared_bytes, skinny_shared_bytes,
     wgmma_blocks_shared_bytes,
 };
@@ -172,7 +172,12 @@ impl Kernels {
                 MMA_SHARED_BYTES,
             )?,
             wgmma: match &self.gemm_wgmma_bf16 {
-                Some(func) => slots(func, "gemm_wgmma_bf16", WGMMA_THREADS, WGMMA_SHARED_BYTES)?,
+                Some(func) => slots(
+                    func,
+                    "gemm_wgmma_bf16",
+                    WGMMA_GEMM_THREADS,
+                    WGMMA_SHARED_BYTES,
+                )?,
                 None => 0,
             },
         })
