@@ -1,9 +1,11 @@
 //! The prefill matmuls alone: rustle's tensor-core GEMMs against cuBLAS on a model's shapes
-//! for a prompt of `n` tokens, timed with CUDA events over back-to-back launches.
+//! for a prompt of `n` tokens, timed with CUDA events over back-to-back launches that rotate
+//! among copies of the weights (so that `n` of a decode batch is timed from memory too).
 
 use serde::Serialize;
 
 use super::cublas;
+use super::decode_matmuls::copies;
 use super::timing::time_ms;
 use crate::config::Config;
 use crate::error::Result;
@@ -68,9 +70,21 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmR
     let blas = cublas::load(gpu)?;
     let mut results = vec![];
     for (name, n_in, n_out) in prefill_shapes(c) {
-        let mut w = gpu.zeros::<u16>(n_out * n_in, "the GEMM benchmark")?;
+        // Copies of the weights to rotate through, as the decode matmuls do: a few tokens'
+        // GEMM reads its matrix once, and a matrix read again from the L2 would be timed
+        // faster than any model step reads it.
         let scale = 1.0 / (n_in as f32).sqrt();
-        gpu.fill_random_bf16(&mut w.as_view_mut(), 200, scale)?;
+        let mut ws = vec![];
+        for i in 0..copies(n_out * n_in * 2) {
+            let mut w = gpu.zeros::<u16>(n_out * n_in, "the GEMM benchmark")?;
+            gpu.fill_random_bf16(&mut w.as_view_mut(), 200 + i as u32, scale)?;
+            ws.push(w);
+        }
+        let turn = std::cell::Cell::new(0usize);
+        let w = || {
+            turn.set(turn.get() + 1);
+            &ws[turn.get() % ws.len()]
+        };
         let mut x = gpu.zeros::<u16>(n * n_in, "the GEMM benchmark")?;
         gpu.fill_random_bf16(&mut x.as_view_mut(), 201, 1.0)?;
         let mut out = gpu.zeros::<f32>(n * n_out, "the GEMM benchmark")?;
@@ -79,7 +93,7 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmR
         let mut parts = gpu.zeros::<f32>(most_splits * n * n_out, "the GEMM benchmark")?;
         let ops = || Bf16Operands {
             x: x.as_view(),
-            w: w.as_view(),
+            w: w().as_view(),
             bias: None,
         };
         let wgmma_us = match gpu.has_wgmma() {
@@ -120,7 +134,7 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmR
         let cublas_us = match &blas {
             None => None,
             Some(blas) => Some(time_us(&mut || {
-                cublas::linear(gpu, blas, &mut out, &w, &x, (n, n_in, n_out))
+                cublas::linear(gpu, blas, &mut out, w(), &x, (n, n_in, n_out))
             })?),
         };
         let wgmma_plan = match gpu.has_wgmma() {
