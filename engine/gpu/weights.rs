@@ -638,7 +638,9 @@ impl GpuWeights {
                     gpu.matrix_map(&w.as_view(), m.n_out, m.n_in, tile)?;
                 } else if let Some(fp8) = m.as_fp8().filter(|_| gpu.has_wgmma_fp8()) {
                     gpu.matrix_map(&fp8.bytes.as_view(), m.n_out, m.n_in, tile)?;
-                } else if let Some(scratch) = dequantized {
+                } else if let Some(scratch) = dequantized.filter(|s| m.n_out * m.n_in <= s.len()) {
+                    // A matrix of blocks larger than the scratch (a GGUF file's output head)
+                    // never takes the bf16 GEMM: its plan keeps the quantized GEMV.
                     let w = scratch.slice(..m.n_out * m.n_in);
                     gpu.matrix_map(&w, m.n_out, m.n_in, tile)?;
                 }
