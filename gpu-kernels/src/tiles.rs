@@ -285,9 +285,12 @@ pub const REGISTER_CAPS: [(&str, usize); 5] = [
     ("gemm_wgmma_bf16", WGMMA_GEMM_REGISTERS),
     ("gemm_wgmma_fp8", WGMMA_GEMM_REGISTERS),
 ];
-/// `gemm_wgmma_bf16` and `_fp8`: registers a thread, so that `WGMMA_GEMM_THREADS` fit the
-/// SM's 65,536 (ptxas would otherwise take up to 255, and the launch would fail).
-const WGMMA_GEMM_REGISTERS: usize = 65536 / WGMMA_GEMM_THREADS / 8 * 8;
+/// `gemm_wgmma_bf16` and `_fp8`: registers a thread, so that a block of `WGMMA_GEMM_THREADS`
+/// fits an SM. The SM's 65,536 registers are four sub-partitions of 16,384, each warp's in
+/// one of them, so a block of nine warps puts three in one sub-partition: 168 a thread at
+/// most (allocated 8 at a time). 224, which fits the 65,536 as a whole, left the occupancy
+/// query at zero blocks once a kernel used them all (round 86).
+const WGMMA_GEMM_REGISTERS: usize = 65536 / 4 / (WGMMA_GEMM_THREADS / 32).div_ceil(4) / 32 / 8 * 8;
 
 /// Integer GEMV (`gemv_codes.rs`): output rows per block, which share each load of the
 /// activations' codes.

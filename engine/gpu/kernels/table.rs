@@ -162,6 +162,13 @@ impl Kernels {
                     what: format!("{name}'s occupancy"),
                     source: e,
                 })?;
+            if per_sm < 1 {
+                // Its registers or shared memory fit no SM: every launch would fail.
+                return Err(Error::Unsupported(format!(
+                    "{name}: a block of {threads} threads and {shared} bytes of shared memory \
+                     fits no SM of this GPU (the build's register caps, gpu-kernels/src/tiles.rs)"
+                )));
+            }
             Ok::<usize, Error>(per_sm as usize * sm_count)
         };
         Ok(GemmSlots {
