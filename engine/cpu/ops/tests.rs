@@ -1,4 +1,5 @@
 use super::*;
+use crate::kv::block_manager::BLOCK_SIZE;
 
 /// The phases' sums are the probe's over each phase's words, whatever lies between
 /// the phases; every word is some block's, once.
