@@ -59,8 +59,8 @@ const CONSUMER_WARPS: u32 = (WGMMA_THREADS / 32) as u32;
 /// against all of the tile's features, one `m64n{tile_n}` product per 16 of the reduction,
 /// `tile_n / 2` f32 accumulators per thread. The last warp (the producer) fills
 /// `WGMMA_STAGES` shared buffers, each a step of 64 along the reduction: the `tile_n x 64`
-/// slice of `w` by one copy of the Tensor Memory Accelerator, the `128 x 64` slice of `x` by
-/// its lanes' `cp.async`. Each buffer has two barriers: "full" (the step has landed) and
+/// slice of `w` and the `128 x 64` slice of `x`, each by one copy of the Tensor Memory
+/// Accelerator. Each buffer has two barriers: "full" (the step has landed) and
 /// "empty" (both warpgroups' products have read it), so the producer runs as far ahead as
 /// the buffers allow and the multiplying warps wait for nothing but data. Past `n`, `n_in`
 /// or `n_out` the tiles hold zeros, and nothing is stored.
