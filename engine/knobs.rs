@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::tiles::{QUANT_MAX_TOKENS, STREAM_BARRIER_BYTES, STREAM_MAX_SHARED_BYTES};
 
 /// Every variable `Knobs` reads (README.md lists each).
-pub const NAMES: [&str; 13] = [
+pub const NAMES: [&str; 14] = [
     "RUSTLE_MODEL",
     "RUSTLE_API_KEY",
     "RUSTLE_PIP",
@@ -30,6 +30,7 @@ pub const NAMES: [&str; 13] = [
     "RUSTLE_STREAM_MIN_ROWS",
     "RUSTLE_GEMV_TOKENS",
     "RUSTLE_GEMV_MMA_TOKENS",
+    "RUSTLE_GEMM_TUNE",
 ];
 
 /// The streamed GEMVs' shared memory a block, in bytes: at most what a block may ask for,
@@ -66,6 +67,9 @@ pub struct Knobs {
     /// `RUSTLE_GEMV_MMA_TOKENS`: the fewest tokens the integer GEMV takes on the tensor
     /// cores (`QUANT_MAX_TOKENS + 1`: none).
     pub gemv_mma_tokens: Option<usize>,
+    /// `RUSTLE_GEMM_TUNE`: the warpgroup GEMM's plans measured on this GPU (on) or
+    /// estimated (off).
+    pub gemm_tune: Option<bool>,
 }
 
 impl Knobs {
@@ -99,6 +103,7 @@ impl Knobs {
             stream_min_rows: number("RUSTLE_STREAM_MIN_ROWS", 0..=u32::MAX as usize)?,
             gemv_tokens: number("RUSTLE_GEMV_TOKENS", 1..=QUANT_MAX_TOKENS)?,
             gemv_mma_tokens: number("RUSTLE_GEMV_MMA_TOKENS", 1..=QUANT_MAX_TOKENS + 1)?,
+            gemm_tune: on_off("RUSTLE_GEMM_TUNE")?,
         })
     }
 }
@@ -251,6 +256,7 @@ mod tests {
             ("RUSTLE_STREAM_MIN_ROWS", "0"),
             ("RUSTLE_GEMV_TOKENS", "8"),
             ("RUSTLE_GEMV_MMA_TOKENS", "9"),
+            ("RUSTLE_GEMM_TUNE", "0"),
         ])
         .unwrap();
         let want = Knobs {
@@ -267,6 +273,7 @@ mod tests {
             stream_min_rows: Some(0),
             gemv_tokens: Some(8),
             gemv_mma_tokens: Some(9),
+            gemm_tune: Some(false),
         };
         assert_eq!(k, want);
     }

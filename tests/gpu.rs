@@ -27,7 +27,7 @@ use rustle::cpu::ops;
 use rustle::cpu::ops::PagedRef;
 use rustle::cpu::quant::BlocksRef;
 use rustle::gpu::Gpu;
-use rustle::gpu::gemm_plan::{GemmPlan, WGMMA_SPLITS};
+use rustle::gpu::gemm_plan::{self, GemmPlan, WGMMA_SPLITS};
 use rustle::gpu::kernels::attention::PagedIn;
 use rustle::gpu::kernels::attention_split_mma::attention_split_mma_supports;
 use rustle::gpu::kernels::gemm_mma::Bf16Operands;
@@ -35,6 +35,7 @@ use rustle::gpu::kernels::gemv_quant::BlocksIn;
 use rustle::gpu::kernels::{In, Out};
 use rustle::gpu::matrix::WeightFormat;
 use rustle::gpu::matrix::to_bf16;
+use rustle::gpu::{gemm_tuning, tuned_plans};
 use rustle::kernel_args::{Blocks, Heads, MatmulShape, NormedQkv, Paged, PagedShape, Splits};
 use rustle::model::{LayerWeights, Mlp, ModelWeights};
 use rustle::runner::{Device, Runner, RunnerOptions};
@@ -93,6 +94,10 @@ const TESTS: &[(&str, Test)] = &[
     ("kernel::gemm_step1_simt_bf16", gemm_step1_simt_bf16),
     ("kernel::gemm_mma_bf16", gemm_mma_bf16),
     ("kernel::gemm_wgmma_bf16", gemm_wgmma_bf16),
+    (
+        "kernel::gemm_wgmma_bf16 on plans measured here (gemm_tuning)",
+        gemm_tuning,
+    ),
     (
         "kernel::gemm_wgmma_fp8, quantize_fp8_f32 (its input)",
         gemm_wgmma_fp8,
@@ -1190,6 +1195,48 @@ fn gemm_wgmma_bf16(g: &Gpu, rng: &mut StdRng) {
         let what = format!("{n} tokens, {n_out} x {n_in}, split {k_splits}, accumulated");
         assert_close(&what, &down(g, &out), &expected, LONG_REDUCTION);
     }
+}
+
+/// The plans measured for two shapes of no model's (so that no model test's measuring
+/// touches them) at 32 and 64 rows: each one of the candidates, timed no slower than the
+/// estimate's, kept in the file, taken by the GEMM for every count of rows it stands for;
+/// and the GEMM on them held to its twin.
+fn gemm_tuning(g: &Gpu, rng: &mut StdRng) {
+    let dir = std::env::temp_dir().join(format!("rustle-gemm-plans-{}", std::process::id()));
+    let path = dir.join("plans.json");
+    let shapes = [(1088, 704), (2112, 320)];
+    gemm_tuning::tune_with(g, &shapes, 64, Some(&path));
+    let kept = tuned_plans::load(&path, &g.description, g.kernels_hash).measured();
+    assert_eq!(kept.len(), 4, "two shapes at 32 and 64 rows: {kept:?}");
+    for m in &kept {
+        let (rows, n_in, n_out) = (m.shape.rows, m.shape.n_in, m.shape.n_out);
+        assert!(
+            gemm_plan::wgmma_candidates(n_in).any(|p| p == m.plan),
+            "{m:?}"
+        );
+        assert!(m.us > 0.0 && m.us <= m.estimate_us, "{m:?}");
+        for n in [rows / 2 + 1, rows] {
+            assert_eq!(
+                g.wgmma_plan(n, n_in, n_out).unwrap(),
+                m.plan,
+                "{n} rows: {m:?}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    let input = |rng: &mut StdRng, len| bf16_weights(rng, len, 1.0);
+    let mut parts: CudaSlice<f32> = g.zeros(8 * 64 * 704, "split sums").unwrap();
+    let parts = std::cell::RefCell::new(&mut parts);
+    let gpu = |g: &Gpu, o: &mut Out<f32>, x: &In<u16>, w: &In<u16>, b: Option<&In<f32>>, n_in| {
+        let mut parts = parts.borrow_mut();
+        g.gemm_wgmma_bf16(o, bf16_ops(x, w, b), n_in, &mut parts.as_view_mut())
+    };
+    let shapes = [
+        (20, 1088, 704, true),
+        (64, 1088, 704, false),
+        (33, 2112, 320, true),
+    ];
+    check_gemm(g, rng, gpu, ops::gemm_wgmma_bf16, input, &shapes);
 }
 
 /// One shape of a GEMM over GGUF blocks: `n` tokens of `n_in` by `n_out` features into rows

@@ -13,6 +13,7 @@ use super::attend::{Attention, PagedKv, SplitPlan, SplitScratch, splits_needed};
 use super::batch::{DeviceBatch, MAX_SEQS};
 use super::context::{Gpu, capture_graph};
 use super::experts::{ExpertScratch, ExpertStep};
+use super::gemm_tuning;
 use super::graphs::{GraphKey, Graphs, is_decode_step};
 use super::kernels::gemm_blocks::blocks_mma_splits;
 use super::kernels::gemm_skinny::{SKINNY_MAX_TOKENS, skinny_splits};
@@ -174,6 +175,9 @@ impl GpuBackend {
         max_tokens: usize,
     ) -> Result<GpuBackend> {
         check_supported(c)?;
+        // Before the KV pool takes most of the free memory: the timing needs copies of the
+        // largest matrix.
+        gemm_tuning::tune(&gpu, &weights.layer_shapes(), max_tokens)?;
         let kv = KvPool::new(&gpu, c, kv, MAX_SEQS)?;
         let max_blocks = blocks_for(c.max_seq_len).min(kv.n_blocks);
         let fp8_cores = gpu.has_wgmma_fp8() && weights.has_fp8();
@@ -183,6 +187,7 @@ impl GpuBackend {
             wgmma_blocks: gpu.wgmma_block_types(),
             sm_count: gpu.sm_count,
             slots: gpu.gemm_slots,
+            tuned: gpu.tuned_plans.clone(),
             dequant_room: weights.largest_blocks_matrix(gpu.has_wgmma_fp8()),
         };
         let mm = matmul_scratch(&gpu, c, &caps, max_tokens, weights.has_blocks())?;

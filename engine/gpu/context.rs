@@ -1,6 +1,7 @@
 //! Opening the GPU: the driver, the device, one stream, the kernels.
 
-use std::sync::{Arc, Mutex};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex, RwLock};
 
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaGraph, CudaSlice, CudaStream, CudaView, DevicePtr, DeviceRepr,
@@ -10,6 +11,7 @@ use cudarc::nvrtc::Ptx;
 
 use super::kernels::table::{GemmSlots, Kernels};
 use super::tensor_maps::{MapKey, TensorMaps};
+use super::tuned_plans::TunedPlans;
 use crate::error::{Error, Result};
 use crate::tiles::{QUANT_MAX_TOKENS, STREAM_BLOCK_BYTES, STREAM_MIN_ROWS, STREAM_ONE_BLOCK_BYTES};
 use crate::weights::blocks::BlockType;
@@ -53,6 +55,14 @@ pub struct Gpu {
     /// The fewest tokens the integer GEMV takes on the tensor cores (`gemv_mma_<type>`):
     /// `MMA_GEMV_MIN_TOKENS`, or RUSTLE_GEMV_MMA_TOKENS (`QUANT_MAX_TOKENS + 1`: none).
     pub gemv_mma_tokens: usize,
+    /// Measure the warpgroup GEMM's plans when a model loads (`gemm_tuning`), or keep the
+    /// estimates: RUSTLE_GEMM_TUNE (default on).
+    pub gemm_tune: bool,
+    /// A hash of the PTX loaded: plans measured with other kernels are not this build's.
+    pub kernels_hash: u64,
+    /// The warpgroup GEMM's plans measured on this GPU (`tuned_plans`), shared by all clones:
+    /// every plan of `gemm_wgmma_bf16` and `gemm_wgmma_fp8` is looked up here.
+    pub tuned_plans: Arc<RwLock<TunedPlans>>,
     /// While profiling: every launch with events around it, and the positions of the batch
     /// being run (shared by all clones).
     profile: Arc<Mutex<Option<Profiling>>>,
@@ -183,6 +193,9 @@ impl Gpu {
         // Programmatic dependent launch (Hopper and later): each kernel may start while the
         // one before it drains. RUSTLE_PDL=0 turns it off, to measure what it brings.
         let pdl = major >= 9 && knobs.pdl.unwrap_or(true);
+        let mut hasher = DefaultHasher::new();
+        ptx.hash(&mut hasher);
+        let kernels_hash = hasher.finish();
         let module = ctx
             .load_module(Ptx::from_src(ptx))
             .map_err(|source| Error::Driver {
@@ -206,6 +219,9 @@ impl Gpu {
         Ok(Gpu {
             profile: Arc::new(Mutex::new(None)),
             tensor_maps: Arc::default(),
+            gemm_tune: knobs.gemm_tune.unwrap_or(true),
+            kernels_hash,
+            tuned_plans: Arc::default(),
             description: format!(
                 "{name} (sm_{major}{minor}, {:.1} GiB)",
                 total as f64 / (1u64 << 30) as f64

@@ -10,7 +10,7 @@
 use crate::tiles::{MMA_BM, MMA_BN, WGMMA_BLOCKS_ROWS, WGMMA_BLOCKS_WIDTHS, WGMMA_BM};
 
 /// Tile and split of one tensor-core GEMM launch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct GemmPlan {
     /// Output features per block tile.
     pub tile_n: usize,
@@ -38,6 +38,22 @@ const SPLIT_STEPS: f64 = 32.0;
 
 /// No part of a split reduction is shallower than this: it would be a few steps.
 const MIN_PART_DEPTH: usize = 512;
+
+/// The splits a reduction `n_in` deep may take: none leaves parts shallower than
+/// `MIN_PART_DEPTH`.
+fn splits_for(n_in: usize) -> impl Iterator<Item = usize> {
+    WGMMA_SPLITS
+        .into_iter()
+        .filter(move |&k| k == 1 || n_in >= k * MIN_PART_DEPTH)
+}
+
+/// Every plan `gemm_wgmma_bf16` may take for a reduction `n_in` deep: each width it runs,
+/// each split `splits_for` allows (what `gemm_tuning` times).
+pub fn wgmma_candidates(n_in: usize) -> impl Iterator<Item = GemmPlan> {
+    WGMMA_STEP_COST.iter().flat_map(move |&(tile_n, _)| {
+        splits_for(n_in).map(move |k_splits| GemmPlan { tile_n, k_splits })
+    })
+}
 
 /// `gemm_mma_bf16`'s plan: its one tile width, split when even the halves fit in one wave
 /// of `slots` blocks (a second wave costs more than the idle SMs, on the H200:
@@ -91,10 +107,7 @@ fn cheapest(n_in: usize, slots: usize, rows: f64, blocks: impl Fn(usize) -> usiz
         if tiles == usize::MAX {
             continue;
         }
-        for k_splits in WGMMA_SPLITS {
-            if k_splits > 1 && n_in < k_splits * MIN_PART_DEPTH {
-                continue;
-            }
+        for k_splits in splits_for(n_in) {
             let waves = (tiles * k_splits).div_ceil(slots) as f64;
             let split_steps = if k_splits > 1 {
                 SPLIT_STEPS * rows
@@ -171,6 +184,27 @@ mod tests {
             let p = wgmma_blocks(n, 4096, 1000, 132);
             assert!(WGMMA_BLOCKS_WIDTHS.contains(&p.tile_n), "{n}: {p:?}");
         }
+    }
+
+    /// `gemm_tuning` keeps the estimate unless a candidate beats it, so the estimate must be
+    /// one of them.
+    #[test]
+    fn the_estimate_is_always_a_candidate() {
+        for (n, n_in, n_out) in [
+            (32, 4096, 6144),
+            (64, 14336, 4096),
+            (512, 4096, 14336),
+            (64, 576, 1536),
+            (200, 1024, 256),
+        ] {
+            let est = wgmma(n, n_in, n_out, 132);
+            assert!(
+                wgmma_candidates(n_in).any(|p| p == est),
+                "{n} x {n_in} -> {n_out}: {est:?}"
+            );
+        }
+        assert_eq!(wgmma_candidates(4096).count(), 16);
+        assert_eq!(wgmma_candidates(1024).count(), 8);
     }
 
     #[test]

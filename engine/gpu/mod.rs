@@ -9,12 +9,15 @@
 //!   named as the kernels' in `gpu-kernels/src`
 //! - `launch`: the launch itself, with programmatic dependent launch where the GPU has it
 //! - `tensor_maps`: the Tensor Memory Accelerator's maps of the weights, made once
+//! - `timing`: work on the stream timed with CUDA events
 //!
 //! The backend, in rooms named for their jobs:
 //! - `matrix`, `weights`: a matrix on the device (bf16 or blocks), the model's weights
 //!   (uploaded or synthetic) and what they weigh
 //! - `plan`: the matmul plan, one decision per matrix and token count (kernel, input form,
-//!   tiles, splits); `gemm_plan`: the tile width and split of a tensor-core GEMM launch
+//!   tiles, splits); `gemm_plan`: the tile width and split of a tensor-core GEMM launch,
+//!   estimated; `tuned_plans`, `gemm_tuning`: the same measured on this GPU, once per
+//!   model shape, and kept in the cache folder
 //! - `matmul`: a linear layer run as its plan says, and its scratch
 //! - `attend`: which attention kernels a pass takes, and one layer's attention
 //! - `steps`: the embedding, the norms that make a matmul's input, the MLP's gate and up
@@ -29,6 +32,7 @@ pub mod batch;
 pub mod context;
 pub mod experts;
 pub mod gemm_plan;
+pub mod gemm_tuning;
 pub mod graphs;
 pub mod kernels;
 pub mod kv_pool;
@@ -41,6 +45,8 @@ pub mod sampling;
 pub mod step_clock;
 pub mod steps;
 pub mod tensor_maps;
+pub mod timing;
+pub mod tuned_plans;
 pub mod weights;
 
 pub use backend::{GpuBackend, check_supported};

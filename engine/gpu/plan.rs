@@ -18,11 +18,14 @@
 //! 6. Otherwise bf16 on the tensor cores (a matrix of blocks dequantized to bf16 first):
 //!    the skinny GEMM for a few tokens, the warpgroup (or `mma`) GEMM for more.
 
+use std::sync::{Arc, RwLock};
+
 use super::gemm_plan::{self, GemmPlan};
 use super::kernels::gemm_blocks::{blocks_mma_splits, wgmma_blocks_fit};
 use super::kernels::gemm_skinny::{SKINNY_MAX_TOKENS, skinny_splits};
 use super::kernels::table::GemmSlots;
 use super::matrix::{GpuMatrix, MatrixData};
+use super::tuned_plans::TunedPlans;
 use crate::tiles::{BLOCKS_MMA_MAX_TOKENS, BLOCKS_MMA_STAGE_K, QUANT_MAX_TOKENS};
 use crate::weights::blocks::BlockType;
 
@@ -49,6 +52,8 @@ pub struct Caps {
     pub sm_count: usize,
     /// Blocks of each tensor-core GEMM that run at once.
     pub slots: GemmSlots,
+    /// The warpgroup GEMM's plans measured on this GPU (`Gpu::tuned_plans`).
+    pub tuned: Arc<RwLock<TunedPlans>>,
     /// Elements of the bf16 scratch a matrix of blocks is dequantized into for the bf16
     /// GEMMs (the largest layer matrix held in blocks; 0 where there is none).
     pub dequant_room: usize,
@@ -218,7 +223,7 @@ impl Caps {
             return plan(Kernel::GemvBf16, Form::F32);
         }
         if fp8_cores {
-            let tiles = gemm_plan::wgmma(n, n_in, n_out, self.slots.wgmma);
+            let tiles = self.wgmma_plan(n, n_in, n_out);
             return plan(Kernel::WgmmaFp8(tiles), Form::E4m3);
         }
         let skinny = match self.wgmma && !rules.invariant {
@@ -230,7 +235,7 @@ impl Caps {
                 splits: skinny_splits(n_in, n_out, self.sm_count),
             }
         } else if self.wgmma {
-            Kernel::WgmmaBf16(gemm_plan::wgmma(n, n_in, n_out, self.slots.wgmma))
+            Kernel::WgmmaBf16(self.wgmma_plan(n, n_in, n_out))
         } else {
             Kernel::MmaBf16(gemm_plan::mma(n, n_in, n_out, self.slots.mma))
         };
@@ -239,6 +244,13 @@ impl Caps {
             input: Form::Bf16,
             dequantize: w != Held::Bf16,
         }
+    }
+
+    /// The warpgroup GEMM's plan: measured where the table has the shape, else estimated
+    /// (`Gpu::wgmma_plan` looks up the same table).
+    fn wgmma_plan(&self, n: usize, n_in: usize, n_out: usize) -> GemmPlan {
+        let tuned = self.tuned.read().expect("the plan table's lock");
+        tuned.wgmma(n, n_in, n_out, self.slots.wgmma)
     }
 
     /// Whether `gemm_wgmma_<ty>` runs here for rows of `n_in` weights.
@@ -266,6 +278,7 @@ mod tests {
                 mma: 2 * H100,
                 wgmma: H100,
             },
+            tuned: Arc::default(),
             dequant_room: 14336 * 4096,
         }
     }

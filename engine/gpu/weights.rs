@@ -649,6 +649,21 @@ impl GpuWeights {
         Ok(())
     }
 
+    /// The distinct `(n_in, n_out)` of the layers' matrices: what the warpgroup GEMM's plans
+    /// are measured on (`gemm_tuning`; the output head, read once a step, keeps the
+    /// estimate).
+    pub fn layer_shapes(&self) -> Vec<(usize, usize)> {
+        let mut shapes: Vec<(usize, usize)> = self
+            .layers
+            .iter()
+            .flat_map(|l| l.planned())
+            .map(|m| (m.n_in, m.n_out))
+            .collect();
+        shapes.sort_unstable();
+        shapes.dedup();
+        shapes
+    }
+
     /// Every matrix the matmuls' plans multiply: the layers' (`GpuLayer::planned`) and the
     /// output head.
     pub fn planned_matrices(&self) -> impl Iterator<Item = &GpuMatrix> {

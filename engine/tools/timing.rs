@@ -1,32 +1,14 @@
 //! Timing shared by the tools: a median over CUDA-event-timed repetitions, and launches
 //! summed by kernel.
 
-use cudarc::driver::sys::CUevent_flags;
 use serde::Serialize;
 
+#[cfg(feature = "probes")]
 use crate::error::{Error, Result};
+#[cfg(feature = "probes")]
 use crate::gpu::Gpu;
+pub use crate::gpu::timing::time_ms;
 use crate::traffic::KernelTime;
-
-/// Median milliseconds of `reps` runs of `f`, timed with CUDA events after one warm-up.
-pub fn time_ms(gpu: &Gpu, reps: usize, f: &mut dyn FnMut() -> Result<()>) -> Result<f64> {
-    f()?;
-    let event = || {
-        gpu.ctx
-            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(Error::driver("event"))
-    };
-    let (start, end) = (event()?, event()?);
-    let mut times = vec![];
-    for _ in 0..reps {
-        start.record(&gpu.stream).map_err(Error::driver("event"))?;
-        f()?;
-        end.record(&gpu.stream).map_err(Error::driver("event"))?;
-        times.push(start.elapsed_ms(&end).map_err(Error::driver("event"))? as f64);
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
-}
 
 /// Median milliseconds of `reps` replays of `launches` captured once as a CUDA graph
 /// (`what` names it in errors): launches as a decode step replays them. Used by the

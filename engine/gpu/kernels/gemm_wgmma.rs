@@ -8,7 +8,7 @@ use super::gemm_mma::{Bf16Operands, TensorGemm};
 use super::{In, Out, aligned16, u32_of};
 use crate::error::{Error, Result};
 use crate::gpu::context::Gpu;
-use crate::gpu::gemm_plan::{self, GemmPlan, WGMMA_SPLITS};
+use crate::gpu::gemm_plan::{GemmPlan, WGMMA_SPLITS};
 use crate::tiles::{WGMMA_BM, WGMMA_GEMM_THREADS, WGMMA_SHARED_BYTES, WGMMA_WIDTHS};
 use crate::traffic;
 
@@ -109,7 +109,8 @@ impl Gpu {
     /// `n_out x n_in` matrix with on this GPU.
     pub fn wgmma_plan(&self, n: usize, n_in: usize, n_out: usize) -> Result<GemmPlan> {
         self.wgmma_kernel()?;
-        Ok(gemm_plan::wgmma(n, n_in, n_out, self.gemm_slots.wgmma))
+        let tuned = self.tuned_plans.read().expect("the plan table's lock");
+        Ok(tuned.wgmma(n, n_in, n_out, self.gemm_slots.wgmma))
     }
 
     /// Floats of split sums `gemm_wgmma_bf16` needs for `n` tokens through an `n_out x n_in`
