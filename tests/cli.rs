@@ -120,11 +120,6 @@ fn default_model_says_paris() {
     );
 }
 
-/// The question asks for one word: asked plainly, this small model's greedy answer sits
-/// at a near-tie that the CPU's kernels decide (" Paris" on the AVX-512 VNNI machines this
-/// test passed on before, "L'Étoile, la Marseillaise, ..." with AVX2 or portable Rust, on
-/// the same weights); asked this way AVX2 and portable Rust both answer "The capital of
-/// France is Paris." The server's tests ask it the same way.
 /// Perplexity of the default model on a checked-in public-domain text: a number a reader can
 /// compare with llama-perplexity's, on every chunk's second half, and the same number each
 /// run (greedy scoring has no randomness). Its device is the CPU so that the figure is the
@@ -226,8 +221,10 @@ fn kl_divergence_against_a_saved_run() {
 }
 
 /// `rustle chat` fed from a pipe: two turns, the second with the first in its context (its
-/// token count includes it), commands answered, and a conversation that outgrows a small
-/// context (tiny-qwen3's 256 tokens) refused in one line while the program goes on.
+/// token count includes it), commands answered (the first question asked so that the small
+/// model's answer holds on every CPU path, as in `chat_mode_answers`), and a conversation
+/// that outgrows a small context (tiny-qwen3's 256 tokens) refused in one line while the
+/// program goes on.
 #[test]
 fn chat_holds_a_conversation() {
     let chat = |args: &[&str], input: &str| {
@@ -257,7 +254,7 @@ fn chat_holds_a_conversation() {
     };
     let out = chat(
         &["--device", "cpu", "-n", "16"],
-        "What is the capital of France?\n/bogus\nAnd of Italy?\n/exit\n",
+        "Tell me the capital of France.\n/bogus\nAnd of Italy?\n/exit\n",
     );
     assert!(out.ok, "{}", out.stderr);
     assert!(out.stdout.contains("Paris"), "{}", out.stdout);
@@ -300,6 +297,11 @@ fn chat_holds_a_conversation() {
     );
 }
 
+/// The question asks for one word: asked plainly, this small model's greedy answer sits
+/// at a near-tie that the CPU's kernels decide (" Paris" on the AVX-512 VNNI machines this
+/// test passed on before, "L'Étoile, la Marseillaise, ..." with AVX2 or portable Rust, on
+/// the same weights); asked this way AVX2 and portable Rust both answer "The capital of
+/// France is Paris." The server's tests ask it the same way.
 #[test]
 fn chat_mode_answers() {
     let out = rustle(&[
