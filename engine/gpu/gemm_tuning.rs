@@ -15,13 +15,10 @@ use std::time::Instant;
 use super::context::Gpu;
 use super::gemm_plan::{self, GemmPlan};
 use super::kernels::gemm_mma::Bf16Operands;
-use super::timing::time_ms;
+use super::timing::{copies, random_matrices, time_ms};
 use super::tuned_plans::{self, Shape, TUNED_ROWS, TunedPlans, choose, tuned_rows};
 use crate::error::Result;
 
-/// Bytes of copies of a matrix to rotate among: well past the H100's 50 MB and the H200's
-/// 60 MB of L2.
-const ROTATION_BYTES: usize = 256 << 20;
 /// Launches a timed run makes, each through the next copy.
 const LAUNCHES: usize = 4;
 /// Timed runs a plan has; the median is its time.
@@ -32,15 +29,14 @@ const RUNS: usize = 5;
 /// in the cache folder. Nothing where the GPU has no warpgroup GEMM or RUSTLE_GEMM_TUNE=0. A
 /// failure to measure (no memory left for the copies) leaves the estimates, with a line
 /// that says so.
-pub fn tune(gpu: &Gpu, shapes: &[(usize, usize)], max_tokens: usize) -> Result<()> {
+pub fn tune(gpu: &Gpu, shapes: &[(usize, usize)], max_tokens: usize) {
     if !gpu.has_wgmma() || !gpu.gemm_tune {
-        return Ok(());
+        return;
     }
     let path = crate::default_model::cache_dir()
         .ok()
         .map(|dir| tuned_plans::plan_file(&dir, &gpu.description, gpu.kernels_hash));
     tune_with(gpu, shapes, max_tokens, path.as_deref());
-    Ok(())
 }
 
 /// `tune` with the table kept in `path` (none: kept in memory only). The plans measured join
@@ -118,17 +114,8 @@ fn measure(gpu: &Gpu, wanted: &[Shape], table: &mut TunedPlans) -> Result<usize>
             .map(|s| s.rows)
             .collect();
         let most = rows.iter().copied().max().unwrap_or(0);
-        let copies = ROTATION_BYTES.div_ceil(2 * n_in * n_out).clamp(2, 16);
-        let mut ws = vec![];
-        for i in 0..copies {
-            let mut w = gpu.zeros::<u16>(n_out * n_in, "timing the GEMM plans")?;
-            gpu.fill_random_bf16(
-                &mut w.as_view_mut(),
-                300 + i as u32,
-                1.0 / (n_in as f32).sqrt(),
-            )?;
-            ws.push(w);
-        }
+        let copies = copies(2 * n_in * n_out);
+        let ws = random_matrices(gpu, copies, (n_out, n_in), 300, "timing the GEMM plans")?;
         // `[most, n_in]` bf16 inputs, `[most, n_out]` outputs, the widest split's parts.
         let mut x = gpu.zeros::<u16>(most * n_in, "timing the GEMM plans")?;
         gpu.fill_random_bf16(&mut x.as_view_mut(), 299, 1.0)?;

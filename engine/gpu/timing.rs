@@ -1,6 +1,7 @@
 //! Timing work on the GPU's stream with CUDA events: what the plan tuning (`gemm_tuning`)
-//! and the measuring tools (`tools/`) share.
+//! and the measuring tools (`tools/`) share, with the copies of a matrix they rotate among.
 
+use cudarc::driver::CudaSlice;
 use cudarc::driver::sys::CUevent_flags;
 
 use super::context::Gpu;
@@ -24,4 +25,33 @@ pub fn time_ms(gpu: &Gpu, reps: usize, f: &mut dyn FnMut() -> Result<()>) -> Res
     }
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])
+}
+
+/// Copies of a matrix of `bytes` to rotate through, so that each launch reads its matrix from
+/// memory as a model step does: together well past the L2 (50 MB on the H100, 60 MB on the
+/// H200), 2 to 16 of them.
+pub fn copies(bytes: usize) -> usize {
+    (256usize << 20).div_ceil(bytes).clamp(2, 16)
+}
+
+/// `count` bf16 matrices `[n_out, n_in]` of random values scaled by `1 / sqrt(n_in)` (a
+/// layer's weights' size), the `i`-th from seed `seed + i`; `what` names them in errors.
+pub fn random_matrices(
+    gpu: &Gpu,
+    count: usize,
+    (n_out, n_in): (usize, usize),
+    seed: u32,
+    what: &str,
+) -> Result<Vec<CudaSlice<u16>>> {
+    (0..count)
+        .map(|i| {
+            let mut w = gpu.zeros::<u16>(n_out * n_in, what)?;
+            gpu.fill_random_bf16(
+                &mut w.as_view_mut(),
+                seed + i as u32,
+                1.0 / (n_in as f32).sqrt(),
+            )?;
+            Ok(w)
+        })
+        .collect()
 }

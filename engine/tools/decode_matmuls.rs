@@ -2,7 +2,6 @@
 //! with CUDA events around ten back-to-back launches, rotating among enough weight copies
 //! that no launch finds its weights in the L2.
 
-use cudarc::driver::CudaSlice;
 use serde::Serialize;
 
 use super::cublas;
@@ -10,6 +9,7 @@ use super::timing::time_ms;
 use crate::config::Config;
 use crate::error::Result;
 use crate::gpu::Gpu;
+use crate::gpu::timing::{copies, random_matrices};
 
 #[derive(Serialize)]
 pub struct GemvResult {
@@ -23,11 +23,6 @@ pub struct GemvResult {
     pub cublas_us: Option<f64>,
     /// cuBLAS time over ours: above 1 means rustle is faster.
     pub speedup_vs_cublas: Option<f64>,
-}
-
-/// Copies of each matrix to rotate through: together well past the 60 MB L2.
-pub fn copies(bytes: usize) -> usize {
-    (256usize << 20).div_ceil(bytes).clamp(2, 16)
 }
 
 /// The decode step's matmul shapes for `c`: (name, rows, input width, matrices read).
@@ -48,16 +43,7 @@ pub fn run(gpu: &Gpu, c: &Config) -> Result<Vec<GemvResult>> {
     for (name, n_out, n_in, mats) in decode_shapes(c) {
         let bytes = mats * n_out * n_in * 2;
         let k = copies(bytes);
-        let mut weights: Vec<CudaSlice<u16>> = vec![];
-        for i in 0..k * mats {
-            let mut w = gpu.zeros::<u16>(n_out * n_in, "the GEMV benchmark")?;
-            gpu.fill_random_bf16(
-                &mut w.as_view_mut(),
-                100 + i as u32,
-                1.0 / (n_in as f32).sqrt(),
-            )?;
-            weights.push(w);
-        }
+        let weights = random_matrices(gpu, k * mats, (n_out, n_in), 100, "the GEMV benchmark")?;
         let mut x = gpu.zeros::<u16>(2 * n_in, "the GEMV benchmark")?;
         gpu.fill_random_bf16(&mut x.as_view_mut(), 99, 1.0)?;
         // SAFETY: 2 n_in bf16 reinterpreted as n_in f32 (random bits of bounded exponent: the

@@ -17,12 +17,12 @@
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 use serde::Serialize;
 
-use super::decode_matmuls::copies;
 use super::timing::time_ms;
 use super::{ceilings, cublas, prefill_matmuls};
 use crate::config::Config;
 use crate::error::Result;
 use crate::gpu::Gpu;
+use crate::gpu::timing::copies;
 use crate::kernel_args::{Heads, Paged, PagedShape};
 use crate::tiles::BLOCK_SIZE;
 use crate::traffic::{self, Traffic};

@@ -5,7 +5,6 @@
 use serde::Serialize;
 
 use super::cublas;
-use super::decode_matmuls::copies;
 use super::timing::time_ms;
 use crate::config::Config;
 use crate::error::Result;
@@ -13,6 +12,7 @@ use crate::gpu::Gpu;
 use crate::gpu::gemm_plan::{GemmPlan, WGMMA_SPLITS};
 use crate::gpu::kernels::gemm_mma::Bf16Operands;
 use crate::gpu::kernels::gemm_skinny::{SKINNY_MAX_TOKENS, skinny_splits};
+use crate::gpu::timing::{copies, random_matrices};
 use crate::tiles::WGMMA_WIDTHS;
 
 #[derive(Serialize)]
@@ -73,13 +73,13 @@ pub fn run(gpu: &Gpu, c: &Config, n: usize, all_plans: bool) -> Result<Vec<GemmR
         // Copies of the weights to rotate through, as the decode matmuls do: a few tokens'
         // GEMM reads its matrix once, and a matrix read again from the L2 would be timed
         // faster than any model step reads it.
-        let scale = 1.0 / (n_in as f32).sqrt();
-        let mut ws = vec![];
-        for i in 0..copies(n_out * n_in * 2) {
-            let mut w = gpu.zeros::<u16>(n_out * n_in, "the GEMM benchmark")?;
-            gpu.fill_random_bf16(&mut w.as_view_mut(), 200 + i as u32, scale)?;
-            ws.push(w);
-        }
+        let ws = random_matrices(
+            gpu,
+            copies(n_out * n_in * 2),
+            (n_out, n_in),
+            200,
+            "the GEMM benchmark",
+        )?;
         let turn = std::cell::Cell::new(0usize);
         let w = || {
             turn.set(turn.get() + 1);

@@ -116,24 +116,8 @@ fn quantize_block(x: &[f32], q: &mut [i8], d: &mut [f32], sums: &mut [f32]) {
     }
 }
 
-/// Sum of `a[i] * b[i]`, in eight lanes the compiler keeps in a vector.
-#[inline(always)]
-pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = a8
-        .remainder()
-        .iter()
-        .zip(b8.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in a8.zip(b8) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
+/// Sum of `a[i] * b[i]`: the reference's, eight lanes the compiler keeps in a vector.
+pub use crate::cpu::ops::dot as dot_f32;
 
 /// A weight row as codes (`u`: `[cols]`, `scale`, `offset`: `[cols / 16]`) against one
 /// quantized activation row (`xq`: `[cols]`, `xd`, `xs`: `[cols / 16]`): the portable form.
