@@ -178,6 +178,7 @@ impl GpuBackend {
         // Before the KV pool takes most of the free memory: the timing needs copies of the
         // largest matrix.
         gemm_tuning::tune(&gpu, &weights.layer_shapes(), max_tokens);
+        gpu.release_freed()?;
         let kv = KvPool::new(&gpu, c, kv, MAX_SEQS)?;
         let max_blocks = blocks_for(c.max_seq_len).min(kv.n_blocks);
         let fp8_cores = gpu.has_wgmma_fp8() && weights.has_fp8();

@@ -407,4 +407,21 @@ impl Gpu {
             .synchronize()
             .map_err(Error::driver("a kernel failed"))
     }
+
+    /// Hands the memory of buffers already dropped back to the driver. A dropped buffer goes
+    /// back to the device's memory pool (`cuMemFreeAsync`), which keeps it reserved: free
+    /// memory as `memory` reports it stays short of it until the pool is trimmed. Called
+    /// before the KV pool takes most of what is free, after the GEMM plans' timing freed
+    /// its copies of the matrices.
+    pub fn release_freed(&self) -> Result<()> {
+        self.sync()?;
+        let device = self.ctx.cu_device();
+        // SAFETY: the device is this context's; its default pool lives as long as the device.
+        unsafe {
+            let pool = cudarc::driver::result::device::get_default_mem_pool(device)
+                .map_err(Error::driver("the device's memory pool"))?;
+            cudarc::driver::result::mem_pool::trim_to(pool, 0)
+                .map_err(Error::driver("the device's memory pool"))
+        }
+    }
 }
