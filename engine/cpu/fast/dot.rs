@@ -223,6 +223,67 @@ pub unsafe fn dot_codes_vnni(
     sum + dot_f32(offset, xs)
 }
 
+/// Horizontal sum of eight lanes.
+///
+/// # Safety
+/// The CPU must have AVX2 (a safe call only from code compiled with it).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// `dot_codes` with AVX2: a run of 16 codes and 16 activations widened to i16, multiplied
+/// and added in pairs (`vpmaddwd`: exact, at most 2 * 255 * 127 a lane, so any code the
+/// unpacking makes) into eight i32 lanes, which the run's weight scale times activation
+/// scale multiplies into an f32 accumulator; two runs a step, each into its own.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; `u.len()` a multiple of 16, the other slices as
+/// `dot_codes` says.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_codes_avx2(
+    u: &[u8],
+    scale: &[f32],
+    offset: &[f32],
+    xq: &[i8],
+    xd: &[f32],
+    xs: &[f32],
+) -> f32 {
+    let runs = u.len() / RUN;
+    debug_assert!(u.len().is_multiple_of(RUN) && xq.len() >= u.len());
+    debug_assert!(scale.len() >= runs && xd.len() >= runs);
+    // SAFETY (all loads): run j's 16 codes and activations lie below u.len(), and its scales
+    // below `runs`, as the caller promises.
+    let sum = unsafe {
+        let (u, xq, s, d) = (u.as_ptr(), xq.as_ptr(), scale.as_ptr(), xd.as_ptr());
+        let run = |j: usize| {
+            let c = _mm256_cvtepu8_epi16(_mm_loadu_si128(u.add(RUN * j).cast()));
+            let x = _mm256_cvtepi8_epi16(_mm_loadu_si128(xq.add(RUN * j).cast()));
+            let sd = _mm256_set1_ps(*s.add(j) * *d.add(j));
+            (_mm256_cvtepi32_ps(_mm256_madd_epi16(c, x)), sd)
+        };
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut j = 0;
+        while j + 2 <= runs {
+            let ((p0, sd0), (p1, sd1)) = (run(j), run(j + 1));
+            acc0 = _mm256_fmadd_ps(p0, sd0, acc0);
+            acc1 = _mm256_fmadd_ps(p1, sd1, acc1);
+            j += 2;
+        }
+        if j < runs {
+            let (p, sd) = run(j);
+            acc0 = _mm256_fmadd_ps(p, sd, acc0);
+        }
+        hsum(_mm256_add_ps(acc0, acc1))
+    };
+    sum + dot_f32(offset, xs)
+}
+
 /// `dot_codes` on NEON, with `run(u, x)` the integer product of one run of 16 codes and 16
 /// activations as four i32 lanes (their sum the run's product; exact: at most 16 * 255 * 128
 /// in magnitude). Four runs a step, each into its own f32 accumulator, scaled by its weight
@@ -423,6 +484,15 @@ mod tests {
                 // SAFETY: the features are there; lengths as the function asks.
                 let fast = unsafe { dot_codes_vnni(&u, &scale, &offset, xq, xd, xs) };
                 assert!((fast as f64 - want).abs() < tol, "{cols}: {fast} vs {want}");
+            }
+            #[cfg(target_arch = "x86_64")]
+            if crate::cpu::fast::cpu_features::Features::detect().avx2 {
+                // SAFETY: the features are there; lengths as the function asks.
+                let fast = unsafe { dot_codes_avx2(&u, &scale, &offset, xq, xd, xs) };
+                assert!(
+                    (fast as f64 - want).abs() < tol,
+                    "avx2 {cols}: {fast} vs {want}"
+                );
             }
             #[cfg(target_arch = "aarch64")]
             {

@@ -13,6 +13,8 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+#[cfg(target_arch = "x86_64")]
+use super::dot::hsum;
 use crate::weights::DType;
 
 /// Whether `dot_tokens_vnni` has a kernel for `dtype`.
@@ -137,15 +139,15 @@ unsafe fn tokens32<const T: usize>(
 #[derive(Clone, Copy)]
 pub struct Act {
     /// Values in the row.
-    cols: usize,
+    pub(super) cols: usize,
     /// `[cols]` i8
-    q: *const i8,
+    pub(super) q: *const i8,
     /// `[cols / 16]` the scale of each run
     d: *const f32,
     /// `[cols / 16]` each run's sum
     s: *const f32,
     /// `[cols / 32, 2]` each block's (scale, sum)
-    p: *const f32,
+    pub(super) p: *const f32,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -167,9 +169,9 @@ impl Act {
 /// 0..16), then high (16..32). The bytes go to both halves as they load; the high half is
 /// shifted by 4 (a shift per 32-bit lane), and both masked: three instructions.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn nibbles(p: *const u8) -> __m256i {
+pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
     unsafe {
         let q = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast()));
         let shifts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
@@ -179,7 +181,7 @@ unsafe fn nibbles(p: *const u8) -> __m256i {
 
 /// The f16 at `p`, widened.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn half(p: *const u8) -> f32 {
     unsafe {
@@ -199,21 +201,11 @@ unsafe fn product(codes: __m256i, a: &Act, at: usize) -> __m256 {
     }
 }
 
-/// Horizontal sum of eight lanes.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-#[inline]
-fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-}
-
 /// `[d, k * d, 0, 0]` from the f16 d at `p`: d broadcast as it loads, widened, scaled.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn scale_times(p: *const u8, k: f32) -> __m128 {
+pub(super) unsafe fn scale_times(p: *const u8, k: f32) -> __m128 {
     unsafe {
         let d = _mm_set1_epi16((p as *const i16).read_unaligned());
         _mm_mul_ps(_mm_cvtph_ps(d), _mm_setr_ps(1.0, k, 0.0, 0.0))
@@ -222,9 +214,9 @@ unsafe fn scale_times(p: *const u8, k: f32) -> __m128 {
 
 /// `[d, m, 0, 0]` from the two f16 at `p`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn halves(p: *const u8) -> __m128 {
+pub(super) unsafe fn halves(p: *const u8) -> __m128 {
     unsafe { _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned())) }
 }
 
@@ -452,7 +444,7 @@ unsafe fn q6_k(b: *const u8, n: usize, a: &Act) -> f32 {
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]
-mod tests {
+pub mod tests {
     use super::*;
 
     /// The bf16 decoders against the general path's f32 values rounded to bf16: equal, or
@@ -499,22 +491,44 @@ mod tests {
     use crate::cpu::fast::unpack::tests::random_matrix;
     use crate::cpu::fast::unpack::{RUN, unpack_row};
 
-    /// Each fused kernel against the general path (codes in memory, portable dot product)
-    /// on random blocks and activations: the same sums, to rounding.
+    /// AVX-512 VNNI's fused kernels against the general path (`against_the_general_path`).
     #[test]
     fn fused_kernels_match_the_general_path() {
-        let f = crate::cpu::fast::cpu_features::Features::detect();
-        if !f.vnni {
-            eprintln!("no AVX-512 VNNI here: the fused kernels are not run");
+        if !crate::cpu::fast::cpu_features::Features::detect().vnni {
+            eprintln!("no AVX-512 VNNI here: its fused kernels are not run");
             return;
         }
-        for dtype in [
-            DType::Q4_0,
-            DType::Q4_1,
-            DType::Q8_0,
-            DType::Q4K,
-            DType::Q6K,
-        ] {
+        let types = FUSED_TYPES.into_iter().filter(|&t| has_kernel(t));
+        // SAFETY: the CPU has the features; the rows hold whole blocks (the driver's).
+        against_the_general_path("vnni", types, |dtype, row, acts| unsafe {
+            (
+                dot_tokens_vnni(dtype, row, acts),
+                dot_tokens_vnni(dtype, row, &[acts[2]]),
+            )
+        });
+    }
+
+    /// The types some fused kernel takes.
+    pub const FUSED_TYPES: [DType; 7] = [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+        DType::Q4K,
+        DType::Q6K,
+    ];
+
+    /// A fused kernel (`run(dtype, row, four tokens)`: the four tokens' sums, and the third
+    /// token's alone) against the general path (codes in memory, portable dot product) on
+    /// random blocks of each of `types` and activations: the same sums, to rounding; a token
+    /// alone bit for bit as among four.
+    pub fn against_the_general_path(
+        kernel: &str,
+        types: impl Iterator<Item = DType>,
+        run: impl Fn(DType, &[u8], &[Act; 4]) -> ([f32; 4], [f32; 1]),
+    ) {
+        for dtype in types {
             for cols in [256, 768, 1536] {
                 let m = random_matrix(dtype, 4, cols, cols as u64);
                 // Four tokens of different activations against row 1.
@@ -533,27 +547,21 @@ mod tests {
                     vec![0f32; cols / RUN],
                 );
                 unpack_row(&m, 1, &mut u, &mut s, &mut o);
-                let want: Vec<f32> = (0..4)
-                    .map(|t| {
-                        let (xq, xd, xs) = a.row(t);
-                        dot_codes(&u, &s, &o, xq, xd, xs)
-                    })
-                    .collect();
-                // SAFETY: the CPU has the features; the row holds `cols` values.
                 let acts: [Act; 4] = std::array::from_fn(|t| Act::of(token(t)));
-                let four = unsafe { dot_tokens_vnni(dtype, m.row(1), &acts) };
-                let one = unsafe { dot_tokens_vnni(dtype, m.row(1), &[acts[2]]) };
-                for (t, (&got, &want)) in four.iter().zip(&want).enumerate() {
+                let (four, one) = run(dtype, m.row(1), &acts);
+                for (t, &got) in four.iter().enumerate() {
+                    let (xq, xd, xs) = a.row(t);
+                    let want = dot_codes(&u, &s, &o, xq, xd, xs);
                     let tol = 1e-4 * (1.0 + want.abs()) + 1e-5 * cols as f32;
                     assert!(
                         (got - want).abs() < tol,
-                        "{dtype} {cols} token {t}: {got} vs {want}"
+                        "{kernel} {dtype} {cols} token {t}: {got} vs {want}"
                     );
                 }
                 assert_eq!(
                     one[0].to_bits(),
                     four[2].to_bits(),
-                    "{dtype}: a token alone as among four"
+                    "{kernel} {dtype}: a token alone as among four"
                 );
             }
         }

@@ -23,6 +23,7 @@ use super::gemm::{TILE_ROWS, pack_row, to_bf16_pairs};
 use super::timed::Recorder;
 use super::unpack::{RUN, is_quantized, row_f32, unpack_row};
 use super::weights::Matrix;
+use crate::weights::DType;
 
 /// Tokens from which a call takes the bf16 tiles: below it a tile's unpacking is shared by too
 /// few tokens. Measured on the 2-core CPU (no GPU): the default model's Q4_1 matrices cost the
@@ -265,7 +266,7 @@ fn decode_rows(
     );
     let quantized = is_quantized(w.dtype);
     #[cfg(target_arch = "x86_64")]
-    if f.vnni && super::fused::has_kernel(w.dtype) {
+    if let Some(kernel) = Fused::for_type(f, w.dtype) {
         // One row at a time: four side by side, which share their activation loads, ran
         // faster with the weights in cache but slower from memory (7.8 -> 10.6-16.5 ms a
         // token, the default model, one thread of this project's 2-core CPU):
@@ -292,14 +293,14 @@ fn decode_rows(
             // row holds `n_in` values, as each activation row does.
             unsafe {
                 match take {
-                    8 => rows_vnni::<8>(w, out, ts, a),
-                    7 => rows_vnni::<7>(w, out, ts, a),
-                    6 => rows_vnni::<6>(w, out, ts, a),
-                    5 => rows_vnni::<5>(w, out, ts, a),
-                    4 => rows_vnni::<4>(w, out, ts, a),
-                    3 => rows_vnni::<3>(w, out, ts, a),
-                    2 => rows_vnni::<2>(w, out, ts, a),
-                    _ => rows_vnni::<1>(w, out, ts, a),
+                    8 => kernel.rows::<8>(w, out, ts, a),
+                    7 => kernel.rows::<7>(w, out, ts, a),
+                    6 => kernel.rows::<6>(w, out, ts, a),
+                    5 => kernel.rows::<5>(w, out, ts, a),
+                    4 => kernel.rows::<4>(w, out, ts, a),
+                    3 => kernel.rows::<3>(w, out, ts, a),
+                    2 => kernel.rows::<2>(w, out, ts, a),
+                    _ => kernel.rows::<1>(w, out, ts, a),
                 }
             }
             done += take;
@@ -325,6 +326,52 @@ fn decode_rows(
     }
 }
 
+/// The fused kernels this CPU has: the unpacking in registers, several tokens a row.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+enum Fused {
+    /// `fused::dot_tokens_vnni`
+    Vnni,
+    /// `fused_avx2::dot_tokens_avx2`
+    Avx2,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Fused {
+    /// The kernel for rows of `dtype` on a CPU of features `f`, if one has it.
+    fn for_type(f: Features, dtype: DType) -> Option<Fused> {
+        if f.vnni && super::fused::has_kernel(dtype) {
+            Some(Fused::Vnni)
+        } else if f.avx2 && super::fused_avx2::has_kernel(dtype) {
+            Some(Fused::Avx2)
+        } else {
+            None
+        }
+    }
+
+    /// Rows `out.lo..out.hi` of `w` against the `T` tokens `ts`, whose activations are
+    /// `acts`.
+    ///
+    /// # Safety
+    /// `self` is `for_type(features(), w.dtype)`'s; every row and activation holds `w.cols`
+    /// values.
+    unsafe fn rows<const T: usize>(
+        self,
+        w: &Matrix,
+        out: &OutRows,
+        ts: &[usize],
+        acts: &[Q8Token],
+    ) {
+        // SAFETY: the caller's promise.
+        unsafe {
+            match self {
+                Fused::Vnni => rows_vnni::<T>(w, out, ts, acts),
+                Fused::Avx2 => rows_avx2::<T>(w, out, ts, acts),
+            }
+        }
+    }
+}
+
 /// Rows `out.lo..out.hi` of `w` against the `T` tokens `ts`, whose activations are `acts`,
 /// through the fused kernel (`fused::dot_tokens_vnni`), compiled with its features so that
 /// the kernel is inlined into the loop over the rows (a row is a few tens of blocks: a call
@@ -337,8 +384,41 @@ fn decode_rows(
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 unsafe fn rows_vnni<const T: usize>(w: &Matrix, out: &OutRows, ts: &[usize], acts: &[Q8Token]) {
     use super::fused::{Act, dot_tokens_vnni};
-    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
     let group: [Act; T] = std::array::from_fn(|i| Act::of(acts[i]));
+    // SAFETY (both): the caller's promise, for every row of `w`.
+    unsafe { each_row(w, out, ts, |row| dot_tokens_vnni(w.dtype, row, &group)) }
+}
+
+/// `rows_vnni` through `fused_avx2::dot_tokens_avx2`, compiled with AVX2's features.
+///
+/// # Safety
+/// As `dot_tokens_avx2`: the CPU has its features, `w`'s type has a kernel, and every row
+/// and activation holds `w.cols` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_avx2<const T: usize>(w: &Matrix, out: &OutRows, ts: &[usize], acts: &[Q8Token]) {
+    use super::fused::Act;
+    use super::fused_avx2::dot_tokens_avx2;
+    let group: [Act; T] = std::array::from_fn(|i| Act::of(acts[i]));
+    // SAFETY (both): the caller's promise, for every row of `w`.
+    unsafe { each_row(w, out, ts, |row| dot_tokens_avx2(w.dtype, row, &group)) }
+}
+
+/// The loop over the rows of a fused kernel, `dot(row)` each row's `T` sums, inlined into
+/// the kernel's compiled form (`rows_vnni`, `rows_avx2`).
+///
+/// # Safety
+/// `dot` is safe to call on every row of `w` (the callers' promise); `ts` are tokens of
+/// `out`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn each_row<const T: usize>(
+    w: &Matrix,
+    out: &OutRows,
+    ts: &[usize],
+    dot: impl Fn(&[u8]) -> [f32; T],
+) {
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
     for r in out.lo..out.hi {
         // The row PREFETCH_ROWS ahead asked for now, a cache line at a time, so that its
         // bytes are on their way while this row's products are made.
@@ -349,12 +429,10 @@ unsafe fn rows_vnni<const T: usize>(w: &Matrix, out: &OutRows, ts: &[usize], act
                 unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.as_ptr().add(at).cast()) };
             }
         }
-        // SAFETY: the caller's promise; r is in this part's columns (`matmul`).
-        unsafe {
-            let ys = dot_tokens_vnni(w.dtype, w.row(r), &group);
-            for (&t, y) in ts.iter().zip(ys) {
-                *out.ptr.add(t * out.stride + r) = y;
-            }
+        let ys = dot(w.row(r));
+        for (&t, y) in ts.iter().zip(ys) {
+            // SAFETY: r is in this part's columns (`matmul`), t one of its tokens.
+            unsafe { *out.ptr.add(t * out.stride + r) = y };
         }
     }
 }
@@ -374,7 +452,7 @@ fn unpack(f: Features, w: &Matrix, r: usize, u: &mut [u8], scale: &mut [f32], of
     unpack_row(w, r, u, scale, offset)
 }
 
-/// `dot_codes`, with VNNI where the CPU has it, or on Arm the best NEON form it has.
+/// `dot_codes`, with VNNI where the CPU has it, else AVX2, or on Arm the best NEON form it has.
 fn dot(
     f: Features,
     u: &[u8],
@@ -388,6 +466,11 @@ fn dot(
     if f.vnni {
         // SAFETY: the CPU has the features (`Features`); the lengths are one row's.
         return unsafe { super::dot::dot_codes_vnni(u, scale, offset, xq, xd, xs) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if f.avx2 {
+        // SAFETY: the CPU has AVX2 and FMA (`Features`); the lengths are one row's.
+        return unsafe { super::dot::dot_codes_avx2(u, scale, offset, xq, xd, xs) };
     }
     #[cfg(target_arch = "aarch64")]
     {

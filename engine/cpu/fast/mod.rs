@@ -6,7 +6,8 @@
 //! bits. Every quantized type is read through one form (`unpack`: 8-bit codes with a scale
 //! and offset per 16 values), so two kernels serve them all: for a few tokens an integer dot
 //! product against activations quantized per 32 to 8 bits (`dot`; `fused` with the unpacking
-//! in registers for the common types, AVX-512 VNNI where present; on Arm NEON's `usdot` or
+//! in registers for the common types, AVX-512 VNNI where present, else AVX2 (`fused_avx2`,
+//! `vpmaddubsw`); on Arm NEON's `usdot` or
 //! `sdot`, `neon` wrapping the two instructions), for many tokens bf16 tiles (`gemm`, AVX-512
 //! BF16 where present); plain Rust elsewhere (`cpu_features` says which).
 //! `matmul` splits every matrix's rows over the pool's threads; `attention` reads a bf16 KV
@@ -20,6 +21,7 @@ pub mod dot;
 pub mod experts;
 pub mod forward;
 pub mod fused;
+pub mod fused_avx2;
 pub mod gemm;
 pub mod kv;
 pub mod math;
