@@ -143,9 +143,9 @@ pub struct Act {
     /// `[cols]` i8
     pub(super) q: *const i8,
     /// `[cols / 16]` the scale of each run
-    d: *const f32,
+    pub(super) d: *const f32,
     /// `[cols / 16]` each run's sum
-    s: *const f32,
+    pub(super) s: *const f32,
     /// `[cols / 32, 2]` each block's (scale, sum)
     pub(super) p: *const f32,
 }
@@ -183,7 +183,7 @@ pub(super) unsafe fn nibbles(p: *const u8) -> __m256i {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn half(p: *const u8) -> f32 {
+pub(super) unsafe fn half(p: *const u8) -> f32 {
     unsafe {
         let bits = (p as *const u16).read_unaligned();
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
@@ -321,7 +321,7 @@ unsafe fn blocks_bf16(
 /// Q4_K's eight 6-bit (scale, min) pairs (`unpack::k_scale_min`'s layout).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn k_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+pub(super) fn k_scales(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     let mut sc = [0u8; 8];
     let mut m = [0u8; 8];
     for j in 0..4 {

@@ -19,15 +19,21 @@ use std::arch::x86_64::*;
 #[cfg(target_arch = "x86_64")]
 use super::dot::hsum;
 #[cfg(target_arch = "x86_64")]
-use super::fused::{Act, halves, nibbles, scale_times};
+use super::fused::{Act, half, halves, k_scales, nibbles, scale_times};
 use crate::weights::DType;
 
-/// Whether `dot_tokens_avx2` has a kernel for `dtype`: the 32-value block types. The
-/// super-block types take the general path (codes in memory, `dot::dot_codes_avx2`).
+/// Whether `dot_tokens_avx2` has a kernel for `dtype`: `fused::dot_tokens_vnni`'s types.
+/// The others take the general path (codes in memory, `dot::dot_codes_avx2`).
 pub fn has_kernel(dtype: DType) -> bool {
     matches!(
         dtype,
-        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0
+        DType::Q4_0
+            | DType::Q4_1
+            | DType::Q5_0
+            | DType::Q5_1
+            | DType::Q8_0
+            | DType::Q4K
+            | DType::Q6K
     )
 }
 
@@ -90,6 +96,9 @@ pub unsafe fn dot_tokens_avx2<const T: usize>(
                 };
                 tokens32(b, n, 34, acts, codes, signed, |p| scale_times(p, 0.0))
             }
+            // The super-block types keep their one-token kernels: each token in turn.
+            DType::Q4K => std::array::from_fn(|t| q4_k(b, n, &acts[t])),
+            DType::Q6K => std::array::from_fn(|t| q6_k(b, n, &acts[t])),
             other => unreachable!("no AVX2 fused kernel for {other}"),
         }
     }
@@ -127,6 +136,121 @@ unsafe fn tokens32<const T: usize>(
             }
         }
         std::array::from_fn(|t| hsum(acc[t]) + _mm_cvtss_f32(_mm_movehdup_ps(off[t])))
+    }
+}
+
+/// `codes . xq` for the 32 values at `at`, as `vpdpbusd`'s eight i32 lanes (four products
+/// each), the codes at most 6 bits (`vpmaddubsw` cannot saturate).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn product(codes: __m256i, a: &Act, at: usize) -> __m256 {
+    unsafe {
+        let x = _mm256_loadu_si256(a.q.add(at).cast());
+        let pairs = _mm256_maddubs_epi16(codes, x);
+        _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    }
+}
+
+/// `fused::q4_k` on AVX2: a row of Q4_K blocks against one token.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k(b: *const u8, n: usize, a: &Act) -> f32 {
+    unsafe {
+        let mask = _mm256_set1_epi8(0x0f);
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut off = 0f32;
+        for i in 0..n {
+            let blk = b.add(144 * i);
+            let (d, dmin) = (half(blk), half(blk.add(2)));
+            let (sc, m) = k_scales(&*(blk.add(4) as *const [u8; 12]));
+            // Each 32-byte run of q: sub-block 2c in its low nibbles, 2c + 1 in its high.
+            for c in 0..4 {
+                let q = _mm256_loadu_si256(blk.add(16 + 32 * c).cast());
+                let lo = _mm256_and_si256(q, mask);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+                let (j0, j1) = (8 * i + 2 * c, 8 * i + 2 * c + 1); // sub-blocks of the row
+                let p0 = product(lo, a, 32 * j0);
+                let p1 = product(hi, a, 32 * j1);
+                let s0 = d * sc[2 * c] as f32 * *a.d.add(2 * j0);
+                let s1 = d * sc[2 * c + 1] as f32 * *a.d.add(2 * j1);
+                acc0 = _mm256_fmadd_ps(p0, _mm256_set1_ps(s0), acc0);
+                acc1 = _mm256_fmadd_ps(p1, _mm256_set1_ps(s1), acc1);
+                off -= dmin
+                    * (m[2 * c] as f32 * (*a.s.add(2 * j0) + *a.s.add(2 * j0 + 1))
+                        + m[2 * c + 1] as f32 * (*a.s.add(2 * j1) + *a.s.add(2 * j1 + 1)));
+            }
+        }
+        hsum(_mm256_add_ps(acc0, acc1)) + off
+    }
+}
+
+/// `fused::q6_k` on AVX2: a row of Q6_K blocks against one token, each block's 16 scales
+/// worked out at once in two 256-bit registers (runs 0-7, 8-15). Not inlined, as the AVX-512
+/// form (round 78).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline(never)]
+unsafe fn q6_k(b: *const u8, n: usize, a: &Act) -> f32 {
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0f);
+        let m2 = _mm256_set1_epi8(3);
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let (mut off_lo, mut off_hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for i in 0..n {
+            let blk = b.add(210 * i);
+            // d times each run's i8 scale, times the activations' scale of that run (for the
+            // products) and its sum (for the offset of 32 the codes carry): runs 0-7, 8-15.
+            let d = _mm256_set1_ps(half(blk.add(208)));
+            let scales = _mm_loadu_si128(blk.add(192).cast());
+            let ds_lo = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(scales)));
+            let ds_hi = _mm256_mul_ps(
+                d,
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(scales))),
+            );
+            let sv = [
+                _mm256_mul_ps(ds_lo, _mm256_loadu_ps(a.d.add(16 * i))),
+                _mm256_mul_ps(ds_hi, _mm256_loadu_ps(a.d.add(16 * i + 8))),
+            ];
+            off_lo = _mm256_fmadd_ps(ds_lo, _mm256_loadu_ps(a.s.add(16 * i)), off_lo);
+            off_hi = _mm256_fmadd_ps(ds_hi, _mm256_loadu_ps(a.s.add(16 * i + 8)), off_hi);
+            for h in 0..2 {
+                // Value l + 32k of this half: nibble k / 2 of ql[l + 32 (k % 2)], bits
+                // 2k..2k+2 of qh[l]; runs of 16 each with its own i8 scale.
+                let ql0 = _mm256_loadu_si256(blk.add(64 * h).cast());
+                let ql1 = _mm256_loadu_si256(blk.add(64 * h + 32).cast());
+                let qh = _mm256_loadu_si256(blk.add(128 + 32 * h).cast());
+                let high = |shift: i32| {
+                    let v = match shift {
+                        0 => qh,
+                        2 => _mm256_srli_epi16(qh, 2),
+                        4 => _mm256_srli_epi16(qh, 4),
+                        _ => _mm256_srli_epi16(qh, 6),
+                    };
+                    _mm256_slli_epi16(_mm256_and_si256(v, m2), 4)
+                };
+                let codes = [
+                    _mm256_or_si256(_mm256_and_si256(ql0, m4), high(0)),
+                    _mm256_or_si256(_mm256_and_si256(ql1, m4), high(2)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), high(4)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6)),
+                ];
+                for (k, &codes) in codes.iter().enumerate() {
+                    // Chunk 4h + k of the block: runs 2k and 2k + 1 of this half's eight,
+                    // lanes 0-3 and 4-7 of the product.
+                    let p = product(codes, a, 32 * (8 * i + 4 * h + k));
+                    let r = 2 * k as i32;
+                    let idx = _mm256_setr_epi32(r, r, r, r, r + 1, r + 1, r + 1, r + 1);
+                    let s = _mm256_permutevar8x32_ps(sv[h], idx);
+                    if k % 2 == 0 {
+                        acc0 = _mm256_fmadd_ps(p, s, acc0);
+                    } else {
+                        acc1 = _mm256_fmadd_ps(p, s, acc1);
+                    }
+                }
+            }
+        }
+        hsum(_mm256_add_ps(acc0, acc1)) - 32.0 * hsum(_mm256_add_ps(off_lo, off_hi))
     }
 }
 
