@@ -214,7 +214,7 @@ unsafe fn q6_k(b: *const u8, n: usize, a: &Act) -> f32 {
             ];
             off_lo = _mm256_fmadd_ps(ds_lo, _mm256_loadu_ps(a.s.add(16 * i)), off_lo);
             off_hi = _mm256_fmadd_ps(ds_hi, _mm256_loadu_ps(a.s.add(16 * i + 8)), off_hi);
-            for h in 0..2 {
+            for (h, &sv) in sv.iter().enumerate() {
                 // Value l + 32k of this half: nibble k / 2 of ql[l + 32 (k % 2)], bits
                 // 2k..2k+2 of qh[l]; runs of 16 each with its own i8 scale.
                 let ql0 = _mm256_loadu_si256(blk.add(64 * h).cast());
@@ -241,7 +241,7 @@ unsafe fn q6_k(b: *const u8, n: usize, a: &Act) -> f32 {
                     let p = product(codes, a, 32 * (8 * i + 4 * h + k));
                     let r = 2 * k as i32;
                     let idx = _mm256_setr_epi32(r, r, r, r, r + 1, r + 1, r + 1, r + 1);
-                    let s = _mm256_permutevar8x32_ps(sv[h], idx);
+                    let s = _mm256_permutevar8x32_ps(sv, idx);
                     if k % 2 == 0 {
                         acc0 = _mm256_fmadd_ps(p, s, acc0);
                     } else {
